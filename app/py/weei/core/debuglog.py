@@ -1,0 +1,348 @@
+"""The debug log: the last 1,000 events of this browser profile, and a timing baseline.
+
+Theory of operation
+-------------------
+The log is plain data that the browser adapter stores in ``localStorage``
+with ``to_json()`` and reads back at start-up with ``DebugLog.from_json``.
+A stored value that cannot be read (corrupt JSON, wrong shape, an older
+storage version) never stops the app: the unreadable part starts empty and a
+``debuglog.reset`` event says why. Events and baseline are read separately,
+so a corrupt baseline does not cost the events, and the other way round.
+
+Besides events, the log keeps a *baseline* of how long things take:
+
+* **phases** (``'fedavg'``, ``'indexeddb.checkpoint-save'``, ...): each
+  finished phase adds a duration. ``count``, ``minMs``, ``maxMs`` and
+  ``avgMs`` cover every duration since the log was created or cleared
+  (running sums, so they are exact and cheap); ``p50Ms`` is the exact median
+  of the last ``MAX_PHASE_SAMPLES`` (1,000) durations of that phase, which
+  is what the log can afford to keep in ``localStorage``.
+* **idle**: within a round (``round_started`` .. ``round_finished``), the
+  time during which no phase was running, from the end of one phase to the
+  start of the next. Time before the round's first phase and after its last
+  is not idle: it is not *between* phases.
+
+Wall-clock milliseconds (``now_ms``) stamp events; monotonic milliseconds
+(``now_mono``) measure phases and gaps. Neither is read here.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any, Mapping
+
+from .errors import UsageError
+
+__all__ = [
+    "FILE_SCHEMA_VERSION",
+    "STORAGE_VERSION",
+    "MAX_EVENTS",
+    "MAX_PHASE_SAMPLES",
+    "MAX_PHASES",
+    "iso8601",
+    "DebugLog",
+]
+
+FILE_SCHEMA_VERSION = 2  # TrainingDebugLogFile.schemaVersion
+STORAGE_VERSION = 1  # our localStorage layout; not part of the spec
+MAX_EVENTS = 1_000
+MAX_PHASE_SAMPLES = 1_000
+# Phase names come from our code, but a bug must not grow localStorage without end.
+MAX_PHASES = 200
+_MAX_NAME = 200
+_MAX_STRING = 2_000
+_MAX_DEPTH = 6
+_MAX_ITEMS = 100
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def iso8601(now_ms: float) -> str:
+    """Format wall-clock ms since the epoch as JavaScript's ``toISOString()`` does.
+
+    Returns for example ``'2024-05-01T12:00:00.000Z'`` (UTC, milliseconds).
+    Raises ``UsageError`` (``bad-time``) for a value that is not a finite
+    time between the years 1 and 9999.
+    """
+    if isinstance(now_ms, bool) or not isinstance(now_ms, (int, float)) or not math.isfinite(now_ms):
+        raise UsageError("bad-time", f"time must be finite ms since the epoch, got {now_ms!r}")
+    ms = int(round(now_ms))
+    try:
+        # Integer arithmetic on a timedelta: no float rounding, no platform time_t limits.
+        moment = _EPOCH + timedelta(milliseconds=ms)
+    except OverflowError as error:
+        raise UsageError("bad-time", f"time {now_ms!r} is outside the years 1 to 9999") from error
+    return f"{moment:%Y-%m-%dT%H:%M:%S}.{ms % 1000:03d}Z"
+
+
+def _plain(value: Any, depth: int = 0) -> Any:
+    """Turn event details into JSON data, so that logging never fails on a value."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return value[:_MAX_STRING] if isinstance(value, str) else value
+    if isinstance(value, float):
+        # JSON has no NaN or Infinity; say what it was instead of losing it.
+        return value if math.isfinite(value) else repr(value)
+    if depth >= _MAX_DEPTH:
+        return "…"
+    if isinstance(value, Mapping):
+        return {str(k)[:_MAX_NAME]: _plain(v, depth + 1) for k, v in list(value.items())[:_MAX_ITEMS]}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v, depth + 1) for v in list(value)[:_MAX_ITEMS]]
+    try:
+        return repr(value)[:_MAX_STRING]
+    except Exception:  # a broken __repr__ must not break the caller's job
+        return f"<{type(value).__name__}>"
+
+
+@dataclass
+class _PhaseStats:
+    count: int = 0
+    total_ms: float = 0.0
+    min_ms: float = math.inf
+    max_ms: float = 0.0
+    recent: deque[float] = field(default_factory=lambda: deque(maxlen=MAX_PHASE_SAMPLES))
+
+    def add(self, duration_ms: float) -> None:
+        self.count += 1
+        self.total_ms += duration_ms
+        self.min_ms = min(self.min_ms, duration_ms)
+        self.max_ms = max(self.max_ms, duration_ms)
+        self.recent.append(duration_ms)
+
+    def summary(self) -> dict[str, float | int]:
+        ordered = sorted(self.recent)
+        middle = len(ordered) // 2
+        p50 = ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+        return {"count": self.count, "minMs": self.min_ms, "avgMs": self.total_ms / self.count, "p50Ms": p50, "maxMs": self.max_ms}
+
+    def to_json(self) -> dict[str, Any]:
+        return {"count": self.count, "totalMs": self.total_ms, "minMs": self.min_ms, "maxMs": self.max_ms, "recent": list(self.recent)}
+
+    @classmethod
+    def from_json(cls, value: Any) -> _PhaseStats:
+        # Raises ValueError on any inconsistency; the caller turns that into a reset.
+        if not isinstance(value, dict):
+            raise ValueError("phase is not an object")
+        count, total, low, high, recent = (value.get(k) for k in ("count", "totalMs", "minMs", "maxMs", "recent"))
+        if type(count) is not int or count < 1:
+            raise ValueError("phase count is not a whole number from 1")
+        if not isinstance(recent, list) or not 1 <= len(recent) <= min(count, MAX_PHASE_SAMPLES):
+            raise ValueError("phase durations are missing")
+        numbers = [total, low, high, *recent]
+        if not all(_is_duration(n) for n in numbers):
+            raise ValueError("phase durations are not finite non-negative numbers")
+        if not (low <= min(recent) and max(recent) <= high and low <= high):
+            raise ValueError("phase minimum and maximum do not fit its durations")
+        stats = cls(count, float(total), float(low), float(high))
+        stats.recent.extend(float(r) for r in recent)
+        return stats
+
+
+def _refuse_constant(name: str) -> Any:
+    # Python's json reads NaN and Infinity, which to_json could not write back.
+    raise ValueError(f"stored value contains {name}, which is not JSON")
+
+
+def _is_duration(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value) and value >= 0
+
+
+class DebugLog:
+    """The last ``MAX_EVENTS`` events and the phase/idle baseline of this browser profile."""
+
+    def __init__(self) -> None:
+        """Start an empty log."""
+        self._events: deque[dict[str, Any]] = deque(maxlen=MAX_EVENTS)
+        self._phases: dict[str, _PhaseStats] = {}
+        self._idle_samples = 0
+        self._idle_total_ms = 0.0
+        # Not persisted: phases in flight and the round's last phase end die with the page.
+        self._running: dict[str, float] = {}
+        self._in_round = False
+        self._last_phase_end: float | None = None
+
+    # -- events -----------------------------------------------------------------------
+
+    def record(self, now_ms: float, event: str, details: Mapping[str, Any] | None = None) -> None:
+        """Append an event at wall time ``now_ms``; the oldest goes beyond 1,000.
+
+        ``details`` is copied into JSON data (values that JSON cannot hold
+        become strings), so a later change to the caller's dict does not
+        change the log. Raises ``UsageError`` for an empty or non-string event
+        name or a bad time.
+        """
+        if not isinstance(event, str) or not event:
+            raise UsageError("bad-event", f"event must be a non-empty string, got {event!r}")
+        entry: dict[str, Any] = {"at": iso8601(now_ms), "event": event[:_MAX_NAME]}
+        if details is not None:
+            plain = _plain(details)
+            entry["details"] = plain if isinstance(plain, dict) else {"value": plain}
+        self._events.append(entry)
+
+    def events(self) -> list[dict[str, Any]]:
+        """Return a copy of the events, oldest first (``getDebugLog()``)."""
+        return json.loads(json.dumps(list(self._events)))
+
+    # -- phases and rounds ------------------------------------------------------------
+
+    def round_started(self, now_mono: float) -> None:
+        """Begin a round: gaps between its phases count as idle from now on."""
+        self._in_round = True
+        self._last_phase_end = None
+
+    def round_finished(self, now_mono: float) -> None:
+        """End the round: the time until the next round's first phase is not idle."""
+        self._in_round = False
+        self._last_phase_end = None
+
+    def phase_started(self, name: str, now_mono: float) -> None:
+        """Begin phase ``name``. If no other phase was running inside a round, the gap since the last one ended is idle.
+
+        Raises ``UsageError`` if ``name`` is already running (phases of the
+        same name cannot overlap; give them distinct names).
+        """
+        self._check_name(name)
+        if name in self._running:
+            raise UsageError("phase-running", f"phase {name!r} is already running")
+        if not self._running and self._in_round and self._last_phase_end is not None:
+            self._idle_samples += 1
+            self._idle_total_ms += max(0.0, now_mono - self._last_phase_end)
+        self._running[name] = now_mono
+
+    def phase_finished(self, name: str, now_mono: float, now_ms: float) -> float:
+        """End phase ``name``: add its duration to the baseline and log ``phase.finished``.
+
+        Returns the duration in ms. Raises ``UsageError`` if the phase was not
+        started.
+        """
+        self._check_name(name)
+        if name not in self._running:
+            raise UsageError("phase-not-running", f"phase {name!r} was not started")
+        duration = max(0.0, now_mono - self._running.pop(name))
+        if not self._running:
+            self._last_phase_end = now_mono
+        self.add_phase(name, duration, now_ms)
+        return duration
+
+    def add_phase(self, name: str, duration_ms: float, now_ms: float) -> None:
+        """Add a duration measured elsewhere (for example by the JS side) and log it.
+
+        Does not count towards idle time: the log does not know when it ran.
+        Raises ``UsageError`` for a negative or non-finite duration.
+        """
+        self._check_name(name)
+        if not _is_duration(duration_ms):
+            raise UsageError("bad-duration", f"duration of {name!r} must be finite and not negative, got {duration_ms!r}")
+        stats = self._phases.get(name)
+        if stats is None and len(self._phases) < MAX_PHASES:
+            stats = self._phases[name] = _PhaseStats()
+        if stats is not None:
+            stats.add(float(duration_ms))
+        self.record(now_ms, "phase.finished", {"phase": name, "durationMs": float(duration_ms)})
+
+    def baseline(self) -> dict[str, Any]:
+        """Return the file's ``baseline``: per-phase figures and idle gaps."""
+        idle_avg = self._idle_total_ms / self._idle_samples if self._idle_samples else 0.0
+        return {
+            "phases": {name: stats.summary() for name, stats in sorted(self._phases.items())},
+            "idle": {"samples": self._idle_samples, "totalMs": self._idle_total_ms, "avgMs": idle_avg},
+        }
+
+    # -- export, persistence ----------------------------------------------------------
+
+    def to_file(self, now_ms: float) -> dict[str, Any]:
+        """Return the ``TrainingDebugLogFile`` exported at wall time ``now_ms``."""
+        return {"schemaVersion": FILE_SCHEMA_VERSION, "exportedAt": iso8601(now_ms), "baseline": self.baseline(), "events": self.events()}
+
+    def clear(self) -> None:
+        """Delete every event and the baseline (``clearDebugLog()``); phases in flight go on."""
+        self._events.clear()
+        self._phases.clear()
+        self._idle_samples = 0
+        self._idle_total_ms = 0.0
+
+    def to_json(self) -> str:
+        """Return the text to keep in ``localStorage``."""
+        return json.dumps(
+            {
+                "storageVersion": STORAGE_VERSION,
+                "events": list(self._events),
+                "phases": {name: stats.to_json() for name, stats in self._phases.items()},
+                "idle": {"samples": self._idle_samples, "totalMs": self._idle_total_ms},
+            },
+            separators=(",", ":"),
+            allow_nan=False,
+        )
+
+    @classmethod
+    def from_json(cls, text: object, now_ms: float) -> DebugLog:
+        """Read the stored text back; ``None`` (nothing stored) gives an empty log.
+
+        Never raises for the stored value: a part that cannot be read starts
+        empty and a ``debuglog.reset`` event (at ``now_ms``) names the part and
+        the reason. Raises ``UsageError`` only for a bad ``now_ms``.
+        """
+        log = cls()
+        iso8601(now_ms)  # check the caller's time before trusting it for a reset event
+        if text is None:
+            return log
+        try:
+            if not isinstance(text, str):
+                raise ValueError(f"stored value is a {type(text).__name__}, not text")
+            data = json.loads(text, parse_constant=_refuse_constant)
+            if not isinstance(data, dict):
+                raise ValueError("stored value is not a JSON object")
+            version = data.get("storageVersion")
+            if type(version) is not int or version != STORAGE_VERSION:
+                raise ValueError(f"unsupported storage version {str(data.get('storageVersion'))[:20]}")
+        except (ValueError, RecursionError) as error:  # JSONDecodeError is a ValueError
+            log.record(now_ms, "debuglog.reset", {"part": "all", "reason": str(error)[:_MAX_STRING]})
+            return log
+        try:
+            log._load_events(data.get("events"))
+        except ValueError as error:
+            log._events.clear()
+            log.record(now_ms, "debuglog.reset", {"part": "events", "reason": str(error)})
+        try:
+            log._load_baseline(data.get("phases"), data.get("idle"))
+        except ValueError as error:
+            log._phases.clear()
+            log._idle_samples, log._idle_total_ms = 0, 0.0
+            log.record(now_ms, "debuglog.reset", {"part": "baseline", "reason": str(error)})
+        return log
+
+    # -- internals --------------------------------------------------------------------
+
+    def _check_name(self, name: object) -> None:
+        if not isinstance(name, str) or not 0 < len(name) <= _MAX_NAME:
+            raise UsageError("bad-phase", f"phase name must be a string of 1 to {_MAX_NAME} characters, got {name!r}")
+
+    def _load_events(self, events: Any) -> None:
+        if not isinstance(events, list):
+            raise ValueError("events are not a list")
+        for index, entry in enumerate(events[-MAX_EVENTS:]):
+            if not isinstance(entry, dict) or not isinstance(entry.get("at"), str) or not isinstance(entry.get("event"), str):
+                raise ValueError(f"event {index} lacks at or event")
+            if set(entry) - {"at", "event", "details"} or ("details" in entry and not isinstance(entry["details"], dict)):
+                raise ValueError(f"event {index} has unexpected fields")
+            self._events.append(entry)
+
+    def _load_baseline(self, phases: Any, idle: Any) -> None:
+        if not isinstance(phases, dict) or len(phases) > MAX_PHASES:
+            raise ValueError("phases are not an object of at most 200 phases")
+        loaded = {}
+        for name, stats in phases.items():
+            if not isinstance(name, str) or not 0 < len(name) <= _MAX_NAME:
+                raise ValueError("a phase name is not valid")
+            loaded[name] = _PhaseStats.from_json(stats)
+        if not isinstance(idle, dict):
+            raise ValueError("idle is not an object")
+        samples, total = idle.get("samples"), idle.get("totalMs")
+        if type(samples) is not int or samples < 0 or not _is_duration(total) or (samples == 0 and total != 0):
+            raise ValueError("idle figures are not valid")
+        self._phases = loaded
+        self._idle_samples, self._idle_total_ms = samples, float(total)
