@@ -1,0 +1,190 @@
+"""The CPython engine: :mod:`weei.runtime.engine` over the ``wasmtime`` package.
+
+Bulk copies go through ``ctypes`` straight into the memory's backing store
+(one ``memmove`` each way): wasmtime's own ``Memory.write`` first copies
+``bytes`` into a ``bytearray`` and ``Memory.read`` returns a ``bytearray``,
+so both would cost an extra copy of every weight vector.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import wasmtime
+
+from .engine import (
+    CompileError,
+    ExternInfo,
+    ExternKind,
+    InstantiateError,
+    ProgressHook,
+    Trap,
+)
+
+__all__ = ["WasmtimeEngine", "WasmtimeModule", "WasmtimeInstance"]
+
+_PROGRESS_MODULE = "weei"
+_PROGRESS_NAME = "onProgress"
+
+
+def _extern_info(module: str, name: str, ty: object) -> ExternInfo:
+    kind: ExternKind
+    signature: tuple[tuple[str, ...], tuple[str, ...]] | None = None
+    if isinstance(ty, wasmtime.FuncType):
+        kind = "func"
+        signature = (
+            tuple(str(p) for p in ty.params),
+            tuple(str(r) for r in ty.results),
+        )
+    elif isinstance(ty, wasmtime.MemoryType):
+        kind = "memory"
+    elif isinstance(ty, wasmtime.TableType):
+        kind = "table"
+    elif isinstance(ty, wasmtime.GlobalType):
+        kind = "global"
+    else:
+        kind = "tag"
+    return ExternInfo(module=module, name=name, kind=kind, signature=signature)
+
+
+class WasmtimeEngine:
+    """An :class:`~weei.runtime.engine.Engine` backed by one ``wasmtime.Engine``.
+
+    One engine can compile many modules; each instance gets its own store.
+    """
+
+    def __init__(self, config: wasmtime.Config | None = None) -> None:
+        self._engine = wasmtime.Engine(config) if config is not None else wasmtime.Engine()
+
+    def compile(self, wasm: bytes) -> WasmtimeModule:
+        """Compile ``wasm``. Raises :class:`CompileError`."""
+        if not isinstance(wasm, (bytes, bytearray, memoryview)):
+            raise CompileError(f"expected wasm bytes, got {type(wasm).__name__}")
+        data = bytes(wasm)
+        # wasmtime.Module also accepts WAT text; insist on the binary format so
+        # the browser engine (which cannot) behaves the same.
+        if not data.startswith(b"\0asm"):
+            raise CompileError("not a WebAssembly binary (missing \\0asm magic)")
+        try:
+            module = wasmtime.Module(self._engine, data)
+        except wasmtime.WasmtimeError as exc:
+            raise CompileError(str(exc)) from exc
+        return WasmtimeModule(self._engine, module)
+
+
+class WasmtimeModule:
+    """A compiled module (see :class:`~weei.runtime.engine.CompiledModule`)."""
+
+    def __init__(self, engine: wasmtime.Engine, module: wasmtime.Module) -> None:
+        self._engine = engine
+        self._module = module
+        self._imports = tuple(
+            _extern_info(imp.module, imp.name or "", imp.type) for imp in module.imports
+        )
+        self._exports = tuple(_extern_info("", exp.name, exp.type) for exp in module.exports)
+
+    @property
+    def imports(self) -> tuple[ExternInfo, ...]:
+        return self._imports
+
+    @property
+    def exports(self) -> tuple[ExternInfo, ...]:
+        return self._exports
+
+    def instantiate(self, on_progress: ProgressHook) -> WasmtimeInstance:
+        """Instantiate in a fresh store. Raises :class:`InstantiateError`."""
+        return WasmtimeInstance(self._engine, self._module, self._imports, on_progress)
+
+
+class WasmtimeInstance:
+    """A live instance (see :class:`~weei.runtime.engine.Instance`)."""
+
+    def __init__(
+        self,
+        engine: wasmtime.Engine,
+        module: wasmtime.Module,
+        imports: tuple[ExternInfo, ...],
+        on_progress: ProgressHook,
+    ) -> None:
+        self._store = wasmtime.Store(engine)
+        # While the progress hook runs, memory must be reached through the
+        # Caller (the store is borrowed by the running call).
+        self._caller: wasmtime.Caller | None = None
+        self._on_progress = on_progress
+        externs: list[wasmtime.Func] = []
+        for imp in imports:
+            if (imp.module, imp.name, imp.kind) != (_PROGRESS_MODULE, _PROGRESS_NAME, "func"):
+                raise InstantiateError(f"no host value for import {imp.module}.{imp.name}")
+            ty = wasmtime.FuncType([wasmtime.ValType.i32(), wasmtime.ValType.i32()], [])
+            externs.append(wasmtime.Func(self._store, ty, self._progress, access_caller=True))
+        try:
+            self._instance = wasmtime.Instance(self._store, module, externs)
+        except (wasmtime.WasmtimeError, wasmtime.Trap) as exc:
+            raise InstantiateError(str(exc)) from exc
+        exports = self._instance.exports(self._store)
+        self._funcs: dict[str, wasmtime.Func] = {}
+        self._memory: wasmtime.Memory | None = None
+        for info in module.exports:
+            ext = exports[info.name]
+            if isinstance(ext, wasmtime.Func):
+                self._funcs[info.name] = ext
+            elif isinstance(ext, wasmtime.Memory) and info.name == "memory":
+                self._memory = ext
+
+    def _progress(self, caller: wasmtime.Caller, ptr: int, size: int) -> None:
+        previous = self._caller
+        self._caller = caller
+        try:
+            self._on_progress(ptr, size)
+        finally:
+            self._caller = previous
+
+    def _ctx(self) -> wasmtime.Store | wasmtime.Caller:
+        return self._caller if self._caller is not None else self._store
+
+    def call(self, name: str, *args: int) -> int | None:
+        """Call export ``name``. Raises :class:`Trap`."""
+        func = self._funcs.get(name)
+        if func is None:
+            raise Trap(f"no exported function {name!r}")
+        try:
+            result = func(self._store, *args)
+        except (wasmtime.Trap, wasmtime.WasmtimeError) as exc:
+            # WasmtimeError also covers argument/type mismatches and
+            # wasmtime's own resource limits: all "the call did not complete".
+            raise Trap(str(exc)) from exc
+        if result is None or isinstance(result, int):
+            return result
+        raise Trap(f"export {name!r} returned {type(result).__name__}, expected one i32")
+
+    def _base(self, ptr: int, size: int) -> int:
+        if self._memory is None:
+            raise IndexError("module exports no memory")
+        ctx = self._ctx()
+        length = self._memory.data_len(ctx)
+        if ptr < 0 or size < 0 or ptr + size > length:
+            raise IndexError(f"range {ptr}+{size} outside memory of {length} bytes")
+        # Re-read the base every time: it moves when the memory grows.
+        return ctypes.addressof(self._memory.data_ptr(ctx).contents) + ptr
+
+    def read(self, ptr: int, size: int) -> bytes:
+        """Copy ``size`` bytes out of memory. Raises ``IndexError``."""
+        addr = self._base(ptr, size)
+        return ctypes.string_at(addr, size) if size else b""
+
+    def write(self, ptr: int, data: bytes | bytearray | memoryview) -> None:
+        """Copy ``data`` into memory at ``ptr``. Raises ``IndexError``."""
+        view = memoryview(data).cast("B")
+        size = view.nbytes
+        addr = self._base(ptr, size)
+        if size:
+            # A memoryview over the destination makes slice assignment one
+            # memcpy from any buffer (bytes, bytearray, numpy, read-only views).
+            dest = (ctypes.c_ubyte * size).from_address(addr)
+            memoryview(dest).cast("B")[:] = view
+
+    def memory_size(self) -> int:
+        """Byte length of the exported memory (0 if there is none)."""
+        if self._memory is None:
+            return 0
+        return self._memory.data_len(self._ctx())
