@@ -1,0 +1,248 @@
+"""NumpyKernel: the oracle of the aggregation arithmetic, and a usable CPython path.
+
+Follows the exact operation order of :mod:`weei.core.aggregate` (module
+docstring). Every float32 array is widened to float64 *before* any
+arithmetic: under NumPy's promotion rules (NEP 50) ``float32_array * 0.9``
+is computed in float32, which would silently change the bits.
+
+Work is done in blocks of :data:`BLOCK` elements so temporaries stay in the
+cache (a whole-array ``x.astype(float64)`` of 16M floats is a 128 MiB
+temporary per update and runs at a fraction of memory speed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from weei.core.aggregate import BytesLike, Segment
+
+__all__ = ["BLOCK", "NumpyKernel", "as_f32"]
+
+#: Elements per block: 64K float64 = 512 KiB per temporary, L2-sized.
+BLOCK = 65536
+
+F32 = np.dtype("<f4")
+F64 = np.float64
+
+
+def as_f32(buf: BytesLike | npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+    """A float32-le view of ``buf`` without copying (read-only for bytes)."""
+    if isinstance(buf, np.ndarray):
+        return buf.view(F32).reshape(-1)
+    return np.frombuffer(buf, dtype=F32)
+
+
+def _blocks(lo: int, hi: int, block: int) -> range:
+    return range(lo, hi, block)
+
+
+class NumpyKernel:
+    """The aggregation kernel in blocked numpy (see the module docstring)."""
+
+    def __init__(self, block: int = BLOCK) -> None:
+        """Takes the block size in elements (a positive int)."""
+        if block <= 0:
+            raise ValueError("block must be positive")
+        self.block = block
+
+    # ---------------------------------------------------------------- FedAvg
+
+    def average_into(
+        self,
+        out: npt.NDArray[np.float32],
+        updates: Sequence[npt.NDArray[np.float32]],
+        counts: Sequence[int],
+    ) -> None:
+        """Writes the weighted average of float32 arrays (canonical order) to
+        ``out``; each update is read once, block by block."""
+        n = out.shape[0]
+        total = float(sum(counts))
+        cs = [float(c) for c in counts]
+        acc = np.empty(self.block, F64)
+        tmp = np.empty(self.block, F64)
+        with np.errstate(all="ignore"):  # non-finite results are the core's to report
+            self._average_blocks(out, updates, cs, total, acc, tmp)
+
+    def _average_blocks(
+        self,
+        out: npt.NDArray[np.float32],
+        updates: Sequence[npt.NDArray[np.float32]],
+        cs: Sequence[float],
+        total: float,
+        acc: npt.NDArray[np.float64],
+        tmp: npt.NDArray[np.float64],
+    ) -> None:
+        n = out.shape[0]
+        for lo in _blocks(0, n, self.block):
+            hi = min(n, lo + self.block)
+            a = acc[: hi - lo]
+            t = tmp[: hi - lo]
+            a[...] = updates[0][lo:hi]  # exact widening
+            np.multiply(a, cs[0], out=a)  # acc = c_0 * x_0
+            for x, c in zip(updates[1:], cs[1:]):
+                t[...] = x[lo:hi]
+                np.multiply(t, c, out=t)
+                np.add(a, t, out=a)  # acc = acc + c_k * x_k, in order
+            np.divide(a, total, out=a)
+            out[lo:hi] = a  # round to nearest float32
+
+    def weighted_average(self, updates: Sequence[BytesLike], counts: Sequence[int]) -> bytes:
+        """See ``AggregationKernel.weighted_average``."""
+        xs = [as_f32(u) for u in updates]
+        out = np.empty(xs[0].shape[0], F32)
+        self.average_into(out, xs, counts)
+        return out.tobytes()
+
+    # ------------------------------------------------------ server optimizers
+
+    def fedavgm_arrays(
+        self,
+        start: npt.NDArray[np.float32],
+        avg: npt.NDArray[np.float32],
+        v: npt.NDArray[np.float32],
+        out: npt.NDArray[np.float32],
+        segments: Sequence[Segment],
+        lr: float,
+        mu: float,
+    ) -> None:
+        """In place over ``segments``: ``v`` updated, ``out`` gets the step."""
+        lr, mu = float(lr), float(mu)
+        with np.errstate(all="ignore"):
+            self._fedavgm_blocks(start, avg, v, out, segments, lr, mu)
+
+    def _fedavgm_blocks(
+        self,
+        start: npt.NDArray[np.float32],
+        avg: npt.NDArray[np.float32],
+        v: npt.NDArray[np.float32],
+        out: npt.NDArray[np.float32],
+        segments: Sequence[Segment],
+        lr: float,
+        mu: float,
+    ) -> None:
+        for seg_lo, seg_hi in segments:
+            for lo in _blocks(seg_lo, seg_hi, self.block):
+                hi = min(seg_hi, lo + self.block)
+                s = start[lo:hi].astype(F64)
+                d = avg[lo:hi].astype(F64)
+                np.subtract(d, s, out=d)
+                t = v[lo:hi].astype(F64)
+                np.multiply(t, mu, out=t)
+                np.add(t, d, out=t)
+                v[lo:hi] = t  # store v as float32 ...
+                t[...] = v[lo:hi]  # ... and step with the stored value
+                np.multiply(t, lr, out=t)
+                np.add(s, t, out=s)
+                out[lo:hi] = s
+
+    def fedavgm(
+        self,
+        start: BytesLike,
+        average: BytesLike,
+        velocity: BytesLike,
+        segments: Sequence[Segment],
+        lr: float,
+        momentum: float,
+    ) -> tuple[bytes, bytes]:
+        """See ``AggregationKernel.fedavgm``."""
+        out = as_f32(average).copy()
+        v = as_f32(velocity).copy()
+        self.fedavgm_arrays(as_f32(start), as_f32(average), v, out, segments, lr, momentum)
+        return out.tobytes(), v.tobytes()
+
+    def fedadam_arrays(
+        self,
+        start: npt.NDArray[np.float32],
+        avg: npt.NDArray[np.float32],
+        m: npt.NDArray[np.float32],
+        v: npt.NDArray[np.float32],
+        out: npt.NDArray[np.float32],
+        segments: Sequence[Segment],
+        lr: float,
+        beta1: float,
+        beta2: float,
+        epsilon: float,
+    ) -> None:
+        """In place over ``segments``: ``m``, ``v`` updated, ``out`` gets the step."""
+        lr, b1, b2, eps = float(lr), float(beta1), float(beta2), float(epsilon)
+        b1c, b2c = 1.0 - b1, 1.0 - b2  # in float64, as the C host does
+        with np.errstate(all="ignore"):
+            self._fedadam_blocks(start, avg, m, v, out, segments, lr, b1, b1c, b2, b2c, eps)
+
+    def _fedadam_blocks(
+        self,
+        start: npt.NDArray[np.float32],
+        avg: npt.NDArray[np.float32],
+        m: npt.NDArray[np.float32],
+        v: npt.NDArray[np.float32],
+        out: npt.NDArray[np.float32],
+        segments: Sequence[Segment],
+        lr: float,
+        b1: float,
+        b1c: float,
+        b2: float,
+        b2c: float,
+        eps: float,
+    ) -> None:
+        for seg_lo, seg_hi in segments:
+            for lo in _blocks(seg_lo, seg_hi, self.block):
+                hi = min(seg_hi, lo + self.block)
+                s = start[lo:hi].astype(F64)
+                d = avg[lo:hi].astype(F64)
+                np.subtract(d, s, out=d)
+                # m = f32(b1*m + b1c*d)
+                t = m[lo:hi].astype(F64)
+                np.multiply(t, b1, out=t)
+                u = np.multiply(d, b1c)
+                np.add(t, u, out=t)
+                m[lo:hi] = t
+                # v = f32(b2*v + b2c*(d*d))
+                np.multiply(d, d, out=d)
+                np.multiply(d, b2c, out=d)
+                t2 = v[lo:hi].astype(F64)
+                np.multiply(t2, b2, out=t2)
+                np.add(t2, d, out=t2)
+                v[lo:hi] = t2
+                # out = f32(s + (lr*m) / (sqrt(v) + eps)), m and v as stored
+                t[...] = m[lo:hi]
+                np.multiply(t, lr, out=t)
+                t2[...] = v[lo:hi]
+                np.sqrt(t2, out=t2)
+                np.add(t2, eps, out=t2)
+                np.divide(t, t2, out=t)
+                np.add(s, t, out=s)
+                out[lo:hi] = s
+
+    def fedadam(
+        self,
+        start: BytesLike,
+        average: BytesLike,
+        moments: BytesLike,
+        segments: Sequence[Segment],
+        lr: float,
+        beta1: float,
+        beta2: float,
+        epsilon: float,
+    ) -> tuple[bytes, bytes]:
+        """See ``AggregationKernel.fedadam``."""
+        out = as_f32(average).copy()
+        mv = as_f32(moments).copy()
+        n = out.shape[0]
+        self.fedadam_arrays(
+            as_f32(start), as_f32(average), mv[:n], mv[n:], out, segments, lr, beta1, beta2, epsilon
+        )
+        return out.tobytes(), mv.tobytes()
+
+    # ----------------------------------------------------------- finiteness
+
+    def first_non_finite(self, data: BytesLike) -> int:
+        """See ``AggregationKernel.first_non_finite``."""
+        x = as_f32(data)
+        for lo in _blocks(0, x.shape[0], self.block):
+            bad = np.flatnonzero(~np.isfinite(x[lo : lo + self.block]))
+            if bad.size:
+                return lo + int(bad[0])
+        return -1

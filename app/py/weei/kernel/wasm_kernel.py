@@ -1,0 +1,227 @@
+"""WasmKernel: the aggregation kernel as WebAssembly, over the runtime's Engine.
+
+The browser aggregates with ``aggregate.wasm`` (compiled from
+``c/kernel/aggregate.c`` with wasm32 SIMD) because no numpy exists there.
+This class drives it through :class:`weei.runtime.engine.Instance` only
+(i32 calls plus bulk ``read``/``write``), so the same code runs over
+wasmtime in CPython (the default here) and over the browser's WebAssembly
+in Pyodide. It needs neither numpy nor ctypes itself.
+
+Every call copies its inputs into the module's memory (a bump region, reset
+per call) and its outputs back out; :meth:`WasmKernel.stage_average` and
+:meth:`WasmKernel.run_average` split copying from computing so the copy-in
+cost can be measured on its own.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import struct
+import subprocess
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from weei.core.aggregate import BytesLike, Segment
+from weei.runtime.engine import Instance
+
+__all__ = ["WASM_FLAGS", "kernel_wasm_path", "load_kernel_wasm", "WasmKernel", "StagedAverage"]
+
+#: The flags build.py uses for c/kernel/*.c (WASM_FLAGS + KERNEL_EXTRA_FLAGS
+#: there; kept in step by hand because build.py is a script, not a module).
+WASM_FLAGS: tuple[str, ...] = (
+    "--target=wasm32", "-O3", "-msimd128", "-mbulk-memory", "-nostdlib",
+    "-ffp-contract=off", "-fno-math-errno", "-Wall", "-Wextra",
+    "-Wl,--no-entry", "-Wl,--strip-debug", "-Wl,-z,stack-size=1048576", "-Wl,--stack-first",
+    "-Wl,--export-dynamic",
+)  # fmt: skip
+
+
+def _repo_root() -> Path:
+    return Path(__file__).resolve().parents[4]
+
+
+def kernel_wasm_path(cc: str = "clang") -> Path:
+    """Path of an up-to-date ``aggregate.wasm``.
+
+    Uses ``app/static/kernel/aggregate.wasm`` (written by build.py) when it
+    is newer than the C source; otherwise compiles the source with clang into
+    ``build/kernel/`` (named by a hash of source and flags). Raises
+    RuntimeError if clang is needed but missing or fails.
+    """
+    from weei.kernel import kernel_source
+
+    src = kernel_source("aggregate")
+    static = _repo_root() / "app" / "static" / "kernel" / "aggregate.wasm"
+    if static.is_file() and static.stat().st_mtime >= src.stat().st_mtime:
+        return static
+    text = src.read_bytes()
+    digest = hashlib.sha256(text + " ".join(WASM_FLAGS).encode()).hexdigest()[:16]
+    env = os.environ.get("WEEI_BUILD_DIR")
+    out_dir = (Path(env) if env else _repo_root() / "build") / "kernel"
+    out = out_dir / f"aggregate-{digest}.wasm"
+    if out.is_file():
+        return out
+    if shutil.which(cc) is None:
+        raise RuntimeError(f"{cc} not found and no up-to-date {static} exists")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".wasm", dir=out_dir)
+    os.close(fd)
+    try:
+        proc = subprocess.run([cc, *WASM_FLAGS, "-o", tmp, str(src)], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"building {src} for wasm32 failed:\n{proc.stderr}")
+        os.replace(tmp, out)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return out
+
+
+def load_kernel_wasm() -> bytes:
+    """The bytes of an up-to-date ``aggregate.wasm`` (see :func:`kernel_wasm_path`)."""
+    return kernel_wasm_path().read_bytes()
+
+
+def _i32(value: int) -> int:
+    # The Engine protocol passes signed i32; pointers above 2 GiB wrap.
+    return value - (1 << 32) if value >= (1 << 31) else value
+
+
+def _nbytes(buf: BytesLike) -> int:
+    # memoryview(...).nbytes is right for any buffer (len() of a numpy array
+    # counts elements, not bytes).
+    return buf.nbytes if isinstance(buf, memoryview) else memoryview(buf).nbytes
+
+
+@dataclass(frozen=True)
+class StagedAverage:
+    """Inputs of a weighted average already placed in the module's memory."""
+
+    n_updates: int
+    n_elems: int
+    ptrs_ptr: int
+    counts_ptr: int
+    out_ptr: int
+
+
+class WasmKernel:
+    """``AggregationKernel`` running ``aggregate.wasm`` on an Engine instance."""
+
+    def __init__(self, instance: Instance | None = None) -> None:
+        """Takes an instance of ``aggregate.wasm`` from any Engine; without
+        one, compiles the kernel and instantiates it in wasmtime. Raises
+        RuntimeError (no kernel) or an EngineError."""
+        if instance is None:
+            from weei.runtime.wasmtime_engine import WasmtimeEngine
+
+            instance = WasmtimeEngine().compile(load_kernel_wasm()).instantiate(lambda _p, _n: None)
+        self._inst = instance
+
+    # ---------------------------------------------------------------- memory
+
+    def _reset(self) -> None:
+        self._inst.call("weei_reset")
+
+    def _alloc(self, size: int) -> int:
+        ptr = self._inst.call("weei_alloc", _i32(max(size, 1)))
+        ptr = (ptr or 0) & 0xFFFFFFFF
+        if ptr == 0:
+            raise MemoryError(f"the wasm kernel cannot allocate {size} more bytes (4 GiB address space)")
+        return ptr
+
+    def _put(self, data: BytesLike) -> int:
+        ptr = self._alloc(_nbytes(data))
+        self._inst.write(ptr, data)
+        return ptr
+
+    def _call(self, name: str, *args: int) -> int | None:
+        return self._inst.call(name, *(_i32(a) for a in args))
+
+    # ---------------------------------------------------------------- FedAvg
+
+    def stage_average(self, updates: Sequence[BytesLike], counts: Sequence[int]) -> StagedAverage:
+        """Release earlier buffers, copy the updates (canonical order) and
+        counts into memory and reserve the output. Raises MemoryError."""
+        self._reset()
+        n_bytes = _nbytes(updates[0])
+        ptrs = [self._put(u) for u in updates]
+        ptrs_ptr = self._put(struct.pack(f"<{len(ptrs)}I", *ptrs))
+        counts_ptr = self._put(struct.pack(f"<{len(counts)}d", *(float(c) for c in counts)))
+        out_ptr = self._alloc(n_bytes)
+        return StagedAverage(len(ptrs), n_bytes // 4, ptrs_ptr, counts_ptr, out_ptr)
+
+    def run_average(self, staged: StagedAverage) -> None:
+        """Compute the average of staged inputs into ``staged.out_ptr``."""
+        self._call("weei_average", staged.ptrs_ptr, staged.counts_ptr, staged.n_updates, staged.n_elems, staged.out_ptr)
+
+    def read(self, ptr: int, size: int) -> bytes:
+        """Copy ``size`` bytes out of the module's memory."""
+        return self._inst.read(ptr, size)
+
+    def weighted_average(self, updates: Sequence[BytesLike], counts: Sequence[int]) -> bytes:
+        """See ``AggregationKernel.weighted_average``."""
+        staged = self.stage_average(updates, counts)
+        self.run_average(staged)
+        return self.read(staged.out_ptr, staged.n_elems * 4)
+
+    # ------------------------------------------------------ server optimizers
+
+    def _stage_step(
+        self, start: BytesLike, average: BytesLike, state: BytesLike, segments: Sequence[Segment], params: Sequence[float]
+    ) -> tuple[int, int, int, int, int, int]:
+        self._reset()
+        s = self._put(start)
+        a = self._put(average)
+        st = self._put(state)
+        out = self._put(average)  # elements outside the segments keep the average
+        flat = [i for seg in segments for i in seg]
+        segs = self._put(struct.pack(f"<{len(flat)}I", *flat))
+        prm = self._put(struct.pack(f"<{len(params)}d", *params))
+        return s, a, st, out, segs, prm
+
+    def fedavgm(
+        self,
+        start: BytesLike,
+        average: BytesLike,
+        velocity: BytesLike,
+        segments: Sequence[Segment],
+        lr: float,
+        momentum: float,
+    ) -> tuple[bytes, bytes]:
+        """See ``AggregationKernel.fedavgm``."""
+        s, a, v, out, segs, prm = self._stage_step(start, average, velocity, segments, (float(lr), float(momentum)))
+        self._call("weei_fedavgm", s, a, v, out, segs, len(segments), prm)
+        n = _nbytes(start)
+        return self.read(out, n), self.read(v, n)
+
+    def fedadam(
+        self,
+        start: BytesLike,
+        average: BytesLike,
+        moments: BytesLike,
+        segments: Sequence[Segment],
+        lr: float,
+        beta1: float,
+        beta2: float,
+        epsilon: float,
+    ) -> tuple[bytes, bytes]:
+        """See ``AggregationKernel.fedadam``."""
+        b1, b2 = float(beta1), float(beta2)
+        params = (float(lr), b1, 1.0 - b1, b2, 1.0 - b2, float(epsilon))
+        s, a, mv, out, segs, prm = self._stage_step(start, average, moments, segments, params)
+        n = _nbytes(start)
+        self._call("weei_fedadam", s, a, mv, mv + n, out, segs, len(segments), prm)
+        return self.read(out, n), self.read(mv, 2 * n)
+
+    # ----------------------------------------------------------- finiteness
+
+    def first_non_finite(self, data: BytesLike) -> int:
+        """See ``AggregationKernel.first_non_finite``."""
+        self._reset()
+        ptr = self._put(data)
+        result = self._call("weei_first_non_finite", ptr, _nbytes(data) // 4)
+        return int(result if result is not None else -1)

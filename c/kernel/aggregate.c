@@ -1,0 +1,293 @@
+/*
+ * Weei aggregation kernel: the numeric hot loops of a round's aggregation.
+ *
+ * One source, two builds (both with -ffp-contract=off, so no FMA is ever
+ * formed and every product and sum is rounded on its own, exactly as the
+ * reference in weei/core/aggregate.py and the numpy oracle compute it):
+ *
+ *   wasm32:  clang --target=wasm32 -O3 -msimd128 -mbulk-memory -nostdlib
+ *            -ffp-contract=off -fno-math-errno -Wl,--no-entry -o aggregate.wasm
+ *   native:  clang -O3 -march=native -ffp-contract=off -fno-math-errno
+ *            -shared -fPIC -o aggregate.so
+ *
+ * The exact precision of every operation is documented in the module
+ * docstring of weei/core/aggregate.py; the comments here only point at it.
+ * Only IEEE-754 basic operations are used (float->double is exact,
+ * double->float rounds to nearest-even, sqrt is correctly rounded), so the
+ * bits are the same on every platform.
+ *
+ * No libc: the wasm build exports its memory and a bump region allocator
+ * (weei_alloc / weei_reset) so the host can place buffers.
+ */
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__wasm__)
+#define WEEI_EXPORT(name) __attribute__((export_name(#name), visibility("default")))
+#else
+#define WEEI_EXPORT(name) __attribute__((visibility("default")))
+#endif
+
+/* Elements per tile of the weighted average: 2048 float64 accumulators are
+ * 16 KiB, which stays in L1 while every update streams through it once. */
+#define WEEI_TILE 2048
+
+/* ---------------------------------------------------------------- region */
+
+#if defined(__wasm__)
+extern unsigned char __heap_base;
+static uintptr_t weei_top = 0;
+
+/* Returns a 64-byte aligned block of `size` bytes, or 0 when memory cannot
+ * grow. Blocks live until weei_reset(); there is no per-block free because
+ * a round's buffers are all released together. */
+WEEI_EXPORT(weei_alloc) uint32_t weei_alloc(uint32_t size) {
+    if (weei_top == 0) weei_top = (uintptr_t)&__heap_base;
+    uintptr_t start = (weei_top + 63u) & ~(uintptr_t)63u;
+    uint64_t end = (uint64_t)start + (uint64_t)size;
+    if (end > 0xFFFFFFFFull) return 0;
+    uint64_t have = (uint64_t)__builtin_wasm_memory_size(0) * 65536ull;
+    if (end > have) {
+        uint64_t pages = (end - have + 65535ull) / 65536ull;
+        if (__builtin_wasm_memory_grow(0, (size_t)pages) == (size_t)-1) return 0;
+    }
+    weei_top = (uintptr_t)end;
+    return (uint32_t)start;
+}
+
+/* Releases every block handed out by weei_alloc (memory does not shrink). */
+WEEI_EXPORT(weei_reset) void weei_reset(void) { weei_top = (uintptr_t)&__heap_base; }
+#endif
+
+/* ------------------------------------------------------ weighted average */
+
+/*
+ * One pass of up to four updates over a tile (m is a literal after
+ * inlining, so each variant is its own straight loop):
+ *   first: a = c0*x0[j]            else: a = acc[j] + c0*x0[j]
+ *   then   a = a + c1*x1[j], a + c2*x2[j], a + c3*x3[j]   (k < m, in order)
+ *   last:  o[j] = (float)(a / total)  else: acc[j] = a
+ */
+static inline __attribute__((always_inline)) void
+avg_pass_scalar(double *restrict acc, const float *const *xs, const double *c, const int m,
+                const int first, const int last, double total, float *restrict o, uint32_t j0,
+                uint32_t len) {
+    for (uint32_t j = j0; j < len; j++) {
+        double a = first ? c[0] * (double)xs[0][j] : acc[j] + c[0] * (double)xs[0][j];
+        if (m > 1) a = a + c[1] * (double)xs[1][j];
+        if (m > 2) a = a + c[2] * (double)xs[2][j];
+        if (m > 3) a = a + c[3] * (double)xs[3][j];
+        if (last)
+            o[j] = (float)(a / total);
+        else
+            acc[j] = a;
+    }
+}
+
+#if defined(__wasm_simd128__)
+#include <wasm_simd128.h>
+
+/* clang 14 does not vectorise the float32 store of the last pass for wasm,
+ * and splits the loads badly; written out, four elements per step are two
+ * f64x2 accumulators. Same operations, same order as the scalar loop. */
+static inline __attribute__((always_inline)) void
+avg_pass(double *restrict acc, const float *const *xs, const double *c, const int m,
+         const int first, const int last, double total, float *restrict o, uint32_t len) {
+    const v128_t c0 = wasm_f64x2_splat(c[0]);
+    const v128_t c1 = wasm_f64x2_splat(m > 1 ? c[1] : 0.0);
+    const v128_t c2 = wasm_f64x2_splat(m > 2 ? c[2] : 0.0);
+    const v128_t c3 = wasm_f64x2_splat(m > 3 ? c[3] : 0.0);
+    const v128_t tv = wasm_f64x2_splat(total);
+    const float *x0 = xs[0], *x1 = xs[m > 1 ? 1 : 0], *x2 = xs[m > 2 ? 2 : 0], *x3 = xs[m > 3 ? 3 : 0];
+    uint32_t j = 0;
+    /* One 128-bit load per four floats; the high pair is moved down with an
+     * i64x2 shuffle (one pshufd in wasmtime). Measured faster in wasmtime
+     * than two load64_zero, whose address arithmetic Cranelift does not fold. */
+#define WEEI_LO(p) wasm_f64x2_promote_low_f32x4(wasm_v128_load(p))
+#define WEEI_HI(p) wasm_f64x2_promote_low_f32x4(wasm_i64x2_shuffle(wasm_v128_load(p), wasm_v128_load(p), 1, 1))
+    for (; j + 4 <= len; j += 4) {
+        v128_t a0, a1;
+        if (first) {
+            a0 = wasm_f64x2_mul(c0, WEEI_LO(x0 + j));
+            a1 = wasm_f64x2_mul(c0, WEEI_HI(x0 + j));
+        } else {
+            a0 = wasm_f64x2_add(wasm_v128_load(acc + j), wasm_f64x2_mul(c0, WEEI_LO(x0 + j)));
+            a1 = wasm_f64x2_add(wasm_v128_load(acc + j + 2), wasm_f64x2_mul(c0, WEEI_HI(x0 + j)));
+        }
+        if (m > 1) {
+            a0 = wasm_f64x2_add(a0, wasm_f64x2_mul(c1, WEEI_LO(x1 + j)));
+            a1 = wasm_f64x2_add(a1, wasm_f64x2_mul(c1, WEEI_HI(x1 + j)));
+        }
+        if (m > 2) {
+            a0 = wasm_f64x2_add(a0, wasm_f64x2_mul(c2, WEEI_LO(x2 + j)));
+            a1 = wasm_f64x2_add(a1, wasm_f64x2_mul(c2, WEEI_HI(x2 + j)));
+        }
+        if (m > 3) {
+            a0 = wasm_f64x2_add(a0, wasm_f64x2_mul(c3, WEEI_LO(x3 + j)));
+            a1 = wasm_f64x2_add(a1, wasm_f64x2_mul(c3, WEEI_HI(x3 + j)));
+        }
+        if (last) {
+            v128_t f0 = wasm_f32x4_demote_f64x2_zero(wasm_f64x2_div(a0, tv));
+            v128_t f1 = wasm_f32x4_demote_f64x2_zero(wasm_f64x2_div(a1, tv));
+            wasm_v128_store(o + j, wasm_i32x4_shuffle(f0, f1, 0, 1, 4, 5));
+        } else {
+            wasm_v128_store(acc + j, a0);
+            wasm_v128_store(acc + j + 2, a1);
+        }
+    }
+#undef WEEI_LO
+#undef WEEI_HI
+    avg_pass_scalar(acc, xs, c, m, first, last, total, o, j, len);
+}
+#else
+static inline __attribute__((always_inline)) void
+avg_pass(double *restrict acc, const float *const *xs, const double *c, const int m,
+         const int first, const int last, double total, float *restrict o, uint32_t len) {
+    avg_pass_scalar(acc, xs, c, m, first, last, total, o, 0, len);
+}
+#endif
+
+/* Dispatch on the run-time (m, first, last) to a specialised pass. */
+static void avg_pass_any(double *acc, const float *const *xs, const double *c, uint32_t m,
+                         int first, int last, double total, float *o, uint32_t len) {
+#define WEEI_CASE(M)                                                                 \
+    case M:                                                                          \
+        if (first && last) avg_pass(acc, xs, c, M, 1, 1, total, o, len);             \
+        else if (first) avg_pass(acc, xs, c, M, 1, 0, total, o, len);                \
+        else if (last) avg_pass(acc, xs, c, M, 0, 1, total, o, len);                 \
+        else avg_pass(acc, xs, c, M, 0, 0, total, o, len);                           \
+        break;
+    switch (m) {
+        WEEI_CASE(1)
+        WEEI_CASE(2)
+        WEEI_CASE(3)
+        WEEI_CASE(4)
+    }
+#undef WEEI_CASE
+}
+
+/*
+ * out[i] = (float)( (((c0*x0[i]) + c1*x1[i]) + ... + c(n-1)*x(n-1)[i]) / total )
+ *
+ * updates[k] points at n_elems float32 of update k, already in canonical
+ * (assignment id) order; counts[k] is its example count as a double (exact:
+ * the host refuses counts or a total above 2^53), total = sum of counts.
+ * The sum is formed left to right in that order in float64, so arrival order
+ * never changes a bit.
+ *
+ * Each update is read once: the elements are walked tile by tile, and the
+ * tile's float64 accumulators stay in L1 while the updates stream past, four
+ * at a time (still added one after another, in order); the division and the
+ * float32 store are fused into the last pass, so up to four updates take a
+ * single pass and never touch the tile.
+ */
+WEEI_EXPORT(weei_average)
+void weei_average(const float *const *updates, const double *counts, uint32_t n_updates,
+                  uint32_t n_elems, float *out) {
+    double acc[WEEI_TILE] __attribute__((aligned(64)));
+    if (n_updates == 0) return; /* the host refuses this before calling */
+    /* Integers <= 2^53 sum exactly in float64, in any order. */
+    double total = 0.0;
+    for (uint32_t k = 0; k < n_updates; k++) total += counts[k];
+    for (uint32_t base = 0; base < n_elems; base += WEEI_TILE) {
+        uint32_t len = n_elems - base < WEEI_TILE ? n_elems - base : WEEI_TILE;
+        const float *xs[4];
+        for (uint32_t k = 0; k < n_updates; k += 4) {
+            uint32_t m = n_updates - k < 4 ? n_updates - k : 4;
+            for (uint32_t q = 0; q < m; q++) xs[q] = updates[k + q] + base;
+            avg_pass_any(acc, xs, counts + k, m, k == 0, k + m == n_updates, total, out + base, len);
+        }
+    }
+}
+
+/* -------------------------------------------------------------- FedAvgM */
+
+/*
+ * Every export takes only i32 arguments (pointers, sizes): float64
+ * parameters come through memory, so a host that can pass only i32 (the
+ * Engine protocol of weei.runtime) drives it. `segs` holds n_segs pairs of
+ * element indices [lo, hi), the trainable ranges; elements outside them are
+ * not touched (the host pre-fills `out` with the average).
+ */
+
+/*
+ * params = {lr, mu}. Over each segment, with d = (double)avg - (double)start:
+ *   v   <- (float)( mu*(double)v + d )
+ *   out <- (float)( (double)start + lr*(double)v )     (v as just stored)
+ * Reddi et al. 2021 / Hsu et al. 2019 server momentum.
+ */
+static void fedavgm_range(const float *restrict start, const float *restrict avg,
+                          float *restrict v, float *restrict out, uint32_t lo, uint32_t hi,
+                          double lr, double mu) {
+    for (uint32_t i = lo; i < hi; i++) {
+        double s = (double)start[i];
+        double d = (double)avg[i] - s;
+        float nv = (float)(mu * (double)v[i] + d);
+        v[i] = nv;
+        out[i] = (float)(s + lr * (double)nv);
+    }
+}
+
+WEEI_EXPORT(weei_fedavgm)
+void weei_fedavgm(const float *start, const float *avg, float *v, float *out,
+                  const uint32_t *segs, uint32_t n_segs, const double *params) {
+    double lr = params[0], mu = params[1];
+    for (uint32_t k = 0; k < n_segs; k++)
+        fedavgm_range(start, avg, v, out, segs[2 * k], segs[2 * k + 1], lr, mu);
+}
+
+/* -------------------------------------------------------------- FedAdam */
+
+/*
+ * params = {lr, b1, one_b1, b2, one_b2, eps}, where one_b1 = 1 - b1 and
+ * one_b2 = 1 - b2 are computed by the host in float64. Over each segment,
+ * Reddi et al. 2021, Algorithm 2 (FedAdam, no bias correction), with
+ * d = (double)avg - (double)start:
+ *   m   <- (float)( b1*(double)m + one_b1*d )
+ *   v   <- (float)( b2*(double)v + one_b2*(d*d) )
+ *   out <- (float)( (double)start + (lr*(double)m) / (sqrt((double)v) + eps) )
+ */
+static void fedadam_range(const float *restrict start, const float *restrict avg,
+                          float *restrict m, float *restrict v, float *restrict out, uint32_t lo,
+                          uint32_t hi, double lr, double b1, double one_b1, double b2,
+                          double one_b2, double eps) {
+    for (uint32_t i = lo; i < hi; i++) {
+        double s = (double)start[i];
+        double d = (double)avg[i] - s;
+        float nm = (float)(b1 * (double)m[i] + one_b1 * d);
+        float nv = (float)(b2 * (double)v[i] + one_b2 * (d * d));
+        m[i] = nm;
+        v[i] = nv;
+        out[i] = (float)(s + (lr * (double)nm) / (__builtin_sqrt((double)nv) + eps));
+    }
+}
+
+WEEI_EXPORT(weei_fedadam)
+void weei_fedadam(const float *start, const float *avg, float *m, float *v, float *out,
+                  const uint32_t *segs, uint32_t n_segs, const double *params) {
+    for (uint32_t k = 0; k < n_segs; k++)
+        fedadam_range(start, avg, m, v, out, segs[2 * k], segs[2 * k + 1], params[0], params[1],
+                      params[2], params[3], params[4], params[5]);
+}
+
+/* ------------------------------------------------------- finiteness check */
+
+/* Index of the first NaN or infinity among x[0..n), or -1 if all are finite.
+ * Blocks are tested with a branch-free OR (vectorises); only a block that
+ * holds a non-finite value is scanned element by element. */
+WEEI_EXPORT(weei_first_non_finite)
+int32_t weei_first_non_finite(const float *x, uint32_t n) {
+    const uint32_t *bits = (const uint32_t *)x;
+    for (uint32_t base = 0; base < n; base += 1024) {
+        uint32_t len = n - base < 1024 ? n - base : 1024;
+        uint32_t any = 0;
+        for (uint32_t j = 0; j < len; j++)
+            any |= (uint32_t)((bits[base + j] & 0x7f800000u) == 0x7f800000u);
+        if (any) {
+            for (uint32_t j = 0; j < len; j++)
+                if ((bits[base + j] & 0x7f800000u) == 0x7f800000u) return (int32_t)(base + j);
+        }
+    }
+    return -1;
+}
