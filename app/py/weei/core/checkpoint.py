@@ -1,0 +1,383 @@
+"""The .weei-checkpoint file: one writer, one reader, every check of the spec.
+
+Layout (docs/checkpoint-format.md has the full description)::
+
+    u32 LE  metadata length M (at most 1 MiB)
+    M bytes UTF-8 JSON metadata (JSON.stringify of CheckpointMetadata)
+    W bytes weights, float32-le, W = metadata.checkpoint.bytes
+    S bytes version 2 only: aggregation state, float32-le,
+            S = metadata.aggregationState.bytes = W (FedAvgM) or 2 W (FedAdam)
+
+Nothing may follow the last part. The reader checks lengths before every
+slice, so any truncated or corrupted file gives a CheckpointError with a
+reason code, never another exception. The metadata is kept as the validated
+JSON dict (:class:`CheckpointMetadata` adds typed accessors), so fields this
+version does not know survive a read and a write.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import struct
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+from . import _check
+from .errors import CheckpointError, ManifestError, SettingsError
+from .floats import first_non_finite
+from .jsonfmt import stringify
+from .modelinfo import ModelInfo, check_weight_size
+from .settings import TrainingSettings
+
+__all__ = [
+    "Checkpoint",
+    "CheckpointMetadata",
+    "read_checkpoint",
+    "write_checkpoint",
+    "MAX_CHECKPOINT_FILE_BYTES",
+    "MAX_METADATA_BYTES",
+]
+
+#: "Weei accepts checkpoint and module files of up to 256 MB" (decimal MB:
+#: the spec writes MiB and GiB where it means binary units).
+MAX_CHECKPOINT_FILE_BYTES = 256_000_000
+#: "The metadata length ... is at most 1 MiB".
+MAX_METADATA_BYTES = 1024 * 1024
+_STATE_COPIES = {"fedavgm": 1, "fedadam": 2}
+
+
+def _fail(reason: str, path: str) -> _check.Fail:
+    def fail(message: str) -> NoReturn:
+        raise CheckpointError(reason, f"checkpoint metadata {path}: {message}")
+
+    return fail
+
+
+def _get(obj: dict[str, Any], key: str, path: str, reason: str = "invalid-metadata") -> Any:
+    if key not in obj:
+        raise CheckpointError(reason, f"checkpoint metadata {path}.{key}: is required")
+    return obj[key]
+
+
+def _sha(value: Any, path: str, reason: str = "invalid-metadata") -> str:
+    text = _check.as_str(value, _fail(reason, path))
+    if not _check.SHA256_HEX.fullmatch(text):
+        raise CheckpointError(reason, f"checkpoint metadata {path}: must be 64 lowercase hex digits")
+    return text
+
+
+def _string_list(value: Any, path: str) -> list[str]:
+    items = _check.as_list(value, _fail("invalid-metadata", path))
+    for item in items:
+        _check.as_str(item, _fail("invalid-metadata", path), nonempty=False)
+    if len(set(items)) != len(items):
+        dup = next(i for i in items if items.count(i) > 1)
+        raise CheckpointError("duplicate-chunk-id", f"checkpoint metadata {path}: {dup!r} is listed twice")
+    return items
+
+
+@dataclass(frozen=True)
+class CheckpointMetadata:
+    """Validated checkpoint metadata: the JSON dict plus typed accessors.
+
+    Build it with :meth:`from_json` (which runs every metadata check). The
+    dict is a private deep copy; :meth:`to_json` returns another copy.
+    """
+
+    _raw: dict[str, Any]
+    model_info: ModelInfo
+    settings: TrainingSettings
+
+    @classmethod
+    def from_json(cls, obj: Any) -> CheckpointMetadata:
+        """Check metadata JSON (everything that needs no weight bytes).
+
+        Takes: the parsed JSON object.
+        Returns: the metadata. Raises: CheckpointError with a reason code.
+        """
+        if not isinstance(obj, dict):
+            raise CheckpointError("invalid-metadata", "checkpoint metadata: must be a JSON object")
+        raw = copy.deepcopy(obj)
+        version = raw.get("version")
+        if not _check.is_integer(version) or version not in (1, 2):
+            raise CheckpointError("unsupported-version", f"checkpoint metadata version: must be 1 or 2, not {version!r}")
+        round_ = raw.get("round")
+        if not _check.is_integer(round_) or round_ < 0:
+            raise CheckpointError("invalid-round", f"checkpoint metadata round: must be a whole number 0 or more, not {round_!r}")
+        ck = _check.as_object(_get(raw, "checkpoint", ""), _fail("invalid-metadata", "checkpoint"))
+        if ck.get("format") != "float32-le":
+            raise CheckpointError("unsupported-weight-format", f"checkpoint metadata checkpoint.format: must be 'float32-le', not {ck.get('format')!r}")
+        size = _check.as_int(_get(ck, "bytes", "checkpoint"), _fail("invalid-metadata", "checkpoint.bytes"), minimum=4)
+        if size % 4:
+            raise CheckpointError("invalid-metadata", f"checkpoint metadata checkpoint.bytes: {size} is not a whole number of float32 values")
+        _sha(_get(ck, "sha256", "checkpoint"), "checkpoint.sha256")
+        if ck.get("kind", "checkpoint") != "checkpoint":
+            raise CheckpointError("invalid-metadata", f"checkpoint metadata checkpoint.kind: must be 'checkpoint', not {ck.get('kind')!r}")
+        if "round" in ck and ck["round"] != round_:
+            raise CheckpointError("invalid-round", f"checkpoint metadata checkpoint.round {ck['round']!r} differs from round {round_}")
+        if "jobId" in raw:
+            _check.as_str(raw["jobId"], _fail("invalid-metadata", "jobId"))
+        if "incomplete" in raw:
+            _check.as_bool(raw["incomplete"], _fail("invalid-metadata", "incomplete"))
+
+        state = raw.get("aggregationState")
+        if version == 1 and state is not None:
+            raise CheckpointError("unexpected-aggregation-state", "checkpoint metadata aggregationState: version 1 has no aggregation state")
+        if version == 2:
+            if state is None:
+                raise CheckpointError("missing-aggregation-state", "checkpoint metadata aggregationState: version 2 needs it")
+            state = _check.as_object(state, _fail("invalid-aggregation-state", "aggregationState"))
+            method = state.get("method")
+            if method not in _STATE_COPIES:
+                raise CheckpointError("invalid-aggregation-state", f"checkpoint metadata aggregationState.method: must be fedavgm or fedadam, not {method!r}")
+            _check.as_int(_get(state, "step", "aggregationState", "invalid-aggregation-state"), _fail("invalid-aggregation-state", "aggregationState.step"), minimum=1)
+            state_bytes = _check.as_int(_get(state, "bytes", "aggregationState", "invalid-aggregation-state"), _fail("invalid-aggregation-state", "aggregationState.bytes"), minimum=0)
+            if state_bytes != _STATE_COPIES[method] * size:
+                raise CheckpointError(
+                    "state-size-mismatch",
+                    f"checkpoint metadata aggregationState.bytes: {state_bytes}, {method} needs {_STATE_COPIES[method]} x {size}",
+                )
+            _sha(_get(state, "sha256", "aggregationState", "invalid-aggregation-state"), "aggregationState.sha256", "invalid-aggregation-state")
+
+        try:
+            info = ModelInfo.from_json(_get(raw, "modelInfo", "", "invalid-model-info"))
+            check_weight_size(info, size)
+        except ManifestError as exc:
+            raise CheckpointError("invalid-model-info", f"checkpoint metadata modelInfo: {exc}") from exc
+        try:
+            settings = TrainingSettings.from_json(_get(raw, "settings", "", "invalid-settings"))
+        except SettingsError as exc:
+            raise CheckpointError("invalid-settings", f"checkpoint metadata {exc}") from exc
+        _check_metrics(_get(raw, "metrics", "", "invalid-metrics"))
+        _check_progress(raw)
+        return cls(raw, info, settings)
+
+    def to_json(self) -> dict[str, Any]:
+        """The metadata JSON (a deep copy)."""
+        return copy.deepcopy(self._raw)
+
+    @property
+    def version(self) -> int:
+        """1, or 2 when an aggregation state follows the weights."""
+        return int(self._raw["version"])
+
+    @property
+    def round(self) -> int:
+        """The round that produced the checkpoint, 0 for the initial weights."""
+        return int(self._raw["round"])
+
+    @property
+    def job_id(self) -> str | None:
+        """The job's ID."""
+        return self._raw.get("jobId")
+
+    @property
+    def weight_bytes(self) -> int:
+        """checkpoint.bytes."""
+        return int(self._raw["checkpoint"]["bytes"])
+
+    @property
+    def weight_sha256(self) -> str:
+        """checkpoint.sha256."""
+        return str(self._raw["checkpoint"]["sha256"])
+
+    @property
+    def aggregation_state(self) -> dict[str, Any] | None:
+        """aggregationState (method, step, bytes, sha256), or None in version 1."""
+        state = self._raw.get("aggregationState")
+        return None if state is None else dict(state)
+
+    @property
+    def remaining_chunk_ids(self) -> list[str] | None:
+        """remainingChunkIds, if recorded."""
+        value = self._raw.get("remainingChunkIds")
+        return None if value is None else list(value)
+
+    @property
+    def trained_chunk_ids(self) -> list[str] | None:
+        """trainedChunkIds, if recorded."""
+        value = self._raw.get("trainedChunkIds")
+        return None if value is None else list(value)
+
+    @property
+    def experience(self) -> dict[str, Any] | None:
+        """experience: jobSeed and nextUnit, for experience jobs."""
+        value = self._raw.get("experience")
+        return None if value is None else dict(value)
+
+    @property
+    def auxiliary_weights(self) -> dict[str, str]:
+        """SHA-256 of each auxiliary weights file, by slot id."""
+        return dict(self._raw.get("auxiliaryWeights", {}))
+
+
+def _check_metrics(value: Any) -> None:
+    metrics = _check.as_object(value, _fail("invalid-metrics", "metrics"))
+    values = _check.as_object(_get(metrics, "values", "metrics", "invalid-metrics"), _fail("invalid-metrics", "metrics.values"))
+    for key, number in values.items():
+        _check.as_number(number, _fail("invalid-metrics", f"metrics.values.{key}"))
+    _check.as_int(_get(metrics, "examplesProcessed", "metrics", "invalid-metrics"), _fail("invalid-metrics", "metrics.examplesProcessed"), minimum=0)
+
+
+def _check_progress(raw: dict[str, Any]) -> None:
+    has_trained, has_remaining = "trainedChunkIds" in raw, "remainingChunkIds" in raw
+    if has_trained != has_remaining:
+        raise CheckpointError("chunk-ids-unpaired", "checkpoint metadata: trainedChunkIds and remainingChunkIds come together")
+    remaining: set[str] = set()
+    if has_trained:
+        trained = set(_string_list(raw["trainedChunkIds"], "trainedChunkIds"))
+        remaining = set(_string_list(raw["remainingChunkIds"], "remainingChunkIds"))
+        overlap = sorted(trained & remaining)
+        if overlap:
+            raise CheckpointError("chunk-ids-overlap", f"checkpoint metadata: chunk {overlap[0]!r} is both trained and remaining")
+    if "chunkOrder" in raw:
+        _string_list(raw["chunkOrder"], "chunkOrder")
+    if "remainingWorkItems" in raw:
+        items = _check.as_object(raw["remainingWorkItems"], _fail("invalid-metadata", "remainingWorkItems"))
+        for key, item in items.items():
+            if key not in remaining:
+                raise CheckpointError("work-item-not-remaining", f"checkpoint metadata remainingWorkItems: {key!r} is not in remainingChunkIds")
+            p = f"remainingWorkItems.{key}"
+            item = _check.as_object(item, _fail("invalid-metadata", p))
+            _check.as_str(_get(item, "partitionId", p), _fail("invalid-metadata", f"{p}.partitionId"))
+            _check.as_str(_get(item, "sourceChunkId", p), _fail("invalid-metadata", f"{p}.sourceChunkId"))
+            _check.as_int(_get(item, "recordStart", p), _fail("invalid-metadata", f"{p}.recordStart"), minimum=0)
+            _check.as_int(_get(item, "recordCount", p), _fail("invalid-metadata", f"{p}.recordCount"), minimum=1)
+    if "experience" in raw:
+        exp = _check.as_object(raw["experience"], _fail("invalid-metadata", "experience"))
+        seed = _check.as_str(_get(exp, "jobSeed", "experience"), _fail("invalid-metadata", "experience.jobSeed"))
+        if not seed.isdigit() or not seed.isascii() or int(seed) >= 2**64 or (len(seed) > 1 and seed[0] == "0"):
+            raise CheckpointError("invalid-metadata", "checkpoint metadata experience.jobSeed: must be an unsigned 64-bit decimal")
+        _check.as_int(_get(exp, "nextUnit", "experience"), _fail("invalid-metadata", "experience.nextUnit"), minimum=0)
+    if "auxiliaryWeights" in raw:
+        aux = _check.as_object(raw["auxiliaryWeights"], _fail("invalid-metadata", "auxiliaryWeights"))
+        for key, sha in aux.items():
+            _sha(sha, f"auxiliaryWeights.{key}")
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A read checkpoint: metadata, weights and (version 2) the aggregation state."""
+
+    metadata: CheckpointMetadata
+    weights: bytes
+    state: bytes | None
+
+
+def read_checkpoint(data: bytes | bytearray | memoryview) -> Checkpoint:
+    """Read and check a .weei-checkpoint file.
+
+    Takes: the whole file. Returns: the Checkpoint.
+    Raises: CheckpointError; its reason names the failed check (see
+    docs/checkpoint-format.md for the list).
+    """
+    view = memoryview(data).cast("B")
+    total = view.nbytes
+    if total > MAX_CHECKPOINT_FILE_BYTES:
+        raise CheckpointError("file-too-large", f"checkpoint: {total} bytes, at most {MAX_CHECKPOINT_FILE_BYTES} are accepted")
+    if total < 4:
+        raise CheckpointError("truncated-header", f"checkpoint: {total} bytes, too short for the metadata length")
+    (meta_len,) = struct.unpack_from("<I", view, 0)
+    if meta_len > MAX_METADATA_BYTES:
+        raise CheckpointError("metadata-too-large", f"checkpoint: metadata of {meta_len} bytes, at most {MAX_METADATA_BYTES}")
+    if 4 + meta_len > total:
+        raise CheckpointError("truncated-metadata", f"checkpoint: metadata of {meta_len} bytes does not fit the {total}-byte file")
+    try:
+        text = view[4 : 4 + meta_len].tobytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CheckpointError("invalid-metadata-json", f"checkpoint metadata: not UTF-8 ({exc.reason})") from exc
+    try:
+        obj = json.loads(text, parse_constant=_refuse_constant)
+    except (ValueError, RecursionError) as exc:
+        raise CheckpointError("invalid-metadata-json", f"checkpoint metadata: not valid JSON ({exc})") from exc
+    meta = CheckpointMetadata.from_json(obj)
+
+    start = 4 + meta_len
+    size = meta.weight_bytes
+    state_info = meta.aggregation_state
+    state_size = 0 if state_info is None else int(state_info["bytes"])
+    have = total - start
+    if have < size:
+        raise CheckpointError("weights-length-mismatch", f"checkpoint: {have} bytes of weights, checkpoint.bytes says {size}")
+    if meta.version == 1 and have != size:
+        raise CheckpointError("weights-length-mismatch", f"checkpoint: {have} bytes after the metadata, checkpoint.bytes says {size}")
+    if meta.version == 2 and have - size != state_size:
+        raise CheckpointError("state-length-mismatch", f"checkpoint: {have - size} bytes of state, aggregationState.bytes says {state_size}")
+    weights = view[start : start + size]
+    index = first_non_finite(weights)
+    if index is not None:
+        raise CheckpointError("weights-non-finite", f"checkpoint: weight {index} is not finite")
+    if hashlib.sha256(weights).hexdigest() != meta.weight_sha256:
+        raise CheckpointError("weights-sha256-mismatch", "checkpoint: the weights' SHA-256 differs from checkpoint.sha256")
+    state = None
+    if state_info is not None:
+        state_view = view[start + size : start + size + state_size]
+        index = first_non_finite(state_view)
+        if index is not None:
+            raise CheckpointError("state-non-finite", f"checkpoint: aggregation state value {index} is not finite")
+        if hashlib.sha256(state_view).hexdigest() != state_info["sha256"]:
+            raise CheckpointError("state-sha256-mismatch", "checkpoint: the state's SHA-256 differs from aggregationState.sha256")
+        state = state_view.tobytes()
+    return Checkpoint(meta, weights.tobytes(), state)
+
+
+def _refuse_constant(name: str) -> NoReturn:
+    # NaN and Infinity are not JSON; JSON.parse refuses them too.
+    raise ValueError(f"{name} is not JSON")
+
+
+def write_checkpoint(
+    metadata: CheckpointMetadata | dict[str, Any],
+    weights: bytes | bytearray | memoryview,
+    state: bytes | bytearray | memoryview | None = None,
+) -> bytes:
+    """Write a .weei-checkpoint file.
+
+    Takes: the metadata (dict or CheckpointMetadata; ``checkpoint.bytes``/
+    ``sha256``, ``version`` and ``aggregationState.bytes``/``sha256`` are
+    filled in here; with ``state``, ``aggregationState.method`` and ``step``
+    must be set), the weights and the optional aggregation state.
+    Returns: the file bytes (version 2 iff ``state`` is given), which
+    :func:`read_checkpoint` accepts.
+    Raises: CheckpointError with the reader's reason codes when the result
+    would not pass its checks (non-finite values, invalid metadata...).
+    """
+    meta = metadata.to_json() if isinstance(metadata, CheckpointMetadata) else copy.deepcopy(metadata)
+    if not isinstance(meta, dict):
+        raise CheckpointError("invalid-metadata", "checkpoint metadata: must be a JSON object")
+    w = memoryview(weights).cast("B").tobytes()
+    # version first, as a reader skimming the file expects.
+    meta = {"version": 1 if state is None else 2, **{k: v for k, v in meta.items() if k != "version"}}
+    ck = dict(meta.get("checkpoint") or {})
+    ck["bytes"] = len(w)
+    ck["sha256"] = hashlib.sha256(w).hexdigest()
+    meta["checkpoint"] = ck
+    parts = [w]
+    if state is None:
+        meta.pop("aggregationState", None)
+    else:
+        s = memoryview(state).cast("B").tobytes()
+        agg = dict(meta.get("aggregationState") or {})
+        agg["bytes"] = len(s)
+        agg["sha256"] = hashlib.sha256(s).hexdigest()
+        meta["aggregationState"] = agg
+        parts.append(s)
+    # Same text JavaScript's JSON.stringify(metadata) gives, so files match.
+    text = stringify(meta).encode("utf-8")
+    # The writer never emits a file the reader refuses: run the reader's
+    # checks on what was written (lengths and hashes hold by construction,
+    # so the weights are not hashed twice).
+    if len(text) > MAX_METADATA_BYTES:
+        raise CheckpointError("metadata-too-large", f"checkpoint: metadata of {len(text)} bytes, at most {MAX_METADATA_BYTES}")
+    CheckpointMetadata.from_json(json.loads(text))
+    labels = (("weight", "weights-non-finite"), ("aggregation state value", "state-non-finite"))
+    for (what, reason), part in zip(labels, parts):
+        index = first_non_finite(part)
+        if index is not None:
+            raise CheckpointError(reason, f"checkpoint: {what} {index} is not finite")
+    total = 4 + len(text) + sum(len(p) for p in parts)
+    if total > MAX_CHECKPOINT_FILE_BYTES:
+        raise CheckpointError("file-too-large", f"checkpoint: {total} bytes, at most {MAX_CHECKPOINT_FILE_BYTES} are accepted")
+    return struct.pack("<I", len(text)) + text + b"".join(parts)
