@@ -1,0 +1,77 @@
+"""The immutable description of a training job, as prepared and checked.
+
+A ``JobSpec`` is what the coordinator state machine starts from: the model
+(its info and module descriptor), the settings, the chunks that passed their
+size/hash/format checks, the auxiliary weights files and whether a
+validation file exists. Everything in it has been validated already.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from .messages import ArtifactRef
+
+__all__ = ["ChunkInfo", "ModuleInfo", "JobSpec"]
+
+
+@dataclass(frozen=True)
+class ChunkInfo:
+    """One dataset chunk: its manifest entry, with the example count the model confirmed."""
+
+    id: str
+    file_name: str
+    bytes: int
+    sha256: str
+    format: str
+    example_count: int
+
+    @property
+    def ref(self) -> ArtifactRef:
+        return ArtifactRef("chunk", self.sha256, self.bytes)
+
+
+@dataclass(frozen=True)
+class ModuleInfo:
+    """The model module descriptor recorded in checkpoints (spec: CheckpointMetadata.module)."""
+
+    file_name: str
+    bytes: int
+    sha256: str
+
+    @property
+    def ref(self) -> ArtifactRef:
+        return ArtifactRef("module", self.sha256, self.bytes)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"artifactId": f"module-{self.sha256[:16]}", "fileName": self.file_name,
+                "bytes": self.bytes, "sha256": self.sha256}
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """A checked job: what the coordinator needs to run it."""
+
+    job_id: str
+    info: Any  # weei.core.modelinfo.ModelInfo
+    module: ModuleInfo
+    settings: Any  # weei.core.settings.TrainingSettings
+    weight_bytes: int
+    chunks: tuple[ChunkInfo, ...] = ()
+    auxiliary_files: dict[str, ArtifactRef] = field(default_factory=dict)  # slot id -> file
+    has_validation: bool = False
+    validation_format: str | None = None
+
+    @property
+    def is_experience(self) -> bool:
+        return bool(self.info.is_experience)
+
+    def chunk(self, chunk_id: str) -> ChunkInfo:
+        for chunk in self.chunks:
+            if chunk.id == chunk_id:
+                return chunk
+        raise KeyError(chunk_id)
+
+    def with_settings(self, settings: Any) -> JobSpec:
+        return replace(self, settings=settings)

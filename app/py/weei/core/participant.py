@@ -1,0 +1,285 @@
+"""The participant state machine: invitation, module, assignments, updates.
+
+Theory of operation
+-------------------
+A participant sees an invitation (descriptions only) and decides. After
+acceptance the coordinator delivers the module; the host loads it and says
+whether that worked. Each ``Assign`` becomes a ``Train`` command; the host
+trains (in Workers, or wasmtime for the agent) and reports the result,
+which leaves as an ``Update`` with the weights beside it. The coordinator's
+receipt closes the attempt.
+
+The legal moves are the table ``TRANSITIONS`` (state, event) -> state; any
+other move raises ``UsageError`` naming role, state and event. An
+assignment that arrives while another one trains waits (only the newest is
+kept: an older one is stale by then), so a participant never runs two at
+once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from .commands import Command, LoadModule, Log, Send, Train
+from .errors import UsageError
+from .floats import first_non_finite
+from .messages import (
+    ArtifactRef, Assign, AssignmentFailed, Deliver, Invitation, InvitationDecision, JobFinished, Leave, Message,
+    ModuleStatus, PauseContribution, TrainingStarted, Update, UpdateReceipt,
+)
+
+__all__ = ["Participant", "TrainOutcome", "TRANSITIONS"]
+
+# state -> event -> next state (spec ParticipantState.state values)
+TRANSITIONS: dict[str, dict[str, str]] = {
+    "unknown": {"invited": "invited"},
+    "invited": {"accept": "approved", "decline": "declined", "invited": "invited"},
+    "declined": {"invited": "invited"},
+    "approved": {"deliver": "approved", "module_loaded": "modelLoaded", "module_failed": "modelLoadFailed"},
+    "modelLoadFailed": {"deliver": "approved", "invited": "invited"},
+    "modelLoaded": {"assign": "assigned", "deliver": "approved"},
+    "assigned": {"train_started": "training", "assign": "assigned", "train_failed": "modelLoaded"},
+    "training": {"trained": "updateReady", "train_failed": "modelLoaded"},
+    "updateReady": {"receipt": "resultReceived", "assign": "assigned"},
+    "resultReceived": {"assign": "assigned", "receipt": "resultReceived"},
+    "disconnected": {"reconnected": "approved"},
+    "stopped": {"invited": "invited"},
+}
+# Events valid from any state of a job in progress.
+_ANYWHERE = {"finished": "stopped", "leave": "stopped", "disconnected": "disconnected"}
+
+
+@dataclass(frozen=True)
+class TrainOutcome:
+    """What the host's training produced for one attempt."""
+
+    weights: bytes
+    metrics: dict[str, float]
+    count: int  # unique examples, or completed units
+    optimizer_steps: int | None = None
+
+
+class Participant:
+    """This browser's (or agent's) side of one job it was invited to."""
+
+    def __init__(self, my_peer_id: str, *, weight_bytes: int | None = None) -> None:
+        self.my_peer_id = my_peer_id
+        self.state = "unknown"
+        self.invitation: Invitation | None = None
+        self.job_id: str | None = None
+        self.coordinator: str | None = None
+        self.model_info: dict[str, Any] | None = None
+        self.weight_bytes = weight_bytes
+        self.paused = False
+        self.current: Assign | None = None
+        self.pending: Assign | None = None
+        self.incomplete: bool | None = None
+        self.last_error: str | None = None
+        self._commands: list[Command] = []
+
+    @classmethod
+    def local(cls, my_peer_id: str, job_id: str) -> Participant:
+        """The coordinator's own participant: approved without an invitation."""
+        self = cls(my_peer_id)
+        self.job_id = job_id
+        self.coordinator = my_peer_id
+        self.state = "approved"
+        return self
+
+    # ----------------------------------------------------------- transitions
+
+    def _next_state(self, event: str) -> str | None:
+        return TRANSITIONS.get(self.state, {}).get(event) or (_ANYWHERE.get(event) if self.job_id else None)
+
+    def _allowed(self, event: str) -> bool:
+        return self._next_state(event) is not None
+
+    def _move(self, event: str) -> None:
+        nxt = self._next_state(event)
+        if nxt is None:
+            raise UsageError("illegal-transition",
+                             f"participant in state {self.state!r} cannot handle event {event!r}")
+        self.state = nxt
+
+    def take_commands(self) -> list[Command]:
+        out, self._commands = self._commands, []
+        return out
+
+    # -------------------------------------------------------------- messages
+
+    def receive(self, sender: str, message: Message, now: float) -> None:
+        """A message from a coordinator. Messages of other jobs or senders are ignored (logged)."""
+        if isinstance(message, Invitation):
+            if self.job_id is not None and self.state not in ("declined", "stopped", "unknown"):
+                self._log("invitation.ignored", reason="already-in-a-job", job=message.job_id)
+                return
+            self._move("invited")
+            self.invitation = message
+            self.job_id = message.job_id
+            self.coordinator = sender
+            self.model_info = message.model_info
+            return
+        if sender != self.coordinator or getattr(message, "job_id", None) != self.job_id:
+            self._log("message.ignored", reason="not-from-our-coordinator", type=message.TYPE)
+            return
+        if isinstance(message, Deliver):
+            if not self._allowed("deliver"):
+                self._log("message.ignored", reason=f"unexpected-in-{self.state}", type=message.TYPE)
+                return
+            self._move("deliver")
+            self.model_info = message.model_info
+            self._commands.append(LoadModule(message.module, dict(message.auxiliary)))
+        elif isinstance(message, Assign):
+            self._on_assign(message)
+        elif isinstance(message, UpdateReceipt):
+            if self.state in ("updateReady", "resultReceived"):
+                self._move("receipt")
+            if not message.accepted:
+                self.last_error = message.reason
+                self._log("update.rejected", attempt=message.attempt_id, reason=message.reason)
+        elif isinstance(message, JobFinished):
+            self.incomplete = message.incomplete
+            self.current = self.pending = None
+            self._move("finished")
+        else:
+            self._log("message.ignored", reason="unexpected-type", type=message.TYPE)
+
+    def _on_assign(self, assign: Assign) -> None:
+        if self.state in ("assigned", "training") and self.current is not None:
+            self.pending = assign  # the newest assignment waits for the one running
+            return
+        if not self._allowed("assign"):
+            # A coordinator's message is a peer's input, never a reason to raise.
+            self._log("message.ignored", reason=f"unexpected-in-{self.state}", type=assign.TYPE)
+            return
+        self._move("assign")
+        self.current = assign
+        self._commands.append(Train(assign))
+
+    # ------------------------------------------------------- user decisions
+
+    def decide(self, accepted: bool, now: float) -> None:
+        """decideInvitation(jobId, accepted)."""
+        if self.state != "invited" or self.invitation is None:
+            raise UsageError("no-invitation", "there is no invitation waiting for a decision")
+        self._move("accept" if accepted else "decline")
+        self._send(InvitationDecision(self.invitation.job_id, accepted))
+
+    def pause_contribution(self, paused: bool, now: float) -> None:
+        if self.job_id is None or self.state in ("unknown", "invited", "declined", "stopped"):
+            raise UsageError("not-participating", "pausing needs a job you take part in")
+        self.paused = paused
+        self._send(PauseContribution(self.job_id, paused))
+
+    def leave(self, now: float) -> None:
+        if self.job_id is None or self.state in ("unknown", "stopped"):
+            raise UsageError("not-participating", "there is no job to leave")
+        self._send(Leave(self.job_id))
+        self.current = self.pending = None
+        self._move("leave")
+
+    # ----------------------------------------------------------- host events
+
+    def module_loaded(self, weight_bytes: int, held: tuple[str, ...], now: float) -> None:
+        self.weight_bytes = weight_bytes
+        self._move("module_loaded")
+        assert self.job_id is not None
+        self._send(ModuleStatus(self.job_id, True, None, held))
+
+    def module_failed(self, error: str, now: float) -> None:
+        self._move("module_failed")
+        self.last_error = error
+        assert self.job_id is not None
+        self._send(ModuleStatus(self.job_id, False, error[:2000]))
+
+    def training_started(self, attempt_id: str, now: float) -> None:
+        if self.current is None or self.current.attempt_id != attempt_id:
+            return
+        self._move("train_started")
+        assert self.job_id is not None
+        self._send(TrainingStarted(self.job_id, attempt_id))
+
+    def training_finished(self, attempt_id: str, outcome: TrainOutcome, now: float) -> None:
+        """The host trained ``attempt_id``; send the update (or say why it cannot count)."""
+        assign = self._finish_attempt(attempt_id)
+        if assign is None:
+            return
+        problem = self._check_outcome(outcome)
+        if problem is not None:
+            self._fail(assign, problem)
+        else:
+            sha = hashlib.sha256(outcome.weights).hexdigest()
+            ref = ArtifactRef("update", sha, len(outcome.weights))
+            update = Update(assign.job_id, assign.round, assign.assignment_id, assign.attempt_id,
+                            assign.checkpoint.sha256, ref, dict(outcome.metrics), outcome.count,
+                            outcome.optimizer_steps)
+            self._move("trained")
+            self._commands.append(Send(self.coordinator or "", update, (ref,), {sha: bytes(outcome.weights)}))
+        self._next()
+
+    def training_failed(self, attempt_id: str, error: str, now: float) -> None:
+        assign = self._finish_attempt(attempt_id)
+        if assign is None:
+            return
+        self._fail(assign, error)
+        self._next()
+
+    def _finish_attempt(self, attempt_id: str) -> Assign | None:
+        if self.current is None or self.current.attempt_id != attempt_id:
+            self._log("training.ignored", attempt=attempt_id, reason="not-the-current-attempt")
+            return None
+        assign, self.current = self.current, None
+        if self.state == "assigned":
+            self._move("train_started")
+        return assign
+
+    def _fail(self, assign: Assign, error: str) -> None:
+        self.last_error = error
+        self._move("train_failed")
+        self._send(AssignmentFailed(assign.job_id, assign.attempt_id, error[:2000]))
+
+    def _next(self) -> None:
+        if self.pending is not None and self.state not in ("stopped", "disconnected"):
+            assign, self.pending = self.pending, None
+            self._on_assign(assign)
+
+    def _check_outcome(self, outcome: TrainOutcome) -> str | None:
+        """Our own result is checked before it leaves: a diverged model is reported, not sent."""
+        if self.weight_bytes is not None and len(outcome.weights) != self.weight_bytes:
+            return f"the model returned {len(outcome.weights)} bytes of weights, expected {self.weight_bytes}"
+        bad = first_non_finite(outcome.weights)
+        if bad is not None:
+            return f"training diverged: weight {bad} is not finite"
+        if any(not math.isfinite(v) for v in outcome.metrics.values()):
+            return "training diverged: a metric is not finite"
+        return None
+
+    def disconnected(self, now: float) -> None:
+        if self.job_id is not None and self.state not in ("stopped", "declined", "unknown", "invited"):
+            self.current = self.pending = None
+            self._move("disconnected")
+
+    def reconnected(self, now: float) -> None:
+        """Back online: the coordinator delivers the module again and we catch up."""
+        if self.state == "disconnected":
+            self._move("reconnected")
+
+    # ------------------------------------------------------------------ view
+
+    def view(self) -> dict[str, Any]:
+        return {
+            "jobId": self.job_id,
+            "state": self.state,
+            "paused": self.paused,
+            "currentAttempt": self.current.attempt_id if self.current else None,
+            "error": self.last_error,
+        }
+
+    def _send(self, message: Message) -> None:
+        self._commands.append(Send(self.coordinator or "", message))
+
+    def _log(self, event: str, **details: Any) -> None:
+        self._commands.append(Log(event, details))

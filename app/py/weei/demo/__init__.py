@@ -1,0 +1,1 @@
+"""The built-in demo: a real federated job in one CPython process."""

@@ -1,0 +1,116 @@
+"""Job preparation: every check before anything is shared, then checkpoint 0.
+
+Runs the spec's "Before anything is shared, Weei checks" list in order:
+settings, the manifest (a chunk list or a weei-model-package) against the
+selected files, then the module itself (getModelInfo, initial weights,
+describeChunk of every file). Any failure raises the checker's named error
+and no job exists. The same function serves the browser (over its engine)
+and CPython hosts (over wasmtime).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from .core.errors import ManifestError
+from .core.job import ChunkInfo, JobSpec, ModuleInfo
+from .core.manifest import (
+    DatasetManifest, ModelPackage, check_dataset_files, check_loaded_model, check_plain_manifest, check_selection,
+    parse_manifest_file,
+)
+from .core.messages import ArtifactRef
+from .core.modelinfo import ModelInfo, check_settings_for_model, check_weight_size
+from .core.seeds import job_seed_from_bytes
+from .core.settings import TrainingSettings
+from .runtime import ModelRuntime
+
+__all__ = ["PreparedJob", "prepare_job", "MAX_FILE_BYTES"]
+
+# The spec accepts checkpoint and module files of up to 256 MB.
+MAX_FILE_BYTES = 256 * 1000 * 1000
+
+
+@dataclass(frozen=True)
+class PreparedJob:
+    """A checked job, its initial weights and the artifacts participants will need."""
+
+    spec: JobSpec
+    initial_weights: bytes
+    job_seed: int | None
+    runtime: ModelRuntime
+    artifacts: dict[str, bytes]  # sha256 -> bytes: module, chunks, auxiliary files
+    validation: bytes | None
+    package: ModelPackage | None
+
+
+def prepare_job(engine: Any, *, job_id: str, wasm_name: str, wasm: bytes, manifest: Any,
+                files: Mapping[str, bytes], settings: Any, random_bytes: bytes,
+                validation: tuple[str, bytes] | None = None) -> PreparedJob:
+    """Check everything and create the job's initial weights.
+
+    ``manifest`` is the parsed JSON of the selected manifest file,
+    ``settings`` the TrainingSettings JSON, ``random_bytes`` 16 bytes from
+    the host's random source (job seed, initial weights seed).
+
+    Raises:
+        SettingsError, ManifestError, ModelError: the named problem.
+    """
+    if len(wasm) > MAX_FILE_BYTES:
+        raise ManifestError("file-too-large", f"{wasm_name}: {len(wasm)} bytes is over the 256 MB limit")
+    parsed_settings = TrainingSettings.from_json(settings)
+    parsed = parse_manifest_file(manifest)
+    package = parsed if isinstance(parsed, ModelPackage) else None
+    dataset: DatasetManifest = package.dataset_manifest if package is not None else parsed  # type: ignore[assignment]
+    if package is not None:
+        check_selection(package, wasm_name, wasm, files, validation[0] if validation else None)
+    else:
+        check_dataset_files(dataset, files)
+
+    runtime = ModelRuntime.load(wasm, engine)
+    info = ModelInfo.from_json(runtime.model_info())
+    init_seed = int.from_bytes(random_bytes[8:16], "little")
+    initial = runtime.create_initial_weights(init_seed)
+    if package is not None:
+        check_loaded_model(package, info, len(initial))
+    else:
+        check_plain_manifest(dataset, info)
+    check_weight_size(info, len(initial))
+    check_settings_for_model(parsed_settings, info)
+
+    chunks = []
+    for entry in dataset.entries:
+        data = files[entry.file_name]
+        count = runtime.describe_chunk(entry.format, data)
+        if count != entry.example_count:
+            raise ManifestError("example-count-mismatch", f"{entry.file_name}: the model reads {count} examples, "
+                                                          f"the manifest says {entry.example_count}")
+        chunks.append(ChunkInfo(entry.id, entry.file_name, entry.bytes, entry.sha256, entry.format, count))
+
+    validation_format = None
+    if validation is not None:
+        if info.is_experience:
+            raise ManifestError("validation-not-allowed", f"{validation[0]}: a model with inputs 'none' takes no validation file")
+        validation_format = chunks[0].format if chunks else info.data_formats[0].id
+        runtime.describe_chunk(validation_format, validation[1])
+
+    wasm_sha = hashlib.sha256(wasm).hexdigest()
+    artifacts = {wasm_sha: bytes(wasm)}
+    for chunk in chunks:
+        artifacts[chunk.sha256] = bytes(files[chunk.file_name])
+    aux_files: dict[str, ArtifactRef] = {}
+    if package is not None:
+        for slot in package.auxiliary_weights:
+            if slot.file_name is not None and slot.sha256 is not None:
+                data = files[slot.file_name]
+                artifacts[slot.sha256] = bytes(data)
+                aux_files[slot.id] = ArtifactRef("auxiliary", slot.sha256, len(data))
+
+    job_seed = job_seed_from_bytes(random_bytes[:8]) if info.is_experience else None
+    spec = JobSpec(job_id=job_id, info=info, module=ModuleInfo(wasm_name, len(wasm), wasm_sha),
+                   settings=parsed_settings, weight_bytes=len(initial), chunks=tuple(chunks),
+                   auxiliary_files=aux_files, has_validation=validation is not None,
+                   validation_format=validation_format)
+    return PreparedJob(spec, initial, job_seed, runtime, artifacts,
+                       bytes(validation[1]) if validation else None, package)
