@@ -15,12 +15,7 @@ cost can be measured on its own.
 
 from __future__ import annotations
 
-import hashlib
-import os
-import shutil
 import struct
-import subprocess
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,57 +23,23 @@ from pathlib import Path
 from weei.core.aggregate import BytesLike, Segment
 from weei.runtime.engine import Instance
 
-__all__ = ["WASM_FLAGS", "kernel_wasm_path", "load_kernel_wasm", "WasmKernel", "StagedAverage"]
-
-#: The flags build.py uses for c/kernel/*.c (WASM_FLAGS + KERNEL_EXTRA_FLAGS
-#: there; kept in step by hand because build.py is a script, not a module).
-WASM_FLAGS: tuple[str, ...] = (
-    "--target=wasm32", "-O3", "-msimd128", "-mbulk-memory", "-nostdlib",
-    "-ffp-contract=off", "-fno-math-errno", "-Wall", "-Wextra",
-    "-Wl,--no-entry", "-Wl,--strip-debug", "-Wl,-z,stack-size=1048576", "-Wl,--stack-first",
-    "-Wl,--export-dynamic",
-)  # fmt: skip
-
+__all__ = ["kernel_wasm_path", "load_kernel_wasm", "WasmKernel", "StagedAverage"]
 
 def _repo_root() -> Path:
     return Path(__file__).resolve().parents[4]
 
 
-def kernel_wasm_path(cc: str = "clang") -> Path:
-    """Path of an up-to-date ``aggregate.wasm``.
+def kernel_wasm_path() -> Path:
+    """Path of the committed ``app/static/kernel/aggregate.wasm``.
 
-    Uses ``app/static/kernel/aggregate.wasm`` (written by build.py) when it
-    is newer than the C source; otherwise compiles the source with clang into
-    ``build/kernel/`` (named by a hash of source and flags). Raises
-    RuntimeError if clang is needed but missing or fails.
+    build.py is the one place that compiles it (its flags matter for bit
+    identity); ``build.py check`` and the build test keep it in step with the
+    C source. Raises FileNotFoundError when it is missing.
     """
-    from weei.kernel import kernel_source
-
-    src = kernel_source("aggregate")
-    static = _repo_root() / "app" / "static" / "kernel" / "aggregate.wasm"
-    if static.is_file() and static.stat().st_mtime >= src.stat().st_mtime:
-        return static
-    text = src.read_bytes()
-    digest = hashlib.sha256(text + " ".join(WASM_FLAGS).encode()).hexdigest()[:16]
-    env = os.environ.get("WEEI_BUILD_DIR")
-    out_dir = (Path(env) if env else _repo_root() / "build") / "kernel"
-    out = out_dir / f"aggregate-{digest}.wasm"
-    if out.is_file():
-        return out
-    if shutil.which(cc) is None:
-        raise RuntimeError(f"{cc} not found and no up-to-date {static} exists")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(suffix=".wasm", dir=out_dir)
-    os.close(fd)
-    try:
-        proc = subprocess.run([cc, *WASM_FLAGS, "-o", tmp, str(src)], capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise RuntimeError(f"building {src} for wasm32 failed:\n{proc.stderr}")
-        os.replace(tmp, out)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return out
+    path = _repo_root() / "app" / "static" / "kernel" / "aggregate.wasm"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing: run `python build.py wasm`")
+    return path
 
 
 def load_kernel_wasm() -> bytes:

@@ -1,0 +1,76 @@
+// Weei training worker: a MODULE worker (Pyodide refuses classic workers).
+//
+// The page creates it with `new Worker(url, {type: 'module'})`; an embedding
+// page on another origin creates it from a same-origin Blob URL whose only
+// line imports this file's absolute URL, so every URL here is resolved
+// against import.meta.url (the Weei server), never against the page.
+//
+// Start-up: load Pyodide from the Weei server, unpack the weei package
+// (weei-py.zip) into Pyodide's file system, import weei.browser.worker_main
+// and post {type: 'ready', seconds}. Requests that arrive before that wait
+// in a queue. The request protocol is documented in worker_main.py; this
+// file only moves messages and transfers every ArrayBuffer in a reply.
+import { loadPyodide } from './pyodide/pyodide.mjs';
+
+const BASE = new URL('./', import.meta.url).href;
+const PY_DIR = '/weei-py';
+
+const queue = [];
+let handle = null;
+let failed = null;
+
+function post(message) {
+  const transfer = [];
+  for (const value of Object.values(message)) {
+    if (value instanceof ArrayBuffer) transfer.push(value);
+  }
+  self.postMessage(message, transfer);
+}
+
+function dispatch(message) {
+  if (failed) {
+    post({ type: 'reply', id: message.id, ok: false, error: { kind: 'start', reason: 'worker-start-failed', message: failed } });
+    return;
+  }
+  let reply;
+  try {
+    reply = handle(message);
+  } catch (err) {
+    reply = { type: 'reply', id: message.id, ok: false, error: { kind: 'internal', reason: 'internal-error', message: String(err && err.message || err) } };
+  }
+  post(reply);
+}
+
+self.onmessage = (event) => {
+  if (handle || failed) dispatch(event.data);
+  else queue.push(event.data);
+};
+
+async function start() {
+  const t0 = performance.now();
+  const [pyodide, archive] = await Promise.all([
+    loadPyodide({ indexURL: BASE + 'pyodide/' }),
+    fetch(BASE + 'weei-py.zip').then((r) => {
+      if (!r.ok) throw new Error(`GET weei-py.zip: HTTP ${r.status}`);
+      return r.arrayBuffer();
+    }),
+  ]);
+  pyodide.unpackArchive(archive, 'zip', { extractDir: PY_DIR });
+  pyodide.runPython(`import sys\nif ${JSON.stringify(PY_DIR)} not in sys.path: sys.path.insert(0, ${JSON.stringify(PY_DIR)})`);
+  const main = pyodide.pyimport('weei.browser.worker_main');
+  main.start((message) => post(message.toJs ? message.toJs({ dict_converter: Object.fromEntries }) : message));
+  handle = (message) => main.handle(message);
+  return (performance.now() - t0) / 1000;
+}
+
+start().then(
+  (seconds) => {
+    self.postMessage({ type: 'ready', seconds });
+    while (queue.length) dispatch(queue.shift());
+  },
+  (err) => {
+    failed = String(err && err.stack || err);
+    self.postMessage({ type: 'error', message: failed });
+    while (queue.length) dispatch(queue.shift());
+  },
+);

@@ -1,0 +1,284 @@
+"""Build the committed artifacts of Weei from source.
+
+    python build.py wasm    compile c/models/*/ into app/static/models/<id>/model.wasm
+                            with its manifest.json (a weei-model-package), and
+                            c/kernel/*.c into app/static/kernel/<name>.wasm
+    python build.py check   rebuild into a temporary directory and fail when a
+                            committed artifact differs (builds are deterministic)
+
+Each subcommand is one ``cmd_*`` function registered in ``COMMANDS``; a new
+one (for example ``site``) adds a function and a line there.
+
+A model directory holds one or more .c files compiled together with the SDK
+(c/sdk/*.c). The manifest's facts come from running the built module through
+weei.runtime: getModelInfo for the id, workSource and auxiliaryWeights,
+createInitialWeights for the weight size, describeChunk for each dataset chunk
+(app/static/models/<id>/data/training-*.bin). Inline files are described by
+the size and SHA-256 of JSON.stringify(value, null, 2) + "\\n".
+"""
+
+from __future__ import annotations
+
+import argparse
+import filecmp
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT / "app" / "py"))
+
+from weei.core.jsonfmt import descriptor, stringify  # noqa: E402
+
+__all__ = ["WASM_FLAGS", "NATIVE_FLAGS", "build_all", "model_manifest", "main"]
+
+C_DIR = Path("c")
+SDK_DIR = C_DIR / "sdk"
+MODELS_DIR = C_DIR / "models"
+KERNEL_DIR = C_DIR / "kernel"
+STATIC_DIR = Path("app") / "static"
+
+# -ffp-contract=off: no fused multiply-add, so the native build (benchmark)
+# computes the same bits as the wasm; no -g, so no paths are embedded.
+# -fno-slp-vectorize: clang 14's SLP vectorizer miscompiles for wasm32+simd128:
+# in cartpole's reset (four xoshiro draws in a row) it packed two draws into
+# an i64x2 whose v128.load64_splat read s[1] after the store of its next
+# value, so the first draw came out wrong (found by the native/wasm identity
+# check of bench/bench_training.py). The dense layers use explicit vectors
+# and loops still vectorize, so nothing is lost.
+WASM_FLAGS = [
+    "--target=wasm32", "-O3", "-msimd128", "-mbulk-memory", "-nostdlib",
+    "-ffp-contract=off", "-fno-math-errno", "-fno-slp-vectorize", "-Wall", "-Wextra",
+    "-Wl,--no-entry", "-Wl,--strip-debug", "-Wl,-z,stack-size=1048576", "-Wl,--stack-first",
+]
+MODEL_EXTRA_FLAGS = ["-Werror"]  # our own sources: warnings are errors
+KERNEL_EXTRA_FLAGS = ["-Wl,--export-dynamic"]
+NATIVE_FLAGS = ["-O3", "-march=native", "-ffp-contract=off", "-fno-math-errno"]
+
+DIGITS_FORMAT = "weei-digits-v1"
+INIT_SEED = 0
+
+
+class BuildError(Exception):
+    """A compiler failed or a built artifact is unusable."""
+
+
+def _run(cmd: list[str]) -> None:
+    # Relative paths from the repository root keep the outputs independent of
+    # where the checkout lives.
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise BuildError(f"{' '.join(cmd)}\n{proc.stdout}{proc.stderr}")
+
+
+def compile_model(model_dir: Path, out: Path) -> None:
+    """Compile one model directory and the SDK into ``out`` (absolute path)."""
+    sources = sorted(str(p) for p in model_dir.glob("*.c")) + sorted(str(p) for p in SDK_DIR.glob("*.c"))
+    _run(["clang", *WASM_FLAGS, *MODEL_EXTRA_FLAGS, "-o", str(out), *sources])
+
+
+def compile_kernel(source: Path, out: Path) -> None:
+    """Compile one c/kernel/*.c on its own into ``out``."""
+    _run(["clang", *WASM_FLAGS, *KERNEL_EXTRA_FLAGS, "-o", str(out), str(source)])
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """What the manifest needs from running the module."""
+
+    info: dict[str, Any]
+    weight_bytes: int
+    chunks: list[dict[str, Any]]
+
+
+def probe_model(wasm: bytes, data_dir: Path) -> ModelFacts:
+    """Run the module: model info, initial weight size, dataset chunk entries."""
+    from weei.runtime import ModelRuntime, WasmtimeEngine
+
+    runtime = ModelRuntime.load(wasm, WasmtimeEngine())
+    info = runtime.model_info()
+    weight_bytes = len(runtime.create_initial_weights(INIT_SEED))
+    chunks: list[dict[str, Any]] = []
+    if "workSource" not in info and data_dir.is_dir():
+        formats = [f["id"] for f in info.get("dataFormats", [])]
+        if len(formats) != 1:
+            raise BuildError(f"{info['id']}: expected one data format to describe its chunks, got {formats}")
+        for k, path in enumerate(sorted(data_dir.glob("training-*.bin")), start=1):
+            data = path.read_bytes()
+            chunks.append({
+                "id": f"chunk-{k:03d}",
+                "fileName": path.name,
+                "bytes": len(data),
+                "sha256": _sha256(data),
+                "format": formats[0],
+                "exampleCount": runtime.describe_chunk(formats[0], data),
+            })
+    return ModelFacts(info, weight_bytes, chunks)
+
+
+def _descriptor(file_name: str, value: Any) -> dict[str, Any]:
+    size, sha = descriptor(value)
+    return {"fileName": file_name, "bytes": size, "sha256": sha}
+
+
+def model_manifest(wasm: bytes, facts: ModelFacts) -> dict[str, Any]:
+    """The weei-model-package manifest of a built model (spec: Package manifest)."""
+    info = facts.info
+    experience = "workSource" in info
+    wasm_desc = {"fileName": "model.wasm", "bytes": len(wasm), "sha256": _sha256(wasm)}
+    compatibility = {
+        "schemaVersion": 1,
+        "identity": {"modelId": info["id"]},
+        "weightCount": facts.weight_bytes // 4,
+        "weightBytes": facts.weight_bytes,
+    }
+    dataset_manifest = [] if experience else facts.chunks
+    manifest: dict[str, Any] = {
+        "schema": "weei-model-package",
+        "schemaVersion": 1,
+        "hostRuntime": {"id": "weei-device-program-v1", "delivery": "installed-in-host"},
+        "wasm": wasm_desc,
+    }
+    if experience:
+        manifest["workSource"] = info["workSource"]
+        manifest["auxiliaryWeights"] = info.get("auxiliaryWeights", [])
+    manifest["execution"] = {
+        "schema": "weei-model-execution",
+        "schemaVersion": 1,
+        "modelId": info["id"],
+        "weightFormat": info["weightFormat"],
+        "weightBytes": facts.weight_bytes,
+        "compatibility": _descriptor("compatibility.json", compatibility),
+        "datasetManifest": _descriptor("dataset-manifest.json", dataset_manifest),
+        "backends": [{
+            "id": "cpu-wasm-simd",
+            "kind": "cpu",
+            "runtime": "weei-wasm-abi1",
+            "environments": ["browser", "agent"],
+            "operations": ["train", "evaluate"],
+            "artifacts": [dict(wasm_desc)],
+            "requiredFeatures": ["wasm-simd128"],
+            "minimumDeviceLimits": {},
+            "estimatedWorkingBytes": 4194304,
+            "numericalMode": "fp32-standard",
+        }],
+        "policy": {
+            "preference": ["cpu-wasm-simd"],
+            "cpuFallback": "restart-assignment",
+            "aggregationOwner": "peer",
+            "assignmentExecution": "exclusive",
+            "progressUnit": info["workSource"]["unit"]["id"] if experience else "example",
+            "optimizerUnit": "update" if experience else "step",
+        },
+    }
+    manifest["inlineJson"] = {"compatibility.json": compatibility, "dataset-manifest.json": dataset_manifest}
+    return manifest
+
+
+def build_all(static_dir: Path, data_root: Path | None = None) -> list[Path]:
+    """Build every model and kernel into ``static_dir``; return the written files.
+
+    Dataset chunks are read from ``data_root``/models/<id>/data (default:
+    ``static_dir``), so a check build in a temporary directory describes the
+    committed chunks.
+    """
+    data_root = data_root or static_dir
+    written: list[Path] = []
+    with tempfile.TemporaryDirectory(prefix="weei-build-") as tmp:
+        for model_dir in sorted(p for p in (ROOT / MODELS_DIR).iterdir() if p.is_dir()):
+            if not any(model_dir.glob("*.c")):
+                continue
+            tmp_wasm = Path(tmp) / f"{model_dir.name}.wasm"
+            compile_model(model_dir.relative_to(ROOT), tmp_wasm)
+            wasm = tmp_wasm.read_bytes()
+            facts = probe_model(wasm, data_root / "models" / model_dir.name / "data")
+            model_id = facts.info["id"]
+            if model_id != model_dir.name:
+                raise BuildError(f"{model_dir}: the module calls itself {model_id!r}; name the directory after it")
+            out_dir = static_dir / "models" / model_id
+            out_dir.mkdir(parents=True, exist_ok=True)
+            (out_dir / "model.wasm").write_bytes(wasm)
+            manifest_text = stringify(model_manifest(wasm, facts), 2) + "\n"
+            (out_dir / "manifest.json").write_text(manifest_text, encoding="utf-8")
+            written += [out_dir / "model.wasm", out_dir / "manifest.json"]
+    kernel_sources = sorted((ROOT / KERNEL_DIR).glob("*.c")) if (ROOT / KERNEL_DIR).is_dir() else []
+    if kernel_sources:
+        (static_dir / "kernel").mkdir(parents=True, exist_ok=True)
+    for source in kernel_sources:
+        out = static_dir / "kernel" / f"{source.stem}.wasm"
+        compile_kernel(source.relative_to(ROOT), out)
+        written.append(out)
+    return written
+
+
+def cmd_wasm(args: argparse.Namespace) -> int:
+    out = Path(args.out).resolve() if args.out else ROOT / STATIC_DIR
+    for path in build_all(out, ROOT / STATIC_DIR):
+        print(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path} ({path.stat().st_size} bytes)")
+    return 0
+
+
+def check_against(committed: Path, built_files: list[Path], built_root: Path) -> list[str]:
+    """Differences between freshly built files and their committed copies."""
+    problems = []
+    for path in built_files:
+        rel = path.relative_to(built_root)
+        mine = committed / rel
+        if not mine.exists():
+            problems.append(f"{STATIC_DIR / rel}: not committed (run python build.py wasm)")
+        elif not filecmp.cmp(mine, path, shallow=False):
+            problems.append(f"{STATIC_DIR / rel}: differs from a fresh build (run python build.py wasm)")
+    built_rel = {p.relative_to(built_root) for p in built_files}
+    for pattern in ("models/*/model.wasm", "models/*/manifest.json", "kernel/*.wasm"):
+        for path in sorted(committed.glob(pattern)):
+            if path.relative_to(committed) not in built_rel:
+                problems.append(f"{STATIC_DIR / path.relative_to(committed)}: committed but no source builds it")
+    return problems
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    del args
+    with tempfile.TemporaryDirectory(prefix="weei-check-") as tmp:
+        built = build_all(Path(tmp), ROOT / STATIC_DIR)
+        problems = check_against(ROOT / STATIC_DIR, built, Path(tmp))
+    for problem in problems:
+        print(problem, file=sys.stderr)
+    if not problems:
+        print(f"ok: {len(built)} artifacts match a fresh build")
+    return 1 if problems else 0
+
+
+COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str]] = {
+    "wasm": (cmd_wasm, "compile models and kernels, write package manifests"),
+    "check": (cmd_check, "fail when committed artifacts differ from a fresh build"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Build Weei's WebAssembly artifacts.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, (_, help_text) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text)
+        if name == "wasm":
+            p.add_argument("--out", help="static directory to write into (default app/static)")
+    args = parser.parse_args(argv)
+    try:
+        return COMMANDS[args.command][0](args)
+    except BuildError as exc:
+        print(f"build failed: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
