@@ -102,9 +102,13 @@ def _metrics(obj: Mapping[str, Any], key: str) -> dict[str, float]:
     for name, v in value.items():
         if not isinstance(name, str) or len(name) > 64:
             raise MessageError("bad-field", f"metric names in {key!r} must be short strings")
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        try:
+            number = float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else math.nan
+        except OverflowError:  # a JSON integer too large for a float
+            number = math.inf
+        if not math.isfinite(number):
             raise MessageError("non-finite-metric", f"metric {name!r} in {key!r} must be a finite number")
-        out[name] = float(v)
+        out[name] = number
     return out
 
 

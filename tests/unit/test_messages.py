@@ -1,0 +1,177 @@
+"""Wire messages: round trips of every type, named errors, and fuzzed input."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from weei.core.messages import (
+    _TYPES, ArtifactRef, Assign, AssignmentFailed, ChunkRef, Deliver, DiagnosticsReport, Invitation,
+    InvitationDecision, JobFinished, Leave, MessageError, ModuleStatus, PauseContribution, TrainingStarted, UnitRange,
+    Update, UpdateReceipt, decode_message, encode_message,
+)
+
+H1, H2, H3 = "a" * 64, "b" * 64, "0123456789abcdef" * 4
+REF = ArtifactRef("checkpoint", H1, 64)
+
+SAMPLES = [
+    Invitation("job-1", "coord", {"id": "m", "metrics": []}, {"fileName": "m.wasm", "bytes": 10, "sha256": H1}, 0,
+               {"epochs": 3}),
+    InvitationDecision("job-1", True),
+    InvitationDecision("job-1", False),
+    Deliver("job-1", ArtifactRef("module", H1, 10), {"id": "m"}),
+    Deliver("job-1", ArtifactRef("module", H1, 10), {"id": "m"}, {"reward": ArtifactRef("auxiliary", H2, 16)}),
+    ModuleStatus("job-1", True, None, (H1, H2)),
+    ModuleStatus("job-1", False, "could not compile"),
+    Assign("job-1", 1, "r1-c0", "r1-c0-a1", REF, {"localEpochs": 1, "batchSize": 2}, 2**64 - 1,
+           ChunkRef("c0", "syn", 12, ArtifactRef("chunk", H2, 100))),
+    Assign("job-1", 7, "r7-u32", "r7-u32-a9", REF, {"localEpochs": 1, "batchSize": 2}, 0, None,
+           UnitRange(32, 8, 12345678901234567890),
+           {"old": ArtifactRef("snapshot", H3, 64), "reward": ArtifactRef("auxiliary", H2, 16)}),
+    TrainingStarted("job-1", "r1-c0-a1"),
+    Update("job-1", 1, "r1-c0", "r1-c0-a1", H1, ArtifactRef("update", H2, 64), {"loss": 0.25, "acc": 1.0}, 12, 3),
+    Update("job-1", 2, "r2-u0", "r2-u0-a3", H1, ArtifactRef("update", H2, 64), {}, 0),
+    AssignmentFailed("job-1", "r1-c0-a1", "out of memory"),
+    UpdateReceipt("job-1", "r1-c0-a1", True),
+    UpdateReceipt("job-1", "r1-c0-a1", False, "late-update: closed"),
+    PauseContribution("job-1", True),
+    Leave("job-1"),
+    JobFinished("job-1", False),
+    DiagnosticsReport("job-1", {"schemaVersion": 1, "sequence": 3}),
+]
+
+
+def test_every_type_has_a_sample() -> None:
+    assert {type(m).TYPE for m in SAMPLES} == set(_TYPES)
+
+
+@pytest.mark.parametrize("message", SAMPLES, ids=[f"{type(m).__name__}-{i}" for i, m in enumerate(SAMPLES)])
+def test_round_trip(message: Any) -> None:
+    obj = encode_message(message)
+    assert obj["type"] == type(message).TYPE
+    text = json.dumps(obj)
+    assert decode_message(json.loads(text)) == message
+    # the JSON form is stable: encoding the decoded message gives the same text
+    assert json.dumps(encode_message(decode_message(json.loads(text)))) == text
+
+
+def test_seeds_travel_as_decimal_strings() -> None:
+    obj = encode_message(SAMPLES[8])
+    assert obj["seed"] == "0" and obj["experience"]["seed"] == "12345678901234567890"
+    assert encode_message(SAMPLES[7])["seed"] == str(2**64 - 1)
+
+
+def _valid(kind: type) -> dict[str, Any]:
+    return encode_message(next(m for m in SAMPLES if isinstance(m, kind)))
+
+
+def _with(kind: type, **changes: Any) -> dict[str, Any]:
+    obj = _valid(kind)
+    for key, value in changes.items():
+        if value is _DROP:
+            obj.pop(key)
+        else:
+            obj[key] = value
+    return obj
+
+
+_DROP = object()
+
+BAD = [
+    ([], "not-an-object"),
+    ("update", "not-an-object"),
+    ({"type": "nope"}, "unknown-type"),
+    ({"type": 3}, "unknown-type"),
+    ({}, "unknown-type"),
+    (_with(Update, jobId=""), "bad-field"),
+    (_with(Update, jobId="x" * 257), "bad-field"),
+    (_with(Update, round=0), "bad-field"),
+    (_with(Update, round=1.5), "bad-field"),
+    (_with(Update, round=True), "bad-field"),
+    (_with(Update, count=-1), "bad-field"),
+    (_with(Update, baseCheckpoint="A" * 64), "bad-field"),
+    (_with(Update, weights={"kind": "weird", "sha256": H1, "bytes": 4}), "bad-field"),
+    (_with(Update, weights=None), "bad-field"),
+    (_with(Update, metrics={"loss": "1"}), "non-finite-metric"),
+    (_with(Update, metrics={"loss": 1e400}), "non-finite-metric"),
+    (_with(Update, metrics={"loss": 10**400}), "non-finite-metric"),
+    (_with(Update, metrics={f"m{i}": 1 for i in range(65)}), "bad-field"),
+    (_with(Update, optimizerSteps=-2), "bad-field"),
+    (_with(Assign, seed=5), "bad-field"),
+    (_with(Assign, seed="018"), "bad-field"),
+    (_with(Assign, seed=str(2**64)), "bad-field"),
+    (_with(Assign, experience={"unitStart": 0, "unitCount": 8, "seed": "1"}), "bad-field"),  # chunk and range
+    (_with(Assign, chunk=_DROP), "bad-field"),  # neither
+    (_with(Assign, auxiliary={str(i): REF.to_json() for i in range(9)}), "bad-field"),
+    (_with(Assign, chunk={"id": "c", "format": "f", "exampleCount": 1, "data": "x"}), "bad-field"),
+    (_with(ModuleStatus, held="abc"), "bad-field"),
+    (_with(ModuleStatus, held=["abc"]), "bad-field"),
+    (_with(ModuleStatus, loaded="yes"), "bad-field"),
+    (_with(Invitation, module={"sha256": "x", "bytes": 1}), "bad-field"),
+    (_with(AssignmentFailed, error="e" * 2001), "bad-field"),
+    (_with(UpdateReceipt, accepted=1), "bad-field"),
+    (_with(JobFinished, incomplete=None), "bad-field"),
+    (_with(DiagnosticsReport, snapshot=[]), "bad-field"),
+]
+
+
+@pytest.mark.parametrize("obj, reason", BAD, ids=[f"{r}-{i}" for i, (_, r) in enumerate(BAD)])
+def test_bad_messages_raise_message_error(obj: Any, reason: str) -> None:
+    with pytest.raises(MessageError) as err:
+        decode_message(obj)
+    assert err.value.reason == reason
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.sampled_from([10**400, -(10**400), 2**64, 2**53 + 1])
+    | st.floats(allow_nan=False) | st.text(max_size=70),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=12), children, max_size=5),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(JSON)
+def test_fuzzed_json_raises_only_message_error(value: Any) -> None:
+    try:
+        decode_message(value)
+    except MessageError:
+        pass
+
+
+def _paths(obj: Any, prefix: tuple = ()) -> list[tuple]:
+    out = [prefix] if prefix else []
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            out += _paths(value, prefix + (key,))
+    elif isinstance(obj, list):
+        for i, value in enumerate(obj):
+            out += _paths(value, prefix + (i,))
+    return out
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(SAMPLES), st.data(), JSON)
+def test_mutated_valid_messages_raise_only_message_error(message: Any, data: Any, value: Any) -> None:
+    obj = encode_message(message)
+    paths = _paths(obj)
+    path = data.draw(st.sampled_from(paths))
+    mutated = copy.deepcopy(obj)
+    target = mutated
+    for key in path[:-1]:
+        target = target[key]
+    if data.draw(st.booleans()) and isinstance(target, dict):
+        del target[path[-1]]
+    else:
+        target[path[-1]] = value
+    try:
+        decoded = decode_message(json.loads(json.dumps(mutated)))
+    except MessageError:
+        return
+    # whatever got through is a well-formed message that round-trips
+    assert decode_message(json.loads(json.dumps(encode_message(decoded)))) == decoded
