@@ -5,6 +5,12 @@
                             c/kernel/*.c into app/static/kernel/<name>.wasm
     python build.py check   rebuild into a temporary directory and fail when a
                             committed artifact differs (builds are deterministic)
+    python build.py site    assemble the static site in dist/ (what `weei serve`
+                            serves): Pyodide from node_modules (npm ci when it is
+                            missing or not the locked version), the weei package
+                            as weei-py.zip, app/static's pages and scripts, the
+                            kernel (recompiled when older than its C source) and
+                            the model packages
 
 Each subcommand is one ``cmd_*`` function registered in ``COMMANDS``; a new
 one (for example ``site``) adds a function and a line there.
@@ -23,10 +29,12 @@ import argparse
 import filecmp
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +45,7 @@ sys.path.insert(0, str(ROOT / "app" / "py"))
 
 from weei.core.jsonfmt import descriptor, stringify  # noqa: E402
 
-__all__ = ["WASM_FLAGS", "NATIVE_FLAGS", "build_all", "model_manifest", "main"]
+__all__ = ["WASM_FLAGS", "NATIVE_FLAGS", "build_all", "model_manifest", "build_site", "pack_weei", "main"]
 
 C_DIR = Path("c")
 SDK_DIR = C_DIR / "sdk"
@@ -61,6 +69,19 @@ WASM_FLAGS = [
 MODEL_EXTRA_FLAGS = ["-Werror"]  # our own sources: warnings are errors
 KERNEL_EXTRA_FLAGS = ["-Wl,--export-dynamic"]
 NATIVE_FLAGS = ["-O3", "-march=native", "-ffp-contract=off", "-fno-math-errno"]
+
+DIST_DIR = Path("dist")
+PY_PACKAGE_DIR = Path("app") / "py" / "weei"
+#: What loadPyodide({indexURL}) fetches: the loader, the Emscripten module
+#: and its wasm, the standard library and the package lock (read at start
+#: even when no package is loaded). Nothing else is copied (no .map, no
+#: console pages, no node-only files).
+PYODIDE_FILES = ("pyodide.mjs", "pyodide.asm.mjs", "pyodide.asm.wasm", "python_stdlib.zip", "pyodide-lock.json")
+#: app/static files and directories that make up the site.
+SITE_FILES = ("index.html", "weei.js", "worker.js")
+SITE_DIRS = ("models", "kernel")
+#: A fixed timestamp makes weei-py.zip reproducible.
+_ZIP_DATE = (1980, 1, 1, 0, 0, 0)
 
 DIGITS_FORMAT = "weei-digits-v1"
 INIT_SEED = 0
@@ -259,9 +280,109 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 1 if problems else 0
 
 
+def _locked_pyodide_version() -> str:
+    lock = json.loads((ROOT / "package-lock.json").read_text(encoding="utf-8"))
+    try:
+        return str(lock["packages"]["node_modules/pyodide"]["version"])
+    except KeyError:
+        raise BuildError("package-lock.json does not lock the npm package pyodide") from None
+
+
+def ensure_pyodide() -> Path:
+    """``node_modules/pyodide`` at the version package-lock.json pins,
+    running ``npm ci`` when it is missing or another version."""
+    want = _locked_pyodide_version()
+    pkg_dir = ROOT / "node_modules" / "pyodide"
+
+    def installed() -> str | None:
+        try:
+            return str(json.loads((pkg_dir / "package.json").read_text(encoding="utf-8"))["version"])
+        except (OSError, ValueError, KeyError):
+            return None
+
+    if installed() != want:
+        if shutil.which("npm") is None:
+            raise BuildError("npm is needed to install Pyodide (apt-get install npm)")
+        _run(["npm", "ci", "--no-audit", "--no-fund"])
+    if installed() != want:
+        raise BuildError(f"npm ci did not install pyodide {want}")
+    missing = [name for name in PYODIDE_FILES if not (pkg_dir / name).is_file()]
+    if missing:
+        raise BuildError(f"pyodide {want} has no {', '.join(missing)}: update PYODIDE_FILES in build.py")
+    return pkg_dir
+
+
+def pack_weei(out: Path) -> int:
+    """Write the weei package (its .py files and py.typed, sorted, fixed
+    timestamps: byte-identical for the same sources) to the zip ``out``,
+    as ``weei/...``; return the number of files."""
+    root = ROOT / PY_PACKAGE_DIR
+    files = sorted(
+        p for p in root.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts and (p.suffix == ".py" or p.name == "py.typed")
+    )
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as zf:
+        for path in files:
+            info = zipfile.ZipInfo(str(Path("weei") / path.relative_to(root)), date_time=_ZIP_DATE)
+            info.compress_type = zipfile.ZIP_DEFLATED
+            info.external_attr = 0o644 << 16
+            zf.writestr(info, path.read_bytes())
+    return len(files)
+
+
+def _kernel_up_to_date(static_dir: Path) -> list[Path]:
+    """Recompile app/static/kernel/*.wasm whose C source is newer; return them."""
+    rebuilt = []
+    for source in sorted((ROOT / KERNEL_DIR).glob("*.c")) if (ROOT / KERNEL_DIR).is_dir() else []:
+        out = static_dir / "kernel" / f"{source.stem}.wasm"
+        if not out.is_file() or out.stat().st_mtime < source.stat().st_mtime:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            compile_kernel(source.relative_to(ROOT), out)
+            rebuilt.append(out)
+    return rebuilt
+
+
+def build_site(dist: Path) -> dict[str, Any]:
+    """Assemble the static site in ``dist`` (replacing it); return a summary."""
+    pyodide = ensure_pyodide()
+    static = ROOT / STATIC_DIR
+    rebuilt = _kernel_up_to_date(static)
+    tmp = dist.with_name(dist.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    (tmp / "pyodide").mkdir(parents=True)
+    for name in PYODIDE_FILES:
+        shutil.copy2(pyodide / name, tmp / "pyodide" / name)
+    for name in SITE_FILES:
+        shutil.copy2(static / name, tmp / name)
+    for name in SITE_DIRS:
+        shutil.copytree(static / name, tmp / name)
+    count = pack_weei(tmp / "weei-py.zip")
+    # Swap in one step so a running `weei serve` never sees half a site.
+    old = dist.with_name(dist.name + ".old")
+    shutil.rmtree(old, ignore_errors=True)
+    if dist.exists():
+        os.replace(dist, old)
+    os.replace(tmp, dist)
+    shutil.rmtree(old, ignore_errors=True)
+    size = sum(p.stat().st_size for p in dist.rglob("*") if p.is_file())
+    return {"pyodide": _locked_pyodide_version(), "python_files": count, "bytes": size,
+            "kernels_rebuilt": [str(p.relative_to(ROOT)) for p in rebuilt]}
+
+
+def cmd_site(args: argparse.Namespace) -> int:
+    dist = Path(args.out).resolve() if args.out else ROOT / DIST_DIR
+    summary = build_site(dist)
+    for path in summary["kernels_rebuilt"]:
+        print(f"rebuilt {path} (older than its source)")
+    print(f"wrote {dist} ({summary['bytes'] / 1e6:.1f} MB): pyodide {summary['pyodide']}, "
+          f"weei-py.zip with {summary['python_files']} files")
+    return 0
+
+
 COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str]] = {
     "wasm": (cmd_wasm, "compile models and kernels, write package manifests"),
     "check": (cmd_check, "fail when committed artifacts differ from a fresh build"),
+    "site": (cmd_site, "assemble the static site in dist/ for weei serve"),
 }
 
 
@@ -272,6 +393,8 @@ def main(argv: list[str] | None = None) -> int:
         p = sub.add_parser(name, help=help_text)
         if name == "wasm":
             p.add_argument("--out", help="static directory to write into (default app/static)")
+        if name == "site":
+            p.add_argument("--out", help="site directory to write (default dist)")
     args = parser.parse_args(argv)
     try:
         return COMMANDS[args.command][0](args)

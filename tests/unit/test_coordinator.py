@@ -274,7 +274,7 @@ def test_duplicate_update_counts_once() -> None:
         sim.join(peer)
     sim.coordinator.start(sim.now)
     sim.pump()
-    assert sim.reasons() == ["late-update"]  # the attempt was closed by the first copy
+    assert sim.reasons() == ["duplicate-update"]  # the first copy counted, the second did not
     assert [r.accepted for r in receipts(sim, "p1")] == [True, False]
     assert sim.checkpoint(1).weights == plain.checkpoint(1).weights
 

@@ -16,13 +16,39 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--out", type=Path, default=Path("out/demo"), help="where to write the checkpoints")
     demo.add_argument("--job", choices=["digits", "cartpole"], action="append",
                       help="run only this job (repeatable); default: both")
+    serve = commands.add_parser("serve", help="serve the built site (dist/) for browsers; Ctrl-C stops")
+    serve.add_argument("--port", type=int, default=8000, help="TCP port (0: any free port; default 8000)")
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    serve.add_argument("--dir", type=Path, default=None,
+                       help="site directory (default ./dist, else the repository's dist/)")
     args = parser.parse_args(argv)
+    if args.command == "serve":
+        return _serve(args)
     if args.command == "demo":
         from .demo.run import DEMO_JOBS, run_demo
 
         jobs = tuple(j for j in DEMO_JOBS if not args.job or j.name in args.job)
         return run_demo(args.out, stream=sys.stdout, jobs=jobs)
     return 2
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from .server import default_site_dir, run
+
+    site_dir = args.dir or default_site_dir()
+    if not (site_dir / "weei.js").is_file():
+        print(f"weei serve: {site_dir} holds no built site; run: python build.py site", file=sys.stderr)
+        return 2
+
+    def ready(url: str) -> None:
+        print(f"Weei is serving {site_dir} at {url}", flush=True)
+        print(f"Embed it with: <script src=\"{url}weei.js\"></script>", flush=True)
+
+    try:
+        return run(site_dir, args.host, args.port, on_ready=ready)
+    except OSError as exc:
+        print(f"weei serve: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -673,6 +673,8 @@ class Coordinator:
         """Why an update must not count, or None when it is valid. Cheapest checks first."""
         slot = self._open_slot(update.attempt_id)
         if slot is None:
+            if any(s.attempt_id == update.attempt_id for s, _, _ in self.received.values()):
+                return "duplicate-update", f"attempt {update.attempt_id} was already received"
             if update.attempt_id in self.closed_attempts or update.round <= self.checkpoint_round:
                 return "late-update", f"attempt {update.attempt_id} of round {update.round} is closed"
             return "unknown-attempt", f"no open assignment has attempt id {update.attempt_id!r}"
