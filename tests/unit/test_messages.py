@@ -31,7 +31,7 @@ SAMPLES = [
     Assign("job-1", 1, "r1-c0", "r1-c0-a1", REF, {"localEpochs": 1, "batchSize": 2}, 2**64 - 1,
            ChunkRef("c0", "syn", 12, ArtifactRef("chunk", H2, 100))),
     Assign("job-1", 7, "r7-u32", "r7-u32-a9", REF, {"localEpochs": 1, "batchSize": 2}, 0, None,
-           UnitRange(32, 8, 12345678901234567890),
+           UnitRange(32, 8, 12345678901234567890, 98765),
            {"old": ArtifactRef("snapshot", H3, 64), "reward": ArtifactRef("auxiliary", H2, 16)}),
     TrainingStarted("job-1", "r1-c0-a1"),
     Update("job-1", 1, "r1-c0", "r1-c0-a1", H1, ArtifactRef("update", H2, 64), {"loss": 0.25, "acc": 1.0}, 12, 3),

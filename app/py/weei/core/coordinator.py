@@ -574,7 +574,7 @@ class Coordinator:
         aux = self._auxiliary_for(round_)
         assign = Assign(self.spec.job_id, round_, assignment_id, attempt_id, checkpoint_ref,
                         self._assignment_settings(), seed, chunk_ref,
-                        UnitRange(units.start, units.count, seed) if units is not None else None, aux)
+                        UnitRange(units.start, units.count, seed, self.job_seed or 0) if units is not None else None, aux)
         attachments = [checkpoint_ref, *aux.values()]
         if chunk_ref is not None:
             attachments.append(chunk_ref.data)

@@ -156,20 +156,28 @@ class ChunkRef:
 
 @dataclass(frozen=True)
 class UnitRange:
-    """The experience units of an assignment and the seed they are played with."""
+    """The experience units of an assignment and the seed they are played with.
+
+    ``job_seed`` lets a participant split the range across its local
+    Workers, each range seeded as an assignment starting at its first unit
+    (docs/experience.md), so the first Worker plays with ``seed`` itself.
+    """
 
     unit_start: int
     unit_count: int
     seed: int
+    job_seed: int
 
     def to_json(self) -> dict[str, Any]:
-        return {"unitStart": self.unit_start, "unitCount": self.unit_count, "seed": str(self.seed)}
+        return {"unitStart": self.unit_start, "unitCount": self.unit_count, "seed": str(self.seed),
+                "jobSeed": str(self.job_seed)}
 
     @classmethod
     def from_json(cls, obj: Any) -> UnitRange:
         if not isinstance(obj, dict):
             raise MessageError("bad-field", "experience must be an object")
-        return cls(_int(obj, "unitStart"), _int(obj, "unitCount", minimum=1), _seed(obj, "seed"))
+        return cls(_int(obj, "unitStart"), _int(obj, "unitCount", minimum=1), _seed(obj, "seed"),
+                   _seed(obj, "jobSeed"))
 
 
 class _Message:

@@ -183,7 +183,7 @@ class Participant:
 
     # ----------------------------------------------------------- host events
 
-    def module_loaded(self, weight_bytes: int, held: tuple[str, ...], now: float) -> None:
+    def module_loaded(self, weight_bytes: int | None, held: tuple[str, ...], now: float) -> None:
         self.weight_bytes = weight_bytes
         self._move("module_loaded")
         assert self.job_id is not None

@@ -1,0 +1,97 @@
+"""Running one assignment on this device's Workers.
+
+Assignments over input records (dataset chunks) run on one Worker. An
+experience assignment of a model with ``maxWorkers`` above 1 is split into
+contiguous unit ranges, one per Worker, each seeded as an assignment that
+starts at its first unit; the Workers' weights are averaged by units
+played with the same FedAvg as the coordinator's, so the result does not
+depend on which Worker finished first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from ..core.aggregate import AggregationKernel, fedavg
+from ..core.errors import ModelError
+from ..core.messages import Assign
+from ..core.participant import TrainOutcome
+from ..core.seeds import split_assignment
+from .ports import WorkerPool, WorkerTask
+
+__all__ = ["LocalWorkers", "effective_workers"]
+
+
+def effective_workers(*, requested: int, device_limit: int, model_max: int, experience: bool,
+                      unit_count: int | None) -> int:
+    """How many Workers an assignment uses: the setting, the device and the model allow."""
+    if not experience:
+        return 1
+    limit = max(1, min(requested, device_limit, model_max))
+    return min(limit, unit_count) if unit_count else limit
+
+
+@dataclass
+class LocalWorkers:
+    """Trains assignments for this device's participant on a WorkerPool."""
+
+    pool: WorkerPool
+    kernel: AggregationKernel
+    on_progress: Callable[[dict[str, Any]], None] | None = None
+
+    async def train(self, assign: Assign, *, module_sha256: str, module: bytes, weights: bytes,
+                    auxiliary: Mapping[str, bytes], chunk: bytes | None, workers: int) -> TrainOutcome:
+        """Train ``assign`` from ``weights``; raises WeeiError when the model fails."""
+        settings = dict(assign.settings)
+        if assign.chunk is not None:
+            assert chunk is not None
+            task = WorkerTask("train", weights, auxiliary, data=chunk, format=assign.chunk.format,
+                              seed=assign.seed, settings=settings)
+            result = await self.pool.run(0, module_sha256, module, task, self._progress(1, assign.chunk.example_count))
+            assert result.weights is not None
+            return TrainOutcome(result.weights, result.metrics, result.count, result.optimizer_steps)
+
+        exp = assign.experience
+        assert exp is not None
+        ranges = split_assignment(exp.job_seed, exp.unit_start, exp.unit_count, workers) if workers > 1 else ()
+        if len(ranges) <= 1:
+            task = WorkerTask("train", weights, auxiliary, experience=(exp.unit_start, exp.unit_count, exp.seed),
+                              settings=settings)
+            result = await self.pool.run(0, module_sha256, module, task, self._progress(1, exp.unit_count))
+            assert result.weights is not None
+            return TrainOutcome(result.weights, result.metrics, result.count, result.optimizer_steps)
+
+        progress = self._progress(len(ranges), exp.unit_count)
+        results = await asyncio.gather(*(
+            self.pool.run(r.worker, module_sha256, module,
+                          WorkerTask("train", weights, auxiliary, experience=(r.unit_start, r.unit_count, r.seed),
+                                     settings=settings), progress)
+            for r in ranges))
+        played = [(f"w{r.worker:04d}", res.count, res.weights) for r, res in zip(ranges, results, strict=True)
+                  if res.count > 0]
+        if not played:
+            raise ModelError("no-units-completed", "train: no Worker completed a unit")
+        total = sum(count for _, count, _ in played)
+        averaged = fedavg(self.kernel, played, len(weights))
+        metrics: dict[str, float] = {}
+        for res in results:
+            for key, value in res.metrics.items():
+                metrics[key] = metrics.get(key, 0.0) + value * res.count / total
+        steps = [res.optimizer_steps for res in results]
+        return TrainOutcome(averaged, metrics, total, sum(s for s in steps if s is not None) if any(
+            s is not None for s in steps) else None)
+
+    def _progress(self, workers: int, total: int) -> Callable[[int, dict[str, Any]], None] | None:
+        if self.on_progress is None:
+            return None
+        done = [0] * max(workers, 1)
+        sink = self.on_progress
+
+        def report(index: int, payload: dict[str, Any]) -> None:
+            if 0 <= index < len(done):
+                done[index] = int(payload.get("processedExamples", 0))
+            sink({"processedExamples": sum(done), "totalExamples": total, "metrics": payload.get("metrics", {})})
+
+        return report

@@ -1,0 +1,84 @@
+"""What the controller needs from its platform, as protocols."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Protocol
+
+from ..core.commands import Send
+
+__all__ = ["Storage", "KeyValue", "WorkerTask", "WorkerResult", "WorkerPool", "Transport", "ProgressSink"]
+
+
+class Storage(Protocol):
+    """Durable records (IndexedDB in the browser). Stores: jobs, checkpoints, artifacts, settings.
+
+    Values are JSON-like dicts or bytes. A put is durable when it returns.
+    """
+
+    async def put(self, store: str, key: str, value: Any) -> None: ...
+
+    async def get(self, store: str, key: str) -> Any: ...
+
+    async def delete(self, store: str, key: str) -> None: ...
+
+    async def keys(self, store: str) -> list[str]: ...
+
+
+class KeyValue(Protocol):
+    """Small synchronous strings (localStorage in the browser)."""
+
+    def get(self, key: str) -> str | None: ...
+
+    def set(self, key: str, value: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class WorkerTask:
+    """One unit of work for one Worker: train or evaluate from ``weights``."""
+
+    op: str  # 'train' | 'evaluate'
+    weights: bytes
+    auxiliary: Mapping[str, bytes]
+    data: bytes | None = None
+    format: str | None = None
+    experience: tuple[int, int, int] | None = None  # unit_start, unit_count, seed
+    seed: int = 0
+    settings: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class WorkerResult:
+    weights: bytes | None  # None for evaluate
+    metrics: dict[str, float]
+    count: int  # unique examples / completed units (train), examples (evaluate)
+    optimizer_steps: int | None = None
+
+
+ProgressSink = Callable[[int, dict[str, Any]], None]  # (worker index, {processedExamples, totalExamples, metrics})
+
+
+class WorkerPool(Protocol):
+    """Training Workers on this device, each with its own model runtime."""
+
+    @property
+    def device_limit(self) -> int: ...  # hardwareConcurrency
+
+    @property
+    def active(self) -> int: ...  # Workers running a task now
+
+    async def run(self, index: int, module_sha256: str, module: bytes, task: WorkerTask,
+                  on_progress: ProgressSink | None = None) -> WorkerResult:
+        """Run ``task`` on Worker ``index`` (started, and the module loaded, on first use).
+
+        Raises WeeiError (ModelError...) when the model fails.
+        """
+        ...
+
+
+class Transport(Protocol):
+    """Messages to other peers (WebRTC in the browser)."""
+
+    def peers(self) -> list[str]: ...
+
+    def send(self, send: Send, blobs: Mapping[str, bytes]) -> None: ...

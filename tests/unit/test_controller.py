@@ -1,0 +1,242 @@
+"""The distributed-training API over real ports in CPython (memory storage, wasmtime Workers)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from weei.api import TrainingController
+from weei.core.checkpoint import read_checkpoint
+from weei.core.errors import CheckpointError, ManifestError, UsageError
+from weei.demo.run import models_dir
+from weei.host.memory_storage import MemoryKeyValue, MemoryStorage
+from weei.host.worker_pool import ThreadWorkerPool
+from weei.kernel.native import NativeKernel
+from weei.runtime.wasmtime_engine import WasmtimeEngine
+
+DIGITS_SETTINGS = {"epochs": 2, "localEpochs": 1, "batchSize": 16, "coordinatorParticipates": True,
+                   "validationSchedule": {"enabled": True, "unit": "epoch", "every": 1}}
+
+
+def controller(storage: MemoryStorage | None = None, kv: MemoryKeyValue | None = None) -> TrainingController:
+    engine = WasmtimeEngine()
+    return TrainingController(my_peer_id="me", storage=storage or MemoryStorage(), kv=kv or MemoryKeyValue(),
+                              pool=ThreadWorkerPool(engine, device_limit=2), kernel=NativeKernel(), engine=engine,
+                              clock=lambda: time.time() * 1000, monotonic=lambda: time.monotonic() * 1000,
+                              random_bytes=os.urandom)
+
+
+def package(model: str) -> dict[str, Any]:
+    root = models_dir() / model
+    manifest = (root / "manifest.json").read_bytes()
+    entries = json.loads(manifest)["inlineJson"]["dataset-manifest.json"]
+    files = {e["fileName"]: (root / "data" / e["fileName"]).read_bytes() for e in entries}
+    return {"wasm_name": "model.wasm", "wasm": (root / "model.wasm").read_bytes(), "manifest": manifest,
+            "files": files}
+
+
+def digits_validation() -> tuple[str, bytes]:
+    return ("validation.bin", (models_dir() / "digits-mlp" / "data" / "validation.bin").read_bytes())
+
+
+async def run_until_done(c: TrainingController, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while c.get_state()["job"]["status"] != "completed":
+        assert time.monotonic() < deadline, c.get_state()["job"]
+        await asyncio.sleep(0.01)
+    await c.idle()
+
+
+def test_run_a_job_from_your_own_interface_completes_with_improving_metrics() -> None:
+    async def main() -> None:
+        c = controller()
+        await c.init()
+        states: list[dict[str, Any]] = []
+        stop = c.subscribe(states.append)
+        assert states and states[0]["ready"] is True and "job" not in states[0]
+        await c.create_job(**package("digits-mlp"), settings=DIGITS_SETTINGS, validation=digits_validation())
+        await c.start()
+        await run_until_done(c)
+        stop()
+        job = c.get_state()["job"]
+        assert job["role"] == "coordinator" and job["progress"]["datasetEpoch"] == 2
+        # 15 chunks, one training peer: 15 rounds per epoch.
+        assert len(job["checkpoints"]) == 31
+        validated = [cp for cp in job["checkpoints"] if "validationMetrics" in cp]
+        assert [cp["artifact"]["round"] for cp in validated] == [15, 30]
+        assert validated[-1]["validationMetrics"]["values"]["accuracy"] > 0.85
+        name, data = c.export_checkpoint()
+        assert name.endswith(".weei-checkpoint") and read_checkpoint(data).metadata.round == 30
+        assert len(states) > 10
+        log = c.get_debug_log()
+        assert log["schemaVersion"] == 2 and any(e["event"] == "checkpoint.saved" for e in log["events"])
+        assert "indexeddb.checkpoint-save" in log["baseline"]["phases"]
+
+    asyncio.run(main())
+
+
+def test_state_is_a_copy_without_weights() -> None:
+    async def main() -> None:
+        c = controller()
+        await c.init()
+        await c.create_job(**package("digits-mlp"), settings=DIGITS_SETTINGS)
+        state = c.get_state()
+        state["job"]["checkpoints"].clear()
+        assert len(c.get_state()["job"]["checkpoints"]) == 1
+        text = json.dumps(c.get_state())  # plain JSON: no bytes anywhere
+        assert "weights" not in text
+
+    asyncio.run(main())
+
+
+def test_a_reloaded_page_continues_the_job_from_its_last_checkpoint() -> None:
+    async def main() -> None:
+        storage, kv = MemoryStorage(), MemoryKeyValue()
+        first = controller(storage, kv)
+        await first.init()
+        await first.create_job(**package("digits-mlp"), settings=DIGITS_SETTINGS)
+        await first.start()
+        while len(first.get_state()["job"]["checkpoints"]) < 5:
+            await asyncio.sleep(0.005)
+        saved_rounds = len(first.get_state()["job"]["checkpoints"])
+        # The page goes away mid-job: nothing more is carried out.
+        first._clear_job()
+        await first.idle()
+
+        second = controller(storage, kv)
+        await second.init()
+        state = second.get_state()
+        assert [j["status"] for j in state["savedJobs"]] == ["running"]
+        assert len(state["job"]["checkpoints"]) >= saved_rounds
+        await run_until_done(second)
+        job = second.get_state()["job"]
+        assert len(job["checkpoints"]) == 31  # nothing lost, nothing trained twice into a checkpoint
+        assert [cp["artifact"]["round"] for cp in job["checkpoints"]] == list(range(31))
+
+    asyncio.run(main())
+
+
+def test_continue_from_an_exported_checkpoint_in_both_modes() -> None:
+    async def main() -> None:
+        c = controller()
+        await c.init()
+        await c.create_job(**package("digits-mlp"), settings={**DIGITS_SETTINGS, "epochs": 1})
+        await c.start()
+        await run_until_done(c)
+        _, checkpoint = c.export_checkpoint()
+        _, module = c.export_module()
+        await c.leave()
+        assert c.get_state()["savedJobs"][0]["active"] is False
+        for mode in ("new", "resume"):
+            pkg = package("digits-mlp")
+            pkg["wasm"] = module
+            # 'new' plans one fresh pass; 'resume' restores one finished pass of the two planned.
+            epochs = 1 if mode == "new" else 2
+            await c.continue_from_checkpoint(checkpoint=checkpoint, **pkg, settings={**DIGITS_SETTINGS, "epochs": epochs},
+                                             dataset_mode=mode)
+            job = c.get_state()["job"]
+            assert job["checkpoints"][0]["artifact"]["round"] == 15
+            await c.start()
+            await run_until_done(c)
+            rounds = [cp["artifact"]["round"] for cp in c.get_state()["job"]["checkpoints"]]
+            assert rounds[-1] == 30, (mode, rounds)
+            await c.leave()
+
+    asyncio.run(main())
+
+
+def test_bad_inputs_are_refused_by_name_and_nothing_saved_is_lost() -> None:
+    async def main() -> None:
+        storage = MemoryStorage()
+        c = controller(storage)
+        await c.init()
+        await c.create_job(**package("digits-mlp"), settings={**DIGITS_SETTINGS, "epochs": 1})
+        await c.start()
+        await run_until_done(c)
+        _, checkpoint = c.export_checkpoint()
+        await c.leave()
+        before = await storage.keys("checkpoints")
+
+        bad = package("digits-mlp")
+        bad["files"]["training-003.bin"] = bad["files"]["training-003.bin"][::-1]
+        with pytest.raises(ManifestError) as err:
+            await c.create_job(**bad, settings=DIGITS_SETTINGS)
+        assert err.value.reason == "file-sha256-mismatch"
+
+        missing = package("digits-mlp")
+        del missing["files"]["training-007.bin"]
+        with pytest.raises(ManifestError) as err:
+            await c.create_job(**missing, settings=DIGITS_SETTINGS)
+        assert err.value.reason == "missing-file"
+
+        broken = package("digits-mlp")
+        broken["manifest"] = b"{not json"
+        with pytest.raises(ManifestError) as err:
+            await c.create_job(**broken, settings=DIGITS_SETTINGS)
+        assert err.value.reason == "invalid-json"
+
+        corrupt = bytearray(checkpoint)
+        corrupt[-1] ^= 0xFF
+        with pytest.raises(CheckpointError) as cerr:
+            await c.continue_from_checkpoint(checkpoint=bytes(corrupt), **package("digits-mlp"),
+                                             settings=DIGITS_SETTINGS, dataset_mode="new")
+        assert cerr.value.reason == "weights-sha256-mismatch" or "sha256" in cerr.value.reason
+
+        with pytest.raises(CheckpointError) as cerr:
+            await c.continue_from_checkpoint(checkpoint=bytes(256 * 1000 * 1000 + 1), **package("digits-mlp"),
+                                             settings=DIGITS_SETTINGS, dataset_mode="new")
+        assert cerr.value.reason == "file-too-large"
+
+        assert await storage.keys("checkpoints") == before
+        assert "job" not in c.get_state()
+        assert [j["status"] for j in c.get_state()["savedJobs"]] == ["completed"]
+
+    asyncio.run(main())
+
+
+def test_commands_check_the_role_and_say_why() -> None:
+    async def main() -> None:
+        c = controller()
+        await c.init()
+        with pytest.raises(UsageError) as err:
+            await c.start()
+        assert err.value.reason == "no-job"
+        with pytest.raises(UsageError):
+            c.export_checkpoint()
+        await c.create_job(**package("digits-mlp"), settings=DIGITS_SETTINGS)
+        with pytest.raises(UsageError) as err:
+            c.invite("someone")
+        assert err.value.reason == "peer-not-connected"
+        with pytest.raises(UsageError) as err:
+            await c.create_job(**package("digits-mlp"), settings=DIGITS_SETTINGS)
+        assert err.value.reason == "job-active"
+
+    asyncio.run(main())
+
+
+def test_cartpole_splits_assignments_across_local_workers() -> None:
+    async def main() -> None:
+        c = controller()
+        await c.init()
+        await c.set_max_local_workers(2)
+        await c.create_job(**package("cartpole-reinforce"),
+                           settings={"epochs": 12, "localEpochs": 1, "batchSize": 16, "coordinatorParticipates": True,
+                                     "experience": {"unitsPerAssignment": 32},
+                                     "validationSchedule": {"enabled": True, "unit": "round", "every": 4}})
+        assert c.get_state()["job"]["localWorkers"] == {"requested": 2, "capacity": 2, "effective": 2, "active": 0}
+        await c.start()
+        await run_until_done(c)
+        job = c.get_state()["job"]
+        assert len(job["checkpoints"]) == 13
+        evals = [cp["validationMetrics"]["values"]["episodeReturn"] for cp in job["checkpoints"]
+                 if "validationMetrics" in cp]
+        assert len(evals) == 3 and evals[-1] > evals[0]
+        assert all(cp["metrics"]["examplesProcessed"] == 32 for cp in job["checkpoints"][1:])
+
+    asyncio.run(main())
