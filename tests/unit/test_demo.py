@@ -24,6 +24,7 @@ def test_demo_succeeds_and_prints_a_row_per_round(demo_out: tuple[Path, str, int
     assert code == 0, text
     assert "OK: every job's final metric is better than its first" in text
     assert "valid accuracy" in text and "eval episodeReturn" in text
+    assert "rejected updates: 0" in text
 
 
 def test_digits_writes_one_checkpoint_per_round_and_completes_three_epochs(demo_out: tuple[Path, str, int]) -> None:
@@ -43,6 +44,7 @@ def test_cartpole_checkpoints_carry_the_job_seed_and_next_unit(demo_out: tuple[P
     files = sorted((out / "cartpole").glob("*.weei-checkpoint"))
     assert len(files) == 31
     seeds = set()
+    # Every round, all four peers contributed a full assignment (nothing failed or was retried).
     for i, path in enumerate(files):
         meta = read_checkpoint(path.read_bytes()).metadata.to_json()
         seeds.add(meta["experience"]["jobSeed"])

@@ -1,116 +1,121 @@
-"""An in-memory transport between hosts, with the same guarantees as the real one.
+"""An in-memory transport between controllers, with the guarantees of the real one.
 
 Every message is encoded to JSON text and decoded again (so the wire format
-is exercised), and every attachment is resolved from the sender's store and
-verified by SHA-256 and size into the receiver's, exactly as a WebRTC
-transfer would be. Delivery is in order, one message at a time; a message
-to a disconnected peer is lost, as on a closed data channel.
+is exercised), and every attachment is checked against its announced
+SHA-256 and size before delivery, exactly as a WebRTC transfer is. Delivery
+is in order per receiving peer; a message to a disconnected peer is lost,
+as on a closed data channel.
 """
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import json
-from collections import deque
-from dataclasses import dataclass, field
-from typing import Callable
+from typing import Mapping
 
+from ..api.controller import TrainingController
 from ..core.commands import Send
-from ..core.messages import Assign, Deliver, Invitation, JobFinished, UpdateReceipt, decode_message, encode_message
-from ..host.coordinator_host import CoordinatorHost
-from ..host.participant_host import ParticipantHost
+from ..core.errors import WeeiError
+from ..core.messages import decode_message, encode_message
 
-__all__ = ["MemoryNetwork", "Endpoint"]
-
-# Messages a participant machine handles; every other kind goes to a coordinator.
-_TO_PARTICIPANT = (Invitation, Deliver, Assign, UpdateReceipt, JobFinished)
+__all__ = ["MemoryNetwork", "MemoryTransport"]
 
 
-@dataclass
-class Endpoint:
-    """One peer: a coordinator host, a participant host, or both (a participating coordinator)."""
+class MemoryTransport:
+    """One controller's view of the network (the ``Transport`` port)."""
 
-    peer_id: str
-    coordinator: CoordinatorHost | None = None
-    participant: ParticipantHost | None = None
-    connected: bool = True
-    on_invitation: Callable[[ParticipantHost, Invitation], None] | None = None
-    received_bytes: int = field(default=0)
+    def __init__(self, network: MemoryNetwork, peer_id: str) -> None:
+        self.network = network
+        self.peer_id = peer_id
+
+    def peers(self) -> list[str]:
+        return sorted(p for p in self.network.connected if p != self.peer_id)
+
+    def send(self, send: Send, blobs: Mapping[str, bytes]) -> None:
+        self.network.post(self.peer_id, send, blobs)
 
 
 class MemoryNetwork:
-    """Routes ``Send`` commands between endpoints until nothing is left to deliver."""
+    """Controllers by peer id, each with an inbox drained in order."""
 
-    def __init__(self, clock: Callable[[], float]) -> None:
-        self.clock = clock
-        self.endpoints: dict[str, Endpoint] = {}
-        self.queue: deque[tuple[str, Send]] = deque()
-        self.delivered = 0
+    def __init__(self) -> None:
+        self.controllers: dict[str, TrainingController] = {}
+        self.connected: set[str] = set()
+        self.inboxes: dict[str, asyncio.Queue[tuple[str, str, dict[str, bytes]]]] = {}
+        self.workers: dict[str, asyncio.Task[None]] = {}
+        self.bytes_moved = 0
         self.lost = 0
+        self.refused: list[str] = []
 
-    def attach(self, endpoint: Endpoint) -> Endpoint:
-        self.endpoints[endpoint.peer_id] = endpoint
-        return endpoint
+    def transport(self, peer_id: str) -> MemoryTransport:
+        self.inboxes[peer_id] = asyncio.Queue()
+        self.connected.add(peer_id)
+        return MemoryTransport(self, peer_id)
 
-    def post(self, src: str, sends: list[Send]) -> None:
-        self.queue.extend((src, send) for send in sends)
+    def attach(self, controller: TrainingController) -> None:
+        self.controllers[controller.my_peer_id] = controller
+        self.workers[controller.my_peer_id] = asyncio.ensure_future(self._drain(controller.my_peer_id))
 
-    def kick(self) -> None:
-        """Carry out whatever the coordinators emitted outside message handling (start, invite, ...)."""
-        for ep in self.endpoints.values():
-            if ep.coordinator is not None:
-                self.post(ep.peer_id, ep.coordinator.run(ep.coordinator.coordinator.take_commands()))
-            if ep.participant is not None:
-                self.post(ep.peer_id, ep.participant.run(ep.participant.participant.take_commands()))
-        self.pump()
-
-    def pump(self) -> None:
-        while self.queue:
-            src, send = self.queue.popleft()
-            self._deliver(src, send)
-
-    def _deliver(self, src: str, send: Send) -> None:
-        dst = self.endpoints.get(send.peer)
-        sender = self.endpoints[src]
-        if dst is None or not dst.connected or not sender.connected:
+    def post(self, src: str, send: Send, blobs: Mapping[str, bytes]) -> None:
+        if src not in self.connected or send.peer not in self.connected:
             self.lost += 1
             return
-        message = decode_message(json.loads(json.dumps(encode_message(send.message))))
-        # Coordinator-bound messages leave a participant's store, and the other way round.
-        to_participant = isinstance(message, _TO_PARTICIPANT)
-        source = sender.coordinator if to_participant else sender.participant
-        if source is None:
-            self.lost += 1
+        text = json.dumps(encode_message(send.message))
+        self.bytes_moved += len(text) + sum(len(b) for b in blobs.values())
+        self.inboxes[send.peer].put_nowait((src, text, dict(blobs)))
+
+    async def _drain(self, peer: str) -> None:
+        inbox = self.inboxes[peer]
+        while True:
+            src, text, blobs = await inbox.get()
+            try:
+                if peer in self.connected:
+                    await self._deliver(peer, src, text, blobs)
+            finally:
+                inbox.task_done()
+
+    async def _deliver(self, peer: str, src: str, text: str, blobs: dict[str, bytes]) -> None:
+        try:
+            message = decode_message(json.loads(text))
+            refs = {ref.sha256: ref for ref in _attachments(message)}
+            for sha, data in blobs.items():
+                if hashlib.sha256(data).hexdigest() != sha or (sha in refs and refs[sha].bytes != len(data)):
+                    raise WeeiError("hash-mismatch", f"an attachment from {src} does not match its hash or size")
+        except WeeiError as exc:
+            self.refused.append(f"{src}->{peer}: {exc}")
             return
-        source_store = source.store
-        blobs = {ref.sha256: source_store.get(ref.sha256) for ref in send.attachments}
-        dst.received_bytes += sum(len(b) for b in blobs.values())
-        self.delivered += 1
-        now = self.clock()
-        if to_participant:
-            host = dst.participant
-            if host is None:
-                self.lost += 1
-                return
-            for ref in send.attachments:
-                host.store.put(blobs[ref.sha256], ref.sha256, ref.bytes)
-            host.participant.receive(src, message, now)
-            if isinstance(message, Invitation) and dst.on_invitation is not None:
-                dst.on_invitation(host, message)
-            self.post(dst.peer_id, host.run(host.participant.take_commands()))
-        else:
-            chost = dst.coordinator
-            if chost is None:
-                self.lost += 1
-                return
-            chost.coordinator.receive(src, message, blobs, now)
-            self.post(dst.peer_id, chost.run(chost.coordinator.take_commands()))
+        await self.controllers[peer].receive(src, message, blobs)
 
-    def disconnect(self, peer: str) -> None:
-        """``peer`` vanishes: every coordinator hears of it, as from a closed channel."""
-        self.endpoints[peer].connected = False
-        now = self.clock()
-        for ep in self.endpoints.values():
-            if ep.coordinator is not None and ep.peer_id != peer:
-                ep.coordinator.coordinator.peer_disconnected(peer, now)
-        self.kick()
+    async def settle(self) -> None:
+        """Wait until every inbox is empty and every controller is idle."""
+        while True:
+            await asyncio.gather(*(q.join() for q in self.inboxes.values()))
+            await asyncio.gather(*(c.idle() for c in self.controllers.values()))
+            if all(q.empty() for q in self.inboxes.values()) and not any(c._tasks for c in self.controllers.values()):
+                return
 
+    async def disconnect(self, peer: str) -> None:
+        """``peer`` vanishes: every other controller hears of it, as from a closed channel."""
+        self.connected.discard(peer)
+        for other, controller in self.controllers.items():
+            if other != peer:
+                await controller.peer_disconnected(peer)
+
+    async def close(self) -> None:
+        for task in self.workers.values():
+            task.cancel()
+        await asyncio.gather(*self.workers.values(), return_exceptions=True)
+
+
+def _attachments(message: object) -> list:  # type: ignore[type-arg]
+    refs = []
+    for name in ("checkpoint", "module", "weights"):
+        ref = getattr(message, name, None)
+        if ref is not None and hasattr(ref, "sha256"):
+            refs.append(ref)
+    chunk = getattr(message, "chunk", None)
+    if chunk is not None:
+        refs.append(chunk.data)
+    refs.extend(getattr(message, "auxiliary", {}).values())
+    return refs

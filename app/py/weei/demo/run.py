@@ -1,34 +1,32 @@
 """``weei demo``: the built-in demo jobs, trained for real in one process.
 
-Each job runs the real job preparation, the real coordinator and
-participant state machines and one wasmtime model runtime per peer, over
-the in-memory transport. The coordinator participates, so N peers train.
-A per-round table is printed as checkpoints land, the .weei-checkpoint
-files are written to ``out/<job>/``, and the run fails when the final
-validation (or evaluation) metric is not better than the first.
+Each peer is a full ``TrainingController`` — the same API object the
+browser exposes — with its own storage, wasmtime Worker pool and
+aggregation kernel, connected over the in-memory transport. The
+coordinator creates the job from the reference package, invites the
+others, they accept, and the job runs to completion. A per-round table is
+printed as checkpoints are validated, the .weei-checkpoint files are
+written to ``out/<job>/``, and the run fails when the final validation (or
+evaluation) metric is not better than the first.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, TextIO
+from typing import Any, TextIO
 
-from ..core.commands import SaveCheckpoint
-from ..core.coordinator import Coordinator
-from ..core.messages import Invitation
-from ..host.coordinator_host import CoordinatorHost
-from ..host.participant_host import ParticipantHost
-from ..host.store import ArtifactStore
-from ..core.participant import Participant
-from ..prepare import prepare_job
+from ..api.controller import TrainingController
+from ..host.memory_storage import MemoryKeyValue, MemoryStorage
+from ..host.worker_pool import ThreadWorkerPool
 from ..runtime.wasmtime_engine import WasmtimeEngine
-from .network import Endpoint, MemoryNetwork
+from .network import MemoryNetwork
 
-__all__ = ["DemoJob", "DEMO_JOBS", "run_job", "run_demo", "models_dir"]
+__all__ = ["DemoJob", "DEMO_JOBS", "JobReport", "run_job", "run_demo", "models_dir"]
 
 
 def models_dir() -> Path:
@@ -67,6 +65,7 @@ class JobReport:
     metric: str
     direction: str
     rounds: list[dict[str, Any]] = field(default_factory=list)
+    rejected: int = 0
 
     def values(self) -> list[float]:
         return [r["validation"][self.metric] for r in self.rounds
@@ -87,100 +86,121 @@ def _kernel() -> Any:
     return NativeKernel()
 
 
-def run_job(job: DemoJob, out_dir: Path, *, stream: TextIO, clock: Callable[[], float] | None = None,
-            settings: dict[str, Any] | None = None) -> JobReport:
-    """Train one demo job to completion; returns its per-round report."""
-    clock = clock or (lambda: time.time() * 1000.0)
+def _controller(peer_id: str, network: MemoryNetwork, engine: WasmtimeEngine) -> TrainingController:
+    controller = TrainingController(
+        my_peer_id=peer_id, storage=MemoryStorage(), kv=MemoryKeyValue(), pool=ThreadWorkerPool(engine, 1),
+        kernel=_kernel(), engine=engine, clock=lambda: time.time() * 1000.0,
+        monotonic=lambda: time.monotonic() * 1000.0, random_bytes=os.urandom, transport=network.transport(peer_id))
+    network.attach(controller)
+    return controller
+
+
+def _package_inputs(job: DemoJob) -> dict[str, Any]:
     package_dir = models_dir() / job.model
-    manifest = json.loads((package_dir / "manifest.json").read_text())
-    entries = manifest["inlineJson"]["dataset-manifest.json"]
-    files = {e["fileName"]: (package_dir / "data" / e["fileName"]).read_bytes() for e in entries}
-    validation = None
+    manifest = (package_dir / "manifest.json").read_bytes()
+    entries = json.loads(manifest)["inlineJson"]["dataset-manifest.json"]
+    inputs: dict[str, Any] = {
+        "wasm_name": "model.wasm", "wasm": (package_dir / "model.wasm").read_bytes(), "manifest": manifest,
+        "files": {e["fileName"]: (package_dir / "data" / e["fileName"]).read_bytes() for e in entries},
+    }
     if job.validation is not None:
-        validation = (job.validation, (package_dir / "data" / job.validation).read_bytes())
+        inputs["validation"] = (job.validation, (package_dir / "data" / job.validation).read_bytes())
+    return inputs
+
+
+class _Table:
+    """Prints a row per checkpoint once its validation is in."""
+
+    def __init__(self, stream: TextIO, info: dict[str, Any], experience: bool, report: JobReport) -> None:
+        self.stream = stream
+        self.metric_ids = [m["id"] for m in info["metrics"]]
+        self.report = report
+        self.printed: set[int] = set()
+        self.last_at: float | None = None
+        unit = "units" if experience else "examples"
+        kind = "eval" if experience else "valid"
+        print(f"{'round':>5} {'peers':>5} {unit:>8}  " + "  ".join(f"train {m:>8}" for m in self.metric_ids)
+              + "  " + "  ".join(f"{kind} {m:>8}" for m in self.metric_ids) + f"  {'seconds':>7}", file=stream)
+
+    def update(self, state: dict[str, Any], contributors: dict[int, int]) -> None:
+        for cp in state.get("job", {}).get("checkpoints", []):
+            round_ = cp["artifact"]["round"]
+            if round_ in self.printed or ("validationMetrics" not in cp and "validationError" not in cp):
+                continue
+            self.printed.add(round_)
+            seconds = (cp["createdAt"] - self.last_at) / 1000 if self.last_at is not None else 0.0
+            self.last_at = cp["createdAt"]
+            train = cp["metrics"]["values"]
+            valid = cp.get("validationMetrics", {}).get("values", {})
+            self.report.rounds.append({"round": round_, "train": train, "validation": valid, "seconds": seconds})
+            cells = "  ".join(f"{train.get(m, float('nan')):>14.4f}" for m in self.metric_ids)
+            vcells = "  ".join(f"{valid.get(m, float('nan')):>14.4f}" for m in self.metric_ids)
+            print(f"{round_:>5} {contributors.get(round_, 0):>5} {cp['metrics']['examplesProcessed']:>8}  {cells}  "
+                  f"{vcells}  {seconds:>7.2f}", file=self.stream, flush=True)
+
+
+async def _run_job(job: DemoJob, out_dir: Path, stream: TextIO, settings: dict[str, Any] | None) -> JobReport:
     engine = WasmtimeEngine()
-    prepared = prepare_job(engine, job_id=f"demo-{job.name}", wasm_name="model.wasm",
-                           wasm=(package_dir / "model.wasm").read_bytes(), manifest=manifest, files=files,
-                           settings=settings or job.settings, random_bytes=os.urandom(16), validation=validation)
-    info = prepared.spec.info
-    metric = info.metrics[0]
-    report = JobReport(job.name, metric.id, metric.direction)
-    coordinator = Coordinator.create(prepared.spec, prepared.initial_weights, my_peer_id="coordinator",
-                                     kernel=_kernel(), now=clock(), job_seed=prepared.job_seed)
-    store = ArtifactStore()
-    for sha, data in prepared.artifacts.items():
-        store.put(data, sha)
+    network = MemoryNetwork()
+    coordinator = _controller("coordinator", network, engine)
+    others = [_controller(f"peer-{i}", network, engine) for i in range(1, job.peers)]
+    try:
+        for c in (coordinator, *others):
+            await c.init()
+        job_id = await coordinator.create_job(**_package_inputs(job), settings=settings or job.settings)
+        state = coordinator.get_state()["job"]
+        info = state["info"]
+        metric = info["metrics"][0]
+        experience = "workSource" in info
+        report = JobReport(job.name, metric["id"], metric["direction"])
+        print(f"\n== {job.name}: {info['name']} — {job.peers} peers, {state['settings']['epochs']} "
+              f"{'rounds' if experience else 'epochs'}, {len(state.get('queue', []))} chunks", file=stream)
+        table = _Table(stream, info, experience, report)
+        contributors: dict[int, int] = {}
 
-    network = MemoryNetwork(clock)
-    started = [time.perf_counter()]
-    metric_ids = [m.id for m in info.metrics]
-    unit = "units" if prepared.spec.is_experience else "examples"
-    header = f"{'round':>5} {'peers':>5} {unit:>8}  " + "  ".join(f"train {m:>8}" for m in metric_ids) + \
-             "  " + "  ".join(f"{'eval' if prepared.spec.is_experience else 'valid'} {m:>8}" for m in metric_ids) + \
-             f"  {'seconds':>7}"
-    print(f"\n== {job.name}: {info.name} — {job.peers} peers, "
-          f"{prepared.spec.settings.epochs} {'rounds' if prepared.spec.is_experience else 'epochs'}, "
-          f"{len(prepared.spec.chunks)} chunks, {prepared.spec.weight_bytes} weight bytes", file=stream)
-    print(header, file=stream)
+        def on_state(s: dict[str, Any]) -> None:
+            core = coordinator.coordinator
+            if core is not None and core.checkpoint_round not in contributors:
+                contributors[core.checkpoint_round] = len(core.last_contributors)
+            table.update(s, contributors)
 
-    pending: dict[int, dict[str, Any]] = {}
+        stop = coordinator.subscribe(on_state)
+        for peer in others:
+            coordinator.invite(peer.my_peer_id)
+        await network.settle()
+        for peer in others:
+            await peer.decide_invitation(job_id, True)
+        await network.settle()
+        await coordinator.run_validation()
+        await network.settle()
+        await coordinator.start()
+        while coordinator.get_state()["job"]["status"] != "completed":
+            if coordinator.get_state()["job"]["status"] == "paused":
+                raise RuntimeError(f"{job.name}: the job paused: {coordinator.get_state().get('error')}")
+            await asyncio.sleep(0.01)
+        await network.settle()
+        stop()
+        table.update(coordinator.get_state(), contributors)
+        report.rejected = len(coordinator.coordinator.rejected) if coordinator.coordinator else 0
+        target = out_dir / job.name
+        target.mkdir(parents=True, exist_ok=True)
+        files = 0
+        for key in await coordinator.storage.keys("checkpoints"):
+            entry = await coordinator.storage.get("checkpoints", key)
+            (target / entry["summary"]["artifact"]["fileName"]).write_bytes(entry["file"])
+            files += 1
+        values = report.values()
+        print(f"-- {job.name}: {files} checkpoints in {target}; {metric['id']} ({metric['direction']}) "
+              f"{values[0]:.4f} -> {values[-1]:.4f}; rejected updates: {report.rejected}; "
+              f"{network.bytes_moved / 1e6:.1f} MB moved between peers", file=stream)
+        return report
+    finally:
+        await network.close()
 
-    def on_checkpoint(save: SaveCheckpoint) -> None:
-        now = time.perf_counter()
-        row = {"round": save.round, "peers": len(coordinator.last_contributors) if save.round else 0,
-               "count": save.summary["metrics"]["examplesProcessed"],
-               "train": dict(save.summary["metrics"]["values"]), "seconds": now - started[0]}
-        started[0] = now
-        pending[save.round] = row
 
-    def print_row(round_: int) -> None:
-        row = pending.pop(round_)
-        summary = next(c for c in coordinator.checkpoints if c["artifact"]["round"] == round_)
-        row["validation"] = dict(summary.get("validationMetrics", {}).get("values", {}))
-        report.rounds.append(row)
-        train = "  ".join(f"{row['train'].get(m, float('nan')):>14.4f}" for m in metric_ids)
-        valid = "  ".join(f"{row['validation'].get(m, float('nan')):>14.4f}" for m in metric_ids)
-        print(f"{row['round']:>5} {row['peers']:>5} {row['count']:>8}  {train}  {valid}  {row['seconds']:>7.2f}",
-              file=stream, flush=True)
-
-    host = CoordinatorHost(coordinator, prepared.runtime, store, clock, validation=prepared.validation,
-                           out_dir=out_dir / job.name, on_checkpoint=on_checkpoint)
-    original_validate = host._validate
-
-    def validate_and_print(command: Any) -> None:
-        original_validate(command)
-        if command.round in pending:
-            print_row(command.round)
-
-    host._validate = validate_and_print  # type: ignore[method-assign]
-    network.attach(Endpoint("coordinator", coordinator=host,
-                            participant=ParticipantHost("coordinator", engine, clock)))
-    network.endpoints["coordinator"].participant.participant = Participant.local("coordinator", prepared.spec.job_id)  # type: ignore[union-attr]
-
-    def accept(peer_host: ParticipantHost, invitation: Invitation) -> None:
-        peer_host.participant.decide(True, clock())
-
-    for i in range(1, job.peers):
-        network.attach(Endpoint(f"peer-{i}", participant=ParticipantHost(f"peer-{i}", engine, clock),
-                                on_invitation=accept))
-    network.kick()
-    for i in range(1, job.peers):
-        coordinator.invite(f"peer-{i}", clock())
-    network.kick()
-    coordinator.request_validation(clock())
-    network.kick()
-    coordinator.start(clock())
-    network.kick()
-    for round_ in sorted(pending):
-        print_row(round_)
-    if coordinator.status != "completed":
-        raise RuntimeError(f"{job.name}: the job stopped at round {coordinator.checkpoint_round} "
-                           f"with status {coordinator.status}: {coordinator.error}")
-    values = report.values()
-    print(f"-- {job.name}: {len(coordinator.checkpoints)} checkpoints in {out_dir / job.name}; "
-          f"{metric.id} ({metric.direction}) {values[0]:.4f} -> {values[-1]:.4f}; "
-          f"rejected updates: {len(coordinator.rejected)}", file=stream)
-    return report
+def run_job(job: DemoJob, out_dir: Path, *, stream: TextIO, settings: dict[str, Any] | None = None) -> JobReport:
+    """Train one demo job to completion; returns its per-round report."""
+    return asyncio.run(_run_job(job, out_dir, stream, settings))
 
 
 def run_demo(out_dir: Path, *, stream: TextIO, jobs: tuple[DemoJob, ...] = DEMO_JOBS) -> int:

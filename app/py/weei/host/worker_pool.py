@@ -26,6 +26,8 @@ class ThreadWorkerPool:
         self._runtimes: dict[int, tuple[str, ModelRuntime]] = {}
         self._active = 0
         self._lock = threading.Lock()
+        # A Worker runs one task at a time, as a Web Worker's message loop does.
+        self._busy: dict[int, asyncio.Lock] = {}
 
     @property
     def device_limit(self) -> int:
@@ -45,11 +47,12 @@ class ThreadWorkerPool:
                            "metrics": dict(report.metrics)}
                 loop.call_soon_threadsafe(on_progress, index, payload)
 
-        self._active += 1
-        try:
-            return await asyncio.to_thread(self._run, index, module_sha256, module, task, progress)
-        finally:
-            self._active -= 1
+        async with self._busy.setdefault(index, asyncio.Lock()):
+            self._active += 1
+            try:
+                return await asyncio.to_thread(self._run, index, module_sha256, module, task, progress)
+            finally:
+                self._active -= 1
 
     def _runtime(self, index: int, module_sha256: str, module: bytes) -> ModelRuntime:
         with self._lock:
