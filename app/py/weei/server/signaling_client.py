@@ -1,0 +1,282 @@
+"""A small asyncio client of the signaling server, for the agent and the tests.
+
+Usage::
+
+    async with SignalingClient("ws://host:8080/signal") as client:
+        welcome = await client.connect()          # peer ID, token, ICE servers
+        peers = await client.join("my-room")      # everyone in the room, self included
+        await client.signal(peers[0], "offer", sdp)
+        event = await client.next_event()         # Peers, Signal, ServerError or Closed
+
+A reader task turns frames into events on a queue; :meth:`connect` and
+:meth:`join` wait for their answer (or the error that refuses them), which
+then does not appear as an event: events are the peer lists that follow
+other peers' joins and leaves, signals, errors about our signals, and the
+close. A
+pinger keeps the connection inside the server's idle timeout.
+:meth:`reconnect` opens a new socket with the resume token, so the peer keeps
+its ID, and joins the same room again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from dataclasses import dataclass
+from typing import Any, Union
+
+import aiohttp
+
+from ..core.errors import UsageError
+from .rooms import SignalingError
+
+__all__ = [
+    "SignalingClient",
+    "Welcome",
+    "Peers",
+    "Signal",
+    "ServerError",
+    "Closed",
+    "Event",
+]
+
+
+@dataclass(frozen=True)
+class Welcome:
+    """The server's answer to ``hello``."""
+
+    peer_id: str
+    token: str
+    resumed: bool
+    ice_servers: tuple[dict[str, Any], ...]
+    limits: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Peers:
+    """The peers now in the room (join order, self included)."""
+
+    room: str
+    peers: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Signal:
+    """An offer, answer or candidate from peer ``sender``."""
+
+    sender: str
+    kind: str
+    payload: Any
+
+
+@dataclass(frozen=True)
+class ServerError:
+    """The server refused one of our frames."""
+
+    reason: str
+    message: str
+    refused: str | None
+
+
+@dataclass(frozen=True)
+class Closed:
+    """The socket closed (``code`` None if it failed without a close frame)."""
+
+    code: int | None
+    reason: str
+
+
+Event = Union[Peers, Signal, ServerError, Closed]
+
+
+class SignalingClient:
+    """One peer's connection to the signaling server."""
+
+    def __init__(self, url: str, *, token: str | None = None, session: aiohttp.ClientSession | None = None,
+                 ping_interval_s: float | None = None, timeout_s: float = 10.0) -> None:
+        self.url = url
+        self.token = token
+        self.peer_id: str | None = None
+        self.room: str | None = None
+        self.peers: tuple[str, ...] = ()
+        self.welcome: Welcome | None = None
+        self._session = session
+        self._own_session = session is None
+        self._ping_interval = ping_interval_s
+        self._timeout = timeout_s
+        self._ws: aiohttp.ClientWebSocketResponse | None = None
+        self._events: asyncio.Queue[Event] = asyncio.Queue()
+        self._pending: dict[str, asyncio.Future[Any]] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def __aenter__(self) -> SignalingClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    @property
+    def connected(self) -> bool:
+        return self._ws is not None and not self._ws.closed
+
+    async def connect(self) -> Welcome:
+        """Open the socket and say hello (with the resume token, if any).
+
+        Raises :class:`SignalingError` if the server refuses or closes.
+        """
+        if self.connected:
+            raise UsageError("already-connected", "SignalingClient.connect: already connected")
+        if self._session is None:
+            self._session = aiohttp.ClientSession()
+        self._ws = await self._session.ws_connect(self.url, autoping=True)
+        self._tasks = [asyncio.create_task(self._read(self._ws))]
+        hello: dict[str, Any] = {"type": "hello", "version": 1}
+        if self.token is not None:
+            hello["token"] = self.token
+        welcome: Welcome = await self._request("hello", hello)
+        self.welcome = welcome
+        self.peer_id = welcome.peer_id
+        self.token = welcome.token
+        interval = self._ping_interval
+        if interval is None:
+            interval = max(1.0, float(welcome.limits.get("idleTimeout", 300)) / 3)
+        self._tasks.append(asyncio.create_task(self._ping(self._ws, interval)))
+        return welcome
+
+    async def join(self, room: str) -> tuple[str, ...]:
+        """Join ``room``; returns its peers (self included). Raises SignalingError if refused."""
+        if self.welcome is None or not self.connected:
+            raise UsageError("not-connected", "SignalingClient.join: connect first")
+        peers: tuple[str, ...] = await self._request("join", {"type": "join", "room": room})
+        self.room = room
+        return peers
+
+    async def signal(self, to: str, kind: str, payload: Any) -> None:
+        """Send an offer/answer (SDP string) or a candidate (RTCIceCandidateInit dict) to ``to``."""
+        await self._send({"type": "signal", "to": to, "kind": kind, "payload": payload})
+
+    async def send_raw(self, text: str) -> None:
+        """Send a frame as it is (tests use it to misbehave)."""
+        if self._ws is None:
+            raise UsageError("not-connected", "SignalingClient.send_raw: connect first")
+        await self._ws.send_str(text)
+
+    async def next_event(self, timeout: float | None = None) -> Event:
+        """The next event; raises TimeoutError after ``timeout`` seconds."""
+        return await asyncio.wait_for(self._events.get(), timeout if timeout is not None else self._timeout)
+
+    async def next_signal(self, timeout: float | None = None) -> Signal:
+        """The next Signal, skipping peer lists; raises SignalingError on an error or close."""
+        while True:
+            event = await self.next_event(timeout)
+            if isinstance(event, Signal):
+                return event
+            if isinstance(event, ServerError):
+                raise SignalingError(event.reason, event.message, event.refused)
+            if isinstance(event, Closed):
+                raise SignalingError("closed", f"the socket closed ({event.code} {event.reason})")
+
+    async def reconnect(self) -> Welcome:
+        """Drop the socket, connect again with the token and rejoin the room."""
+        await self._disconnect()
+        welcome = await self.connect()
+        if self.room is not None:
+            await self.join(self.room)
+        return welcome
+
+    async def close(self) -> None:
+        """Close the socket (and the session this client made)."""
+        await self._disconnect()
+        if self._own_session and self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    # -- internals ---------------------------------------------------------
+
+    async def _send(self, frame: dict[str, Any]) -> None:
+        if self._ws is None or self._ws.closed:
+            raise UsageError("not-connected", "SignalingClient: not connected")
+        await self._ws.send_str(json.dumps(frame, separators=(",", ":")))
+
+    async def _request(self, kind: str, frame: dict[str, Any]) -> Any:
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending[kind] = future
+        try:
+            await self._send(frame)
+            return await asyncio.wait_for(future, self._timeout)
+        finally:
+            self._pending.pop(kind, None)
+
+    def _resolve(self, kind: str, value: Any = None, error: BaseException | None = None) -> None:
+        future = self._pending.get(kind)
+        if future is None or future.done():
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(value)
+
+    async def _disconnect(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+        if self._ws is not None:
+            await self._ws.close()
+            self._ws = None
+        self.welcome = None
+
+    async def _ping(self, ws: aiohttp.ClientWebSocketResponse, interval: float) -> None:
+        while not ws.closed:
+            await asyncio.sleep(interval)
+            with contextlib.suppress(ConnectionError, RuntimeError):
+                await ws.send_str('{"type":"ping"}')
+
+    async def _read(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        reason = ""
+        while True:
+            msg = await ws.receive()
+            if msg.type is aiohttp.WSMsgType.TEXT:
+                try:
+                    frame = json.loads(msg.data)
+                except ValueError:
+                    continue
+                if isinstance(frame, dict):
+                    self._dispatch(frame)
+            elif msg.type is aiohttp.WSMsgType.CLOSE:
+                reason = str(msg.extra or "")
+                break
+            elif msg.type in (aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.CLOSING, aiohttp.WSMsgType.ERROR):
+                break
+        closed = Closed(ws.close_code, reason)
+        error = SignalingError("closed", f"the server closed the socket ({closed.code} {closed.reason})")
+        for kind in list(self._pending):
+            self._resolve(kind, error=error)
+        await self._events.put(closed)
+
+    def _dispatch(self, frame: dict[str, Any]) -> None:
+        # A frame that answers a pending request (welcome; the peer list
+        # after our join; an error refusing hello or join) goes to that
+        # request only; everything else becomes an event.
+        kind = frame.get("type")
+        if kind == "welcome":
+            self._resolve("hello", Welcome(frame["peerId"], frame["token"], bool(frame["resumed"]),
+                                           tuple(frame.get("iceServers", ())), dict(frame.get("limits", {}))))
+        elif kind == "peers":
+            event = Peers(frame["room"], tuple(frame["peers"]))
+            self.peers = event.peers
+            if "join" in self._pending and self.peer_id in event.peers:
+                self._resolve("join", event.peers)
+            else:
+                self._events.put_nowait(event)
+        elif kind == "signal":
+            self._events.put_nowait(Signal(frame["from"], frame["kind"], frame["payload"]))
+        elif kind == "error":
+            error = ServerError(frame["reason"], frame.get("message", ""), frame.get("refused"))
+            if error.refused is not None and error.refused in self._pending:
+                self._resolve(error.refused, error=SignalingError(error.reason, error.message, error.refused))
+            else:
+                self._events.put_nowait(error)
