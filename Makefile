@@ -3,18 +3,30 @@ PY ?= python3
 VENV := .venv
 VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-APT_PACKAGES := clang lld wabt
+APT_PACKAGES := clang lld wabt chromium
+NODE_STAMP := node_modules/.weei-installed
+PORT ?= 8000
 
-.PHONY: setup demo test bench wasm clean
+.PHONY: setup demo test test-browser bench wasm site serve clean
 
-setup: $(STAMP) .apt-stamp
+setup: $(STAMP) .apt-stamp $(NODE_STAMP)
 
-# System toolchain for building WebAssembly models and kernels.
-.apt-stamp:
-	@if ! command -v clang >/dev/null || ! command -v wasm-ld >/dev/null || ! command -v wasm-objdump >/dev/null; then \
+# System toolchain for building WebAssembly models and kernels, Chromium for
+# the browser tests (Playwright drives /usr/bin/chromium; it never downloads
+# a browser), and npm when node is missing.
+.apt-stamp: Makefile
+	@missing="$(APT_PACKAGES)"; \
+	if ! command -v npm >/dev/null; then missing="$$missing nodejs npm"; fi; \
+	if ! command -v clang >/dev/null || ! command -v wasm-ld >/dev/null || ! command -v wasm-objdump >/dev/null \
+	   || ! [ -x /usr/bin/chromium ] || ! command -v npm >/dev/null; then \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $(APT_PACKAGES); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
 	fi
+	@touch $@
+
+# Pyodide from npm, at the version package-lock.json pins.
+$(NODE_STAMP): package.json package-lock.json .apt-stamp
+	npm ci --no-audit --no-fund --loglevel=error
 	@touch $@
 
 $(STAMP): pyproject.toml
@@ -27,7 +39,17 @@ demo: setup
 	$(VENV)/bin/weei demo --out out/demo
 
 test: setup
-	$(VPY) -m pytest tests/unit
+	$(VPY) -m pytest tests/unit tests/browser
+
+test-browser: setup
+	$(VPY) -m pytest tests/browser
+
+# The static site (dist/) that `weei serve` serves.
+site: setup
+	$(VPY) build.py site
+
+serve: site
+	$(VENV)/bin/weei serve --port $(PORT)
 
 bench: setup
 	$(VPY) bench/run_all.py
@@ -36,4 +58,4 @@ wasm: setup
 	$(VPY) build.py wasm
 
 clean:
-	rm -rf $(VENV) .apt-stamp build out
+	rm -rf $(VENV) .apt-stamp build out dist node_modules

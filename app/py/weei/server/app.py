@@ -1,0 +1,185 @@
+"""The aiohttp application of ``weei serve`` and its runner.
+
+Theory of operation
+-------------------
+:func:`create_app` is an ordinary aiohttp app factory. The static site is
+not a route: a middleware serves a file only when no route matched the
+request (aiohttp's own "not found"), so routes added to the app in any
+order, before or after this factory (``add_signaling(app, config)`` puts
+the signaling WebSocket on ``GET /signal``), always win. Every response,
+errors included, gets the cross-origin headers in an
+``on_response_prepare`` hook:
+
+* ``Access-Control-Allow-Origin: *`` - a page on another origin loads
+  ``weei.js``, imports ``pyodide.mjs`` and ``worker.js`` as modules and
+  fetches the wasm and the package (module scripts are always CORS);
+* ``Cross-Origin-Resource-Policy: cross-origin`` - so an embedder that is
+  cross-origin isolated (COEP ``require-corp``) may still load them;
+* ``Cache-Control: no-cache`` - files keep their names across builds, so
+  the browser revalidates (Last-Modified / If-Modified-Since) every time.
+
+Content types come from :data:`MIME_TYPES` rather than the platform's
+``mimetypes`` table: browsers refuse module scripts that are not served
+as JavaScript and ``WebAssembly.compileStreaming`` wants
+``application/wasm``.
+
+:func:`serve` binds, reports the URL through a callback and runs until
+:func:`run`'s SIGINT/SIGTERM handler (or the caller) sets ``stop``; the
+runner's cleanup closes open connections, so shutdown is clean.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from aiohttp import web
+
+__all__ = ["MIME_TYPES", "SITE_DIR_KEY", "create_app", "default_site_dir", "serve", "run"]
+
+MIME_TYPES: dict[str, str] = {
+    ".html": "text/html; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".mjs": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".json": "application/json",
+    ".map": "application/json",
+    ".wasm": "application/wasm",
+    ".zip": "application/zip",
+    ".bin": "application/octet-stream",
+    ".txt": "text/plain; charset=utf-8",
+    ".svg": "image/svg+xml",
+    ".png": "image/png",
+    ".ico": "image/x-icon",
+}
+_FALLBACK_TYPE = "application/octet-stream"
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+SITE_DIR_KEY: web.AppKey[Path] = web.AppKey("weei_site_dir", Path)
+
+_CROSS_ORIGIN_HEADERS = {
+    "Access-Control-Allow-Origin": "*",
+    "Cross-Origin-Resource-Policy": "cross-origin",
+    "X-Content-Type-Options": "nosniff",
+}
+
+
+def default_site_dir() -> Path:
+    """``./dist`` when it exists, else ``dist/`` at the repository root."""
+    here = Path.cwd() / "dist"
+    if here.is_dir():
+        return here
+    return Path(__file__).resolve().parents[4] / "dist"
+
+
+async def _add_headers(request: web.Request, response: web.StreamResponse) -> None:
+    del request
+    for name, value in _CROSS_ORIGIN_HEADERS.items():
+        response.headers.setdefault(name, value)
+    response.headers.setdefault("Cache-Control", "no-cache")
+
+
+def _no_route(request: web.Request) -> bool:
+    # For a request no route matched, aiohttp's match_info carries the
+    # HTTPNotFound it will raise (a MatchInfoError).
+    return isinstance(getattr(request.match_info, "http_exception", None), web.HTTPNotFound)
+
+
+def _site_file(root: Path, rel: str, request_path: str) -> Path:
+    """The file under ``root`` for URL path ``rel``. Raises HTTPNotFound
+    (missing, or outside ``root``) or a redirect (a directory without '/')."""
+    try:
+        target = (root / rel).resolve()
+    except (OSError, ValueError):
+        raise web.HTTPNotFound() from None
+    if not target.is_relative_to(root):
+        raise web.HTTPNotFound()
+    if target.is_dir():
+        if rel and not rel.endswith("/"):
+            raise web.HTTPMovedPermanently(location=request_path + "/")
+        target = target / "index.html"
+    if not target.is_file():
+        raise web.HTTPNotFound()
+    return target
+
+
+@web.middleware
+async def _static_fallback(request: web.Request, handler: Handler) -> web.StreamResponse:
+    if not _no_route(request):
+        return await handler(request)
+    if request.method == "OPTIONS":
+        # CORS preflight; simple GETs (all the site needs) never send one.
+        return web.Response(status=204, headers={
+            "Access-Control-Allow-Methods": "GET, HEAD, OPTIONS",
+            "Access-Control-Allow-Headers": "*",
+            "Access-Control-Max-Age": "86400",
+        })
+    if request.method not in ("GET", "HEAD"):
+        return await handler(request)
+    target = _site_file(request.app[SITE_DIR_KEY], request.path.lstrip("/"), request.path)
+    content_type = MIME_TYPES.get(target.suffix.lower(), _FALLBACK_TYPE)
+    return web.FileResponse(target, headers={"Content-Type": content_type})
+
+
+def create_app(site_dir: Path) -> web.Application:
+    """The Weei server app serving the static files of ``site_dir`` (made
+    absolute) wherever no route matches. Raises FileNotFoundError if
+    ``site_dir`` is not a directory."""
+    root = Path(site_dir).resolve()
+    if not root.is_dir():
+        raise FileNotFoundError(f"{root} is not a directory (build it with: python build.py site)")
+    app = web.Application(middlewares=[_static_fallback])
+    app[SITE_DIR_KEY] = root
+    app.on_response_prepare.append(_add_headers)
+    return app
+
+
+def _url_host(host: str) -> str:
+    if host in ("", "0.0.0.0"):
+        return "127.0.0.1"
+    if host == "::":
+        return "[::1]"
+    return f"[{host}]" if ":" in host else host
+
+
+async def serve(
+    app: web.Application,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    *,
+    on_ready: Callable[[str], None] | None = None,
+    stop: asyncio.Event | None = None,
+) -> None:
+    """Serve ``app`` on ``host:port`` (port 0: any free port) until ``stop``
+    is set; call ``on_ready(url)`` once listening. Raises OSError when the
+    address cannot be bound."""
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, host, port)
+        await site.start()
+        bound_port = runner.addresses[0][1]
+        if on_ready is not None:
+            on_ready(f"http://{_url_host(host)}:{bound_port}/")
+        await (stop or asyncio.Event()).wait()
+    finally:
+        await runner.cleanup()
+
+
+def run(site_dir: Path, host: str = "127.0.0.1", port: int = 8000,
+        on_ready: Callable[[str], None] | None = None) -> int:
+    """Serve ``site_dir`` until SIGINT or SIGTERM; return an exit status."""
+    app = create_app(site_dir)
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await serve(app, host, port, on_ready=on_ready, stop=stop)
+
+    asyncio.run(main())
+    return 0

@@ -1,0 +1,304 @@
+"""The browser side of Weei in headless Chromium, as ratios measured in one run.
+
+    .venv/bin/python bench/bench_browser.py [--repeat 3] [--elems 8388608] [--epochs 20]
+
+Builds dist/ (build.py site), starts ``weei serve`` on a free port and drives
+the system Chromium (/usr/bin/chromium, or WEEI_CHROMIUM) through Playwright.
+
+1. Start-up. A page with the one embed tag, load until ``weeiReady``
+   resolves, against a bare page that only runs ``loadPyodide`` from the
+   same server (both from navigation start, each in a fresh browser
+   context, so nothing is cached). Target: weeiReady <= 1.1x bare. Also
+   reported: until the page's own Python (Pyodide + weei unpacked and
+   imported, started in the background) is ready, against the same bare
+   load: the cost weei adds to a Pyodide start.
+2. Aggregation. In the page's Pyodide, ``WasmKernel.run_average`` over the
+   browser engine (the inputs already staged in the module's memory, as
+   bench_aggregate.py does for wasmtime) for U updates of ``--elems``
+   float32, against ``Uint8Array.prototype.set`` copying the same U updates
+   into one buffer in the same page. Target: >= 0.7x of the copy rate.
+   The staging copy (Python bytes into wasm memory) is reported on its own.
+3. Training. digits-mlp in a Worker (each train a request with the weights
+   and chunk transferred, as the page will do it) against the same C
+   compiled natively with clang -O3 -march=native (bench/bench_training.py's
+   driver, c/bench/bench_main.c) and against wasmtime in CPython, on the
+   same two workloads as bench_training.py; the final weights must agree
+   bit for bit on all three.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "app" / "py"))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import bench_training as bt  # noqa: E402
+from weei.runtime import ModelRuntime, WasmtimeEngine  # noqa: E402
+
+__all__ = ["main"]
+
+CHROMIUM = os.environ.get("WEEI_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]
+
+BARE_PAGE = """<!doctype html><html><head><meta charset=utf-8><link rel=icon href="data:,"></head><body>
+<script type="module">
+import { loadPyodide } from './pyodide/pyodide.mjs';
+window.bareDone = loadPyodide({ indexURL: new URL('./pyodide/', location.href).href })
+  .then(() => performance.now());
+</script></body></html>"""
+
+WEEI_PAGE = """<!doctype html><html><head><meta charset=utf-8><link rel=icon href="data:,"></head><body>
+<script src="weei.js"></script>
+<script>
+window.readyAt = weeiReady.then(() => performance.now());
+window.pythonAt = weeiReady.then((w) => w._internal.core.pagePython.start()).then(() => performance.now());
+</script></body></html>"""
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def start_server() -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "weei.cli", "serve", "--port", "0", "--dir", str(ROOT / "dist")],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if "http://" not in line:
+        proc.kill()
+        raise RuntimeError(f"weei serve did not start: {line}")
+    return proc, line[line.index("http://"):].split()[0]
+
+
+def _serve_html(html: str) -> Any:
+    # A one-argument handler: Playwright passes (route, request) to two.
+    return lambda route: route.fulfill(status=200, content_type="text/html", body=html)
+
+
+def measure_startup(browser: Any, url: str, repeat: int) -> dict[str, float]:
+    bare, ready, python = [], [], []
+    for _ in range(repeat):
+        for kind in ("bare", "weei"):
+            context = browser.new_context()
+            page = context.new_page()
+            page.set_default_timeout(120_000)
+            html = BARE_PAGE if kind == "bare" else WEEI_PAGE
+            page.route(url + "bench-page.html", _serve_html(html))
+            page.goto(url + "bench-page.html")
+            if kind == "bare":
+                bare.append(page.evaluate("window.bareDone") / 1000)
+            else:
+                ready.append(page.evaluate("window.readyAt") / 1000)
+                python.append(page.evaluate("window.pythonAt") / 1000)
+            context.close()
+    return {"bare": statistics.median(bare), "ready": statistics.median(ready),
+            "python": statistics.median(python)}
+
+
+AGGREGATE_JS = """async ([elems, updates, repeat]) => {
+  const { pyodide } = await (await weeiReady)._internal.core.pagePython.start();
+  const arrays = [];
+  for (let u = 0; u < updates; u++) {
+    const a = new Float32Array(elems);
+    for (let i = 0; i < elems; i++) a[i] = Math.sin(i * 0.001 + u) * 3;
+    arrays.push(new Uint8Array(a.buffer));
+  }
+  // The baseline: copy the same bytes, update by update, into one buffer.
+  const dst = new Uint8Array(elems * 4);
+  let copyBest = Infinity;
+  for (let r = 0; r <= repeat; r++) {
+    const t0 = performance.now();
+    for (const a of arrays) dst.set(a);
+    const t = performance.now() - t0;
+    if (r > 0) copyBest = Math.min(copyBest, t);  // r = 0 warms up
+  }
+  const ns = pyodide.globals.get('dict')();
+  ns.set('js_updates', arrays);
+  ns.set('repeat', repeat);
+  const out = await pyodide.runPythonAsync(`
+import time, hashlib
+from weei.browser import page_main
+kernel = await page_main.session.kernel()
+updates = [a.to_bytes() for a in js_updates]
+counts = [100 + 7 * k for k in range(len(updates))]
+stage_best = run_best = float("inf")
+for r in range(repeat + 1):
+    t0 = time.perf_counter()
+    staged = kernel.stage_average(updates, counts)
+    t1 = time.perf_counter()
+    kernel.run_average(staged)
+    t2 = time.perf_counter()
+    if r:
+        stage_best = min(stage_best, t1 - t0)
+        run_best = min(run_best, t2 - t1)
+digest = hashlib.sha256(kernel.read(staged.out_ptr, staged.n_elems * 4)).hexdigest()
+[stage_best, run_best, digest]
+`, { globals: ns });
+  const [stage, run, digest] = out.toJs();
+  out.destroy();
+  ns.destroy();
+  return { copy: copyBest / 1000, stage, run, digest };
+}"""
+
+
+def measure_aggregation(browser: Any, url: str, elems: int, updates: int, repeat: int) -> dict[str, Any]:
+    context = browser.new_context()
+    page = context.new_page()
+    page.set_default_timeout(300_000)
+    page.goto(url)
+    result = page.evaluate(AGGREGATE_JS, [elems, updates, repeat])
+    context.close()
+    return result
+
+
+TRAIN_JS = """async ([files, epochs, batch, seed0]) => {
+  const fromB64 = (s) => Uint8Array.from(atob(s), (c) => c.charCodeAt(0)).buffer;
+  const api = (await weeiReady).widgetsApi.get('distributed-training');
+  const client = api._debug.worker();
+  await client.ready;
+  const wasm = await (await fetch(new URL('models/digits-mlp/model.wasm', location.href))).arrayBuffer();
+  await client.request('loadModel', { wasm }, { transfer: [wasm] });
+  let weights = (await client.request('createInitialWeights', { seed: '1' })).weights;
+  const chunks = files.map(fromB64);
+  let units = 0, workerSeconds = 0;
+  const t0 = performance.now();
+  for (let e = 0; e < epochs; e++) {
+    for (let k = 0; k < chunks.length; k++) {
+      const data = chunks[k].slice(0);
+      const r = await client.request('train', {
+        weights, data, format: 'weei-digits-v1', seed: String(seed0 + e * chunks.length + k),
+        settings: { localEpochs: 1, batchSize: batch },
+      }, { transfer: [weights, data] });
+      weights = r.weights;
+      units += r.uniqueExamples;
+      workerSeconds += r.seconds;
+    }
+  }
+  const seconds = (performance.now() - t0) / 1000;
+  let binary = '';
+  for (const b of new Uint8Array(weights)) binary += String.fromCharCode(b);
+  return { seconds, workerSeconds, units, weights: btoa(binary) };
+}"""
+
+
+def measure_training(browser: Any, url: str, epochs: int, repeat: int) -> list[dict[str, Any]]:
+    chunk_paths = sorted(bt.DATA.glob("training-*.bin"))
+    results = []
+    with tempfile.TemporaryDirectory(prefix="weei-bench-browser-") as tmp_name:
+        tmp = Path(tmp_name)
+        merged = tmp / "merged.bin"
+        merged.write_bytes(bt._merged_chunk(chunk_paths))
+        native = bt.native_binary("digits-mlp", tmp)
+        runtime = ModelRuntime.load((ROOT / "app/static/models/digits-mlp/model.wasm").read_bytes(), WasmtimeEngine())
+        for name, paths in (("digits-chunks", chunk_paths), ("digits-merged", [merged])):
+            files = [p.read_bytes() for p in paths]
+            args = ["dataset", bt.FORMAT, str(bt.SEED), str(epochs), "32", *map(str, paths)]
+            best = {"native": float("inf"), "wasmtime": float("inf"), "worker": float("inf"),
+                    "worker_inside": float("inf")}
+            prints: dict[str, str] = {}
+            units = 0
+            for _ in range(repeat):
+                seconds, units, prints["native"] = bt._run_native(native, args)
+                best["native"] = min(best["native"], seconds)
+                seconds, _, prints["wasmtime"] = bt.wasm_dataset(runtime, files, epochs, 32)
+                best["wasmtime"] = min(best["wasmtime"], seconds)
+                context = browser.new_context()
+                page = context.new_page()
+                page.set_default_timeout(300_000)
+                page.goto(url)
+                out = page.evaluate(TRAIN_JS, [[b64(f) for f in files], epochs, 32, bt.SEED])
+                context.close()
+                if out["units"] != units:
+                    raise RuntimeError(f"{name}: the worker trained {out['units']} examples, native {units}")
+                best["worker"] = min(best["worker"], out["seconds"])
+                best["worker_inside"] = min(best["worker_inside"], out["workerSeconds"])
+                prints["worker"] = bt.fnv1a(base64.b64decode(out["weights"]))
+            results.append({"workload": name, "units": units, **{f"{k}_per_s": units / v for k, v in best.items()},
+                            "identical": len(set(prints.values())) == 1, "fingerprints": prints})
+    return results
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--elems", type=int, default=8 * 1024 * 1024, help="float32 per update (aggregation)")
+    parser.add_argument("--updates", type=int, default=4)
+    parser.add_argument("--epochs", type=int, default=20, help="passes over the digits data (training)")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+
+    from playwright.sync_api import sync_playwright
+
+    build = subprocess.run([sys.executable, "build.py", "site"], cwd=ROOT, capture_output=True, text=True)
+    if build.returncode:
+        print(build.stdout + build.stderr, file=sys.stderr)
+        return 1
+    proc, url = start_server()
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            startup = measure_startup(browser, url, args.repeat)
+            aggregation = measure_aggregation(browser, url, args.elems, args.updates, args.repeat)
+            training = measure_training(browser, url, args.epochs, args.repeat)
+            browser.close()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=15)
+
+    update_bytes = args.elems * 4 * args.updates
+    report = {
+        "startup": startup | {"ready_over_bare": startup["ready"] / startup["bare"],
+                              "python_over_bare": startup["python"] / startup["bare"]},
+        "aggregation": aggregation | {
+            "bytes": update_bytes,
+            "copy_gb_s": update_bytes / aggregation["copy"] / 1e9,
+            "kernel_gb_s": update_bytes / aggregation["run"] / 1e9,
+            "stage_gb_s": update_bytes / aggregation["stage"] / 1e9,
+            "kernel_over_copy": aggregation["copy"] / aggregation["run"],
+        },
+        "training": training,
+    }
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        s = report["startup"]
+        print("start-up (median of %d, from navigation start, cold context)" % args.repeat)
+        print(f"  bare loadPyodide          {s['bare']:7.2f} s")
+        print(f"  weeiReady                 {s['ready']:7.2f} s   {s['ready_over_bare']:5.2f}x bare  (target <= 1.1x)")
+        print(f"  page Python ready         {s['python']:7.2f} s   {s['python_over_bare']:5.2f}x bare  "
+              "(Pyodide + weei, in the background)")
+        a = report["aggregation"]
+        print(f"aggregation ({args.updates} updates x {args.elems} float32 = {update_bytes / 2**20:.0f} MiB, best of {args.repeat})")
+        print(f"  Uint8Array.set copy       {a['copy_gb_s']:7.2f} GB/s")
+        print(f"  WasmKernel.run_average    {a['kernel_gb_s']:7.2f} GB/s   {a['kernel_over_copy']:5.2f}x copy  (target >= 0.7x)")
+        print(f"  staging (Python -> wasm)  {a['stage_gb_s']:7.2f} GB/s")
+        print(f"training digits-mlp, batch 32, {args.epochs} passes (examples/s, best of {args.repeat})")
+        print(f"  {'workload':<15} {'native':>9} {'wasmtime':>9} {'worker':>9} {'(inside)':>9} "
+              f"{'wkr/native':>10} {'wkr/wasmtime':>12}  same weights")
+        for t in training:
+            print(f"  {t['workload']:<15} {t['native_per_s']:9.0f} {t['wasmtime_per_s']:9.0f} {t['worker_per_s']:9.0f} "
+                  f"{t['worker_inside_per_s']:9.0f} {t['worker_per_s'] / t['native_per_s']:10.2f} "
+                  f"{t['worker_per_s'] / t['wasmtime_per_s']:12.2f}  {'yes' if t['identical'] else 'NO'}")
+        print("  (worker: wall time in the page, messages included; inside: the worker's own train time)")
+    return 0 if all(t["identical"] for t in training) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

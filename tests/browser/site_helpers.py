@@ -1,0 +1,59 @@
+"""Helpers of the browser tests (imported by conftest.py and the tests)."""
+
+from __future__ import annotations
+
+import base64
+import os
+import signal
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+DIST = ROOT / "dist"
+CHROMIUM = os.environ.get("WEEI_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]
+#: Generous: a cold Pyodide start is ~5 s on 2 cores; a whole test takes ~10 s.
+TIMEOUT_MS = 90_000
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+#: JS helper for page.evaluate: base64 -> ArrayBuffer.
+JS_FROM_B64 = "(s) => Uint8Array.from(atob(s), (c) => c.charCodeAt(0)).buffer"
+
+
+@dataclass
+class Server:
+    url: str
+    proc: subprocess.Popen[str]
+    lines: list[str] = field(default_factory=list)
+
+
+def start_server(site: Path, *extra: str) -> Server:
+    """Start `weei serve` on a free port; return it once it printed its URL."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "weei.cli", "serve", "--port", "0", "--dir", str(site), *extra],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    assert proc.stdout is not None
+    first = proc.stdout.readline()
+    if "http://" not in first:
+        proc.kill()
+        raise RuntimeError(f"weei serve did not start: {first}{proc.stdout.read()}")
+    url = first[first.index("http://"):].split()[0]
+    server = Server(url, proc, [first])
+    threading.Thread(target=lambda: server.lines.extend(proc.stdout or ()), daemon=True).start()
+    return server
+
+
+def stop_server(server: Server) -> int:
+    server.proc.send_signal(signal.SIGTERM)
+    return server.proc.wait(timeout=15)
