@@ -109,3 +109,17 @@ def test_routes_added_later_win_over_the_site(site: Path) -> None:
 
     with ThreadPoolExecutor(1) as pool:
         pool.submit(asyncio.run, scenario()).result(timeout=60)
+
+
+def test_the_same_server_carries_signaling(weei_server: Any) -> None:
+    import asyncio
+
+    from weei.server.signaling_client import SignalingClient
+
+    async def main() -> None:
+        ws_url = weei_server.url.replace("http://", "ws://") + "signal"
+        async with SignalingClient(ws_url) as client:
+            welcome = await client.connect()
+            assert client.peer_id and welcome.token
+
+    asyncio.run(main())

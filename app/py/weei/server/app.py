@@ -37,6 +37,8 @@ from pathlib import Path
 
 from aiohttp import web
 
+from .signaling import SignalingConfig, add_signaling
+
 __all__ = ["MIME_TYPES", "SITE_DIR_KEY", "create_app", "default_site_dir", "serve", "run"]
 
 MIME_TYPES: dict[str, str] = {
@@ -170,9 +172,10 @@ async def serve(
 
 
 def run(site_dir: Path, host: str = "127.0.0.1", port: int = 8000,
-        on_ready: Callable[[str], None] | None = None) -> int:
-    """Serve ``site_dir`` until SIGINT or SIGTERM; return an exit status."""
+        on_ready: Callable[[str], None] | None = None, signaling: SignalingConfig | None = None) -> int:
+    """Serve ``site_dir`` and the signaling endpoint until SIGINT or SIGTERM; return an exit status."""
     app = create_app(site_dir)
+    add_signaling(app, signaling or SignalingConfig())
 
     async def main() -> None:
         stop = asyncio.Event()
