@@ -21,7 +21,15 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     serve.add_argument("--dir", type=Path, default=None,
                        help="site directory (default ./dist, else the repository's dist/)")
+    agent = commands.add_parser("agent", help="take part in jobs from a server, without a browser (Ctrl-C stops)")
+    from .agent.main import add_arguments as add_agent_arguments
+
+    add_agent_arguments(agent)
     args = parser.parse_args(argv)
+    if args.command == "agent":
+        from .agent.main import run_cli
+
+        return run_cli(args)
     if args.command == "serve":
         return _serve(args)
     if args.command == "demo":

@@ -50,7 +50,8 @@ class TrainingController:
 
     def __init__(self, *, my_peer_id: str, storage: Storage, kv: KeyValue, pool: WorkerPool, kernel: Any,
                  engine: Any, clock: Callable[[], float], monotonic: Callable[[], float],
-                 random_bytes: Callable[[int], bytes], transport: Transport | None = None) -> None:
+                 random_bytes: Callable[[int], bytes], transport: Transport | None = None,
+                 environment: Mapping[str, Any] | None = None) -> None:
         self.my_peer_id = my_peer_id
         self.storage = storage
         self.kv = kv
@@ -82,7 +83,8 @@ class TrainingController:
         self.saved_jobs: dict[str, dict[str, Any]] = {}
         self.listeners: list[Callable[[dict[str, Any]], None]] = []
         self.debug_log = DebugLog.from_json(kv.get(DEBUG_LOG_KEY), clock())
-        self.recorder = DiagnosticsRecorder(sequence_base=int(clock()))
+        # environment: the diagnostics' browser/browserVersion/os/logicalCores (the agent says 'agent').
+        self.recorder = DiagnosticsRecorder(sequence_base=int(clock()), environment=environment)
         self.book = DiagnosticsBook()
         self.local = LocalWorkers(pool, kernel, on_progress=self._on_local_progress)
         self._module_sha = ""

@@ -1,0 +1,324 @@
+"""``weei agent``: a participant without a browser.
+
+The agent is the browser's participant side with other adapters: a
+``TrainingController`` whose peer ID comes from the signaling server, disk
+storage (``storage.py``), a wasmtime Worker pool, the native aggregation
+kernel, and the aiortc transport (``transport.py``). It joins a room, lets
+the acceptance policy (``policy.py``) decide every invitation, trains what
+it accepted, and stays for the next job until SIGINT or SIGTERM, when it
+leaves the job it is in, closes its connections and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping, TextIO
+
+from .. import __version__
+from ..api.controller import TrainingController
+from ..core.commands import Send
+from ..core.errors import WeeiError
+from ..core.framing import referenced_artifacts
+from ..core.messages import Message
+from ..server.signaling_client import SignalingClient
+from .policy import AcceptancePolicy, Decision
+from .storage import DiskKeyValue, DiskStorage
+
+if TYPE_CHECKING:
+    from .transport import AgentTransport
+
+__all__ = ["AgentOptions", "Agent", "agent_environment", "default_data_dir", "add_arguments", "run_cli"]
+
+_TOKEN_KEY = "weei.agent.signalingToken:"
+# Participant states passed every round: not worth a line each ('assigned' marks each round).
+_QUIET_STATES = frozenset({"training", "updateReady", "resultReceived"})
+
+
+def default_data_dir() -> Path:
+    """``$XDG_DATA_HOME/weei/agent`` (``~/.local/share/weei/agent``)."""
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return Path(base) / "weei" / "agent"
+
+
+def _version(package: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def agent_environment() -> dict[str, Any]:
+    """The diagnostics ``environment`` of an agent: 'agent' where a browser puts its name."""
+    return {
+        "browser": "agent",
+        "browserVersion": f"weei-agent {__version__} (CPython {platform.python_version()}, "
+                          f"aiortc {_version('aiortc')}, wasmtime {_version('wasmtime')})",
+        "os": platform.platform()[:200],
+        "logicalCores": os.cpu_count() or 1,
+    }
+
+
+@dataclass(frozen=True)
+class AgentOptions:
+    server: str  # the signaling WebSocket URL, e.g. ws://host:8000/signal
+    room: str
+    data_dir: Path
+    accept_models: tuple[str, ...] = ()
+    interactive: bool = False
+    workers: int | None = None  # local Workers; default: every core
+
+
+class Agent:
+    """One agent: ``await start()``, then it works by itself until ``await close()``."""
+
+    def __init__(self, options: AgentOptions, *, policy: AcceptancePolicy | None = None,
+                 out: TextIO | None = None, engine: Any = None) -> None:
+        self.options = options
+        self.out = out or sys.stdout
+        self.policy = policy or AcceptancePolicy(options.accept_models, interactive=options.interactive, out=self.out)
+        self.engine = engine
+        self.storage = DiskStorage(Path(options.data_dir) / "storage")
+        self.kv = DiskKeyValue(Path(options.data_dir) / "kv.json")
+        self.transport: AgentTransport | None = None
+        self.controller: TrainingController | None = None
+        self.decisions: dict[str, Decision] = {}
+        self._deciding: set[str] = set()
+        self._latest: dict[str, str] = {}  # artifact kind -> newest SHA-256 kept on disk
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._last_state: tuple[Any, ...] | None = None
+        self._last_error: str | None = None
+        self._peers: tuple[str, ...] = ()
+
+    @property
+    def peer_id(self) -> str | None:
+        return self.transport.peer_id if self.transport is not None else None
+
+    def say(self, text: str) -> None:
+        print(f"[weei agent] {text}", file=self.out, flush=True)
+
+    async def start(self) -> None:
+        """Connect to signaling, build the controller, join the room.
+
+        Raises SignalingError (or aiohttp/OS errors) when the server cannot be reached or refuses.
+        """
+        from ..host.worker_pool import ThreadWorkerPool
+        from ..kernel.native import NativeKernel
+        from ..runtime.wasmtime_engine import WasmtimeEngine
+        from .transport import AgentTransport  # aiortc is imported only when an agent runs
+
+        opts = self.options
+        token_key = _TOKEN_KEY + opts.server
+        # The resume token keeps this agent's peer ID across restarts (while the server keeps its secret).
+        signaling = SignalingClient(opts.server, token=self.kv.get(token_key))
+        self.transport = AgentTransport(signaling, on_change=self._on_transport_change)
+        welcome = await self.transport.connect()
+        self.kv.set(token_key, welcome.token)
+        engine = self.engine or WasmtimeEngine()
+        controller = TrainingController(
+            my_peer_id=welcome.peer_id, storage=self.storage, kv=self.kv,
+            pool=ThreadWorkerPool(engine, device_limit=opts.workers), kernel=NativeKernel(), engine=engine,
+            clock=lambda: time.time() * 1000.0, monotonic=lambda: time.monotonic() * 1000.0,
+            random_bytes=os.urandom, transport=self.transport, environment=agent_environment())
+        await controller.init()
+        if opts.workers is not None:
+            await controller.set_max_local_workers(opts.workers)
+        self.controller = controller
+        self.transport.attach(self, has=lambda sha: sha in controller.artifacts)
+        controller.subscribe(self._on_state)
+        peers = await self.transport.join(opts.room)
+        self.say(f"peer {welcome.peer_id} joined room {opts.room!r} on {opts.server} "
+                 f"({len(peers) - 1} other peer(s); data in {opts.data_dir})")
+        if not self.policy.accept_models and not self.policy.interactive:
+            self.say("no --accept-model or --interactive: every invitation will be refused")
+
+    # ------------------------------------------------------- the transport's receiver
+
+    async def receive(self, peer: str, message: Message, blobs: Mapping[str, bytes]) -> None:
+        controller = self.controller
+        if controller is None:
+            return
+        await self._keep(message, blobs)
+        await controller.receive(peer, message, blobs)
+        for job_id in list(controller.invitations):
+            if job_id not in self._deciding:
+                self._deciding.add(job_id)
+                self._spawn(self._decide(job_id))
+
+    async def _keep(self, message: Message, blobs: Mapping[str, bytes]) -> None:
+        """Store what arrived on disk before acting on it; keep only the newest checkpoint (and snapshot)."""
+        pruned = False
+        for ref in referenced_artifacts(message):
+            data = blobs.get(ref.sha256)
+            if data is None:
+                continue
+            await self.storage.put("artifacts", ref.sha256, data)
+            if ref.kind in ("checkpoint", "snapshot"):
+                previous = self._latest.get(ref.kind)
+                if previous is not None and previous != ref.sha256:
+                    await self.storage.delete("artifacts", previous)
+                    pruned = True
+                self._latest[ref.kind] = ref.sha256
+        if pruned:
+            await self.storage.collect_garbage()
+
+    async def peer_disconnected(self, peer: str) -> None:
+        if self.controller is not None:
+            await self.controller.peer_disconnected(peer)
+
+    async def _decide(self, job_id: str) -> None:
+        controller = self.controller
+        assert controller is not None
+        invitation = controller.invitations[job_id]["invitation"]
+        decision = await self.policy.decide(job_id, invitation)
+        self.decisions[job_id] = decision
+        self.say(f"{'accepted' if decision.accepted else 'refused'} job {job_id} from "
+                 f"{invitation.get('coordinator')}: {decision.reason}")
+        if job_id not in controller.invitations:
+            return
+        participant = controller.participant
+        await controller.decide_invitation(job_id, decision.accepted)
+        if participant is not None and controller.participant is not participant and self.transport is not None:
+            # TrainingController.decide_invitation(False) drops its participant before draining it, so the
+            # refusal would never reach the coordinator: send what the dropped machine still holds (nothing,
+            # once the controller drains first).
+            for command in participant.take_commands():
+                if isinstance(command, Send) and command.peer != controller.my_peer_id:
+                    self.transport.send(command, {})
+
+    # ---------------------------------------------------------------- reporting
+
+    def _on_transport_change(self) -> None:
+        if self.transport is None:
+            return
+        peers = tuple(self.transport.peers())
+        if peers != self._peers:
+            for peer in sorted(set(peers) - set(self._peers)):
+                self.say(f"connected to peer {peer}")
+            for peer in sorted(set(self._peers) - set(peers)):
+                self.say(f"disconnected from peer {peer}")
+            self._peers = peers
+
+    def _on_state(self, state: dict[str, Any]) -> None:
+        controller = self.controller
+        participant = controller.participant if controller is not None else None
+        if participant is None or participant.job_id is None:
+            return
+        key = (participant.job_id, participant.state)
+        if key != self._last_state:
+            self._last_state = key
+            if participant.state not in _QUIET_STATES:
+                self.say(f"job {participant.job_id}: {participant.state}")
+        error = state.get("error")
+        if error and error != self._last_error:
+            self.say(f"error: {error}")
+        self._last_error = error
+
+    # ------------------------------------------------------------------ closing
+
+    async def close(self) -> None:
+        """Leave the current job (telling the coordinator), close every connection."""
+        controller, transport = self.controller, self.transport
+        for task in list(self._tasks):
+            task.cancel()
+        if controller is not None and controller.participant is not None and \
+                controller.participant.state not in ("stopped", "declined", "unknown", "invited"):
+            try:
+                await controller.leave()
+                self.say("left the job")
+            except WeeiError as exc:
+                self.say(f"could not leave the job cleanly: {exc}")
+            if transport is not None:
+                await transport.flush(2.0)
+        if transport is not None:
+            await transport.close()
+        self.say("closed")
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+
+# -------------------------------------------------------------------- command line
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``weei agent`` options."""
+    parser.add_argument("--server", required=True, help="signaling WebSocket URL, e.g. ws://host:8000/signal")
+    parser.add_argument("--room", required=True, help="room code (as in the page URL)")
+    parser.add_argument("--accept-model", action="append", default=[], metavar="SHA256",
+                        help="accept invitations whose model module has this SHA-256 (repeatable)")
+    parser.add_argument("--interactive", action="store_true",
+                        help="show each other invitation and ask y/N on the terminal")
+    parser.add_argument("--data-dir", type=Path, default=None,
+                        help=f"where records and artifacts are kept (default {default_data_dir()})")
+    parser.add_argument("--workers", type=int, default=None, help="local training Workers (default: every core)")
+
+
+def run_cli(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    """Run ``weei agent`` until SIGINT/SIGTERM: 0 on a clean stop, 1 when it cannot start, 2 for bad options."""
+    import logging
+
+    from .policy import parse_sha256
+
+    out = out or sys.stdout
+    try:
+        models = tuple(parse_sha256(s) for s in args.accept_model)
+    except WeeiError as exc:
+        print(f"weei agent: {exc.message}", file=sys.stderr)
+        return 2
+    if args.workers is not None and not 1 <= args.workers <= 64:
+        print("weei agent: --workers must be 1 to 64", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    options = AgentOptions(server=args.server, room=args.room, data_dir=args.data_dir or default_data_dir(),
+                           accept_models=models, interactive=args.interactive, workers=args.workers)
+    return asyncio.run(_run(options, out))
+
+
+async def _run(options: AgentOptions, out: TextIO) -> int:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    agent = Agent(options, out=out)
+    start = asyncio.ensure_future(agent.start())
+    stopping = asyncio.ensure_future(stop.wait())
+    code = 0
+    try:
+        await asyncio.wait({start, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if start.done():
+            start.result()  # raises if the agent could not start
+            await stopping
+        else:
+            start.cancel()
+            with _suppress_all():
+                await start
+        agent.say("stopping (signal received)")
+    except Exception as exc:
+        print(f"weei agent: cannot start: {exc}", file=sys.stderr)
+        code = 1
+    finally:
+        stopping.cancel()
+        await agent.close()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(signum)
+    return code
+
+
+class _suppress_all:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: Any, value: Any, tb: Any) -> bool:
+        return kind is not None and issubclass(kind, BaseException) and not issubclass(kind, KeyboardInterrupt)

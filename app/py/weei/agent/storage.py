@@ -1,0 +1,229 @@
+"""Disk Storage and KeyValue ports for the agent: a directory that survives restarts.
+
+Layout of ``root``::
+
+    records/<store>/<key, percent-encoded>.json   one JSON record per key
+    blobs/<sha256>                                 every bytes value, by content
+    kv.json                                        the KeyValue strings
+
+A record is the stored value as JSON in which every ``bytes`` value is
+replaced by ``{"$blob": sha256, "bytes": n}``; the bytes live once in
+``blobs/`` (an artifact, a checkpoint file). Each file is written to a
+temporary file in the same directory, flushed with ``fsync`` and renamed
+over its name, blobs before the record that names them, so a crash leaves
+either the old value or the new one, never half of one. A blob is checked
+against its SHA-256 when read. Values come back as fresh objects (tuples
+as lists), like IndexedDB's structured clone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, unquote
+
+from ..core.errors import UsageError, WeeiError
+
+__all__ = ["DiskStorage", "DiskKeyValue", "StorageError"]
+
+_STORE = re.compile(r"[a-z][a-z0-9_-]{0,63}")
+_BLOB = "$blob"
+_SHA = re.compile(r"[0-9a-f]{64}")
+
+
+class StorageError(WeeiError):
+    """What is on disk is not what was written (``corrupt``) or cannot be read."""
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with _suppress_os():
+            os.unlink(tmp)
+        raise
+
+
+class _suppress_os:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: Any, value: Any, tb: Any) -> bool:
+        return kind is not None and issubclass(kind, OSError)
+
+
+class DiskStorage:
+    """The ``Storage`` port on a directory. Operations run one at a time, off the event loop."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._lock = asyncio.Lock()
+        self.puts = 0
+
+    # -------------------------------------------------------------- the port
+
+    async def put(self, store: str, key: str, value: Any) -> None:
+        path = self._record_path(store, key)
+        blobs: dict[str, bytes] = {}
+        text = json.dumps(_encode(value, blobs), ensure_ascii=False, allow_nan=False).encode()
+        async with self._lock:
+            await asyncio.to_thread(self._put, path, text, blobs)
+            self.puts += 1
+
+    async def get(self, store: str, key: str) -> Any:
+        path = self._record_path(store, key)
+        async with self._lock:
+            return await asyncio.to_thread(self._get, path)
+
+    async def delete(self, store: str, key: str) -> None:
+        path = self._record_path(store, key)
+        async with self._lock:
+            with _suppress_os():
+                path.unlink()
+
+    async def keys(self, store: str) -> list[str]:
+        folder = self._store_dir(store)
+        if not folder.is_dir():
+            return []
+        return sorted(unquote(p.name[:-5]) for p in folder.iterdir() if p.name.endswith(".json")
+                      and not p.name.startswith(".tmp-"))
+
+    # ------------------------------------------------------------ extras
+
+    def has_blob(self, sha256: str) -> bool:
+        """Whether the bytes with this SHA-256 are on disk."""
+        return bool(_SHA.fullmatch(sha256)) and (self.root / "blobs" / sha256).is_file()
+
+    async def collect_garbage(self) -> int:
+        """Delete blobs no record names (and stale temporary files); returns how many files went."""
+        async with self._lock:
+            return await asyncio.to_thread(self._collect)
+
+    # ---------------------------------------------------------- internals
+
+    def _store_dir(self, store: str) -> Path:
+        if not isinstance(store, str) or not _STORE.fullmatch(store):
+            raise UsageError("bad-store", f"store name {store!r} must match {_STORE.pattern}")
+        return self.root / "records" / store
+
+    def _record_path(self, store: str, key: str) -> Path:
+        if not isinstance(key, str) or not key or len(key) > 200:
+            raise UsageError("bad-key", "a storage key is a string of 1 to 200 characters")
+        return self._store_dir(store) / (quote(key, safe="") + ".json")
+
+    def _put(self, path: Path, text: bytes, blobs: dict[str, bytes]) -> None:
+        for sha, data in blobs.items():
+            if not self.has_blob(sha):
+                _write_atomic(self.root / "blobs" / sha, data)
+        _write_atomic(path, text)
+
+    def _get(self, path: Path) -> Any:
+        try:
+            text = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        try:
+            raw = json.loads(text)
+        except ValueError as exc:
+            raise StorageError("corrupt", f"{path} is not valid JSON: {exc}") from None
+        return _decode(raw, self._read_blob)
+
+    def _read_blob(self, sha: str, size: int) -> bytes:
+        path = self.root / "blobs" / sha
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            raise StorageError("corrupt", f"blob {sha[:12]}… named by a record is missing") from None
+        if len(data) != size or hashlib.sha256(data).hexdigest() != sha:
+            raise StorageError("corrupt", f"blob {sha[:12]}… does not match its SHA-256 or size")
+        return data
+
+    def _collect(self) -> int:
+        named: set[str] = set()
+        removed = 0
+        records = self.root / "records"
+        for path in records.rglob("*") if records.is_dir() else ():
+            if path.name.startswith(".tmp-"):
+                path.unlink()
+                removed += 1
+            elif path.suffix == ".json":
+                _decode(json.loads(path.read_bytes()), lambda sha, size: named.add(sha) or b"")
+        blobs = self.root / "blobs"
+        for path in blobs.iterdir() if blobs.is_dir() else ():
+            if path.name not in named:
+                path.unlink()
+                removed += 1
+        return removed
+
+
+def _encode(value: Any, blobs: dict[str, bytes]) -> Any:
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        data = bytes(value)
+        sha = hashlib.sha256(data).hexdigest()
+        blobs[sha] = data
+        return {_BLOB: sha, "bytes": len(data)}
+    if isinstance(value, dict):
+        if _BLOB in value:
+            raise UsageError("bad-value", f"a stored dict may not have the key {_BLOB!r}")
+        out = {}
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise UsageError("bad-value", "stored dicts need string keys")
+            out[k] = _encode(v, blobs)
+        return out
+    if isinstance(value, (list, tuple)):
+        return [_encode(v, blobs) for v in value]
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return value
+    raise UsageError("bad-value", f"cannot store a {type(value).__name__}")
+
+
+def _decode(value: Any, blob: Any) -> Any:
+    if isinstance(value, dict):
+        if _BLOB in value:
+            sha, size = value[_BLOB], value.get("bytes")
+            if not isinstance(sha, str) or not _SHA.fullmatch(sha) or not isinstance(size, int):
+                raise StorageError("corrupt", "a record names a blob badly")
+            return blob(sha, size)
+        return {k: _decode(v, blob) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_decode(v, blob) for v in value]
+    return value
+
+
+class DiskKeyValue:
+    """The ``KeyValue`` port: small strings in one JSON file, rewritten atomically on each set."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self.values: dict[str, str] = {}
+        try:
+            loaded = json.loads(self.path.read_text("utf-8"))
+        except FileNotFoundError:
+            loaded = {}
+        except ValueError as exc:
+            raise StorageError("corrupt", f"{self.path} is not valid JSON: {exc}") from None
+        if isinstance(loaded, dict):
+            self.values = {str(k): str(v) for k, v in loaded.items()}
+
+    def get(self, key: str) -> str | None:
+        return self.values.get(key)
+
+    def set(self, key: str, value: str) -> None:
+        if self.values.get(key) == value:
+            return
+        self.values[key] = value
+        _write_atomic(self.path, json.dumps(self.values, ensure_ascii=False).encode())
