@@ -240,3 +240,49 @@ def test_cartpole_splits_assignments_across_local_workers() -> None:
         assert all(cp["metrics"]["examplesProcessed"] == 32 for cp in job["checkpoints"][1:])
 
     asyncio.run(main())
+
+
+def test_participants_report_diagnostics_and_a_declined_invitation_reaches_the_coordinator() -> None:
+    from weei.demo.network import MemoryNetwork
+
+    async def main() -> None:
+        network = MemoryNetwork()
+        engine = WasmtimeEngine()
+
+        def make(peer: str) -> TrainingController:
+            c = TrainingController(my_peer_id=peer, storage=MemoryStorage(), kv=MemoryKeyValue(),
+                                   pool=ThreadWorkerPool(engine, 1), kernel=NativeKernel(), engine=engine,
+                                   clock=lambda: time.time() * 1000, monotonic=lambda: time.monotonic() * 1000,
+                                   random_bytes=os.urandom, transport=network.transport(peer),
+                                   environment={"browser": "agent", "os": "Linux"})
+            network.attach(c)
+            return c
+
+        coordinator, helper, refuser = make("coord"), make("helper"), make("refuser")
+        try:
+            for c in (coordinator, helper, refuser):
+                await c.init()
+            job_id = await coordinator.create_job(**package("digits-mlp"), settings={**DIGITS_SETTINGS, "epochs": 1})
+            coordinator.invite("helper")
+            coordinator.invite("refuser")
+            await network.settle()
+            invitation = dict(refuser.get_state()["invitations"])[job_id]["invitation"]
+            assert invitation["module"]["sha256"] == coordinator.get_state()["job"]["module"]["sha256"]
+            await refuser.decide_invitation(job_id, False)
+            await helper.decide_invitation(job_id, True)
+            await network.settle()
+            assert coordinator.get_state()["job"]["participants"]["refuser"]["state"] == "declined"
+            await coordinator.start()
+            await run_until_done(coordinator)
+            await network.settle()
+            await asyncio.sleep(0.1)
+            diagnostics = coordinator.get_state()["diagnostics"]
+            assert set(diagnostics) == {"coord", "helper"}
+            remote = diagnostics["helper"]
+            assert remote["environment"]["browser"] == "agent" and remote["connected"] is True
+            assert remote["model"]["id"] == "digits-mlp" and remote["sequence"] >= 2
+            assert "weights" not in json.dumps(remote)
+        finally:
+            await network.close()
+
+    asyncio.run(main())

@@ -31,7 +31,7 @@ from ..core.debuglog import DebugLog
 from ..core.diagnostics import DiagnosticsBook, DiagnosticsRecorder
 from ..core.errors import CheckpointError, UsageError, WeeiError
 from ..core.job import JobSpec
-from ..core.messages import Invitation, Message
+from ..core.messages import DiagnosticsReport, Invitation, Message
 from ..core.participant import Participant
 from ..core.settings import TrainingSettings
 from ..prepare import MAX_FILE_BYTES, prepare_job
@@ -88,6 +88,7 @@ class TrainingController:
         self.book = DiagnosticsBook()
         self.local = LocalWorkers(pool, kernel, on_progress=self._on_local_progress)
         self._module_sha = ""
+        self._diagnostics_task: asyncio.Task[Any] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._timer: asyncio.Task[Any] | None = None
 
@@ -195,9 +196,10 @@ class TrainingController:
             raise UsageError("no-invitation", f"there is no pending invitation for job {job_id}")
         self.participant.decide(accepted, self.clock())
         del self.invitations[job_id]
+        await self._drain()  # the decision must leave before a declined machine is dropped
         if not accepted:
             self.participant = None
-        await self._drain()
+            self._notify()
 
     async def start(self) -> None:
         coordinator = self._require_coordinator("start the job")
@@ -352,8 +354,7 @@ class TrainingController:
             "invitations": [[job_id, json.loads(json.dumps(inv))] for job_id, inv in self.invitations.items()],
             "progress": json.loads(json.dumps(self.progress)),
             "liveMetrics": json.loads(json.dumps(self.live_metrics)),
-            "transfers": [],
-            "transferErrors": {},
+            **self._transfers(),
             "pausedContribution": self.paused_contribution,
             "activeWorkers": self.pool.active,
             "backendPreference": self.backend_preference,
@@ -392,6 +393,12 @@ class TrainingController:
             }
         return state
 
+    def _transfers(self) -> dict[str, Any]:
+        state = getattr(self.transport, "state", None)
+        if callable(state):
+            return json.loads(json.dumps(state()))
+        return {"transfers": [], "transferErrors": {}}
+
     def _local_workers(self, spec: JobSpec) -> dict[str, Any]:
         requested = spec.settings.workers or self.max_local_workers
         experience = spec.is_experience
@@ -409,7 +416,7 @@ class TrainingController:
     def _diagnostics(self, now: float) -> dict[str, Any]:
         view = self.book.view(now)
         if self.recorder.job_id is not None:
-            own = self.recorder.snapshot(now, self.monotonic())
+            own = self.recorder.view(now, self.monotonic())
             own.update({"receivedAt": now, "ageMs": 0, "stale": False, "connected": True})
             view[self.my_peer_id] = own
         return view
@@ -443,6 +450,15 @@ class TrainingController:
             self.participant.receive(peer, message, now)
         await self._drain()
 
+    async def peer_connected(self, peer: str) -> None:
+        """A peer's channel opened (again): a returning participant catches up."""
+        if self.coordinator is not None:
+            self.coordinator.peer_connected(peer, self.clock())
+        if self.participant is not None and peer == self.participant.coordinator:
+            self.participant.reconnected(self.clock())
+            self.recorder.reconnected()
+        await self._drain()
+
     async def peer_disconnected(self, peer: str) -> None:
         if self.coordinator is not None:
             self.coordinator.peer_disconnected(peer, self.clock())
@@ -466,6 +482,7 @@ class TrainingController:
         if self.coordinator is not None:
             await self._save_job_record()
         self._arm_timer()
+        self._report_diagnostics()
         self.kv.set(DEBUG_LOG_KEY, self.debug_log.to_json())
         self._notify()
 
@@ -570,6 +587,8 @@ class TrainingController:
         weight_bytes = self.coordinator.spec.weight_bytes if self.coordinator is not None else None
         participant.module_loaded(weight_bytes, tuple(self.artifacts), self.clock())
         del module
+        if participant.coordinator != self.my_peer_id and self._diagnostics_task is None:
+            self._diagnostics_task = asyncio.ensure_future(self._diagnostics_loop())
 
     async def _train(self, command: Train) -> None:
         participant = self.participant
@@ -630,6 +649,38 @@ class TrainingController:
             pass  # a progress report outside an assignment carries no figures
         self._notify()
 
+    # ------------------------------------------------------------ diagnostics
+
+    def _accept_diagnostics(self, peer: str, snapshot: dict[str, Any], now: float) -> None:
+        coordinator = self.coordinator
+        chunk = None
+        if coordinator is not None:
+            chunk = next((s.chunk_id for s in coordinator.slots if s.peer == peer and s.chunk_id), None)
+        try:
+            self.book.accept(peer, coordinator.spec.job_id if coordinator else None, snapshot, now, chunk_id=chunk)
+        except WeeiError as exc:
+            self._record("diagnostics.refused", {"peer": peer, "reason": exc.reason, "error": str(exc)[:200]})
+
+    def _report_diagnostics(self) -> None:
+        """Participants send a snapshot every 2 s while they have a job, and at once on a stage change."""
+        participant = self.participant
+        if participant is None or participant.job_id is None or participant.coordinator in (None, self.my_peer_id) \
+                or self.recorder.job_id is None or participant.state in ("stopped", "declined", "disconnected"):
+            return
+        mono = self.monotonic()
+        if not self.recorder.due(mono):
+            return
+        report = DiagnosticsReport(participant.job_id, self.recorder.snapshot(self.clock(), mono))
+        if self.transport is not None:
+            self.transport.send(Send(participant.coordinator, report), {})
+
+    async def _diagnostics_loop(self) -> None:
+        while self.participant is not None and self.participant.state not in ("stopped", "declined"):
+            self._report_diagnostics()
+            due = self.recorder.next_due_at()
+            wait = 2.0 if due is None else max(0.05, (due - self.monotonic()) / 1000.0)
+            await asyncio.sleep(min(wait, 2.0))
+
     # ---------------------------------------------------------------- helpers
 
     def _artifact(self, sha: str) -> bytes:
@@ -648,6 +699,7 @@ class TrainingController:
         if self.participant is not None:
             self.participant.paused = self.paused_contribution
         self.book.set_job(self.coordinator.spec.job_id)
+        self.coordinator.diagnostics_sink = self._accept_diagnostics
 
     def _require_coordinator(self, what: str) -> Coordinator:
         if self.coordinator is None:
@@ -677,6 +729,9 @@ class TrainingController:
         self.error = None
         self.recorder.leave_job()
         self.book.set_job(None)
+        if self._diagnostics_task is not None:
+            self._diagnostics_task.cancel()
+            self._diagnostics_task = None
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None

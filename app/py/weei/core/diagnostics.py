@@ -511,6 +511,11 @@ class DiagnosticsRecorder:
         self._sequence += 1
         self._last_snapshot_at = now_mono
         self._snapshot_now = False
+        return self.view(now_wall, now_mono)
+
+    def view(self, now_wall: float, now_mono: float) -> dict[str, Any]:
+        """This peer's own entry as it is now, for its own getState(): no sequence is used up
+        and the 2-second reporting period is left alone."""
         totals = dict(self._finished)
         training_ms = totals.get("training", 0.0)
         if self._stage == "training":
