@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any, Mapping, TextIO
 
 from .. import __version__
 from ..api.controller import TrainingController
-from ..core.commands import Send
 from ..core.errors import WeeiError
 from ..core.framing import referenced_artifacts
 from ..core.messages import Message
@@ -185,15 +184,7 @@ class Agent:
                  f"{invitation.get('coordinator')}: {decision.reason}")
         if job_id not in controller.invitations:
             return
-        participant = controller.participant
         await controller.decide_invitation(job_id, decision.accepted)
-        if participant is not None and controller.participant is not participant and self.transport is not None:
-            # TrainingController.decide_invitation(False) drops its participant before draining it, so the
-            # refusal would never reach the coordinator: send what the dropped machine still holds (nothing,
-            # once the controller drains first).
-            for command in participant.take_commands():
-                if isinstance(command, Send) and command.peer != controller.my_peer_id:
-                    self.transport.send(command, {})
 
     # ---------------------------------------------------------------- reporting
 
