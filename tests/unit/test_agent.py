@@ -78,12 +78,16 @@ class Inbox:
 
     def __init__(self) -> None:
         self.queue: asyncio.Queue[tuple[str, Message | None, dict[str, bytes]]] = asyncio.Queue()
+        self.connected: list[str] = []
 
     async def receive(self, peer: str, message: Message, blobs: Mapping[str, bytes]) -> None:
         await self.queue.put((peer, message, dict(blobs)))
 
     async def peer_disconnected(self, peer: str) -> None:
         await self.queue.put((peer, None, {}))
+
+    async def peer_connected(self, peer: str) -> None:
+        self.connected.append(peer)
 
     async def next(self, what: str, timeout: float = 30.0) -> tuple[str, Message | None, dict[str, bytes]]:
         try:

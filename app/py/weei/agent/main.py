@@ -174,6 +174,10 @@ class Agent:
         if self.controller is not None:
             await self.controller.peer_disconnected(peer)
 
+    async def peer_connected(self, peer: str) -> None:
+        if self.controller is not None:
+            await self.controller.peer_connected(peer)
+
     async def _decide(self, job_id: str) -> None:
         controller = self.controller
         assert controller is not None

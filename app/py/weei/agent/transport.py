@@ -60,6 +60,8 @@ class Receiver(Protocol):
 
     async def peer_disconnected(self, peer: str) -> None: ...
 
+    async def peer_connected(self, peer: str) -> None: ...
+
 
 @dataclass(frozen=True)
 class TransferRecord:
@@ -373,6 +375,7 @@ class AgentTransport:
         link.opened_event.set()
         self._attempts.pop(link.peer, None)
         log.info("data channel to %s open", link.peer)
+        self._inbox.put_nowait(("connected", link.peer, None))
         self._changed()
 
     async def _watchdog(self, link: _Link) -> None:
@@ -458,6 +461,8 @@ class AgentTransport:
                                                    sum(len(blobs[sha]) for sha in refs), tuple(refs.values())))
                     if receiver is not None:
                         await receiver.receive(peer, message, blobs)
+                elif kind == "connected" and receiver is not None:
+                    await receiver.peer_connected(peer)
                 elif receiver is not None:
                     await receiver.peer_disconnected(peer)
             except asyncio.CancelledError:
