@@ -332,6 +332,9 @@ def write_checkpoint(
     metadata: CheckpointMetadata | dict[str, Any],
     weights: bytes | bytearray | memoryview,
     state: bytes | bytearray | memoryview | None = None,
+    *,
+    weights_sha256: str | None = None,
+    finite_checked: bool = False,
 ) -> bytes:
     """Write a .weei-checkpoint file.
 
@@ -343,16 +346,19 @@ def write_checkpoint(
     :func:`read_checkpoint` accepts.
     Raises: CheckpointError with the reader's reason codes when the result
     would not pass its checks (non-finite values, invalid metadata...).
+    A caller that already holds the weights' SHA-256 (``weights_sha256``) or
+    has checked every value is finite (``finite_checked``, for example after
+    aggregation) saves those passes over the weights.
     """
     meta = metadata.to_json() if isinstance(metadata, CheckpointMetadata) else copy.deepcopy(metadata)
     if not isinstance(meta, dict):
         raise CheckpointError("invalid-metadata", "checkpoint metadata: must be a JSON object")
-    w = memoryview(weights).cast("B").tobytes()
+    w = weights if isinstance(weights, bytes) else memoryview(weights).cast("B").tobytes()
     # version first, as a reader skimming the file expects.
     meta = {"version": 1 if state is None else 2, **{k: v for k, v in meta.items() if k != "version"}}
     ck = dict(meta.get("checkpoint") or {})
     ck["bytes"] = len(w)
-    ck["sha256"] = hashlib.sha256(w).hexdigest()
+    ck["sha256"] = weights_sha256 if weights_sha256 is not None else hashlib.sha256(w).hexdigest()
     meta["checkpoint"] = ck
     parts = [w]
     if state is None:
@@ -374,6 +380,8 @@ def write_checkpoint(
     CheckpointMetadata.from_json(json.loads(text))
     labels = (("weight", "weights-non-finite"), ("aggregation state value", "state-non-finite"))
     for (what, reason), part in zip(labels, parts):
+        if finite_checked:
+            break
         index = first_non_finite(part)
         if index is not None:
             raise CheckpointError(reason, f"checkpoint: {what} {index} is not finite")

@@ -35,7 +35,6 @@ from . import checkpoint as ckpt
 from .aggregate import AggregationState, aggregate_round
 from .commands import Command, Log, RunValidation, SaveCheckpoint, Send
 from .errors import AggregationError, SettingsError, UsageError
-from .floats import first_non_finite
 from .job import JobSpec
 from .messages import (
     ArtifactRef, Assign, AssignmentFailed, ChunkRef, Deliver, DiagnosticsReport, Invitation, InvitationDecision,
@@ -695,8 +694,8 @@ class Coordinator:
             return "wrong-size", f"weights are {len(data)} bytes, the model has {self.spec.weight_bytes}"
         if hashlib.sha256(data).hexdigest() != update.weights.sha256:
             return "hash-mismatch", "the weights do not match their SHA-256"
-        bad = first_non_finite(data)
-        if bad is not None:
+        bad = self.kernel.first_non_finite(data)
+        if bad >= 0:
             return "non-finite-weights", f"weight {bad} is not a finite number"
         assigned = slot.units.count if slot.units is not None else self.spec.chunk(slot.chunk_id).example_count  # type: ignore[arg-type]
         if update.count > assigned:
@@ -863,7 +862,9 @@ class Coordinator:
         state = self.aggregation_state
         if state is not None:
             metadata["aggregationState"] = {"method": state.method, "step": state.step, "bytes": len(state.data)}
-        file = ckpt.write_checkpoint(metadata, self.weights, state.data if state is not None else None)
+        # Aggregation already refused non-finite results; checkpoint 0 and continued weights are checked here.
+        file = ckpt.write_checkpoint(metadata, self.weights, state.data if state is not None else None,
+                                     weights_sha256=self.weights_sha256, finite_checked=round_ > self.first_round - 1)
         summary: dict[str, Any] = {
             "artifact": {"round": round_, "sha256": self.weights_sha256, "bytes": len(self.weights),
                          "fileName": file_name},
