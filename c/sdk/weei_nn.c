@@ -9,40 +9,146 @@
 #include "weei_sdk.h"
 
 typedef float v4 __attribute__((vector_size(16)));
+typedef int32_t v4i __attribute__((vector_size(16)));
+typedef uint32_t u2 __attribute__((vector_size(8)));
 
-static inline v4 ld4(const float *p) { v4 v; __builtin_memcpy(&v, p, 16); return v; }
-static inline void st4(float *p, v4 v) { __builtin_memcpy(p, &v, 16); }
-static inline v4 splat4(float x) { v4 v = { x, x, x, x }; return v; }
-static inline float hsum4(v4 v) { return (v[0] + v[1]) + (v[2] + v[3]); }
+#define WEEI_INLINE static inline __attribute__((always_inline))
+
+WEEI_INLINE v4 ld4(const float *p) { v4 v; __builtin_memcpy(&v, p, 16); return v; }
+WEEI_INLINE void st4(float *p, v4 v) { __builtin_memcpy(p, &v, 16); }
+WEEI_INLINE v4 splat4(float x) { v4 v = { x, x, x, x }; return v; }
+/* splat4(*p); in wasm one v128.load32_splat (a single broadcast from memory
+ * in wasmtime) rather than a scalar load and a splat. */
+#if defined(__wasm_simd128__)
+#include <wasm_simd128.h>
+WEEI_INLINE v4 ldsplat(const float *p) { return (v4)wasm_v128_load32_splat(p); }
+#else
+WEEI_INLINE v4 ldsplat(const float *p) { return splat4(*p); }
+#endif
+WEEI_INLINE float hsum4(v4 v) { return (v[0] + v[1]) + (v[2] + v[3]); }
+
+/* The first r lanes of p (r = 1..4, a constant after inlining); the other
+ * lanes are zero and never stored. Nothing past p[r-1] is read. */
+WEEI_INLINE v4 ldn(const float *p, const uint32_t r) {
+    if (r >= 4) return ld4(p);
+    v4 v = splat4(0.0f);
+    if (r >= 2) {
+        u2 t;
+        __builtin_memcpy(&t, p, 8);
+        v4i u = { (int32_t)t[0], (int32_t)t[1], 0, 0 };
+        v = (v4)u;
+        if (r == 3) v[2] = p[2];
+    } else {
+        v[0] = p[0];
+    }
+    return v;
+}
+
+WEEI_INLINE void stn(float *p, v4 v, const uint32_t r) {
+    if (r >= 4) { st4(p, v); return; }
+    if (r >= 2) {
+        u2 t = { (uint32_t)((v4i)v)[0], (uint32_t)((v4i)v)[1] };
+        __builtin_memcpy(p, &t, 8);
+        if (r == 3) p[2] = v[2];
+    } else {
+        p[0] = v[0];
+    }
+}
+
+/* Lanes of vector k of a block of NV vectors whose last one holds R lanes. */
+#define WEEI_LANES(k, NV, R) ((k) + 1 == (NV) ? (R) : 4u)
+
+/*
+ * Every output element is computed with the same operations in the same
+ * order whatever the blocking: y[b][o] = bias[o], then y += x[b][i] * W[i][o]
+ * for i = 0..in-1. Blocks cover ROWS batch rows and NV vectors of outputs
+ * (the last with R lanes), so each loaded W vector serves ROWS rows and the
+ * NV*ROWS accumulators hide the add latency.
+ */
+WEEI_INLINE void fwd_block(const float *x, uint32_t b, const uint32_t ROWS, uint32_t in, uint32_t out,
+                           uint32_t o, const uint32_t NV, const uint32_t R, const float *W,
+                           const float *bias, float *y) {
+    v4 a[2][4];
+    for (uint32_t k = 0; k < NV; k++) {
+        v4 bv = ldn(bias + o + 4 * k, WEEI_LANES(k, NV, R));
+        for (uint32_t r = 0; r < ROWS; r++) a[r][k] = bv;
+    }
+    const float *x0 = x + (size_t)b * in;
+    for (uint32_t i = 0; i < in; i++) {
+        const float *w = W + (size_t)i * out + o;
+        v4 wv[4];
+        for (uint32_t k = 0; k < NV; k++) wv[k] = ldn(w + 4 * k, WEEI_LANES(k, NV, R));
+        for (uint32_t r = 0; r < ROWS; r++) {
+            v4 xi = ldsplat(x0 + (size_t)r * in + i);
+            for (uint32_t k = 0; k < NV; k++) a[r][k] += xi * wv[k];
+        }
+    }
+    for (uint32_t r = 0; r < ROWS; r++)
+        for (uint32_t k = 0; k < NV; k++)
+            stn(y + (size_t)(b + r) * out + o + 4 * k, a[r][k], WEEI_LANES(k, NV, R));
+}
+
+WEEI_INLINE void fwd_cols(const float *x, uint32_t batch, uint32_t in, uint32_t out, uint32_t o,
+                          const uint32_t NV, const uint32_t R, const float *W, const float *bias,
+                          float *y) {
+    uint32_t b = 0;
+    for (; b + 2 <= batch; b += 2) fwd_block(x, b, 2, in, out, o, NV, R, W, bias, y);
+    if (b < batch) fwd_block(x, b, 1, in, out, o, NV, R, W, bias, y);
+}
+
+/* Calls BLOCK(NV, R) for the rem = out - o (1..15) outputs left after the
+ * blocks of 16: NV vectors, the last holding R lanes (both constants). */
+#define WEEI_TAIL_DISPATCH(rem, BLOCK)                                                  \
+    switch (rem) {                                                                      \
+    case 1: BLOCK(1, 1); break;   case 2: BLOCK(1, 2); break;   case 3: BLOCK(1, 3); break;   \
+    case 4: BLOCK(1, 4); break;   case 5: BLOCK(2, 1); break;   case 6: BLOCK(2, 2); break;   \
+    case 7: BLOCK(2, 3); break;   case 8: BLOCK(2, 4); break;   case 9: BLOCK(3, 1); break;   \
+    case 10: BLOCK(3, 2); break;  case 11: BLOCK(3, 3); break;  case 12: BLOCK(3, 4); break;  \
+    case 13: BLOCK(4, 1); break;  case 14: BLOCK(4, 2); break;  case 15: BLOCK(4, 3); break;  \
+    default: break;                                                                     \
+    }
 
 void weei_dense_forward(const float *x, uint32_t batch, uint32_t in, uint32_t out,
                         const float *W, const float *bias, float *y) {
-    uint32_t o16 = out & ~15u, o4 = out & ~3u;
+    uint32_t o = 0;
+    for (; o + 16 <= out; o += 16) fwd_cols(x, batch, in, out, o, 4, 4, W, bias, y);
+#define WEEI_FWD(NV, R) fwd_cols(x, batch, in, out, o, NV, R, W, bias, y)
+    WEEI_TAIL_DISPATCH(out - o, WEEI_FWD)
+#undef WEEI_FWD
+}
+
+/* dW[i][o] += x[b][i] * dy[b][o] for b = 0..batch-1 in order, for IROWS
+ * rows i and NV vectors of outputs (the last with R lanes). */
+WEEI_INLINE void dw_block(const float *x, const float *dy, uint32_t batch, uint32_t in, uint32_t out,
+                          uint32_t i, const uint32_t IROWS, uint32_t o, const uint32_t NV,
+                          const uint32_t R, float *dW) {
+    v4 a[2][4];
+    for (uint32_t r = 0; r < IROWS; r++)
+        for (uint32_t k = 0; k < NV; k++)
+            a[r][k] = ldn(dW + (size_t)(i + r) * out + o + 4 * k, WEEI_LANES(k, NV, R));
     for (uint32_t b = 0; b < batch; b++) {
-        const float *xr = x + (size_t)b * in;
-        float *yr = y + (size_t)b * out;
-        uint32_t o = 0;
-        for (; o < o16; o += 16) {
-            v4 a0 = ld4(bias + o), a1 = ld4(bias + o + 4), a2 = ld4(bias + o + 8), a3 = ld4(bias + o + 12);
-            for (uint32_t i = 0; i < in; i++) {
-                v4 xi = splat4(xr[i]);
-                const float *w = W + (size_t)i * out + o;
-                a0 += xi * ld4(w); a1 += xi * ld4(w + 4); a2 += xi * ld4(w + 8); a3 += xi * ld4(w + 12);
-            }
-            st4(yr + o, a0); st4(yr + o + 4, a1); st4(yr + o + 8, a2); st4(yr + o + 12, a3);
-        }
-        for (; o < o4; o += 4) {
-            v4 a = ld4(bias + o);
-            for (uint32_t i = 0; i < in; i++) a += splat4(xr[i]) * ld4(W + (size_t)i * out + o);
-            st4(yr + o, a);
-        }
-        for (; o < out; o++) {
-            float a = bias[o];
-            for (uint32_t i = 0; i < in; i++) a += xr[i] * W[(size_t)i * out + o];
-            yr[o] = a;
+        const float *d = dy + (size_t)b * out + o;
+        v4 dv[4];
+        for (uint32_t k = 0; k < NV; k++) dv[k] = ldn(d + 4 * k, WEEI_LANES(k, NV, R));
+        for (uint32_t r = 0; r < IROWS; r++) {
+            v4 xi = ldsplat(x + (size_t)b * in + i + r);
+            for (uint32_t k = 0; k < NV; k++) a[r][k] += xi * dv[k];
         }
     }
+    for (uint32_t r = 0; r < IROWS; r++)
+        for (uint32_t k = 0; k < NV; k++)
+            stn(dW + (size_t)(i + r) * out + o + 4 * k, a[r][k], WEEI_LANES(k, NV, R));
 }
+
+WEEI_INLINE void dw_cols(const float *x, const float *dy, uint32_t batch, uint32_t in, uint32_t out,
+                         uint32_t o, const uint32_t NV, const uint32_t R, float *dW) {
+    uint32_t i = 0;
+    for (; i + 2 <= in; i += 2) dw_block(x, dy, batch, in, out, i, 2, o, NV, R, dW);
+    if (i < in) dw_block(x, dy, batch, in, out, i, 1, o, NV, R, dW);
+}
+
+/* Largest in*out whose transposed W fits the stack buffer of the dx pass. */
+#define WEEI_DX_T_MAX 8192u
 
 void weei_dense_backward(const float *x, const float *dy, uint32_t batch, uint32_t in, uint32_t out,
                          const float *W, float *dW, float *db, float *dx) {
@@ -55,25 +161,45 @@ void weei_dense_backward(const float *x, const float *dy, uint32_t batch, uint32
         for (; o < out; o++) db[o] += d[o];
     }
     /* dW[i][o] += sum_b x[b][i] dy[b][o] */
-    for (uint32_t i = 0; i < in; i++) {
-        float *dw = dW + (size_t)i * out;
+    {
         uint32_t o = 0;
-        for (; o < o4; o += 4) {
-            v4 a = ld4(dw + o);
-            for (uint32_t b = 0; b < batch; b++) a += splat4(x[(size_t)b * in + i]) * ld4(dy + (size_t)b * out + o);
-            st4(dw + o, a);
-        }
-        for (; o < out; o++) {
-            float a = dw[o];
-            for (uint32_t b = 0; b < batch; b++) a += x[(size_t)b * in + i] * dy[(size_t)b * out + o];
-            dw[o] = a;
-        }
+        for (; o + 16 <= out; o += 16) dw_cols(x, dy, batch, in, out, o, 4, 4, dW);
+#define WEEI_DW(NV, R) dw_cols(x, dy, batch, in, out, o, NV, R, dW)
+        WEEI_TAIL_DISPATCH(out - o, WEEI_DW)
+#undef WEEI_DW
     }
     if (!dx) return;
-    /* dx[b][i] = sum_o W[i][o] dy[b][o] */
+    /*
+     * dx[b][i] = sum_o W[i][o] dy[b][o], in this order: lane l sums
+     * o = l, l+4, ... below o4 (from +0.0), the lanes are combined as
+     * (l0 + l1) + (l2 + l3), then o = o4..out-1 are added one by one.
+     * Four i at a time from a transposed copy of W, same operations.
+     */
+    uint32_t i4 = (uint64_t)in * out <= WEEI_DX_T_MAX ? in & ~3u : 0;
+    if (i4) {
+        float wt[WEEI_DX_T_MAX] __attribute__((aligned(16)));
+        for (uint32_t i = 0; i < in; i++)
+            for (uint32_t o = 0; o < out; o++) wt[(size_t)o * in + i] = W[(size_t)i * out + o];
+        for (uint32_t b = 0; b < batch; b++) {
+            const float *d = dy + (size_t)b * out;
+            for (uint32_t i = 0; i < i4; i += 4) {
+                v4 s0 = splat4(0.0f), s1 = s0, s2 = s0, s3 = s0;
+                const float *t = wt + i;
+                for (uint32_t o = 0; o < o4; o += 4) {
+                    s0 += ld4(t + (size_t)o * in) * ldsplat(d + o);
+                    s1 += ld4(t + (size_t)(o + 1) * in) * ldsplat(d + o + 1);
+                    s2 += ld4(t + (size_t)(o + 2) * in) * ldsplat(d + o + 2);
+                    s3 += ld4(t + (size_t)(o + 3) * in) * ldsplat(d + o + 3);
+                }
+                v4 s = (s0 + s1) + (s2 + s3);
+                for (uint32_t o = o4; o < out; o++) s += ld4(t + (size_t)o * in) * ldsplat(d + o);
+                st4(dx + (size_t)b * in + i, s);
+            }
+        }
+    }
     for (uint32_t b = 0; b < batch; b++) {
         const float *d = dy + (size_t)b * out;
-        for (uint32_t i = 0; i < in; i++) {
+        for (uint32_t i = i4; i < in; i++) {
             const float *w = W + (size_t)i * out;
             v4 a = splat4(0.0f);
             uint32_t o = 0;
@@ -86,11 +212,19 @@ void weei_dense_backward(const float *x, const float *dy, uint32_t batch, uint32
 }
 
 void weei_relu(float *y, uint32_t n) {
-    for (uint32_t i = 0; i < n; i++) y[i] = y[i] > 0.0f ? y[i] : 0.0f;
+    uint32_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        v4 v = ld4(y + i);
+        st4(y + i, (v4)((v4i)v & (v > splat4(0.0f))));
+    }
+    for (; i < n; i++) y[i] = y[i] > 0.0f ? y[i] : 0.0f;
 }
 
+/* dy = y > 0 ? dy : +0.0, branch-free (a mask; the same bits as the select). */
 void weei_relu_backward(const float *y, float *dy, uint32_t n) {
-    for (uint32_t i = 0; i < n; i++) dy[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+    uint32_t i = 0;
+    for (; i + 4 <= n; i += 4) st4(dy + i, (v4)((v4i)ld4(dy + i) & (ld4(y + i) > splat4(0.0f))));
+    for (; i < n; i++) dy[i] = y[i] > 0.0f ? dy[i] : 0.0f;
 }
 
 void weei_tanh(float *y, uint32_t n) {

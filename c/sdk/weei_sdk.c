@@ -717,8 +717,12 @@ static wj_doc g_doc;
 
 typedef int (*op_fn)(const wj_doc *in);
 
+static uint64_t g_progress_step; /* step of the last report of this operation */
+static int g_progress_any;       /* 1 once this operation has reported */
+
 static uint32_t run_op(uint32_t ptr, uint32_t bytes, op_fn fn) {
     heap_init();
+    g_progress_any = 0;
     g_w = &g_result;
     jw_reset(&g_result);
     g_failed = 0;
@@ -858,6 +862,14 @@ static void weei_on_progress(uint32_t ptr, uint32_t bytes) {
 
 void weei_progress(uint64_t processed, uint64_t total, const char *const *metric_ids,
                    const double *metric_values, int metric_count) {
+    /* At most one report per 1% of the work (a step is total/100 examples,
+     * at least one), plus the final one: each report costs the host a JSON
+     * parse and, in the browser, a message across the Worker boundary. */
+    uint64_t quantum = total / 100u ? total / 100u : 1u;
+    uint64_t step = processed / quantum;
+    if (processed < total && g_progress_any && step == g_progress_step) return;
+    g_progress_any = 1;
+    g_progress_step = step;
     jw_state *saved = g_w;
     g_w = &g_progress_w;
     jw_reset(&g_progress_w);

@@ -147,7 +147,10 @@ int weei_read_seed(const wj_doc *in, uint64_t *seed);
 /* ---- progress ------------------------------------------------------------ */
 
 /* Calls weei.onProgress with {"processedExamples", "totalExamples", "metrics"}.
- * metric_ids/values may be NULL/0. */
+ * metric_ids/values may be NULL/0. Call it as often as convenient (e.g. after
+ * every batch): within one operation it reports at most once per 1% of
+ * `total` (steps of total/100 examples, at least 1) and always when
+ * processed >= total; the other calls return at once. */
 void weei_progress(uint64_t processed, uint64_t total, const char *const *metric_ids,
                    const double *metric_values, int metric_count);
 
