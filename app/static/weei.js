@@ -14,7 +14,8 @@
 //   2. PagePython: the page's Pyodide, started lazily
 //   3. WorkerClient: one Worker, request/response with progress
 //   4. API registry: widgetsApi.get(name) -> factory per widget name
-//   5. the 'distributed-training' API (today: getState and _debug hooks)
+//   5. the 'distributed-training' API: every method forwards to the page's
+//      TrainingController (weei.browser.page_api); _debug hooks for tests
 //   6. loadWeei / weeiReady
 (() => {
   'use strict';
@@ -98,6 +99,9 @@
       this.ready = new Promise((resolve, reject) => {
         this._ready = { resolve, reject };
       });
+      // Nobody may await `ready` (requests queue in the Worker): a failed
+      // start reaches every pending request; it is not an unhandled rejection.
+      this.ready.catch(() => {});
       this.worker.onmessage = (event) => this._onMessage(event.data);
       this.worker.onerror = (event) => {
         const error = new Error(`weei worker failed: ${event.message || 'could not load worker.js'}`);
@@ -129,6 +133,7 @@
         const e = message.error || {};
         const error = new Error(`${e.message} [${e.reason}]`);
         error.reason = e.reason;
+        error.weeiMessage = e.message;
         error.kind = e.kind;
         entry.reject(error);
       }
@@ -164,7 +169,7 @@
     get(name) {
       if (!widgetApis.has(name)) {
         const factory = widgetFactories.get(name);
-        if (!factory) return null;
+        if (!factory) return undefined;
         widgetApis.set(name, factory(core));
       }
       return widgetApis.get(name);
@@ -175,13 +180,289 @@
   };
 
   // What every widget API builds on.
-  const core = { BASE, url, fetchOk, sha256Hex, pagePython, WorkerClient, log };
+  const core = { BASE, url, fetchOk, sha256Hex, pagePython, WorkerClient, log, backgroundTasks: [] };
 
   // ---- 5. 'distributed-training' ------------------------------------------------------
+  // The API object. Every method forwards to the page's TrainingController
+  // (weei.api, bound to IndexedDB, localStorage and Workers by
+  // weei.browser.page_main); nothing here decides anything. Calls go through
+  // weei.browser.page_api.PageApi: call(name, argsJson, buffers) for async
+  // methods, call_sync(name, argsJson) for synchronous ones; each returns an
+  // envelope {ok, json | file | error}. Files become ArrayBuffers here (their
+  // names kept), after every size was checked.
+  const MAX_FILE_BYTES = 256 * 1000 * 1000; // the spec's limit for every file
+  const TRAINING_STATE_FIELDS = () => ({
+    ready: true, myPeerId: '', busy: true, preparing: false, transitioning: false, evaluating: false,
+    peers: [], invitations: [], progress: {}, liveMetrics: {}, transfers: [], transferErrors: {},
+    pausedContribution: false, activeWorkers: 0, backendPreference: 'auto',
+    execution: { requested: 'auto', actual: 'unknown', phase: 'waiting', fallback: 'none' },
+    maxLocalWorkers: navigator.hardwareConcurrency || 1, gpuMemoryBudgetMiB: 512, diagnostics: {}, savedJobs: [],
+  });
+
+  function weeiError(reason, message, kind = 'UsageError') {
+    const error = new Error(message);
+    error.name = 'WeeiError';
+    error.reason = reason;
+    error.kind = kind;
+    return error;
+  }
+
+  function unwrap(envelope) {
+    if (!envelope.ok) {
+      const e = envelope.error || {};
+      throw weeiError(e.reason || 'internal-error', e.message || 'unknown error', e.kind);
+    }
+    if (envelope.file) return envelope.file;
+    return envelope.json === undefined || envelope.json === 'null' ? undefined : JSON.parse(envelope.json);
+  }
+
+  // The controller starts in the background too (as the page's Python
+  // does), so a job interrupted by a reload continues without any call.
+  core.backgroundTasks.push(() => {
+    widgetsApi.get('distributed-training')._debug.startApi()
+      .catch((err) => console.warn('[weei] the training API could not start:', err));
+  });
+
   registerWidgetApi('distributed-training', (core) => {
     let worker = null;
     const stats = { trainings: 0, lastTraining: null };
 
+    // -- the page's controller ----------------------------------------------------
+    const bridge = { api: null, promise: null, error: null, seconds: null, listening: false, blocked: false };
+    const listeners = new Set();
+
+    function deliver(state) {
+      for (const listener of Array.from(listeners)) {
+        try {
+          listener(structuredClone(state));
+        } catch (err) {
+          console.error('[weei] a subscribe() listener failed:', err);
+        }
+      }
+    }
+
+    function syncListening() {
+      const want = listeners.size > 0;
+      if (!bridge.api || want === bridge.listening) return;
+      bridge.listening = want;
+      bridge.api.listen(want);
+    }
+
+    // One controller per browser profile and origin: every tab shares the
+    // IndexedDB database, and two controllers would both continue the same
+    // saved job. The first tab holds a Web Lock for its lifetime; another tab
+    // waits (its state says why; its calls are refused) and takes over when
+    // that one closes. Without Web Locks (not a secure context) there is no
+    // such guard.
+    const LOCK = 'weei.distributed-training.controller';
+    const ANOTHER_TAB = 'Weei is running in another tab of this browser; this tab takes over when that one is closed';
+
+    function holdLock() {
+      const locks = navigator.locks;
+      if (!locks || typeof locks.request !== 'function') return Promise.resolve();
+      const forever = () => new Promise(() => {});
+      return new Promise((granted) => {
+        const failed = (err) => {  // for example a sandboxed frame: run unguarded
+          console.warn('[weei] no Web Lock, another tab may run Weei too:', err);
+          bridge.blocked = false;
+          granted();
+        };
+        locks.request(LOCK, { ifAvailable: true }, (lock) => {
+          if (lock) {
+            granted();
+            return forever();
+          }
+          bridge.blocked = true;
+          deliver(getState());
+          locks.request(LOCK, () => {
+            bridge.blocked = false;
+            granted();
+            return forever();
+          }).catch(failed);
+          return undefined;
+        }).catch(failed);
+      });
+    }
+
+    function startApi() {
+      if (bridge.promise) return bridge.promise;
+      const t0 = performance.now();
+      bridge.promise = (async () => {
+        const [{ session }] = await Promise.all([core.pagePython.start(), holdLock()]);
+        const api = await session.open_api({
+          createWorker: () => new core.WorkerClient(),
+          onState: (text) => deliver(JSON.parse(text)),
+        });
+        bridge.api = api;
+        bridge.seconds = (performance.now() - t0) / 1000;
+        core.log('API ready in', bridge.seconds, 's');
+        syncListening();
+        if (!bridge.listening) deliver(JSON.parse(api.get_state_json()));
+        return api;
+      })().catch((err) => {
+        // A Python exception's message is its traceback: keep the last line.
+        bridge.error = String(err && err.message || err).trim().split('\n').pop();
+        const error = weeiError('python-unavailable', `Weei could not start in this page: ${bridge.error}`, 'InternalError');
+        deliver(getState());
+        throw error;
+      });
+      return bridge.promise;
+    }
+
+    async function callAsync(name, args = {}, buffers = undefined) {
+      const started = startApi();
+      if (bridge.blocked) throw weeiError('open-in-another-tab', `${name}(): ${ANOTHER_TAB}`);
+      const api = await started;
+      return unwrap(await api.call(name, JSON.stringify(args), buffers));
+    }
+
+    function callSync(name, args = {}) {
+      if (!bridge.api) {
+        if (bridge.error) throw weeiError('python-unavailable', `Weei could not start in this page: ${bridge.error}`, 'InternalError');
+        if (bridge.blocked) throw weeiError('open-in-another-tab', `${name}(): ${ANOTHER_TAB}`);
+        throw weeiError('not-ready', `${name}(): Weei is still starting in this page; wait until getState().busy is false`);
+      }
+      return unwrap(bridge.api.call_sync(name, JSON.stringify(args)));
+    }
+
+    function getState() {
+      if (bridge.api) return JSON.parse(bridge.api.get_state_json());
+      const state = TRAINING_STATE_FIELDS();
+      if (bridge.error) {
+        state.busy = false;
+        state.error = `Weei could not start in this page: ${bridge.error}`;
+      } else if (bridge.blocked) {
+        state.error = ANOTHER_TAB;
+      }
+      return state;
+    }
+
+    // -- files ----------------------------------------------------------------------
+    function fileName(blob, fallback) {
+      return typeof blob.name === 'string' && blob.name ? blob.name : fallback;
+    }
+
+    function requireFile(value, what) {
+      if (!(value instanceof Blob)) throw weeiError('missing-file', `${what}: a File is required`, 'ManifestError');
+      if (value.size > MAX_FILE_BYTES) {
+        throw weeiError('file-too-large', `${fileName(value, what)}: ${value.size} bytes is over the 256 MB limit`, 'ManifestError');
+      }
+      return value;
+    }
+
+    async function read(blob) {
+      try {
+        return await blob.arrayBuffer();
+      } catch (err) {
+        throw weeiError('file-unreadable', `${fileName(blob, 'a file')}: could not be read (${err && err.message || err})`, 'ManifestError');
+      }
+    }
+
+    // {wasm, manifest, files, validation?, executionFiles?} -> call arguments
+    // and ArrayBuffers. Every size is checked before anything is read.
+    async function readPackage(job, method) {
+      if (!job || typeof job !== 'object') throw weeiError('invalid-argument', `${method}() takes an object`);
+      const wasm = requireFile(job.wasm, 'wasm');
+      const manifest = requireFile(job.manifest, 'manifest');
+      const files = job.files === undefined ? [] : job.files;
+      if (!files || typeof files[Symbol.iterator] !== 'function') throw weeiError('invalid-argument', 'files must be a list of Files');
+      const list = Array.from(files, (f, i) => requireFile(f, `files[${i}]`));
+      const names = list.map((f, i) => fileName(f, `file-${i}`));
+      const duplicate = names.find((n, i) => names.indexOf(n) !== i);
+      if (duplicate !== undefined) throw weeiError('duplicate-file', `${duplicate}: selected twice`, 'ManifestError');
+      const validation = job.validation == null ? null : requireFile(job.validation, 'validation');
+      const execution = job.executionFiles == null ? [] : Array.from(job.executionFiles);
+      if (execution.length) {
+        throw weeiError('execution-files-unsupported', 'executionFiles: GPU training (WGSL archives) is not available in this build; leave them out to train on the CPU');
+      }
+      const [wasmBuffer, manifestBuffer, validationBuffer, ...fileBuffers] = await Promise.all([
+        read(wasm), read(manifest), validation ? read(validation) : null, ...list.map(read),
+      ]);
+      const args = {
+        wasmName: fileName(wasm, 'model.wasm'), fileNames: names, settings: job.settings,
+        validationName: validation ? fileName(validation, 'validation') : null,
+      };
+      const buffers = { wasm: wasmBuffer, manifest: manifestBuffer, files: fileBuffers };
+      if (validationBuffer) buffers.validation = validationBuffer;
+      return { args, buffers };
+    }
+
+    function toFile(file, type) {
+      return new File([file.bytes], file.name, { type });
+    }
+
+    // -- the API object ------------------------------------------------------------------
+    const api = {
+      getState,
+      subscribe(listener) {
+        if (typeof listener !== 'function') throw weeiError('invalid-argument', 'subscribe() takes a function');
+        listeners.add(listener);
+        listener(getState());
+        syncListening();
+        if (!bridge.promise) startApi().catch(() => {});
+        let active = true;
+        return () => {
+          if (!active) return;
+          active = false;
+          listeners.delete(listener);
+          syncListening();
+        };
+      },
+      async createJob(job) {
+        const { args, buffers } = await readPackage(job, 'createJob');
+        return callAsync('createJob', args, buffers);
+      },
+      async continueFromCheckpoint(job) {
+        if (!job || typeof job !== 'object') throw weeiError('invalid-argument', 'continueFromCheckpoint() takes an object');
+        const checkpoint = requireFile(job.checkpoint, 'checkpoint');
+        const [{ args, buffers }, checkpointBuffer] = await Promise.all([
+          readPackage(job, 'continueFromCheckpoint'), read(checkpoint)]);
+        buffers.checkpoint = checkpointBuffer;
+        args.datasetMode = job.datasetMode;
+        return callAsync('continueFromCheckpoint', args, buffers);
+      },
+      invite(peerId) { return callSync('invite', { peerId }); },
+      decideInvitation(jobId, accepted) { return callAsync('decideInvitation', { jobId, accepted: !!accepted }); },
+      start() { return callAsync('start'); },
+      pause() { return callAsync('pause'); },
+      resume() { return callAsync('resume'); },
+      stop() { return callAsync('stop'); },
+      updateSettings(settings) { return callAsync('updateSettings', { settings }); },
+      runValidation() { return callAsync('runValidation'); },
+      shuffleChunks() { return callAsync('shuffleChunks'); },
+      exportCheckpoint() {
+        return toFile(callSync('exportCheckpoint'), 'application/octet-stream');
+      },
+      exportModule() {
+        const file = callSync('exportModule');
+        return file ? toFile(file, 'application/wasm') : undefined;
+      },
+      leave() { return callAsync('leave'); },
+      getDebugLog() { return callSync('getDebugLog'); },
+      clearDebugLog() { callSync('clearDebugLog'); },
+      setMaxLocalWorkers(count) { return callAsync('setMaxLocalWorkers', { count }); },
+      setGpuMemoryBudgetMiB(mib) { return callAsync('setGpuMemoryBudgetMiB', { mib }); },
+      setBackendPreference(preference) { return callAsync('setBackendPreference', { preference }); },
+      pauseContribution(paused) { return callAsync('pauseContribution', { paused: !!paused }); },
+      listSavedJobs() { return callAsync('listSavedJobs'); },
+      openSavedJob(jobId) { return callAsync('openSavedJob', { jobId }); },
+      deleteSavedJob(jobId) { return callAsync('deleteSavedJob', { jobId }); },
+      async enable(options = {}) {
+        const where = core.url('widget.js');
+        let module;
+        try {
+          module = await import(where);
+        } catch (err) {
+          throw weeiError('widget-unavailable', `the built-in window could not be loaded from ${where}: ${err && err.message || err}`);
+        }
+        if (typeof module.mountWidget !== 'function') {
+          throw weeiError('widget-unavailable', `${where} does not export mountWidget(api, options)`);
+        }
+        return module.mountWidget(api, options);
+      },
+    };
+
+    // -- test hooks (not part of the API) ------------------------------------------------
     function getWorker() {
       if (!worker) worker = new core.WorkerClient();
       return worker;
@@ -265,25 +546,33 @@
       };
     }
 
-    return {
-      getState() {
-        return {
-          version: VERSION,
-          baseUrl: core.BASE,
-          pagePython: core.pagePython.state,
-          pagePythonError: core.pagePython.error,
-          worker: worker ? (worker.startSeconds === null ? 'starting' : 'ready') : 'none',
-          trainings: stats.trainings,
-          lastTraining: stats.lastTraining,
-        };
-      },
-      _debug: {
+    Object.defineProperty(api, '_debug', {
+      enumerable: true,
+      value: {
         trainOnce,
         aggregate,
         worker: getWorker,
         startPagePython: () => core.pagePython.start().then(() => core.pagePython.seconds),
+        startApi: () => startApi().then(() => bridge.seconds),
+        // The embed script's own status (what getState() returned before the API).
+        status: () => ({
+          version: VERSION,
+          baseUrl: core.BASE,
+          pagePython: core.pagePython.state,
+          pagePythonError: core.pagePython.error,
+          api: bridge.api ? 'ready' : (bridge.error ? 'failed' : (bridge.blocked ? 'waiting-for-another-tab'
+            : (bridge.promise ? 'starting' : 'not-started'))),
+          apiError: bridge.error,
+          apiSeconds: bridge.seconds,
+          worker: worker ? (worker.startSeconds === null ? 'starting' : 'ready') : 'none',
+          trainings: stats.trainings,
+          lastTraining: stats.lastTraining,
+        }),
+        storageKeys: (store) => callAsync('debugStorageKeys', { store }),
+        idle: () => callAsync('debugIdle'),
       },
-    };
+    });
+    return api;
   });
 
   // ---- 6. loadWeei / weeiReady ----------------------------------------------------------
@@ -303,7 +592,10 @@
       // In the background, once the page has loaded and is idle.
       const kick = () => {
         const idle = window.requestIdleCallback || ((f) => setTimeout(f, 0));
-        idle(() => core.pagePython.start().catch((err) => console.warn('[weei] page Python failed:', err)));
+        idle(() => {
+          core.pagePython.start().catch((err) => console.warn('[weei] page Python failed:', err));
+          for (const task of core.backgroundTasks) task();
+        });
       };
       if (document.readyState === 'complete') kick();
       else window.addEventListener('load', kick, { once: true });

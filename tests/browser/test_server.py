@@ -122,4 +122,8 @@ def test_the_same_server_carries_signaling(weei_server: Any) -> None:
             welcome = await client.connect()
             assert client.peer_id and welcome.token
 
-    asyncio.run(main())
+    # Playwright's sync API may own this thread's event loop: run ours on another thread.
+    import concurrent.futures
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, main()).result(timeout=30)

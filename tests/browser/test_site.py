@@ -40,7 +40,7 @@ TRAIN_JS = """async (options) => {
   const weei = await weeiReady;
   const api = weei.widgetsApi.get('distributed-training');
   const result = await api._debug.trainOnce('digits-mlp', options);
-  return { result, state: api.getState(), origin: location.origin };
+  return { result, state: api._debug.status(), origin: location.origin };
 }"""
 
 
@@ -59,7 +59,7 @@ def test_site_loads_and_worker_trains_like_wasmtime(weei_server: Any, page: Any)
     pg.goto(weei_server.url)
     keys = pg.evaluate("weeiReady.then((w) => Object.keys(w.widgetsApi.get('distributed-training')))")
     assert "getState" in keys and "_debug" in keys
-    state = pg.evaluate("weei.widgetsApi.get('distributed-training').getState()")
+    state = pg.evaluate("weei.widgetsApi.get('distributed-training')._debug.status()")
     assert state["baseUrl"] == weei_server.url
     out = pg.evaluate(TRAIN_JS, TRAIN)
     check_training(out)
@@ -109,12 +109,12 @@ def test_worker_trains_experience_and_evaluates_like_wasmtime(weei_server: Any, 
 def test_weei_ready_does_not_wait_for_python(weei_server: Any, page: Any) -> None:
     pg, log = page
     pg.goto(weei_server.url)
-    state = pg.evaluate("weeiReady.then((w) => w.widgetsApi.get('distributed-training').getState())")
+    state = pg.evaluate("weeiReady.then((w) => w.widgetsApi.get('distributed-training')._debug.status())")
     # The page's Pyodide takes seconds; the API object must exist before.
     assert state["pagePython"] in ("not-started", "starting")
     seconds = pg.evaluate("weei.widgetsApi.get('distributed-training')._debug.startPagePython()")
     assert seconds > 0
-    assert pg.evaluate("weei.widgetsApi.get('distributed-training').getState().pagePython") == "ready"
+    assert pg.evaluate("weei.widgetsApi.get('distributed-training')._debug.status().pagePython") == "ready"
     assert not log.errors, log.errors
 
 

@@ -7,7 +7,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 
@@ -24,12 +24,18 @@ DIGITS_SETTINGS = {"epochs": 2, "localEpochs": 1, "batchSize": 16, "coordinatorP
                    "validationSchedule": {"enabled": True, "unit": "epoch", "every": 1}}
 
 
-def controller(storage: MemoryStorage | None = None, kv: MemoryKeyValue | None = None) -> TrainingController:
+def controller(storage: MemoryStorage | None = None, kv: MemoryKeyValue | None = None,
+               random_bytes: Any = os.urandom) -> TrainingController:
     engine = WasmtimeEngine()
     return TrainingController(my_peer_id="me", storage=storage or MemoryStorage(), kv=kv or MemoryKeyValue(),
                               pool=ThreadWorkerPool(engine, device_limit=2), kernel=NativeKernel(), engine=engine,
                               clock=lambda: time.time() * 1000, monotonic=lambda: time.monotonic() * 1000,
-                              random_bytes=os.urandom)
+                              random_bytes=random_bytes)
+
+
+def fixed_random(n: int) -> bytes:
+    """A fixed random source: the same job seed and initial weights every run."""
+    return bytes((7 * i + 3) % 256 for i in range(n))
 
 
 def package(model: str) -> dict[str, Any]:
@@ -222,7 +228,7 @@ def test_commands_check_the_role_and_say_why() -> None:
 
 def test_cartpole_splits_assignments_across_local_workers() -> None:
     async def main() -> None:
-        c = controller()
+        c = controller(random_bytes=fixed_random)
         await c.init()
         await c.set_max_local_workers(2)
         await c.create_job(**package("cartpole-reinforce"),
@@ -284,5 +290,95 @@ def test_participants_report_diagnostics_and_a_declined_invitation_reaches_the_c
             assert "weights" not in json.dumps(remote)
         finally:
             await network.close()
+
+    asyncio.run(main())
+
+
+class SlowStorage(MemoryStorage):
+    """Puts that yield to the event loop, as IndexedDB's do: commands interleave.
+
+    ``probe()``, if set, runs while a put is pending: what a page that polls
+    getState() during the controller's storage awaits would see.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.written: set[tuple[str, str]] = set()
+        self.probe: Callable[[], None] | None = None
+
+    async def put(self, store: str, key: str, value: Any) -> None:
+        if self.probe is not None:
+            self.probe()
+        await asyncio.sleep(0.002)
+        if self.probe is not None:
+            self.probe()
+        await super().put(store, key, value)
+        self.written.add((store, key))
+
+
+@pytest.mark.parametrize("validated", [True, False])
+def test_a_finished_job_looks_idle_only_once_its_last_checkpoint_and_validation_are_in(validated: bool) -> None:
+    async def main() -> None:
+        storage = SlowStorage()
+        c = controller(storage)
+        await c.init()
+        job_id = await c.create_job(**package("digits-mlp"), settings={**DIGITS_SETTINGS, "epochs": 1},
+                                    validation=digits_validation() if validated else None)
+        idle_but_unfinished: list[Any] = []
+        finished: list[bool] = []
+
+        def probe() -> None:
+            state = c.get_state()
+            job = state.get("job")
+            if job is None or job["status"] != "completed":
+                return
+            if not (state["busy"] or state["transitioning"] or state["evaluating"]):
+                last = job["checkpoints"][-1]
+                key = ("checkpoints", f"{job_id}/{last['artifact']['round']:08d}")
+                if ("validationMetrics" not in last and validated) or key not in storage.written:
+                    idle_but_unfinished.append(last)
+            finished.append(True)
+
+        storage.probe = probe
+        await c.start()
+        await run_until_done(c)
+        probe()
+        assert len(finished) > 2 and not idle_but_unfinished, idle_but_unfinished
+
+    asyncio.run(main())
+
+
+def test_leave_right_after_the_end_keeps_the_job_inactive_in_saved_jobs() -> None:
+    async def main() -> None:
+        storage = SlowStorage()
+        c = controller(storage)
+        await c.init()
+        job_id = await c.create_job(**package("digits-mlp"), settings={**DIGITS_SETTINGS, "epochs": 1},
+                                    validation=digits_validation())
+        await c.start()
+        while c.get_state()["job"]["status"] != "completed":
+            await asyncio.sleep(0.001)
+        await c.leave()  # while the last validation and its record save are still on their way
+        await c.idle()
+        assert c.get_state()["savedJobs"][0]["active"] is False
+        assert (await storage.get("jobs", job_id))["active"] is False
+
+    asyncio.run(main())
+
+
+def test_a_completed_experience_job_can_be_reopened_from_saved_jobs() -> None:
+    async def main() -> None:
+        storage, kv = MemoryStorage(), MemoryKeyValue()
+        c = controller(storage, kv)
+        await c.init()
+        job_id = await c.create_job(**package("cartpole-reinforce"),
+                                    settings={"epochs": 2, "localEpochs": 1, "batchSize": 16,
+                                              "coordinatorParticipates": True, "experience": {"unitsPerAssignment": 4}})
+        await c.start()
+        await run_until_done(c)
+        await c.leave()
+        await c.open_saved_job(job_id)
+        job = c.get_state()["job"]
+        assert job["status"] == "completed" and len(job["checkpoints"]) == 3
 
     asyncio.run(main())

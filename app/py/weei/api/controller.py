@@ -73,6 +73,7 @@ class TrainingController:
         self.busy = 0
         self.preparing = False
         self.evaluating = 0
+        self._saving = 0  # SaveCheckpoint commands taken and not yet written
         self.error: str | None = None
         self.paused_contribution = False
         self.max_local_workers = 4
@@ -348,7 +349,8 @@ class TrainingController:
             "myPeerId": self.my_peer_id,
             "busy": self.busy > 0,
             "preparing": self.preparing,
-            "transitioning": False,
+            # A round's checkpoint is being made durable (the spec: averaging into a checkpoint).
+            "transitioning": self._saving > 0,
             "evaluating": self.evaluating > 0,
             "peers": self.transport.peers() if self.transport is not None else [],
             "invitations": [[job_id, json.loads(json.dumps(inv))] for job_id, inv in self.invitations.items()],
@@ -468,23 +470,50 @@ class TrainingController:
     # -------------------------------------------------------------- commands
 
     async def _drain(self) -> None:
-        """Carry out every pending command of the state machines, persisting first."""
-        while True:
-            commands: list[tuple[str, Command]] = []
-            if self.coordinator is not None:
-                commands += [("coordinator", c) for c in self.coordinator.take_commands()]
-            if self.participant is not None:
-                commands += [("participant", c) for c in self.participant.take_commands()]
-            if not commands:
-                break
-            for role, command in commands:
+        """Carry out every pending command of the state machines, persisting first.
+
+        Commands are taken again after each one is carried out (in the same
+        order as batch by batch): a command that changes a state machine
+        synchronously (a local Send) makes its follow-ups visible to
+        ``getState()`` (``transitioning``, ``evaluating``) before the next await.
+        """
+        queue: list[tuple[str, Command]] = []
+        try:
+            while True:
+                queue += self._take_commands()
+                if not queue:
+                    break
+                role, command = queue.pop(0)
                 await self._carry_out(role, command)
+        except BaseException:
+            for _, command in queue:  # dropped with the failure: no longer pending
+                self._release(command)
+            raise
         if self.coordinator is not None:
             await self._save_job_record()
         self._arm_timer()
         self._report_diagnostics()
         self.kv.set(DEBUG_LOG_KEY, self.debug_log.to_json())
         self._notify()
+
+    def _take_commands(self) -> list[tuple[str, Command]]:
+        commands: list[tuple[str, Command]] = []
+        if self.coordinator is not None:
+            commands += [("coordinator", c) for c in self.coordinator.take_commands()]
+        if self.participant is not None:
+            commands += [("participant", c) for c in self.participant.take_commands()]
+        for _, command in commands:
+            if isinstance(command, RunValidation):
+                self.evaluating += 1  # released by _validate
+            elif isinstance(command, SaveCheckpoint):
+                self._saving += 1  # released by _save_checkpoint
+        return commands
+
+    def _release(self, command: Command) -> None:
+        if isinstance(command, RunValidation):
+            self.evaluating -= 1
+        elif isinstance(command, SaveCheckpoint):
+            self._saving -= 1
 
     async def _carry_out(self, role: str, command: Command) -> None:
         if isinstance(command, Send):
@@ -519,6 +548,12 @@ class TrainingController:
             self.coordinator.receive(self.my_peer_id, command.message, blobs, now)
 
     async def _save_checkpoint(self, command: SaveCheckpoint) -> None:
+        try:
+            await self._write_checkpoint(command)
+        finally:
+            self._saving -= 1
+
+    async def _write_checkpoint(self, command: SaveCheckpoint) -> None:
         coordinator = self.coordinator
         assert coordinator is not None
         started = self.monotonic()
@@ -530,11 +565,12 @@ class TrainingController:
         self.latest_checkpoint = (command.summary["artifact"]["fileName"], command.file)
 
     async def _validate(self, command: RunValidation) -> None:
+        """Run a validation that ``_take_commands`` already counted in ``evaluating``."""
         coordinator = self.coordinator
         if coordinator is None:
+            self.evaluating -= 1
             return
         spec = coordinator.spec
-        self.evaluating += 1
         self._notify()
         try:
             aux = {slot: self._artifact(ref.sha256) for slot, ref in command.auxiliary.items()}
@@ -751,8 +787,10 @@ class TrainingController:
         record["createdAt"] = previous.get("createdAt", self.clock())
         record["updatedAt"] = self.clock()
         if record != previous:
-            await self.storage.put("jobs", coordinator.spec.job_id, record)
+            # Before the await: a save that interleaves (a validation task's
+            # drain during leave()) must build on this record, not the old one.
             self.saved_jobs[coordinator.spec.job_id] = record
+            await self.storage.put("jobs", coordinator.spec.job_id, record)
 
     async def _reopen(self, job_id: str, *, restart: bool) -> None:
         record = self.saved_jobs[job_id]
@@ -763,7 +801,7 @@ class TrainingController:
         stored = await self.storage.get("checkpoints", keys[-1])
         read = read_checkpoint(stored["file"])
         coordinator = Coordinator.resume(spec, read, mode="resume", my_peer_id=self.my_peer_id, kernel=self.kernel,
-                                         now=self.clock(), new_job_seed=job_seed)
+                                         now=self.clock(), new_job_seed=job_seed, reopening=True)
         summaries = []
         for key in keys:
             entry = await self.storage.get("checkpoints", key)

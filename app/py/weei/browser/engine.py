@@ -50,7 +50,7 @@ from weei.runtime.engine import (
     Trap,
 )
 
-__all__ = ["BrowserEngine", "BrowserModule", "BrowserInstance", "to_uint8array"]
+__all__ = ["BrowserEngine", "PageEngine", "BrowserModule", "BrowserInstance", "to_uint8array"]
 
 _PROGRESS_MODULE = "weei"
 _PROGRESS_NAME = "onProgress"
@@ -130,6 +130,57 @@ class BrowserEngine:
         for instance in self._instances:
             instance.close()
         self._instances.clear()
+
+
+class PageEngine(BrowserEngine):
+    """A :class:`BrowserEngine` for the page's main thread.
+
+    Chromium refuses synchronous ``WebAssembly.Module`` compiles of large
+    modules on the main thread, yet ``ModelRuntime.load`` (job preparation)
+    compiles synchronously. So the page awaits :meth:`precompile` first and
+    :meth:`compile` then takes the compiled module from a small cache, by
+    SHA-256 of the bytes; bytes not precompiled compile synchronously as in
+    :class:`BrowserEngine`.
+    """
+
+    CACHE_SIZE = 4
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._compiled: dict[str, Any] = {}  # sha256 -> WebAssembly.Module, oldest first
+
+    @staticmethod
+    def _key(wasm: Buffer) -> str:
+        import hashlib
+
+        return hashlib.sha256(memoryview(wasm).cast("B")).hexdigest()
+
+    async def precompile(self, wasm: Buffer) -> bool:
+        """Compile ``wasm`` asynchronously into the cache. Returns False (and
+        caches nothing) when it does not compile: the synchronous compile
+        then reports the error where the caller expects it."""
+        if not isinstance(wasm, (bytes, bytearray, memoryview)):
+            return False
+        key = self._key(wasm)
+        if key in self._compiled:
+            self._compiled[key] = self._compiled.pop(key)  # most recently used last
+            return True
+        try:
+            module = await self.compile_async(wasm)
+        except CompileError:
+            return False
+        self._compiled[key] = module.js_module
+        while len(self._compiled) > self.CACHE_SIZE:
+            del self._compiled[next(iter(self._compiled))]
+        return True
+
+    def compile(self, wasm: Buffer) -> BrowserModule:
+        """The precompiled module for these bytes, else a synchronous compile."""
+        if isinstance(wasm, (bytes, bytearray, memoryview)) and self._compiled:
+            module = self._compiled.get(self._key(wasm))
+            if module is not None:
+                return BrowserModule(self, module)
+        return super().compile(wasm)
 
 
 class BrowserModule:

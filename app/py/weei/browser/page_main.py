@@ -3,11 +3,20 @@
 Theory of operation
 -------------------
 ``weei.js`` starts the page's Pyodide lazily (after ``weeiReady``), unpacks
-the weei package and calls :func:`start` with the site's base URL. Today
-the page's Python aggregates rounds: :class:`PageSession` owns one
-``aggregate.wasm`` instance (``WasmKernel`` over :class:`BrowserEngine`)
-and runs :func:`weei.core.aggregate.aggregate_round` on it. The
-coordinator's state machine will run here too.
+the weei package and calls :func:`start` with the site's base URL.
+:class:`PageSession` owns the page's one ``aggregate.wasm`` instance
+(``WasmKernel`` over :class:`BrowserEngine`).
+
+:meth:`PageSession.open_api` is the bootstrap of the API: it binds one
+``TrainingController`` to the browser's ports — IndexedDB
+(:mod:`.idb`), localStorage (:mod:`.local_storage`), module Workers
+(:mod:`.workers`), the page engine (:class:`~.engine.PageEngine`, whose
+``precompile`` the API awaits before preparing a job), ``Date.now``,
+``performance.now`` and ``crypto.getRandomValues`` — awaits its ``init()``
+(which continues an interrupted job) and returns the :class:`PageApi` that
+``weei.js`` forwards every method to. No transport yet: ``peers`` is empty
+until signaling and WebRTC arrive. This peer's id is random and kept in
+``sessionStorage`` (so a reload keeps it) until signaling assigns one.
 
 :meth:`PageSession.debug_aggregate` is the test hook behind the API's
 ``_debug.aggregate``: it takes plain JS values and returns a JS object.
@@ -15,20 +24,30 @@ coordinator's state machine will run here too.
 
 from __future__ import annotations
 
+import re
 import time
 from types import SimpleNamespace
 from typing import Any
 
 import js  # type: ignore[import-not-found]
-from pyodide.ffi import JsProxy  # type: ignore[import-not-found]
+from pyodide.ffi import JsException, JsProxy  # type: ignore[import-not-found]
 
+from weei.api.controller import TrainingController
 from weei.core.aggregate import AggregationState, aggregate_round
 from weei.kernel.wasm_kernel import WasmKernel
 
-from .engine import BrowserEngine, to_uint8array
+from .convert import is_nullish
+from .engine import BrowserEngine, PageEngine, to_uint8array
+from .idb import IndexedDBStorage
+from .local_storage import LocalStorageKeyValue
+from .page_api import PageApi
 from .worker_main import js_object
+from .workers import BrowserWorkerPool
 
-__all__ = ["PageSession", "start", "session"]
+__all__ = ["PageSession", "start", "session", "PEER_ID_KEY", "environment", "random_bytes"]
+
+#: sessionStorage key of this tab's peer id (kept across reloads of the tab).
+PEER_ID_KEY = "weei.peerId"
 
 _SETTING_NAMES = {
     "serverLearningRate": "server_learning_rate",
@@ -47,6 +66,55 @@ async def fetch_bytes(url: str) -> bytes:
     return (await response.arrayBuffer()).to_bytes()
 
 
+def random_bytes(count: int) -> bytes:
+    """``count`` bytes from ``crypto.getRandomValues`` (64 KiB per call at most)."""
+    out = bytearray()
+    get_random_values = js.crypto.getRandomValues
+    while len(out) < count:
+        n = min(65536, count - len(out))
+        out += get_random_values(js.Uint8Array.new(n)).to_bytes()
+    return bytes(out)
+
+
+def _peer_id() -> str:
+    try:
+        store = js.sessionStorage
+        existing = store.getItem(PEER_ID_KEY)
+        if not is_nullish(existing) and str(existing):
+            return str(existing)
+    except (AttributeError, JsException):
+        store = None
+    peer = "peer-" + random_bytes(8).hex()
+    if store is not None:
+        try:
+            store.setItem(PEER_ID_KEY, peer)
+        except JsException:
+            pass
+    return peer
+
+
+def environment() -> dict[str, Any]:
+    """The diagnostics' environment (browser, version, OS, cores) from ``navigator``."""
+    ua = str(getattr(js.navigator, "userAgent", "") or "")
+    browser, version = "unknown", "unknown"
+    for name, pattern in (("Edge", r"Edg/([\d.]+)"), ("Opera", r"OPR/([\d.]+)"), ("Firefox", r"Firefox/([\d.]+)"),
+                          ("Chrome", r"(?:Headless)?Chrom(?:e|ium)/([\d.]+)"),
+                          ("Safari", r"Version/([\d.]+).*Safari/")):
+        match = re.search(pattern, ua)
+        if match:
+            browser, version = name, match.group(1)
+            break
+    os_name = "unknown"
+    for name, pattern in (("Android", r"Android"), ("iOS", r"iPhone|iPad|iPod"), ("ChromeOS", r"CrOS"),
+                          ("Windows", r"Windows"), ("macOS", r"Mac OS X|Macintosh"), ("Linux", r"Linux|X11")):
+        if re.search(pattern, ua):
+            os_name = name
+            break
+    cores = getattr(js.navigator, "hardwareConcurrency", None)
+    logical = int(cores) if not is_nullish(cores) and int(cores) > 0 else "unknown"
+    return {"browser": browser, "browserVersion": version, "os": os_name, "logicalCores": logical}
+
+
 class PageSession:
     """The page's Python state (one per page)."""
 
@@ -54,6 +122,34 @@ class PageSession:
         self.base_url = base_url
         self._engine = BrowserEngine()
         self._kernel: WasmKernel | None = None
+        self.api: PageApi | None = None
+        self.seconds: dict[str, float] = {}
+
+    async def open_api(self, hooks: Any) -> PageApi:
+        """Bind a TrainingController to the browser and ``init()`` it (once).
+
+        ``hooks``: ``{createWorker(): WorkerClient, onState(jsonText)}``
+        from weei.js. Raises StorageError when IndexedDB is unavailable.
+        """
+        if self.api is not None:
+            return self.api
+        t0 = time.perf_counter()
+        kernel = await self.kernel()
+        storage = await IndexedDBStorage.open()
+        t1 = time.perf_counter()
+        date_now = js.Date.now
+        performance = js.performance
+        engine = PageEngine()
+        controller = TrainingController(
+            my_peer_id=_peer_id(), storage=storage, kv=LocalStorageKeyValue(),
+            pool=BrowserWorkerPool(hooks.createWorker), kernel=kernel, engine=engine,
+            clock=lambda: float(date_now()), monotonic=lambda: float(performance.now()),
+            random_bytes=random_bytes, transport=None, environment=environment())
+        await controller.init()
+        on_state = hooks.onState
+        self.api = PageApi(controller, engine, storage, lambda text: on_state(text))
+        self.seconds = {"kernelAndStorage": t1 - t0, "init": time.perf_counter() - t1}
+        return self.api
 
     async def kernel(self) -> WasmKernel:
         """The aggregation kernel, fetched and instantiated on first use."""

@@ -172,13 +172,14 @@ class Coordinator:
 
     @classmethod
     def resume(cls, spec: JobSpec, checkpoint: Any, *, mode: str, my_peer_id: str, kernel: Any, now: float,
-               new_job_seed: int | None = None,
+               new_job_seed: int | None = None, reopening: bool = False,
                round_timeout_ms: float = DEFAULT_ROUND_TIMEOUT_MS) -> Coordinator:
         """Continue from a read checkpoint (``weei.core.checkpoint.Checkpoint``).
 
         ``mode`` 'resume' restores the dataset queue (or the experience seed
         and next unit); 'new' starts a fresh queue (or draws a new job seed:
         pass ``new_job_seed``). Rounds keep counting from the checkpoint.
+        ``reopening`` is the same job found again in storage (after a reload).
 
         Raises:
             UsageError: bad mode, weights of the wrong size, or an experience
@@ -191,7 +192,8 @@ class Coordinator:
         if len(checkpoint.weights) != spec.weight_bytes:
             raise UsageError("wrong-weight-size", f"the checkpoint holds {len(checkpoint.weights)} bytes of weights, "
                                                   f"the model creates {spec.weight_bytes}")
-        if spec.is_experience and spec.settings.epochs <= round_:
+        # Reopening a saved (possibly completed) job is not a request to train more.
+        if spec.is_experience and spec.settings.epochs <= round_ and not reopening:
             raise SettingsError("epochs", f"the checkpoint is from round {round_}; the last round of the continued "
                                           f"job (Rounds) must be above it", reason="rounds-not-above-checkpoint")
         recorded_aux = meta.get("auxiliaryWeights") or {}

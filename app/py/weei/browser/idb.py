@@ -1,0 +1,179 @@
+"""The controller's Storage port over IndexedDB (Pyodide, in the page).
+
+Theory of operation
+-------------------
+One database, ``weei`` (version 1), with four object stores of out-of-line
+string keys: ``jobs``, ``checkpoints``, ``artifacts`` and ``settings``
+(see docs/architecture.md, Persistence). Values are what the controller
+hands over: ``bytes`` are stored as a ``Uint8Array`` and come back as
+``bytes``; dicts (with bytes inside, as a checkpoint entry has) go through
+:func:`~weei.browser.convert.to_js_value` and come back as dicts.
+
+Every request is awaited as an asyncio future resolved by its ``success`` /
+``error`` event; a ``put`` or ``delete`` returns only when its transaction
+fired ``complete`` (a transaction that fails fires ``abort`` after the
+request's ``error``, so ``complete``/``abort`` is the terminal pair). The
+handlers are ``create_proxy`` proxies owned by the future: both are
+destroyed when it is done, and no event fires on a request or transaction
+after its terminal one.
+
+Errors: a failing request or transaction raises :class:`StorageError`
+(``reason`` 'storage-full' for a quota error, else 'storage-failed');
+opening raises it with 'storage-unavailable'.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import js  # type: ignore[import-not-found]
+from pyodide.ffi import JsException, create_proxy  # type: ignore[import-not-found]
+
+from weei.core.errors import WeeiError
+
+from .convert import from_js_value, is_nullish, to_js_value
+from .engine import to_uint8array
+
+__all__ = ["IndexedDBStorage", "StorageError", "DB_NAME", "DB_VERSION", "STORES"]
+
+DB_NAME = "weei"
+DB_VERSION = 1
+STORES = ("jobs", "checkpoints", "artifacts", "settings")
+
+
+class StorageError(WeeiError):
+    """IndexedDB refused or failed a request."""
+
+
+def _describe(error: Any) -> tuple[str, str]:
+    if is_nullish(error):
+        return "storage-failed", "the transaction was aborted"
+    name = str(getattr(error, "name", "Error"))
+    message = str(getattr(error, "message", error))
+    reason = "storage-full" if name == "QuotaExceededError" else "storage-failed"
+    return reason, f"{name}: {message}"
+
+
+def _wait(target: Any, ok: str, fail: str, result: Any = None) -> asyncio.Future[Any]:
+    """A future for the first of ``ok``/``fail`` on ``target``; it owns both handlers."""
+    future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+
+    def on_ok(_event: Any) -> None:
+        if not future.done():
+            future.set_result(result(target) if result is not None else None)
+
+    def on_fail(_event: Any) -> None:
+        if not future.done():
+            reason, message = _describe(getattr(target, "error", None))
+            future.set_exception(StorageError(reason, f"IndexedDB: {message}"))
+
+    proxies = (create_proxy(on_ok), create_proxy(on_fail))
+    target.addEventListener(ok, proxies[0])
+    target.addEventListener(fail, proxies[1])
+
+    def release(_future: Any) -> None:
+        target.removeEventListener(ok, proxies[0])
+        target.removeEventListener(fail, proxies[1])
+        for proxy in proxies:
+            proxy.destroy()
+
+    future.add_done_callback(release)
+    return future
+
+
+def _encode(value: Any) -> Any:
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return to_uint8array(value)
+    return to_js_value(value)
+
+
+class IndexedDBStorage:
+    """:class:`weei.api.ports.Storage` over one IndexedDB database. Use :meth:`open`."""
+
+    def __init__(self, db: Any) -> None:
+        self._db = db
+        self._on_version_change = create_proxy(lambda _e: self.close())
+        db.addEventListener("versionchange", self._on_version_change)
+
+    @classmethod
+    async def open(cls, name: str = DB_NAME) -> IndexedDBStorage:
+        """Open (creating the stores on first use). Raises StorageError('storage-unavailable')."""
+        factory = getattr(js, "indexedDB", None)
+        if is_nullish(factory):
+            raise StorageError("storage-unavailable", "IndexedDB is not available in this browser context")
+        try:
+            request = factory.open(name, DB_VERSION)
+        except JsException as exc:
+            raise StorageError("storage-unavailable", f"IndexedDB: {exc}") from None
+
+        def upgrade(_event: Any) -> None:
+            db = request.result
+            for store in STORES:
+                if not db.objectStoreNames.contains(store):
+                    db.createObjectStore(store)
+
+        upgrade_proxy = create_proxy(upgrade)
+        request.addEventListener("upgradeneeded", upgrade_proxy)
+        try:
+            db = await _wait(request, "success", "error", result=lambda r: r.result)
+        except StorageError as exc:
+            raise StorageError("storage-unavailable", exc.message) from None
+        finally:
+            request.removeEventListener("upgradeneeded", upgrade_proxy)
+            upgrade_proxy.destroy()
+        return cls(db)
+
+    def close(self) -> None:
+        """Close the connection (another tab wants to upgrade, or the page is done)."""
+        if self._db is not None:
+            self._db.close()
+            self._db.removeEventListener("versionchange", self._on_version_change)
+            self._on_version_change.destroy()
+            self._db = None
+
+    def _transaction(self, store: str, mode: str) -> Any:
+        if self._db is None:
+            raise StorageError("storage-unavailable", "the IndexedDB connection is closed")
+        if store not in STORES:
+            raise StorageError("storage-failed", f"unknown store {store!r}")
+        try:
+            return self._db.transaction(store, mode)
+        except JsException as exc:
+            raise StorageError("storage-failed", f"IndexedDB: {exc}") from None
+
+    async def _write(self, store: str, action: Any) -> None:
+        tx = self._transaction(store, "readwrite")
+        done = _wait(tx, "complete", "abort")
+        try:
+            action(tx.objectStore(store))
+        except JsException as exc:  # DataCloneError, ReadOnlyError...
+            try:
+                tx.abort()
+            except JsException:
+                pass
+            await asyncio.gather(done, return_exceptions=True)
+            raise StorageError("storage-failed", f"IndexedDB: {exc}") from None
+        await done
+
+    async def put(self, store: str, key: str, value: Any) -> None:
+        """Store ``value`` under ``key``; returns once the transaction completed."""
+        encoded = _encode(value)
+        await self._write(store, lambda s: s.put(encoded, key))
+
+    async def delete(self, store: str, key: str) -> None:
+        await self._write(store, lambda s: s.delete(key))
+
+    async def get(self, store: str, key: str) -> Any:
+        """The stored value (bytes, dict, ...) or None."""
+        tx = self._transaction(store, "readonly")
+        request = tx.objectStore(store).get(key)
+        value = await _wait(request, "success", "error", result=lambda r: r.result)
+        return from_js_value(value)
+
+    async def keys(self, store: str) -> list[str]:
+        """Every key of ``store``, sorted."""
+        tx = self._transaction(store, "readonly")
+        request = tx.objectStore(store).getAllKeys()
+        keys = await _wait(request, "success", "error", result=lambda r: r.result)
+        return sorted(str(k) for k in keys.to_py())

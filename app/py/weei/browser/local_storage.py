@@ -1,0 +1,59 @@
+"""The controller's KeyValue port over ``localStorage`` (Pyodide, in the page).
+
+The controller keeps its debug log here (``weei.debugLog``), so it survives
+reloads of this browser profile. ``localStorage`` is synchronous and small
+(about 5 MB per origin): a ``set`` that does not fit (QuotaExceededError)
+or a storage the browser disabled must not stop a job, so ``set`` never
+raises; the failure is counted in :attr:`LocalStorageKeyValue.failures` and
+reported once on the console.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import js  # type: ignore[import-not-found]
+from pyodide.ffi import JsException  # type: ignore[import-not-found]
+
+from .convert import is_nullish
+
+__all__ = ["LocalStorageKeyValue"]
+
+
+class LocalStorageKeyValue:
+    """:class:`weei.api.ports.KeyValue` over ``window.localStorage``."""
+
+    def __init__(self, storage: Any = None) -> None:
+        if storage is None:
+            try:
+                storage = js.localStorage
+            except (AttributeError, JsException):  # disabled, or an opaque origin
+                storage = None
+        self._storage = None if is_nullish(storage) else storage
+        self.failures = 0
+
+    def get(self, key: str) -> str | None:
+        if self._storage is None:
+            return None
+        try:
+            value = self._storage.getItem(key)
+        except JsException:
+            return None
+        return None if is_nullish(value) else str(value)
+
+    def set(self, key: str, value: str) -> None:
+        if self._storage is None:
+            return
+        try:
+            self._storage.setItem(key, value)
+        except JsException as exc:
+            self.failures += 1
+            if self.failures == 1:
+                js.console.warn(f"[weei] localStorage refused {key} ({len(value)} characters): {exc}")
+
+    def remove(self, key: str) -> None:
+        if self._storage is not None:
+            try:
+                self._storage.removeItem(key)
+            except JsException:
+                pass

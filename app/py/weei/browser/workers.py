@@ -1,0 +1,188 @@
+"""The controller's WorkerPool port over module Workers (Pyodide, in the page).
+
+Theory of operation
+-------------------
+Each Worker is a ``WorkerClient`` of ``weei.js`` (section 3) running
+``worker.js`` with its own Pyodide; the pool receives a JS function
+``create_worker()`` that starts one, and starts Worker ``i`` on its first
+task. A Worker's message loop runs one request at a time, and its model
+instance is shared by every request, so the pool queues tasks per Worker
+(an ``asyncio.Lock`` each): the page may ask for validation on Worker 0
+while it trains, and the validation then waits for the training.
+
+Per task: ``loadModel`` when the Worker does not hold this module yet (or
+its last task failed: the instance may be broken), then ``train`` or
+``evaluate`` with the weights and data transferred as ``ArrayBuffer``s.
+Progress messages go to the task's sink as ``(index, {processedExamples,
+totalExamples, metrics})``. :attr:`BrowserWorkerPool.active` counts tasks
+running now (not waiting in a queue).
+
+Errors: a reply with ``ok: false`` becomes ``ModelError`` (kind 'model'),
+``UsageError`` (kind 'usage') or ``WeeiError('worker-failed')``; a Worker
+that died (it failed to start, or ``onerror``) is dropped and the next task
+starts a new one. Proxies (the progress callback) are destroyed when their
+task ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Callable
+
+import js  # type: ignore[import-not-found]
+from pyodide.ffi import JsException, create_proxy  # type: ignore[import-not-found]
+
+from weei.api.ports import ProgressSink, WorkerResult, WorkerTask
+from weei.core.errors import ModelError, UsageError, WeeiError
+
+from .convert import from_js_value, is_nullish
+from .engine import to_uint8array
+from .worker_main import js_object
+
+__all__ = ["BrowserWorkerPool"]
+
+
+def _error(exc: JsException) -> WeeiError:
+    reason = getattr(exc, "reason", None)
+    kind = getattr(exc, "kind", None)
+    detail = getattr(exc, "weeiMessage", None)
+    message = str(detail) if not is_nullish(detail) else str(getattr(exc, "message", exc))
+    if is_nullish(reason):
+        return WeeiError("worker-failed", f"training Worker failed: {message}")
+    reason = str(reason)
+    if kind == "model":
+        return ModelError(reason, message)
+    if kind == "usage":
+        return UsageError(reason, message)
+    return WeeiError(reason, f"training Worker failed: {message}")
+
+
+def _count(reply: Any, op: str) -> int:
+    names = ("uniqueExamples", "completedUnits") if op == "train" else ("examples",)
+    for name in names:
+        value = getattr(reply, name, None)
+        if not is_nullish(value):
+            return int(value)
+    return 0
+
+
+class BrowserWorkerPool:
+    """:class:`weei.api.ports.WorkerPool` over ``WorkerClient``s made by ``create_worker()``."""
+
+    def __init__(self, create_worker: Callable[[], Any], device_limit: int | None = None) -> None:
+        self._create = create_worker
+        if device_limit is None:
+            cores = getattr(js.navigator, "hardwareConcurrency", None)
+            device_limit = int(cores) if not is_nullish(cores) and int(cores) > 0 else 1
+        self._device_limit = max(1, int(device_limit))
+        self._clients: dict[int, Any] = {}
+        self._loaded: dict[int, str] = {}  # index -> module sha256 the Worker holds
+        self._locks: dict[int, asyncio.Lock] = {}
+        self._active = 0
+
+    @property
+    def device_limit(self) -> int:
+        return self._device_limit
+
+    @property
+    def active(self) -> int:
+        return self._active
+
+    @property
+    def started(self) -> int:
+        """Workers started so far."""
+        return len(self._clients)
+
+    async def run(self, index: int, module_sha256: str, module: bytes, task: WorkerTask,
+                  on_progress: ProgressSink | None = None) -> WorkerResult:
+        """Run ``task`` on Worker ``index`` after the tasks queued there. Raises WeeiError."""
+        if task.op not in ("train", "evaluate"):
+            raise UsageError("invalid-request", f"unknown Worker task {task.op!r}")
+        async with self._locks.setdefault(index, asyncio.Lock()):
+            self._active += 1
+            try:
+                return await self._run(index, module_sha256, module, task, on_progress)
+            finally:
+                self._active -= 1
+
+    def terminate(self) -> None:
+        """Stop every Worker (their pending requests fail)."""
+        for client in self._clients.values():
+            client.terminate()
+        self._clients.clear()
+        self._loaded.clear()
+
+    async def _request(self, index: int, client: Any, op: str, fields: dict[str, Any], transfer: list[Any],
+                       on_progress: ProgressSink | None) -> Any:
+        proxy = None
+        options: dict[str, Any] = {"transfer": transfer}
+        if on_progress is not None:
+            def progress(message: Any) -> None:
+                on_progress(index, {
+                    "processedExamples": int(getattr(message, "processedExamples", 0) or 0),
+                    "totalExamples": from_js_value(getattr(message, "totalExamples", None)),
+                    "metrics": from_js_value(getattr(message, "metrics", None)) or {},
+                })
+
+            proxy = create_proxy(progress)
+            options["onProgress"] = proxy
+        try:
+            return await client.request(op, js_object(fields), js_object(options))
+        except JsException as exc:
+            error = _error(exc)
+            if error.reason == "worker-failed" or error.reason == "worker-start-failed":
+                self._drop(index, client)
+            self._loaded.pop(index, None)
+            raise error from None
+        finally:
+            if proxy is not None:
+                proxy.destroy()
+
+    def _drop(self, index: int, client: Any) -> None:
+        if self._clients.get(index) is client:
+            del self._clients[index]
+            self._loaded.pop(index, None)
+            try:
+                client.terminate()
+            except JsException:
+                pass
+
+    async def _run(self, index: int, module_sha256: str, module: bytes, task: WorkerTask,
+                   on_progress: ProgressSink | None) -> WorkerResult:
+        client = self._clients.get(index)
+        if client is None:
+            client = self._create()
+            self._clients[index] = client
+        if self._loaded.get(index) != module_sha256:
+            self._loaded.pop(index, None)
+            wasm = to_uint8array(module).buffer
+            await self._request(index, client, "loadModel", {"wasm": wasm}, [wasm], None)
+            self._loaded[index] = module_sha256
+        weights = to_uint8array(task.weights).buffer
+        fields: dict[str, Any] = {"weights": weights}
+        transfer = [weights]
+        if task.data is not None:
+            data = to_uint8array(task.data).buffer
+            fields["data"] = data
+            fields["format"] = task.format
+            transfer.append(data)
+        if task.experience is not None:
+            start, count, seed = task.experience
+            fields["experience"] = {"unitStart": start, "unitCount": count, "seed": str(seed)}
+        if task.auxiliary:
+            aux = js.Object.new()
+            for slot, value in task.auxiliary.items():
+                buffer = to_uint8array(value).buffer
+                setattr(aux, slot, buffer)
+                transfer.append(buffer)
+            fields["auxiliary"] = aux
+        if task.op == "train":
+            fields["seed"] = str(task.seed)
+            fields["settings"] = dict(task.settings or {})
+        reply = await self._request(index, client, task.op, fields, transfer, on_progress)
+        metrics = {str(k): float(v) for k, v in (from_js_value(reply.metrics) or {}).items()}
+        if task.op == "evaluate":
+            return WorkerResult(None, metrics, _count(reply, "evaluate"))
+        steps = getattr(reply, "optimizerSteps", None)
+        return WorkerResult(bytes(reply.weights.to_bytes()), metrics, _count(reply, "train"),
+                            None if is_nullish(steps) else int(steps))

@@ -1,0 +1,527 @@
+"""The 'distributed-training' API in the page: the spec's examples as page JavaScript.
+
+Every test drives ``weei.widgetsApi.get('distributed-training')`` the way a
+page would, against the served site and the reference model packages (their
+files fetched from /models/<id>/ into File objects): the page's Python runs
+the TrainingController over IndexedDB, localStorage and module Workers.
+
+Tests that reload the page use a persistent Chromium profile (a temporary
+user-data dir), so IndexedDB and localStorage are what a real profile keeps.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from site_helpers import CHROMIUM, CHROMIUM_ARGS, DIST, TIMEOUT_MS
+
+#: Defines window.T: the API, File loading and waiting helpers (evaluated after every navigation).
+PRELUDE = """() => {
+  const T = {};
+  T.api = () => weei.widgetsApi.get('distributed-training');
+  T.sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+  T.waitFor = async (what, predicate, timeoutMs = 60000) => {
+    const t0 = performance.now();
+    for (;;) {
+      const value = predicate();
+      if (value) return value;
+      if (performance.now() - t0 > timeoutMs) {
+        const s = T.api().getState();
+        throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}; state: ` + JSON.stringify({
+          error: s.error, busy: s.busy, status: s.job && s.job.status,
+          checkpoints: s.job && s.job.checkpoints.length, activeWorkers: s.activeWorkers }));
+      }
+      await T.sleep(50);
+    }
+  };
+  T.fetchFile = async (path, name, type = 'application/octet-stream') => {
+    const response = await fetch(path);
+    if (!response.ok) throw new Error(`GET ${path}: HTTP ${response.status}`);
+    return new File([await response.arrayBuffer()], name, { type });
+  };
+  // The package's files, as a page's <input type=file> would give them.
+  T.pkg = async (modelId) => {
+    const base = `models/${modelId}/`;
+    const manifest = await T.fetchFile(base + 'manifest.json', 'manifest.json', 'application/json');
+    const parsed = JSON.parse(await manifest.text());
+    const entries = parsed.inlineJson['dataset-manifest.json'];
+    const files = await Promise.all(entries.map((e) => T.fetchFile(base + 'data/' + e.fileName, e.fileName)));
+    const wasm = await T.fetchFile(base + parsed.wasm.fileName, parsed.wasm.fileName, 'application/wasm');
+    const validation = entries.length ? await T.fetchFile(base + 'data/validation.bin', 'validation.bin') : undefined;
+    return { wasm, manifest, files, validation };
+  };
+  T.rejection = async (promiseOrFn) => {
+    try {
+      await (typeof promiseOrFn === 'function' ? promiseOrFn() : promiseOrFn);
+    } catch (e) {
+      return { isError: e instanceof Error, reason: e.reason, message: e.message };
+    }
+    return null;
+  };
+  // Finished, its last checkpoint written and its last validation in.
+  T.done = (s) => s.job && s.job.status === 'completed' && !s.busy && !s.transitioning && !s.evaluating;
+  T.rounds = (s) => s.job.checkpoints.map((c) => c.artifact.round);
+  // The spec's "Example: read a checkpoint outside Weei".
+  T.readCheckpoint = async (file) => {
+    const bytes = await file.arrayBuffer();
+    const metadataBytes = new DataView(bytes).getUint32(0, true);
+    const metadata = JSON.parse(new TextDecoder().decode(new Uint8Array(bytes, 4, metadataBytes)));
+    const start = 4 + metadataBytes;
+    const weights = new Float32Array(bytes.slice(start, start + metadata.checkpoint.bytes));
+    return { metadata, weights };
+  };
+  window.T = T;
+}"""
+
+DIGITS = {"epochs": 1, "localEpochs": 1, "batchSize": 16, "coordinatorParticipates": True,
+          "validationSchedule": {"enabled": True, "unit": "round", "every": 5}}
+
+
+def ready(pg: Any, url: str | None = None) -> None:
+    """Navigate (or not), define the helpers and wait until the page's API runs in Python."""
+    if url is not None:
+        pg.goto(url)
+    pg.evaluate(PRELUDE)
+    seconds = pg.evaluate("weeiReady.then(() => T.api()._debug.startApi())")
+    assert seconds > 0
+
+
+@pytest.fixture
+def profile(browser: Any) -> Iterator[tuple[Any, list[str]]]:
+    """A page in a persistent Chromium profile (temporary user-data dir), and its error log."""
+    with tempfile.TemporaryDirectory(prefix="weei-profile-") as user_data:
+        context = browser.browser_type.launch_persistent_context(
+            user_data, executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        pg = context.pages[0] if context.pages else context.new_page()
+        pg.set_default_timeout(TIMEOUT_MS)
+        errors: list[str] = []
+        pg.on("pageerror", lambda e: errors.append(f"pageerror: {e}"))
+        yield pg, errors
+        context.close()
+
+
+def test_run_a_job_from_your_own_interface_then_continue_from_its_checkpoint(weei_server: Any, page: Any) -> None:
+    pg, log = page
+    ready(pg, weei_server.url)
+    out = pg.evaluate("""async (settings) => {
+      // The spec's "Example: run a job from your own interface".
+      const weei = await window.weeiReady;
+      const training = weei.widgetsApi.get('distributed-training');
+      const { wasm, manifest, files, validation } = await T.pkg('digits-mlp');
+      const seen = [];
+      const stop = training.subscribe((state) => {
+        const job = state.job;
+        if (!job) return;
+        const passes = job.progress ? job.progress.datasetEpoch + ' / ' + job.progress.plannedEpochs : '';
+        const last = job.checkpoints.at(-1);
+        seen.push([job.status, passes, last?.metrics.values, Object.keys(job.participants)]);
+      });
+      await training.createJob({ wasm, manifest, files, validation, settings });
+      for (const peerId of training.getState().peers) training.invite(peerId);
+      await training.start();
+      await T.waitFor('the job to complete', () => T.done(training.getState()), 90000);
+      await T.sleep(100);  // the last notification goes out on the next turn of the event loop
+      stop();
+      const state = training.getState();
+      return { seen: seen.length, statuses: [...new Set(seen.map((s) => s[0]))], job: state.job, error: state.error,
+               saved: state.savedJobs };
+    }""", DIGITS)
+    job = out["job"]
+    assert out["error"] is None, out["error"]
+    assert job["status"] == "completed" and job["role"] == "coordinator"
+    assert job["progress"]["datasetEpoch"] == 1
+    # 15 chunks, one training peer: 15 rounds, checkpoint 0 included.
+    assert [c["artifact"]["round"] for c in job["checkpoints"]] == list(range(16))
+    assert {"ready", "running", "completed"} <= set(out["statuses"]) and out["seen"] > 16
+    validated = [c for c in job["checkpoints"] if c.get("validationMetrics")]
+    assert [c["artifact"]["round"] for c in validated] == [5, 10, 15]
+    first, last = validated[0]["validationMetrics"]["values"], validated[-1]["validationMetrics"]["values"]
+    assert last["loss"] < first["loss"] and last["accuracy"] >= first["accuracy"], (first, last)
+    assert last["accuracy"] > 0.8
+    train_loss = [c["metrics"]["values"]["loss"] for c in job["checkpoints"][1:]]
+    assert sum(train_loss[-3:]) < sum(train_loss[:3]), train_loss
+    assert [j["status"] for j in out["saved"]] == ["completed"]
+
+    out = pg.evaluate("""async (settings) => {
+      // The spec's "Continue from a checkpoint", in both dataset modes.
+      const training = T.api();
+      const { manifest, files } = await T.pkg('digits-mlp');
+      const checkpoint = training.exportCheckpoint(); // the latest checkpoint, as a File
+      const wasm = training.exportModule();           // the job's model, if this browser keeps it
+      const exported = { name: checkpoint.name, type: checkpoint.type, bytes: checkpoint.size,
+                         round: (await T.readCheckpoint(checkpoint)).metadata.round,
+                         module: [wasm.name, wasm.size] };
+      await training.leave();                          // the current job stays in Saved jobs
+      const afterLeave = training.getState();
+      const runs = {};
+      for (const [datasetMode, epochs] of [['new', 1], ['resume', 2]]) {
+        await training.continueFromCheckpoint({
+          checkpoint, wasm, manifest, files, settings: { ...settings, epochs }, datasetMode });
+        const first = T.rounds(training.getState());
+        await training.start();
+        await T.waitFor(`the ${datasetMode} job to complete`, () => T.done(training.getState()), 90000);
+        const s = training.getState();
+        runs[datasetMode] = { first, rounds: T.rounds(s), error: s.error,
+                              losses: s.job.checkpoints.map((c) => c.validationMetrics && c.validationMetrics.values.loss) };
+        await training.leave();
+      }
+      return { exported, afterLeave: { job: afterLeave.job, saved: afterLeave.savedJobs }, runs,
+               saved: (await training.listSavedJobs()).map((j) => [j.status, j.active]) };
+    }""", DIGITS)
+    exported = out["exported"]
+    assert exported["name"].endswith(".weei-checkpoint") and exported["type"] == "application/octet-stream"
+    assert exported["round"] == 15 and exported["bytes"] > 19240
+    manifest = json.loads((DIST / "models" / "digits-mlp" / "manifest.json").read_text())
+    assert exported["module"] == ["model.wasm", manifest["wasm"]["bytes"]]
+    assert out["afterLeave"].get("job") is None
+    assert [(j["status"], j["active"]) for j in out["afterLeave"]["saved"]] == [("completed", False)]
+    for mode in ("new", "resume"):
+        run = out["runs"][mode]
+        assert run["error"] is None, (mode, run["error"])
+        assert run["first"] == [15], (mode, run)
+        # 'new': one fresh pass; 'resume': the finished pass restored, one more of two planned.
+        assert run["rounds"] == list(range(15, 31)), (mode, run["rounds"])
+    assert out["saved"] == [["completed", False]] * 3
+    assert not log.errors, log.errors
+
+
+def test_cartpole_experience_job_uses_two_local_workers(weei_server: Any, page: Any) -> None:
+    pg, log = page
+    ready(pg, weei_server.url)
+    cores = pg.evaluate("navigator.hardwareConcurrency")
+    if cores < 2:
+        pytest.skip(f"this machine reports {cores} logical core(s); the split needs 2")
+    out = pg.evaluate("""async () => {
+      const training = T.api();
+      await training.setMaxLocalWorkers(2);
+      const { wasm, manifest } = await T.pkg('cartpole-reinforce');
+      let maxActive = 0, maxJobActive = 0;
+      const note = (s) => {
+        maxActive = Math.max(maxActive, s.activeWorkers);
+        if (s.job) maxJobActive = Math.max(maxJobActive, s.job.localWorkers.active);
+      };
+      const stop = training.subscribe(note);
+      await training.createJob({ wasm, manifest, files: [], settings: {
+        epochs: 4, localEpochs: 1, batchSize: 16, coordinatorParticipates: true,
+        experience: { unitsPerAssignment: 32 }, validationSchedule: { enabled: true, unit: 'round', every: 2 } } });
+      const before = training.getState();
+      await training.start();
+      await T.waitFor('the CartPole job to complete', () => { const s = training.getState(); note(s); return T.done(s); }, 90000);
+      stop();
+      const s = training.getState();
+      return { maxLocalWorkers: before.maxLocalWorkers, localWorkers: before.job.localWorkers, maxActive, maxJobActive,
+               rounds: T.rounds(s), error: s.error,
+               units: s.job.checkpoints.slice(1).map((c) => c.metrics.examplesProcessed),
+               evals: s.job.checkpoints.filter((c) => c.validationMetrics).map((c) => c.artifact.round),
+               diagnostics: s.diagnostics[s.myPeerId] };
+    }""")
+    assert out["error"] is None, out["error"]
+    assert out["maxLocalWorkers"] == 2
+    assert out["localWorkers"]["effective"] == 2 and out["localWorkers"]["requested"] == 2, out["localWorkers"]
+    assert out["maxActive"] == 2, f"activeWorkers never reached 2 (max {out['maxActive']})"
+    assert out["maxJobActive"] == 2
+    assert out["rounds"] == [0, 1, 2, 3, 4]
+    assert out["units"] == [32, 32, 32, 32]  # both halves of every assignment were played
+    assert out["evals"] == [2, 4]
+    env = out["diagnostics"]["environment"]
+    assert env["browser"] == "Chrome" and env["os"] == "Linux" and env["logicalCores"] == 2
+    assert not log.errors, log.errors
+
+
+def test_a_reload_mid_job_continues_from_the_last_checkpoint(weei_server: Any, profile: Any) -> None:
+    pg, errors = profile
+    ready(pg, weei_server.url)
+    before = pg.evaluate("""async (settings) => {
+      const training = T.api();
+      const { wasm, manifest, files } = await T.pkg('digits-mlp');
+      const id = await training.createJob({ wasm, manifest, files, settings });
+      await training.start();
+      await T.waitFor('4 checkpoints', () => training.getState().job.checkpoints.length >= 4, 60000);
+      const s = training.getState();
+      return { id, myPeerId: s.myPeerId, rounds: T.rounds(s), status: s.job.status };
+    }""", {**DIGITS, "epochs": 2, "validationSchedule": {"enabled": False, "unit": "round", "every": 1}})
+    assert before["status"] == "running" and len(before["rounds"]) >= 4
+    pg.reload()
+    ready(pg)
+    after = pg.evaluate("""async (id) => {
+      const training = T.api();
+      const s = training.getState();
+      const reopened = { job: s.job && s.job.id, status: s.job && s.job.status, rounds: s.job && T.rounds(s),
+                         saved: s.savedJobs, myPeerId: s.myPeerId };
+      await T.waitFor('the reopened job to complete', () => T.done(training.getState()), 90000);
+      const done = training.getState();
+      return { reopened, rounds: T.rounds(done), error: done.error,
+               keys: await training._debug.storageKeys('checkpoints'),
+               events: training.getDebugLog().events.map((e) => e.event) };
+    }""", before["id"])
+    reopened = after["reopened"]
+    assert reopened["job"] == before["id"] and reopened["myPeerId"] == before["myPeerId"]
+    assert reopened["status"] == "running"
+    assert [(j["id"], j["active"]) for j in reopened["saved"]] == [(before["id"], True)]
+    assert reopened["rounds"][: len(before["rounds"])] == before["rounds"]
+    assert after["error"] is None, after["error"]
+    # Nothing lost, nothing trained twice into a checkpoint: every round once.
+    assert after["rounds"] == list(range(31))
+    assert after["keys"] == [f"{before['id']}/{r:08d}" for r in range(31)]
+    assert "job.reopened" in after["events"]
+    assert not errors, errors
+
+
+def test_bad_inputs_are_refused_by_name_and_nothing_saved_changes(weei_server: Any, page: Any) -> None:
+    pg, log = page
+    ready(pg, weei_server.url)
+    out = pg.evaluate("""async (settings) => {
+      const training = T.api();
+      const refusals = {};
+      refusals.startWithoutJob = await T.rejection(() => training.start());
+      refusals.exportWithoutJob = await T.rejection(() => training.exportCheckpoint());
+      const pkg = await T.pkg('digits-mlp');
+      await training.createJob({ ...pkg, settings });
+      await training.start();
+      refusals.secondJob = await T.rejection(() => training.createJob({ ...pkg, settings }));
+      await T.waitFor('the job to complete', () => T.done(training.getState()), 90000);
+      const checkpoint = training.exportCheckpoint();
+      await training.leave();
+      const snapshot = async () => ({ saved: await training.listSavedJobs(),
+        checkpoints: await training._debug.storageKeys('checkpoints'),
+        jobs: await training._debug.storageKeys('jobs'), artifacts: await training._debug.storageKeys('artifacts') });
+      const before = await snapshot();
+
+      const flipped = new Uint8Array(await pkg.files[2].arrayBuffer());
+      flipped[10] ^= 0xff;
+      const wrongHash = pkg.files.slice();
+      wrongHash[2] = new File([flipped], pkg.files[2].name);
+      refusals.wrongHash = await T.rejection(() => training.createJob({ ...pkg, files: wrongHash, settings }));
+      refusals.missingFile = await T.rejection(() => training.createJob({
+        ...pkg, files: pkg.files.filter((f) => f.name !== 'training-007.bin'), settings }));
+      refusals.malformedManifest = await T.rejection(() => training.createJob({
+        ...pkg, manifest: new File(['{not json'], 'manifest.json'), settings }));
+      refusals.noWasm = await T.rejection(() => training.createJob({ ...pkg, wasm: undefined, settings }));
+      refusals.badSettings = await T.rejection(() => training.createJob({ ...pkg, settings: { ...settings, epochs: -1 } }));
+      refusals.gpu = await T.rejection(() => training.createJob({ ...pkg, executionFiles: [pkg.wasm], settings }));
+
+      const corrupt = new Uint8Array(await checkpoint.arrayBuffer());
+      corrupt[corrupt.length - 2] ^= 0x01;  // a weight's low bit: finite, but not the recorded SHA-256
+      refusals.corruptCheckpoint = await T.rejection(() => training.continueFromCheckpoint({
+        ...pkg, checkpoint: new File([corrupt], checkpoint.name), settings, datasetMode: 'new' }));
+      refusals.badMode = await T.rejection(() => training.continueFromCheckpoint({
+        ...pkg, checkpoint, settings, datasetMode: 'sideways' }));
+
+      // Over 256 MB without filling memory: one 1 MiB part, referenced 245 times.
+      const mib = new Blob([new Uint8Array(1 << 20)]);
+      const huge = new File(Array(245).fill(mib), 'huge.bin');
+      refusals.hugeCheckpoint = await T.rejection(() => training.continueFromCheckpoint({
+        ...pkg, checkpoint: huge, settings, datasetMode: 'new' }));
+      refusals.hugeWasm = await T.rejection(() => training.createJob({ ...pkg, wasm: huge, settings }));
+      refusals.hugeDataFile = await T.rejection(() => training.createJob({ ...pkg, files: [...pkg.files, huge], settings }));
+      refusals.setWorkers = await T.rejection(() => training.setMaxLocalWorkers(0.5));
+      refusals.backend = await T.rejection(() => training.setBackendPreference('quantum'));
+      refusals.unknownSaved = await T.rejection(() => training.openSavedJob('job-nope'));
+
+      const after = await snapshot();
+      const s = training.getState();
+      return { refusals, before, after, hugeSize: huge.size, job: s.job === undefined, error: s.error };
+    }""", DIGITS)
+    refusals = out["refusals"]
+    expected = {
+        "startWithoutJob": "no-job", "exportWithoutJob": "no-checkpoint", "secondJob": "job-active",
+        "wrongHash": "file-sha256-mismatch", "missingFile": "missing-file", "malformedManifest": "invalid-json",
+        "noWasm": "missing-file", "badSettings": "invalid-setting", "gpu": "execution-files-unsupported",
+        "corruptCheckpoint": "weights-sha256-mismatch", "badMode": "bad-dataset-mode",
+        "hugeCheckpoint": "file-too-large", "hugeWasm": "file-too-large", "hugeDataFile": "file-too-large",
+        "setWorkers": "bad-worker-count", "backend": "bad-backend", "unknownSaved": "unknown-job",
+    }
+    assert {k: (v or {}).get("reason") for k, v in refusals.items()} == expected, json.dumps(refusals, indent=1)
+    for name, refusal in refusals.items():
+        assert refusal["isError"] and refusal["message"] and "Traceback" not in refusal["message"], (name, refusal)
+    assert "training-003.bin" in refusals["wrongHash"]["message"]
+    assert "training-007.bin" in refusals["missingFile"]["message"]
+    assert "huge.bin" in refusals["hugeWasm"]["message"]
+    assert out["hugeSize"] > 256 * 1000 * 1000
+    assert out["after"] == out["before"]
+    assert [j["status"] for j in out["after"]["saved"]] == ["completed"]
+    assert out["job"] is True
+    assert not log.errors, log.errors
+
+
+def test_get_state_is_a_copy_without_weights_and_exists_before_python(weei_server: Any, page: Any) -> None:
+    pg, log = page
+    pg.add_init_script("window.WEEI_NO_BACKGROUND_PYTHON = true")
+    pg.goto(weei_server.url)
+    pg.evaluate(PRELUDE)
+    early = pg.evaluate("T.api().getState()")
+    assert early["ready"] is True and early["myPeerId"] == "" and early["busy"] is True
+    assert early["savedJobs"] == [] and early["peers"] == [] and "job" not in early
+    out = pg.evaluate("""async () => {
+      const training = T.api();
+      const firstCalls = [];
+      const stop = training.subscribe((s) => firstCalls.push(s.myPeerId));  // starts the page's Python
+      await T.waitFor('the API', () => firstCalls.some((id) => id), 60000);
+      const { wasm, manifest, files } = await T.pkg('digits-mlp');
+      const a = [], b = [];
+      const stopA = training.subscribe((s) => { a.push(s); s.mutatedByA = true; if (s.job) s.job.checkpoints.length = 0; });
+      const stopB = training.subscribe((s) => b.push(s));
+      await training.createJob({ wasm, manifest, files, settings: { epochs: 1, localEpochs: 1, batchSize: 16,
+                                                                     coordinatorParticipates: true } });
+      await T.sleep(100);
+      stop(); stopA(); stopB();
+      const calls = [a.length, b.length];
+      const state = training.getState();
+      state.job.checkpoints.push('x');
+      state.job.settings.epochs = 99;
+      state.myPeerId = 'changed';
+      state.savedJobs.length = 0;
+      const again = training.getState();
+      const binary = [];
+      const walk = (v, path) => {
+        if (v instanceof ArrayBuffer || ArrayBuffer.isView(v) || v instanceof Blob) binary.push(path);
+        else if (v && typeof v === 'object') for (const [k, x] of Object.entries(v)) walk(x, path + '.' + k);
+      };
+      walk(again, 'state');
+      const lastB = b.at(-1);
+      return { firstCalls: firstCalls.slice(0, 2), calls,
+               again: { checkpoints: again.job.checkpoints.length, epochs: again.job.settings.epochs,
+                        myPeerId: again.myPeerId, saved: again.savedJobs.length },
+               bSawJob: !!(lastB.job && lastB.job.checkpoints.length === 1 && !lastB.mutatedByA),
+               binary, jsonBytes: JSON.stringify(again).length, keys: Object.keys(again),
+               afterUnsubscribe: [a.length, b.length] };
+    }""")
+    assert out["firstCalls"][0] == "", "subscribe() calls the listener at once, before Python is ready"
+    assert out["again"] == {"checkpoints": 1, "epochs": 1, "myPeerId": pg.evaluate("T.api().getState().myPeerId"),
+                            "saved": 1}
+    assert out["again"]["myPeerId"].startswith("peer-")
+    assert out["bSawJob"], "each listener gets its own copy"
+    assert out["calls"][0] == out["calls"][1] >= 2
+    assert out["binary"] == [] and out["jsonBytes"] < 20_000, out["jsonBytes"]
+    for key in ("ready", "myPeerId", "busy", "preparing", "transitioning", "evaluating", "peers", "invitations",
+                "progress", "liveMetrics", "transfers", "transferErrors", "pausedContribution", "activeWorkers",
+                "backendPreference", "execution", "maxLocalWorkers", "gpuMemoryBudgetMiB", "diagnostics", "job"):
+        assert key in out["keys"], key
+    assert set(early) <= set(out["keys"]) | {"job"}
+    assert not log.errors, log.errors
+
+
+def test_debug_log_persists_across_reloads_and_clears(weei_server: Any, profile: Any) -> None:
+    pg, errors = profile
+    ready(pg, weei_server.url)
+    first = pg.evaluate("""async () => {
+      const training = T.api();
+      const { wasm, manifest, files } = await T.pkg('digits-mlp');
+      await training.createJob({ wasm, manifest, files, settings: { epochs: 1, localEpochs: 1, batchSize: 16,
+                                                                     coordinatorParticipates: true } });
+      const log = training.getDebugLog();
+      return { schemaVersion: log.schemaVersion, exportedAt: log.exportedAt, events: log.events.map((e) => e.event),
+               stored: (localStorage.getItem('weei.debugLog') || '').length };
+    }""")
+    assert first["schemaVersion"] == 2 and first["exportedAt"].endswith("Z")
+    assert "job.created" in first["events"] and first["stored"] > 0
+    pg.reload()
+    ready(pg)
+    second = pg.evaluate("""async () => {
+      const training = T.api();
+      const log = training.getDebugLog();
+      const events = log.events.map((e) => e.event);
+      training.clearDebugLog();
+      const cleared = training.getDebugLog();
+      return { events, baseline: Object.keys(log.baseline), cleared: cleared.events.length,
+               clearedPhases: Object.keys(cleared.baseline.phases).length };
+    }""")
+    assert second["events"][: len(first["events"])] == first["events"], "events survive the reload"
+    assert "job.reopened" in second["events"]
+    assert second["baseline"] == ["phases", "idle"]
+    assert second["cleared"] == 0 and second["clearedPhases"] == 0
+    pg.reload()
+    ready(pg)
+    third = pg.evaluate("T.api().getDebugLog().events.map((e) => e.event)")
+    assert "job.created" not in third, "clearDebugLog() deletes the stored events too"
+    assert not errors, errors
+
+
+def test_enable_opens_the_window_or_says_why(weei_server: Any, page: Any) -> None:
+    pg, log = page
+    ready(pg, weei_server.url)
+    out = pg.evaluate("""async () => {
+      let widget = null;
+      const refusal = await T.rejection(async () => { widget = await T.api().enable(); });
+      const opened = !!document.querySelector('[data-weei-widget]');
+      if (widget && widget.close) widget.close();
+      return refusal || { opened };
+    }""")
+    if (DIST / "widget.js").is_file():
+        assert out == {"opened": True}, out
+    else:
+        assert out["reason"] == "widget-unavailable" and "widget.js" in out["message"]
+    assert not log.errors, log.errors
+
+
+def test_methods_wait_for_python_and_the_api_lists_every_method(weei_server: Any, page: Any) -> None:
+    pg, log = page
+    pg.add_init_script("window.WEEI_NO_BACKGROUND_PYTHON = true")
+    pg.goto(weei_server.url)
+    pg.evaluate(PRELUDE)
+    t0 = time.monotonic()
+    out = pg.evaluate("""async () => {
+      const training = T.api();
+      const notReady = await T.rejection(() => training.getDebugLog());
+      const saved = await training.listSavedJobs();  // waits for the page's Python
+      await training.pauseContribution(true);
+      await training.setGpuMemoryBudgetMiB(1024);
+      await training.setBackendPreference('cpu');
+      const device = training.getState();
+      await training.pauseContribution(false);
+      return { notReady, saved, methods: Object.keys(training).sort(), state: training.getState().myPeerId,
+               device: [device.pausedContribution, device.gpuMemoryBudgetMiB, device.backendPreference],
+               resumed: training.getState().pausedContribution };
+    }""")
+    assert time.monotonic() - t0 < TIMEOUT_MS / 1000
+    assert out["notReady"]["reason"] == "not-ready"
+    assert out["saved"] == [] and out["state"].startswith("peer-")
+    assert out["device"] == [True, 1024, "cpu"] and out["resumed"] is False
+    assert out["methods"] == sorted([
+        "getState", "subscribe", "createJob", "continueFromCheckpoint", "invite", "decideInvitation", "start",
+        "pause", "resume", "stop", "updateSettings", "runValidation", "shuffleChunks", "exportCheckpoint",
+        "exportModule", "leave", "getDebugLog", "clearDebugLog", "setMaxLocalWorkers", "setGpuMemoryBudgetMiB",
+        "setBackendPreference", "pauseContribution", "listSavedJobs", "openSavedJob", "deleteSavedJob", "enable",
+        "_debug"])
+    assert not log.errors, log.errors
+
+
+def test_a_second_tab_waits_and_takes_over_when_the_first_closes(weei_server: Any, page: Any) -> None:
+    first, log = page
+    ready(first, weei_server.url)
+    job_id = first.evaluate("""async () => {
+      const { wasm, manifest, files } = await T.pkg('digits-mlp');
+      return T.api().createJob({ wasm, manifest, files, settings: { epochs: 1, localEpochs: 1, batchSize: 16,
+                                                                     coordinatorParticipates: true } });
+    }""")
+    second = first.context.new_page()
+    second.set_default_timeout(TIMEOUT_MS)
+    errors: list[str] = []
+    second.on("pageerror", lambda e: errors.append(f"pageerror: {e}"))
+    second.goto(weei_server.url)
+    second.evaluate(PRELUDE)
+    waiting = second.evaluate("""async () => {
+      const training = T.api();
+      training._debug.startApi().catch(() => {});
+      await T.waitFor('the second tab to wait', () => training._debug.status().api === 'waiting-for-another-tab', 60000);
+      return { state: training.getState(), call: await T.rejection(() => training.listSavedJobs()),
+               sync: await T.rejection(() => training.getDebugLog()) };
+    }""")
+    assert "another tab" in waiting["state"]["error"] and waiting["state"]["myPeerId"] == ""
+    assert waiting["call"]["reason"] == waiting["sync"]["reason"] == "open-in-another-tab"
+    first.close()
+    took_over = second.evaluate("""async () => {
+      const training = T.api();
+      await training._debug.startApi();
+      const s = training.getState();
+      return { job: s.job && s.job.id, status: s.job && s.job.status, error: s.error || null,
+               saved: (await training.listSavedJobs()).map((j) => j.id) };
+    }""")
+    assert took_over == {"job": job_id, "status": "ready", "error": None, "saved": [job_id]}
+    assert not log.errors and not errors, log.errors + errors
