@@ -290,6 +290,8 @@
       bridge.promise = (async () => {
         const [{ session }] = await Promise.all([core.pagePython.start(), holdLock()]);
         const api = await session.open_api({
+          // Peers meet in a room: ?room=CODE on the page, or data-room on the script tag.
+          room: new URLSearchParams(location.search).get('room') || (script && script.dataset.room) || null,
           createWorker: () => new core.WorkerClient(),
           onState: (text) => deliver(JSON.parse(text)),
         });

@@ -395,8 +395,12 @@ class TrainingController:
             }
         return state
 
+    def changed(self) -> None:
+        """Something outside the state machines changed (peers, transfers): tell subscribers."""
+        self._notify()
+
     def _transfers(self) -> dict[str, Any]:
-        state = getattr(self.transport, "state", None)
+        state = getattr(self.transport, "transfers_state", None) or getattr(self.transport, "state", None)
         if callable(state):
             return json.loads(json.dumps(state()))
         return {"transfers": [], "transferErrors": {}}

@@ -41,6 +41,8 @@ from .engine import BrowserEngine, PageEngine, to_uint8array
 from .idb import IndexedDBStorage
 from .local_storage import LocalStorageKeyValue
 from .page_api import PageApi
+from .rtc import BrowserTransport
+from .signaling_ws import BrowserSignaling, signal_url
 from .worker_main import js_object
 from .workers import BrowserWorkerPool
 
@@ -140,16 +142,32 @@ class PageSession:
         date_now = js.Date.now
         performance = js.performance
         engine = PageEngine()
+        room = str(hooks.room) if not is_nullish(getattr(hooks, "room", None)) and str(hooks.room) else None
+        transport, peer_id = await self._connect(room)
         controller = TrainingController(
-            my_peer_id=_peer_id(), storage=storage, kv=LocalStorageKeyValue(),
+            my_peer_id=peer_id, storage=storage, kv=LocalStorageKeyValue(),
             pool=BrowserWorkerPool(hooks.createWorker), kernel=kernel, engine=engine,
             clock=lambda: float(date_now()), monotonic=lambda: float(performance.now()),
-            random_bytes=random_bytes, transport=None, environment=environment())
+            random_bytes=random_bytes, transport=transport, environment=environment())
         await controller.init()
+        if transport is not None and room is not None:
+            transport.on_change = controller.changed
+            transport.attach(controller, has=lambda sha: sha in controller.artifacts)
+            await transport.start(room)
         on_state = hooks.onState
         self.api = PageApi(controller, engine, storage, lambda text: on_state(text))
         self.seconds = {"kernelAndStorage": t1 - t0, "init": time.perf_counter() - t1}
         return self.api
+
+    async def _connect(self, room: str | None) -> tuple[BrowserTransport | None, str]:
+        """With a room (``?room=CODE`` on the page), peers meet through the Weei server's
+        signaling and the signaling server's peer ID is ours; without one, this browser
+        trains alone under a local ID."""
+        if room is None:
+            return None, _peer_id()
+        signaling = BrowserSignaling(signal_url(self.base_url))
+        welcome = await signaling.connect()
+        return BrowserTransport(signaling), welcome.peer_id
 
     async def kernel(self) -> WasmKernel:
         """The aggregation kernel, fetched and instantiated on first use."""

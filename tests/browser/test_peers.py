@@ -1,0 +1,97 @@
+"""People in different browsers train one model: signaling room, invitation, WebRTC, diagnostics.
+
+Each peer is its own Chromium process (as on different machines), on the
+served site with ``?room=CODE``: the page's Python meets the others through
+``weei serve``'s signaling and talks to them over WebRTC data channels.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from site_helpers import CHROMIUM, CHROMIUM_ARGS, TIMEOUT_MS
+from test_api import DIGITS, PRELUDE, ready
+
+
+@pytest.fixture
+def browsers(browser: Any) -> Iterator[Any]:
+    """A factory of pages, each in a browser process of its own; all closed afterwards."""
+    opened: list[Any] = []
+
+    def open_page(url: str) -> Any:
+        process = browser.browser_type.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        opened.append(process)
+        pg = process.new_page()
+        pg.set_default_timeout(TIMEOUT_MS)
+        ready(pg, url)
+        return pg
+
+    yield open_page
+    for process in opened:
+        process.close()
+
+
+def test_three_browsers_train_digits_together_and_compare_diagnostics(weei_server: Any, browsers: Any) -> None:
+    room = "test-" + uuid.uuid4().hex[:8]
+    url = f"{weei_server.url}?room={room}"
+    coordinator = browsers(url)
+    participants = [browsers(url), browsers(url)]
+    ids = [pg.evaluate("T.api().getState().myPeerId") for pg in participants]
+    coordinator.evaluate("(ids) => T.waitFor('both peers connected', "
+                         "() => ids.every((id) => T.api().getState().peers.includes(id)))", ids)
+
+    job_id = coordinator.evaluate("""async (settings) => {
+      const training = T.api();
+      const { wasm, manifest, files, validation } = await T.pkg('digits-mlp');
+      await training.createJob({ wasm, manifest, files, validation, settings });
+      // Only the invitation goes out before a decision: nothing else is downloaded.
+      for (const peerId of training.getState().peers) training.invite(peerId);
+      return training.getState().job.id;
+    }""", {**DIGITS, "epochs": 2})
+    for pg in participants:
+        invitation = pg.evaluate("""(jobId) => T.waitFor('the invitation', () => {
+          const found = T.api().getState().invitations.find(([id]) => id === jobId);
+          return found && found[1].invitation;
+        })""", job_id)
+        assert invitation["modelInfo"]["id"] == "digits-mlp" and len(invitation["module"]["sha256"]) == 64
+        assert pg.evaluate("T.api().getState().transfers.length") == 0
+        pg.evaluate("(jobId) => T.api().decideInvitation(jobId, true)", job_id)
+
+    coordinator.evaluate("""(ids) => T.waitFor('participants loaded the model', () => {
+      const p = T.api().getState().job.participants;
+      return ids.every((id) => p[id] && p[id].approved && p[id].state !== 'approved');
+    })""", ids)
+    rows = coordinator.evaluate("""async () => {
+      const training = T.api();
+      await training.start();
+      await T.waitFor('the job to finish', () => T.done(training.getState()), 180000);
+      // The spec's "Example: compare participants".
+      const show = value => (value === 'unknown' || value === null ? '—' : value);
+      const state = training.getState();
+      return Object.entries(state.diagnostics).map(([peerId, d]) => ({
+        peer: peerId,
+        browser: show(d.environment.browser) + ' ' + show(d.environment.browserVersion),
+        mode: show(d.execution.actual),
+        model: d.model === 'unknown' ? '—' : d.model.id,
+        fresh: d.stale ? 'stale ' + Math.round(d.ageMs / 1000) + ' s' : 'live',
+        sequence: d.sequence,
+      }));
+    }""")
+    state = coordinator.evaluate("T.api().getState()")
+    job = state["job"]
+    assert job["status"] == "completed" and job["progress"]["datasetEpoch"] == 2
+    # 15 chunks and three training peers: 5 rounds per pass.
+    assert [c["artifact"]["round"] for c in job["checkpoints"]] == list(range(11))
+    # Every round, all three browsers trained a chunk of 100 examples.
+    assert all(c["metrics"]["examplesProcessed"] == 300 for c in job["checkpoints"][1:])
+    assert all(job["participants"][peer]["state"] == "stopped" for peer in ids)  # the job finished
+    assert {r["peer"] for r in rows} == {state["myPeerId"], *ids}
+    assert all(r["browser"].startswith("Chrome") and r["model"] == "digits-mlp" for r in rows)
+    accuracy = [c["validationMetrics"]["values"]["accuracy"] for c in job["checkpoints"] if "validationMetrics" in c]
+    assert accuracy[-1] > 0.8
+    for pg in participants:
+        assert pg.evaluate("T.api().getState().job.role") == "participant"
