@@ -287,6 +287,8 @@ def test_participants_report_diagnostics_and_a_declined_invitation_reaches_the_c
             remote = diagnostics["helper"]
             assert remote["environment"]["browser"] == "agent" and remote["connected"] is True
             assert remote["model"]["id"] == "digits-mlp" and remote["sequence"] >= 2
+            assert remote["execution"]["actual"] == "cpu" and remote["execution"]["backend"] == "cpu-wasm"
+            assert remote["stage"] == "awaitingAggregation" and remote["timings"]["trainingMs"] > 0
             assert "weights" not in json.dumps(remote)
         finally:
             await network.close()

@@ -89,6 +89,7 @@ class TrainingController:
         self.book = DiagnosticsBook()
         self.local = LocalWorkers(pool, kernel, on_progress=self._on_local_progress)
         self._module_sha = ""
+        self._actual = "unknown"  # the mode this device trained in, once it has
         self._diagnostics_task: asyncio.Task[Any] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._timer: asyncio.Task[Any] | None = None
@@ -360,8 +361,10 @@ class TrainingController:
             "pausedContribution": self.paused_contribution,
             "activeWorkers": self.pool.active,
             "backendPreference": self.backend_preference,
-            "execution": {"requested": self.backend_preference, "actual": "cpu" if self.pool.active else "unknown",
-                          "phase": self.recorder.stage, "fallback": "none"},
+            "execution": {"requested": self.backend_preference, "actual": self._actual,
+                          "phase": self.recorder.stage,
+                          "fallback": "none" if self.backend_preference in ("auto", "cpu") else
+                          "cpu: no GPU backend in this build"},
             "maxLocalWorkers": self.max_local_workers,
             "gpuMemoryBudgetMiB": self.gpu_memory_budget_mib,
             "diagnostics": self._diagnostics(now),
@@ -647,7 +650,14 @@ class TrainingController:
                                         model_max=int(info.get("maxWorkers", 1)),
                                         experience=assign.experience is not None, unit_count=units)
             self.recorder.start_assignment(self._assignment_record(assign), self.monotonic())
+            # This build trains on the CPU only: 'gpu' or 'hybrid' requests fall back, and say so.
+            fallback = None if self.backend_preference in ("auto", "cpu") else \
+                "no GPU backend in this build: WGSL archives are not supported yet"
+            self.recorder.update_execution({"requested": self.backend_preference, "actual": "cpu",
+                                            "backend": "cpu-wasm", "fallbackReason": fallback,
+                                            "activeWorkers": workers, "workerLimit": self.max_local_workers})
             self.recorder.set_stage("training", self.monotonic())
+            self._actual = "cpu"
             participant.training_started(assign.attempt_id, now)
             await self._drain()
             outcome = await self.local.train(assign, module_sha256=module_sha, module=self._artifact(module_sha),
@@ -656,11 +666,14 @@ class TrainingController:
             self.recorder.set_stage("error", self.monotonic(), str(exc)[:500])
             participant.training_failed(assign.attempt_id, str(exc), self.clock())
         else:
-            self.recorder.set_stage("awaitingAggregation", self.monotonic())
+            self.recorder.set_stage("uploading", self.monotonic())
             participant.weight_bytes = participant.weight_bytes or len(weights)
             participant.training_finished(assign.attempt_id, outcome, self.clock())
         self.progress.pop(self.my_peer_id, None)
+        self.recorder.update_execution({"activeWorkers": 0})
         await self._drain()
+        if self.recorder.stage == "uploading":
+            self.recorder.set_stage("awaitingAggregation", self.monotonic())
 
     def _assignment_record(self, assign: Any) -> dict[str, Any]:
         settings = assign.settings
