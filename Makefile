@@ -7,7 +7,7 @@ APT_PACKAGES := clang lld wabt chromium
 NODE_STAMP := node_modules/.weei-installed
 PORT ?= 8000
 
-.PHONY: setup demo test test-browser bench wasm site serve clean
+.PHONY: setup demo demo-local test test-browser bench wasm site serve clean
 
 setup: $(STAMP) .apt-stamp $(NODE_STAMP)
 
@@ -35,8 +35,14 @@ $(STAMP): pyproject.toml
 	$(VPY) -m pip install -q -e '.[cpython,dev]'
 	@touch $@
 
+# The main job: weei serve, three headless Chromium pages and an agent train both demo jobs over WebRTC.
 demo: setup
-	$(VENV)/bin/weei demo --out out/demo
+	$(VPY) build.py site
+	$(VENV)/bin/weei demo --browsers --out out/demo
+
+# The same jobs in one process (controllers over an in-memory transport): no browser needed.
+demo-local: setup
+	$(VENV)/bin/weei demo --out out/demo-local
 
 test: setup
 	$(VPY) -m pytest tests/unit tests/browser

@@ -12,8 +12,11 @@ __all__ = ["main"]
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="weei", description="Distributed neural training in the browser.")
     commands = parser.add_subparsers(dest="command", required=True)
-    demo = commands.add_parser("demo", help="train the built-in demo jobs (digits-mlp, CartPole) in this process")
+    demo = commands.add_parser("demo", help="train the built-in demo jobs (digits-mlp, CartPole)")
     demo.add_argument("--out", type=Path, default=Path("out/demo"), help="where to write the checkpoints")
+    demo.add_argument("--browsers", action="store_true",
+                      help="run them across headless Chromium pages and an agent over WebRTC (needs dist/: "
+                           "`python build.py site`), instead of in this process")
     demo.add_argument("--job", choices=["digits", "cartpole"], action="append",
                       help="run only this job (repeatable); default: both")
     serve = commands.add_parser("serve", help="serve the built site (dist/) for browsers; Ctrl-C stops")
@@ -36,6 +39,10 @@ def main(argv: list[str] | None = None) -> int:
         from .demo.run import DEMO_JOBS, run_demo
 
         jobs = tuple(j for j in DEMO_JOBS if not args.job or j.name in args.job)
+        if args.browsers:
+            from .demo.browsers import run_browser_demo
+
+            return run_browser_demo(args.out, stream=sys.stdout, jobs=jobs)
         return run_demo(args.out, stream=sys.stdout, jobs=jobs)
     return 2
 
