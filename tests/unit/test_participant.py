@@ -303,3 +303,24 @@ def test_local_participant_needs_no_invitation() -> None:
     assert p.state == "modelLoaded"
     assert p.view() == {"jobId": JOB_ID, "state": "modelLoaded", "paused": False, "currentAttempt": None,
                         "error": None}
+
+
+def test_a_delivery_other_than_what_was_accepted_is_refused_not_loaded() -> None:
+    other = ArtifactRef("module", sha(b"another module"), 14)
+    p = Participant("p1")
+    p.receive(C, invitation(), NOW)
+    p.decide(True, NOW)
+    p.take_commands()
+    p.receive(C, Deliver(JOB_ID, other, {"id": "m"}), NOW)
+    commands = p.take_commands()
+    assert not any(isinstance(c, LoadModule) for c in commands)
+    status = [c.message for c in commands if isinstance(c, Send)]
+    assert isinstance(status[0], ModuleStatus) and not status[0].loaded and "SHA-256" in status[0].error
+    # An auxiliary file the model does not declare is refused the same way.
+    p.receive(C, Deliver(JOB_ID, MODULE, {"id": "m"}, {"extra": ArtifactRef("auxiliary", sha(b"x"), 1)}), NOW)
+    commands = p.take_commands()
+    assert not any(isinstance(c, LoadModule) for c in commands)
+    assert "not declared" in [c.message for c in commands if isinstance(c, Send)][0].error
+    # The module that was accepted loads.
+    p.receive(C, Deliver(JOB_ID, MODULE, {"id": "m"}), NOW)
+    assert any(isinstance(c, LoadModule) for c in p.take_commands())

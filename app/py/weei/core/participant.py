@@ -129,6 +129,12 @@ class Participant:
             if not self._allowed("deliver"):
                 self._log("message.ignored", reason=f"unexpected-in-{self.state}", type=message.TYPE)
                 return
+            refusal = self._check_delivery(message)
+            if refusal is not None:
+                self._log("deliver.refused", reason=refusal)
+                self.last_error = refusal
+                self._send(ModuleStatus(message.job_id, False, refusal))
+                return
             self._move("deliver")
             self.model_info = message.model_info
             self._commands.append(LoadModule(message.module, dict(message.auxiliary)))
@@ -146,6 +152,21 @@ class Participant:
             self._move("finished")
         else:
             self._log("message.ignored", reason="unexpected-type", type=message.TYPE)
+
+    def _check_delivery(self, deliver: Deliver) -> str | None:
+        """We agreed to one module and its declared files: anything else is refused, not loaded."""
+        if self.invitation is not None and deliver.module.sha256 != self.invitation.module.get("sha256"):
+            return "the delivered module is not the one in the invitation (SHA-256 differs)"
+        # What the invitation showed is what counts; the coordinator's own participant has no invitation.
+        info = self.invitation.model_info if self.invitation is not None else deliver.model_info
+        declared = {slot.get("id"): slot for slot in info.get("auxiliaryWeights", []) if isinstance(slot, dict)}
+        for slot_id, ref in deliver.auxiliary.items():
+            slot = declared.get(slot_id)
+            if slot is None:
+                return f"auxiliary file {slot_id!r} is not declared by the model"
+            if slot.get("sha256") is not None and slot["sha256"] != ref.sha256:
+                return f"auxiliary file {slot_id!r} is not the one the model declares (SHA-256 differs)"
+        return None
 
     def _on_assign(self, assign: Assign) -> None:
         if self.state in ("assigned", "training") and self.current is not None:
