@@ -250,7 +250,7 @@ def test_policy_refuses_other_module_and_nothing_is_downloaded(tmp_path: Path) -
             env = dict(os.environ, PYTHONPATH=str(ROOT / "app" / "py"))
             proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "weei.cli", "agent", "--server", url, "--room", "refuse",
-                "--accept-model", other, "--data-dir", str(tmp_path), "--workers", "1",
+                "--ice-host", "127.0.0.1", "--accept-model", other, "--data-dir", str(tmp_path), "--workers", "1",
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
             try:
                 await until("the agent process joined the room",

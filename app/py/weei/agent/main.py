@@ -77,6 +77,16 @@ class AgentOptions:
     workers: int | None = None  # local Workers; default: every core
 
 
+def restrict_host_addresses(addresses: tuple[str, ...]) -> None:
+    """Gather ICE host candidates on ``addresses`` only (for this whole process: aioice keeps
+    the choice in a module function)."""
+    import aioice.ice
+
+    v4 = [a for a in addresses if ":" not in a]
+    v6 = [a for a in addresses if ":" in a]
+    aioice.ice.get_host_addresses = lambda use_ipv4, use_ipv6: (v4 if use_ipv4 else []) + (v6 if use_ipv6 else [])
+
+
 class Agent:
     """One agent: ``await start()``, then it works by itself until ``await close()``."""
 
@@ -258,6 +268,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dir", type=Path, default=None,
                         help=f"where records and artifacts are kept (default {default_data_dir()})")
     parser.add_argument("--workers", type=int, default=None, help="local training Workers (default: every core)")
+    parser.add_argument("--ice-host", action="append", default=[], metavar="ADDRESS",
+                        help="offer WebRTC host candidates on these local addresses only (repeatable; "
+                             "default: every interface)")
 
 
 def run_cli(args: argparse.Namespace, out: TextIO | None = None) -> int:
@@ -276,6 +289,8 @@ def run_cli(args: argparse.Namespace, out: TextIO | None = None) -> int:
         print("weei agent: --workers must be 1 to 64", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if args.ice_host:
+        restrict_host_addresses(tuple(args.ice_host))
     options = AgentOptions(server=args.server, room=args.room, data_dir=args.data_dir or default_data_dir(),
                            accept_models=models, interactive=args.interactive, workers=args.workers)
     return asyncio.run(_run(options, out))

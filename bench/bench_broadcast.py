@@ -1,0 +1,329 @@
+"""Checkpoint broadcast over WebRTC against a raw aiortc data channel, as ratios measured in one run.
+
+    .venv/bin/python bench/bench_broadcast.py [--mb 16] [--repeat 3] [--peers 1,2,4]
+
+Broadcast: a coordinator ``AgentTransport`` and N participant
+``AgentTransport``s meet in one room of the real signaling server
+(weei.server.signaling, on a free port of 127.0.0.1). The coordinator sends
+one ``Assign`` per participant (one ``Send`` each, exactly as the
+controller's commands come out), all naming the same checkpoint of
+``--mb`` MB of float32 weights and carrying it as the attachment. Timed from
+the first ``send`` until every participant's receiver has the message with
+the checkpoint, which the participant's ``FrameReader`` has reassembled and
+verified against its SHA-256 (the bytes are compared again after the clock
+stops).
+
+Raw: the same number of bytes between two plain aiortc
+``RTCPeerConnection``s (SDP handed over in-process), 64 KiB messages on an
+ordered, reliable ``RTCDataChannel`` with the transport's back-pressure
+(send while ``bufferedAmount`` < 4 MiB, resume on ``bufferedamountlow`` at
+1 MiB); no framing, no hashing. Timed until the receiver has every byte.
+
+Every peer runs in this one process and one event loop (aiortc is pure
+Python plus C for crypto; the SCTP stack and the framing share one core), so
+the ratio is the cost of framing + hashing + the transport, and the
+aggregate for N > 1 is what one Python process can push, not what a network
+could carry. For each N, every repetition runs a raw transfer and then the
+broadcast back to back (fresh weights each time); the table gives the best
+of ``--repeat`` of each and their ratio, the process CPU time over wall time
+of that best run, and every run's time (the spread shows a busy machine).
+Host candidates are pinned to 127.0.0.1 (aioice otherwise skips loopback and
+uses the other interfaces), and every SDP is checked to carry no other
+address.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import os
+import re
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import aioice.ice
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "app" / "py"))
+
+from aiohttp.test_utils import TestServer  # noqa: E402
+from aiortc import RTCConfiguration, RTCDataChannel, RTCPeerConnection  # noqa: E402
+
+from weei.agent.transport import HIGH_WATER, LOW_WATER, AgentTransport  # noqa: E402
+from weei.core.commands import Send  # noqa: E402
+from weei.core.messages import ArtifactRef, Assign, Message, UnitRange  # noqa: E402
+from weei.server.signaling import SignalingConfig, create_signaling_app  # noqa: E402
+from weei.server.signaling_client import SignalingClient  # noqa: E402
+
+RAW_MESSAGE = 64 * 1024
+MB = 1_000_000
+TIMEOUT_S = float(os.environ.get("WEEI_BENCH_TIMEOUT", "60"))
+
+
+def _loopback_only(use_ipv4: bool, use_ipv6: bool) -> list[str]:
+    return ["127.0.0.1"] if use_ipv4 else []
+
+
+aioice.ice.get_host_addresses = _loopback_only  # all ICE traffic on 127.0.0.1
+
+_ADDR = re.compile(r"^(?:a=candidate:\S+ \d+ \S+ \d+ (\S+) |c=IN IP[46] (\S+))", re.M)
+
+
+def check_loopback(sdp: str) -> None:
+    addresses = {a or c for a, c in _ADDR.findall(sdp)} - {"0.0.0.0"}
+    if addresses - {"127.0.0.1"}:
+        raise AssertionError(f"an SDP names addresses other than 127.0.0.1: {sorted(addresses)}")
+
+
+# ----------------------------------------------------------------------- raw
+
+
+class RawPair:
+    """Two aiortc peer connections joined by one plain data channel."""
+
+    def __init__(self) -> None:
+        config = RTCConfiguration(iceServers=[])
+        self.a, self.b = RTCPeerConnection(config), RTCPeerConnection(config)
+        self.tx: RTCDataChannel | None = None
+        self.rx: RTCDataChannel | None = None
+        self.expected = 0
+        self.received = 0
+        self.done = asyncio.Event()
+
+    async def open(self) -> None:
+        self.tx = self.a.createDataChannel("raw", ordered=True)
+        self.tx.bufferedAmountLowThreshold = LOW_WATER
+        got: asyncio.Future[RTCDataChannel] = asyncio.get_running_loop().create_future()
+        opened = asyncio.Event()
+        self.tx.on("open", opened.set)
+        self.b.on("datachannel", lambda ch: got.done() or got.set_result(ch))
+        await self.a.setLocalDescription(await self.a.createOffer())
+        check_loopback(self.a.localDescription.sdp)
+        await self.b.setRemoteDescription(self.a.localDescription)
+        await self.b.setLocalDescription(await self.b.createAnswer())
+        check_loopback(self.b.localDescription.sdp)
+        await self.a.setRemoteDescription(self.b.localDescription)
+        self.rx = await asyncio.wait_for(got, 20)
+        await asyncio.wait_for(opened.wait(), 20)
+        self.rx.on("message", self._on_message)
+
+    def _on_message(self, data: bytes | str) -> None:
+        self.received += len(data)
+        if self.received >= self.expected:
+            self.done.set()
+
+    async def transfer(self, data: bytes) -> float:
+        """Seconds to move ``data`` in 64 KiB messages under the transport's watermarks."""
+        tx = self.tx
+        assert tx is not None
+        self.expected, self.received = len(data), 0
+        self.done.clear()
+        view = memoryview(data)
+        offset = 0
+
+        def pump() -> None:
+            nonlocal offset
+            buffered = tx.bufferedAmount
+            while buffered < HIGH_WATER and offset < len(view):
+                piece = bytes(view[offset:offset + RAW_MESSAGE])
+                tx.send(piece)
+                offset += len(piece)
+                buffered += len(piece)
+
+        tx.remove_all_listeners("bufferedamountlow")
+        tx.on("bufferedamountlow", pump)
+        started = time.perf_counter()
+        pump()
+        await asyncio.wait_for(self.done.wait(), TIMEOUT_S)
+        elapsed = time.perf_counter() - started
+        assert self.received == len(data)
+        return elapsed
+
+    async def close(self) -> None:
+        await asyncio.gather(self.a.close(), self.b.close(), return_exceptions=True)
+
+
+# ----------------------------------------------------------------- broadcast
+
+
+class Participant:
+    """A Receiver that notes when the checkpoint of the current round arrived."""
+
+    def __init__(self) -> None:
+        self.expect: str | None = None
+        self.got: tuple[float, Assign, bytes] | None = None
+        self.arrived: asyncio.Event = asyncio.Event()
+        self.errors: list[str] = []
+
+    def reset(self, sha: str) -> None:
+        self.expect, self.got = sha, None
+        self.arrived.clear()
+
+    async def receive(self, peer: str, message: Message, blobs: Mapping[str, bytes]) -> None:
+        if not isinstance(message, Assign) or message.checkpoint.sha256 != self.expect:
+            self.errors.append(f"unexpected {message.TYPE} from {peer}")
+            return
+        self.got = (time.perf_counter(), message, blobs[message.checkpoint.sha256])
+        self.arrived.set()
+
+    async def peer_disconnected(self, peer: str) -> None:
+        self.errors.append(f"{peer} disconnected")
+
+    async def peer_connected(self, peer: str) -> None:
+        pass
+
+
+def assign_for(peer_index: int, round_: int, ref: ArtifactRef) -> Assign:
+    # An experience range, not a chunk: the checkpoint is the one artifact the message names
+    # (a chunk ref would have to travel too, or be held by the participant).
+    seed = 1234 + peer_index
+    return Assign("bench-job", round_, f"a{round_}-{peer_index}", f"t{round_}-{peer_index}", ref,
+                  {"epochs": 1, "localEpochs": 1, "batchSize": 16}, seed,
+                  experience=UnitRange(100 * peer_index, 100, seed, 1234))
+
+
+class Room:
+    """A coordinator and N participants, every channel open."""
+
+    def __init__(self, url: str, n: int) -> None:
+        self.url, self.n = url, n
+        self.coordinator = AgentTransport(SignalingClient(url))
+        self.transports = [AgentTransport(SignalingClient(url)) for _ in range(n)]
+        self.receivers = [Participant() for _ in range(n)]
+
+    async def open(self, room: str) -> None:
+        await self.coordinator.connect()
+        self.coordinator.attach(Participant())
+        for transport, receiver in zip(self.transports, self.receivers):
+            await transport.connect()
+            transport.attach(receiver)
+        await self.coordinator.join(room)
+        for transport in self.transports:
+            await transport.join(room)
+        for transport in self.transports:
+            assert transport.peer_id is not None
+            await self.coordinator.wait_for_peer(transport.peer_id, 30)
+            await transport.wait_for_peer(self.coordinator.peer_id, 30)
+        for link in [*self.coordinator._links.values(),
+                     *(link for t in self.transports for link in t._links.values())]:
+            for description in (link.pc.localDescription, link.pc.remoteDescription):
+                if description is not None:
+                    check_loopback(description.sdp)
+
+    async def broadcast(self, weights: bytes, round_: int) -> float:
+        """Seconds from the first Send until every participant holds the verified checkpoint."""
+        sha = hashlib.sha256(weights).hexdigest()
+        ref = ArtifactRef("checkpoint", sha, len(weights))
+        blobs = {sha: weights}
+        sends = [Send(t.peer_id, assign_for(i, round_, ref), (ref,))  # type: ignore[arg-type]
+                 for i, t in enumerate(self.transports)]
+        for receiver in self.receivers:
+            receiver.reset(sha)
+        started = time.perf_counter()
+        for send in sends:
+            self.coordinator.send(send, blobs)
+        try:
+            await asyncio.wait_for(asyncio.gather(*(r.arrived.wait() for r in self.receivers)), TIMEOUT_S)
+        except TimeoutError:
+            raise AssertionError(
+                f"the checkpoint did not reach every participant within {TIMEOUT_S:.0f} s: sent "
+                f"{self.coordinator.bytes_sent} B; received {[t.bytes_received for t in self.transports]} B; "
+                f"errors {[t.state()['transferErrors'] for t in self.transports]} "
+                f"{[r.errors for r in self.receivers]}") from None
+        finished = max(r.got[0] for r in self.receivers if r.got is not None)
+        for receiver in self.receivers:
+            assert receiver.got is not None and not receiver.errors, receiver.errors
+            assert receiver.got[2] == weights, "the checkpoint arrived with other bytes"
+        assert self.coordinator.dropped == 0
+        return finished - started
+
+    async def close(self) -> None:
+        await asyncio.gather(self.coordinator.close(), *(t.close() for t in self.transports),
+                             return_exceptions=True)
+
+
+# ---------------------------------------------------------------------- main
+
+
+async def timed(transfer: Any) -> tuple[float, float]:
+    """(wall seconds the transfer reports, CPU seconds of this process meanwhile)."""
+    cpu = time.process_time()
+    seconds = await transfer
+    return seconds, time.process_time() - cpu
+
+
+def spread(runs: list[tuple[float, float]]) -> str:
+    return " ".join(f"{s:.2f}" for s, _ in runs)
+
+
+def checkpoint(nbytes: int, seed: int) -> bytes:
+    return np.random.default_rng(seed).standard_normal(nbytes // 4, dtype=np.float32).tobytes()
+
+
+async def measure(mb: float, repeat: int, counts: list[int]) -> list[tuple[str, ...]]:
+    nbytes = int(mb * MB) // 4 * 4
+    server = TestServer(create_signaling_app(SignalingConfig(secret=b"b" * 32)), host="127.0.0.1")
+    await server.start_server()
+    url = str(server.make_url("/signal"))
+    raw = RawPair()
+    rooms: dict[int, Room] = {}
+    # Per N, each repetition is a (raw, broadcast) pair run back to back: (seconds, CPU seconds) each.
+    raw_runs: dict[int, list[tuple[float, float]]] = {n: [] for n in counts}
+    cast_runs: dict[int, list[tuple[float, float]]] = {n: [] for n in counts}
+    try:
+        await raw.open()
+        for n in counts:
+            rooms[n] = Room(url, n)
+            await rooms[n].open(f"broadcast-{n}")
+        await raw.transfer(checkpoint(nbytes, 99))  # warm-up: SCTP congestion window, allocators
+        for n in counts:
+            await rooms[n].broadcast(checkpoint(nbytes, 98), 1)
+        for rep in range(repeat):  # fresh weights every time
+            for n in counts:
+                raw_runs[n].append(await timed(raw.transfer(checkpoint(nbytes, 10 * rep + n))))
+                cast_runs[n].append(await timed(rooms[n].broadcast(checkpoint(nbytes, 1000 + 10 * rep + n), rep + 2)))
+    finally:
+        await asyncio.gather(raw.close(), *(room.close() for room in rooms.values()), return_exceptions=True)
+        await server.close()
+
+    rows = []
+    for n in counts:
+        raw_s, raw_cpu = min(raw_runs[n])
+        raw_rate = nbytes / MB / raw_s
+        rows.append((f"raw aiortc 1->1 (paired with N={n})", f"{raw_s:.3f}", f"{raw_rate:.1f}", f"{raw_rate:.1f}",
+                     "1.00x", "-", f"{100 * raw_cpu / raw_s:.0f}%", spread(raw_runs[n])))
+        best, cpu = min(cast_runs[n])
+        per = nbytes / MB / best
+        rows.append((f"broadcast 1->{n}", f"{best:.3f}", f"{per:.1f}", f"{per * n:.1f}",
+                     f"{per * n / raw_rate:.2f}x", f"{per / raw_rate:.2f}x", f"{100 * cpu / best:.0f}%",
+                     spread(cast_runs[n])))
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mb", type=float, default=16.0, help="checkpoint size in MB (default 16)")
+    parser.add_argument("--repeat", type=int, default=3, help="best of this many (default 3)")
+    parser.add_argument("--peers", default="1,2,4", help="participant counts (default 1,2,4)")
+    args = parser.parse_args()
+    counts = [int(x) for x in args.peers.split(",")]
+    started = time.monotonic()
+    rows = asyncio.run(measure(args.mb, args.repeat, counts))
+    header = ("transfer", "best s", "MB/s each", "MB/s total", "total/raw", "each/raw", "CPU", "all runs s")
+    widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
+    print(f"checkpoint broadcast, {args.mb:g} MB float32, best of {args.repeat}, one process, "
+          f"{os.cpu_count()} CPUs, 127.0.0.1")
+    for row in (header, *rows):
+        print("  ".join(cell.rjust(w) if i else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths))))
+    print("total/raw: aggregate broadcast rate over the raw rate measured just before it; CPU: process CPU time "
+          "over wall time of that run (100% = one core; every peer shares one event loop)")
+    print(f"(whole run {time.monotonic() - started:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
