@@ -472,6 +472,10 @@ class TrainingController:
         if self.coordinator is not None:
             self.coordinator.peer_disconnected(peer, self.clock())
             self.book.mark_disconnected(peer)
+        if self.participant is not None and peer == self.participant.coordinator and peer != self.my_peer_id:
+            # Our coordinator is gone (for now): on its return we are 'approved' again and
+            # take the module it delivers, whatever state the job was in.
+            self.participant.disconnected(self.clock())
         await self._drain()
 
     # -------------------------------------------------------------- commands
@@ -801,6 +805,8 @@ class TrainingController:
             record["status"] = "completed"
         record["active"] = previous.get("active", True) if active is None else active
         record["lastRound"] = coordinator.checkpoint_round
+        # Who takes part: after a reload they are waited for, and caught up when their channel opens again.
+        record["participants"] = coordinator.remote_participants()
         record["createdAt"] = previous.get("createdAt", self.clock())
         record["updatedAt"] = self.clock()
         if record != previous:
@@ -826,6 +832,8 @@ class TrainingController:
         coordinator.checkpoints = summaries
         if record.get("status") == "completed":
             coordinator.status = "completed"
+        else:
+            coordinator.restore_participants(record.get("participants") or [])
         self.coordinator = coordinator
         self.job_seed = coordinator.job_seed
         self.latest_checkpoint = (summaries[-1]["artifact"]["fileName"], stored["file"])

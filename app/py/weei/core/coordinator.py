@@ -388,6 +388,17 @@ class Coordinator:
 
     # ---------------------------------------------------------- peer events
 
+    def remote_participants(self) -> list[str]:
+        """The other peers that accepted and still take part (kept in the job record)."""
+        return sorted(p for p, r in self.peers.items() if p != self.my_peer_id and r.approved)
+
+    def restore_participants(self, peers: Any) -> None:
+        """After a reload: the job's participants, disconnected until their channel opens again
+        (``peer_connected`` then delivers the module and they catch up)."""
+        for peer in peers:
+            if isinstance(peer, str) and peer and peer != self.my_peer_id and peer not in self.peers:
+                self.peers[peer] = _Peer(state="disconnected", connected=False, approved=True)
+
     def peer_connected(self, peer: str, now: float) -> None:
         record = self.peers.get(peer)
         if record is None:

@@ -147,6 +147,8 @@ class TransferBook:
             self.errors.pop(event.artifact_id, None)  # it arrived after all
         elif isinstance(event, TransferFailed) and event.artifact_id is not None:
             self.transfers.pop((event.peer_id, event.artifact_id, event.direction), None)
+            if event.reason == "missing-attachment" and event.artifact_id in self.errors:
+                return  # the artifact's own failure (hash-mismatch, stalled...) is the cause: keep it
             self.errors[event.artifact_id] = f"{event.reason}: {event.error.message}"
             self.errors.move_to_end(event.artifact_id)
             self._trim(self.errors)
