@@ -143,6 +143,7 @@ class Coordinator:
         self._attempts = 0
         self._empty_rounds = 0
         self.last_contributors: list[str] = []
+        self._saved_incomplete = False
         self._grace_until: float | None = None
         self._commands: list[Command] = []
         self.diagnostics: dict[str, dict[str, Any]] = {}
@@ -563,7 +564,7 @@ class Coordinator:
         chunk_ref = None
         units = None
         if self.dataset is not None:
-            chunk_id = work if work is not None else self.dataset.take()
+            chunk_id = work if work is not None else self.dataset.take(peer)
             if chunk_id is None:
                 return False
             chunk = self.spec.chunk(chunk_id)
@@ -652,7 +653,8 @@ class Coordinator:
             record.state = "modelLoaded" if record.connected else "disconnected"
         self._log("assignment.stopped", peer=slot.peer, attempt=slot.attempt_id, error=error)
         if self.dataset is not None and slot.chunk_id is not None:
-            self.dataset.give_back(slot.chunk_id, failed=failed)
+            peers_available = sum(1 for r in self.peers.values() if r.approved and r.connected and r.loaded)
+            self.dataset.give_back(slot.chunk_id, failed=failed, peer=slot.peer, peers_available=peers_available)
         elif self.experience is not None and slot.units is not None:
             self.experience.give_back(slot.units, failed=failed)
         if reassign and self.status == "running":
@@ -804,6 +806,12 @@ class Coordinator:
 
     def _finish(self, now: float, *, incomplete: bool) -> None:
         self.incomplete = incomplete or self._dropped_work()
+        if self._dropped_work() and self._work_done() and not self._saved_incomplete and self.checkpoints:
+            # Work was dropped after the last checkpoint: write that checkpoint again (same round,
+            # same weights) so its file says the job ended incomplete and which chunks were trained.
+            last = self.checkpoints[-1]
+            self._save_checkpoint(now, metrics=dict(last["metrics"]["values"]),
+                                  examples=last["metrics"]["examplesProcessed"], replace=True)
         self.status = "completed"
         self._grace_until = None
         for peer, record in self.peers.items():
@@ -842,7 +850,8 @@ class Coordinator:
 
     # ------------------------------------------------------------ checkpoints
 
-    def _save_checkpoint(self, now: float, *, metrics: dict[str, float], examples: int) -> None:
+    def _save_checkpoint(self, now: float, *, metrics: dict[str, float], examples: int,
+                         replace: bool = False) -> None:
         round_ = self.checkpoint_round
         self.checkpoint_hashes[round_] = self.weights_sha256
         file_name = f"{self.spec.info.id}-round-{round_:04d}.weei-checkpoint"
@@ -859,6 +868,7 @@ class Coordinator:
             "metrics": {"values": metrics, "examplesProcessed": examples},
             "incomplete": self._work_done() and self._dropped_work(),
         }
+        self._saved_incomplete = metadata["incomplete"]
         if self.dataset is not None:
             if self.dataset.shuffled:
                 metadata["chunkOrder"] = list(self.dataset.order)
@@ -891,6 +901,8 @@ class Coordinator:
             summary["datasetProgress"] = self.dataset.progress
         if state is not None:
             summary["aggregation"] = {"method": state.method, "step": state.step, "bytes": len(state.data)}
+        if replace:
+            summary = {**self.checkpoints.pop(), **summary}  # keeps a validation already attached
         self.checkpoints.append(summary)
         self._commands.append(SaveCheckpoint(round_, file, self.weights, self.weights_sha256, summary,
                                              state.data if state is not None else None))

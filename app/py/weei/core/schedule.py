@@ -4,7 +4,11 @@ Pure bookkeeping, no I/O. A chunk (or unit range) handed out is "in flight"
 until its round closes: it is then either trained, or given back to the
 front of the queue so the next free participant takes it first. Work that
 keeps failing is dropped after ``MAX_ATTEMPTS`` so a poisonous chunk cannot
-stall a job forever; the job then finishes ``incomplete``.
+stall a job forever; the job then finishes ``incomplete``. Failures count per
+participant: while other participants could take a chunk, it is dropped
+only when several different ones failed it, and a participant is offered
+chunks it has not failed first — so one hostile or broken peer can neither
+drop a chunk nor keep it from being trained.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ class DatasetSchedule:
         self.in_flight: set[str] = set()
         self.trained: list[str] = [c for c in self.order if c not in set(pending)]
         self.failures: dict[str, int] = {}
+        self.failed_by: dict[str, set[str | None]] = {}
         self.dropped: list[str] = []
 
     @property
@@ -59,20 +64,31 @@ class DatasetSchedule:
             return float(self.epoch)
         return self.epoch + len(self.trained) / len(self.order)
 
-    def take(self) -> str | None:
-        """The next chunk to hand out in this round, or None when the pass has none left."""
+    def take(self, peer: str | None = None) -> str | None:
+        """The next chunk for ``peer`` in this round (one it has not failed, when there is one),
+        or None when the pass has none left."""
         if not self.queue:
             return None
-        chunk = self.queue.popleft()
+        chunk = self.queue[0]
+        if peer is not None:
+            chunk = next((c for c in self.queue if peer not in self.failed_by.get(c, ())), chunk)
+        self.queue.remove(chunk)
         self.in_flight.add(chunk)
         return chunk
 
-    def give_back(self, chunk: str, *, failed: bool) -> None:
-        """A handed-out chunk was not trained; it goes first in the queue (or is dropped)."""
+    def give_back(self, chunk: str, *, failed: bool, peer: str | None = None, peers_available: int = 1) -> None:
+        """A handed-out chunk was not trained; it goes first in the queue (or is dropped).
+
+        A failure by ``peer`` counts against the chunk; it is dropped after
+        ``MAX_ATTEMPTS`` failures by at least min(MAX_ATTEMPTS, peers_available)
+        different participants.
+        """
         self.in_flight.discard(chunk)
         if failed:
             self.failures[chunk] = self.failures.get(chunk, 0) + 1
-            if self.failures[chunk] >= MAX_ATTEMPTS:
+            self.failed_by.setdefault(chunk, set()).add(peer)
+            needed = min(MAX_ATTEMPTS, max(1, peers_available))
+            if self.failures[chunk] >= MAX_ATTEMPTS and len(self.failed_by[chunk]) >= needed:
                 self.dropped.append(chunk)
                 return
         self.queue.appendleft(chunk)
@@ -88,6 +104,7 @@ class DatasetSchedule:
         self.epoch += 1
         self.trained = []
         self.failures = {}
+        self.failed_by = {}
         if not self.finished:
             self.queue = deque(self.order)
         return True
