@@ -384,3 +384,51 @@ def test_a_completed_experience_job_can_be_reopened_from_saved_jobs() -> None:
         assert job["status"] == "completed" and len(job["checkpoints"]) == 3
 
     asyncio.run(main())
+
+
+def test_a_participant_that_restarts_takes_part_again_when_its_coordinator_is_back() -> None:
+    from weei.demo.network import MemoryNetwork
+
+    async def main() -> None:
+        network = MemoryNetwork()
+        engine = WasmtimeEngine()
+        helper_storage = MemoryStorage()
+
+        def make(peer: str, storage: MemoryStorage) -> TrainingController:
+            c = TrainingController(my_peer_id=peer, storage=storage, kv=MemoryKeyValue(),
+                                   pool=ThreadWorkerPool(engine, 1), kernel=NativeKernel(), engine=engine,
+                                   clock=lambda: time.time() * 1000, monotonic=lambda: time.monotonic() * 1000,
+                                   random_bytes=os.urandom, transport=network.transport(peer))
+            network.attach(c)
+            return c
+
+        coordinator, helper = make("coord", MemoryStorage()), make("helper", helper_storage)
+        try:
+            for c in (coordinator, helper):
+                await c.init()
+            job_id = await coordinator.create_job(**package("digits-mlp"), settings={**DIGITS_SETTINGS, "epochs": 3})
+            coordinator.invite("helper")
+            await network.settle()
+            await helper.decide_invitation(job_id, True)
+            await network.settle()
+            await coordinator.start()
+            while len(coordinator.get_state()["job"]["checkpoints"]) < 4:
+                await asyncio.sleep(0.005)
+            # The helper's process dies; a new one starts on the same storage with the same peer id.
+            await network.disconnect("helper")
+            helper._clear_job()
+            restarted = make("helper", helper_storage)
+            await restarted.init()
+            assert restarted.participant is not None and restarted.participant.state == "disconnected"
+            await restarted.peer_connected("coord")
+            await coordinator.peer_connected("helper")
+            await run_until_done(coordinator)
+            await network.settle()
+            rounds_after = [cp for cp in coordinator.get_state()["job"]["checkpoints"][5:]]
+            # After the restart the helper trained again: rounds with two contributions.
+            assert any(cp["metrics"]["examplesProcessed"] == 200 for cp in rounds_after)
+            assert await helper_storage.get("settings", "participation") is None  # the job finished
+        finally:
+            await network.close()
+
+    asyncio.run(main())

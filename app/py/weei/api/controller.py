@@ -31,7 +31,7 @@ from ..core.debuglog import DebugLog
 from ..core.diagnostics import DiagnosticsBook, DiagnosticsRecorder
 from ..core.errors import CheckpointError, UsageError, WeeiError
 from ..core.job import JobSpec
-from ..core.messages import DiagnosticsReport, Invitation, Message
+from ..core.messages import DiagnosticsReport, Invitation, Message, decode_message
 from ..core.participant import Participant
 from ..core.settings import TrainingSettings
 from ..prepare import MAX_FILE_BYTES, prepare_job
@@ -42,6 +42,7 @@ from .records import spec_from_record, spec_to_record
 __all__ = ["TrainingController", "DEBUG_LOG_KEY"]
 
 DEBUG_LOG_KEY = "weei.debugLog"
+PARTICIPATION_KEY = "participation"  # the job this device accepted, in the settings store
 _LIVE_METRICS_KEPT = 200
 
 
@@ -107,6 +108,9 @@ class TrainingController:
             if isinstance(record, dict):
                 self.saved_jobs[key] = record
         active = [r for r in self.saved_jobs.values() if r.get("active")]
+        participation = await self.storage.get("settings", PARTICIPATION_KEY)
+        if participation and not active:
+            self._rejoin(participation)
         if active:
             latest = max(active, key=lambda r: r.get("updatedAt", 0))
             try:
@@ -196,8 +200,13 @@ class TrainingController:
     async def decide_invitation(self, job_id: str, accepted: bool) -> None:
         if job_id not in self.invitations or self.participant is None:
             raise UsageError("no-invitation", f"there is no pending invitation for job {job_id}")
+        invitation = self.participant.invitation
         self.participant.decide(accepted, self.clock())
         del self.invitations[job_id]
+        if accepted and invitation is not None:
+            # Kept so a restarted agent or a reloaded page takes part again when the coordinator is back.
+            await self.storage.put("settings", PARTICIPATION_KEY, {"invitation": invitation.to_json(),
+                                                                   "from": self.participant.coordinator})
         await self._drain()  # the decision must leave before a declined machine is dropped
         if not accepted:
             self.participant = None
@@ -269,6 +278,7 @@ class TrainingController:
             if self.participant.state not in ("stopped", "declined", "unknown"):
                 self.participant.leave(self.clock())
             await self._drain()
+            await self.storage.delete("settings", PARTICIPATION_KEY)
         else:
             raise UsageError("no-job", "there is no job to leave")
         self._clear_job()
@@ -457,7 +467,19 @@ class TrainingController:
             self.coordinator.receive(peer, message, blobs, now)
         elif self.participant is not None:
             self.participant.receive(peer, message, now)
+            if self.participant.state == "stopped":
+                await self.storage.delete("settings", PARTICIPATION_KEY)
         await self._drain()
+
+    def _rejoin(self, record: Any) -> None:
+        try:
+            invitation = decode_message(record["invitation"])
+            assert isinstance(invitation, Invitation)
+            self.participant = Participant.rejoin(self.my_peer_id, record["from"], invitation)
+        except (WeeiError, KeyError, TypeError, AssertionError) as exc:
+            self._record("participation.unreadable", {"error": str(exc)[:200]})
+            return
+        self._record("participation.restored", {"jobId": invitation.job_id, "coordinator": record["from"]})
 
     async def peer_connected(self, peer: str) -> None:
         """A peer's channel opened (again): a returning participant catches up."""

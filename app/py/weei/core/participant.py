@@ -89,6 +89,18 @@ class Participant:
         self.state = "approved"
         return self
 
+    @classmethod
+    def rejoin(cls, my_peer_id: str, coordinator: str, invitation: Invitation) -> Participant:
+        """This device accepted ``invitation`` before it restarted: it waits, disconnected,
+        for its coordinator, which delivers the module again when the channel reopens."""
+        self = cls(my_peer_id)
+        self.invitation = invitation
+        self.job_id = invitation.job_id
+        self.coordinator = coordinator
+        self.model_info = invitation.model_info
+        self.state = "disconnected"
+        return self
+
     # ----------------------------------------------------------- transitions
 
     def _next_state(self, event: str) -> str | None:

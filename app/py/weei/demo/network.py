@@ -54,6 +54,9 @@ class MemoryNetwork:
         return MemoryTransport(self, peer_id)
 
     def attach(self, controller: TrainingController) -> None:
+        old = self.workers.get(controller.my_peer_id)
+        if old is not None:  # the peer restarted: its new controller takes over
+            old.cancel()
         self.controllers[controller.my_peer_id] = controller
         self.workers[controller.my_peer_id] = asyncio.ensure_future(self._drain(controller.my_peer_id))
 
