@@ -83,11 +83,17 @@ def test_three_browsers_train_digits_together_and_compare_diagnostics(weei_serve
     }""")
     state = coordinator.evaluate("T.api().getState()")
     job = state["job"]
-    assert job["status"] == "completed" and job["progress"]["datasetEpoch"] == 2
-    # 15 chunks and three training peers: 5 rounds per pass.
-    assert [c["artifact"]["round"] for c in job["checkpoints"]] == list(range(11))
-    # Every round, all three browsers trained a chunk of 100 examples.
-    assert all(c["metrics"]["examplesProcessed"] == 300 for c in job["checkpoints"][1:])
+    events = coordinator.evaluate("T.api().getDebugLog().events")
+    trouble = [e for e in events if e["event"] in ("update.rejected", "assignment.stopped", "round.empty")]
+    assert job["status"] == "completed" and job["progress"]["datasetEpoch"] == 2 and not job["incomplete"]
+    rounds = [c["artifact"]["round"] for c in job["checkpoints"]]
+    assert rounds == list(range(len(rounds))), rounds
+    # Two passes over 15 chunks of 100 examples: every chunk trained exactly once per pass.
+    assert sum(c["metrics"]["examplesProcessed"] for c in job["checkpoints"]) == 3000, trouble
+    # 15 chunks and three training peers: 5 rounds per pass when no attempt fails (a slow machine may retry).
+    assert len(rounds) == 11 or trouble, rounds
+    accepted = {e["details"]["peer"] for e in events if e["event"] == "update.accepted"}
+    assert accepted == {state["myPeerId"], *ids}, (accepted, trouble)
     assert all(job["participants"][peer]["state"] == "stopped" for peer in ids)  # the job finished
     assert {r["peer"] for r in rows} == {state["myPeerId"], *ids}
     assert all(r["browser"].startswith("Chrome") and r["model"] == "digits-mlp" for r in rows)

@@ -69,9 +69,18 @@ def harness(weei_server: Any) -> Iterator[str]:
     httpd.server_close()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
+def browser1(browser: Any) -> Iterator[Any]:
+    """A fresh Chromium process for one peer of one test (not the session's, which earlier
+    tests have loaded with pages: each peer here runs Pyodide and WebRTC)."""
+    own = browser.browser_type.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    yield own
+    own.close()
+
+
+@pytest.fixture
 def browser2(browser: Any) -> Iterator[Any]:
-    """A second Chromium process (the first is the session's)."""
+    """A second fresh Chromium process: the other peer."""
     other = browser.browser_type.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
     yield other
     other.close()
@@ -142,9 +151,9 @@ def transfer(src: Peer, dst: Peer, size: int, job: str) -> float:
 # ------------------------------------------------------------------ (a) + (b)
 
 
-def test_two_browser_processes_move_5mb_both_ways_then_see_the_close(harness: str, browser: Any,
+def test_two_browser_processes_move_5mb_both_ways_then_see_the_close(harness: str, browser1: Any,
                                                                      browser2: Any) -> None:
-    a, b = Peer(browser, harness), Peer(browser2, harness)
+    a, b = Peer(browser1, harness), Peer(browser2, harness)
     try:
         connect_s = connect(a, b)
         ab = transfer(a, b, 5 * MB, "a-to-b")
@@ -175,8 +184,8 @@ def test_two_browser_processes_move_5mb_both_ways_then_see_the_close(harness: st
 # ------------------------------------------------------------------ (c)
 
 
-def test_hostile_frames_are_refused_with_named_reasons(harness: str, browser: Any, browser2: Any) -> None:
-    a, h = Peer(browser, harness), Peer(browser2, harness)
+def test_hostile_frames_are_refused_with_named_reasons(harness: str, browser1: Any, browser2: Any) -> None:
+    a, h = Peer(browser1, harness), Peer(browser2, harness)
     try:
         connect(a, h)
         # A frame with a bad hash: that transfer is dropped, the channel goes on.
@@ -235,11 +244,11 @@ def _until(what: str, check: Any, timeout: float) -> None:
         time.sleep(0.1)
 
 
-def test_signaling_restart_and_page_reload_keep_peer_ids(harness: str, browser: Any, browser2: Any) -> None:
+def test_signaling_restart_and_page_reload_keep_peer_ids(harness: str, browser1: Any, browser2: Any) -> None:
     port = _free_port()
     url = f"ws://127.0.0.1:{port}/signal"
     server = _start_signaling(port)
-    a, b = Peer(browser, harness), Peer(browser2, harness)
+    a, b = Peer(browser1, harness), Peer(browser2, harness)
     try:
         connect(a, b, url)
         first_a, first_b = a.id, b.id
@@ -295,7 +304,7 @@ class _AgentInbox:
         self.items.append((peer, None, {}))
 
 
-def test_browser_and_aiortc_agent_exchange_messages(weei_server: Any, harness: str, browser: Any) -> None:
+def test_browser_and_aiortc_agent_exchange_messages(weei_server: Any, harness: str, browser1: Any) -> None:
     pytest.importorskip("aiortc")
     from weei.agent.transport import AgentTransport
     from weei.core.commands import Send
@@ -310,7 +319,7 @@ def test_browser_and_aiortc_agent_exchange_messages(weei_server: Any, harness: s
         return asyncio.run_coroutine_threadsafe(coro, loop).result(timeout)
 
     ws_url = weei_server.url.replace("http://", "ws://").rstrip("/") + "/signal"
-    page = Peer(browser, harness)
+    page = Peer(browser1, harness)
     inbox = _AgentInbox()
     agent: Any = None
     try:
