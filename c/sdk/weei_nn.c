@@ -284,6 +284,8 @@ int weei_adam_init(weei_adam *a, uint32_t n, float lr) {
     a->beta2 = 0.999f;
     a->eps = 1e-8f;
     a->t = 0;
+    a->b1t = 1.0;
+    a->b2t = 1.0;
     a->n = n;
     a->m = weei_calloc((size_t)n * sizeof(float));
     a->v = weei_calloc((size_t)n * sizeof(float));
@@ -301,8 +303,10 @@ void weei_adam_free(weei_adam *a) {
  * step size: w -= lr * sqrt(1 - b2^t) / (1 - b1^t) * m / (sqrt(v) + eps). */
 void weei_adam_step(weei_adam *a, float *w, const float *g) {
     a->t++;
-    double b1t = 1.0, b2t = 1.0;
-    for (uint32_t k = 0; k < a->t && k < 100000; k++) { b1t *= a->beta1; b2t *= a->beta2; }
+    /* One multiplication per step, in the same order a product from scratch would take
+     * (so the bits are those of beta^t); past 100000 steps the correction is 1 to the bit. */
+    if (a->t <= 100000) { a->b1t *= a->beta1; a->b2t *= a->beta2; }
+    double b1t = a->b1t, b2t = a->b2t;
     float step = (float)((double)a->lr * __builtin_sqrt(1.0 - b2t) / (1.0 - b1t));
     float b1 = a->beta1, b2 = a->beta2, c1 = 1.0f - a->beta1, c2 = 1.0f - a->beta2, eps = a->eps;
     float *m = a->m, *v = a->v;

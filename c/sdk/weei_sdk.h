@@ -220,6 +220,7 @@ void weei_sgd_step(float *w, const float *g, uint32_t n, float lr);
 typedef struct {
     float lr, beta1, beta2, eps;
     uint32_t t, n;
+    double b1t, b2t; /* beta1^t and beta2^t, kept as the steps go (bias correction) */
     float *m, *v;
 } weei_adam;
 /* Allocates the moment buffers; 0 on success. */
