@@ -127,3 +127,35 @@ def test_the_same_server_carries_signaling(weei_server: Any) -> None:
 
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         pool.submit(asyncio.run, main()).result(timeout=30)
+
+
+def test_serve_hands_out_its_ice_servers_and_keeps_peer_ids_across_a_restart(site: Path, tmp_path: Path) -> None:
+    import asyncio
+    import concurrent.futures
+
+    from weei.server.signaling_client import SignalingClient
+
+    secret = tmp_path / "secret"
+    secret.write_text("a-secret-of-at-least-16-bytes\n")
+    options = ("--secret-file", str(secret), "--ice", "stun:stun.example.org:3478")
+
+    async def hello(url: str, token: str | None) -> Any:
+        async with SignalingClient(url.replace("http://", "ws://") + "signal", token=token) as client:
+            return await client.connect()
+
+    def run(coro: Any) -> Any:
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:  # Playwright may own this thread's loop
+            return pool.submit(asyncio.run, coro).result(timeout=30)
+
+    first = start_server(site, *options)
+    try:
+        welcome = run(hello(first.url, None))
+        assert [s["urls"] for s in welcome.ice_servers] == [["stun:stun.example.org:3478"]]
+    finally:
+        assert stop_server(first) == 0
+    second = start_server(site, *options)
+    try:
+        again = run(hello(second.url, welcome.token))
+        assert again.peer_id == welcome.peer_id and again.resumed
+    finally:
+        assert stop_server(second) == 0

@@ -334,7 +334,8 @@ def create_signaling_app(config: SignalingConfig) -> web.Application:
     return app
 
 
-def _read_secret(args: argparse.Namespace) -> bytes | None:
+def read_secret(args: argparse.Namespace) -> bytes | None:
+    """The resume-token secret from ``--secret-file``, else ``$WEEI_SIGNAL_SECRET``, else None (random)."""
     if args.secret_file:
         with open(args.secret_file, "rb") as handle:
             return handle.read().strip()
@@ -355,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--secret-file", help="resume-token secret (else $WEEI_SIGNAL_SECRET, else random per start)")
     args = parser.parse_args(argv)
     try:
-        config = SignalingConfig(secret=_read_secret(args), path=args.path,
+        config = SignalingConfig(secret=read_secret(args), path=args.path,
                                  ice_servers=tuple(IceServer.parse(t) for t in args.ice))
     except UsageError as error:
         print(f"error: {error}", file=sys.stderr)
