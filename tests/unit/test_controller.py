@@ -432,3 +432,21 @@ def test_a_participant_that_restarts_takes_part_again_when_its_coordinator_is_ba
             await network.close()
 
     asyncio.run(main())
+
+
+def test_progress_reports_reach_subscribers_at_most_every_100_ms() -> None:
+    async def main() -> None:
+        c = controller()
+        await c.init()
+        seen: list[dict[str, Any]] = []
+        c.subscribe(seen.append)
+        before = len(seen)
+        for done in range(1, 51):  # a burst of Worker progress reports
+            c._on_local_progress({"processedExamples": done, "totalExamples": 50, "metrics": {"loss": 1.0 / done}})
+        assert len(seen) == before  # nothing yet: coalesced
+        await asyncio.sleep(0.15)
+        assert len(seen) == before + 1
+        assert seen[-1]["progress"]["me"]["processedExamples"] == 50  # the latest figures
+        assert len(seen[-1]["liveMetrics"]["me"]) == 50  # no sample is lost, only notifications
+
+    asyncio.run(main())

@@ -44,6 +44,7 @@ __all__ = ["TrainingController", "DEBUG_LOG_KEY"]
 DEBUG_LOG_KEY = "weei.debugLog"
 PARTICIPATION_KEY = "participation"  # the job this device accepted, in the settings store
 _LIVE_METRICS_KEPT = 200
+PROGRESS_NOTIFY_MS = 100
 
 
 class TrainingController:
@@ -90,6 +91,7 @@ class TrainingController:
         self.book = DiagnosticsBook()
         self.local = LocalWorkers(pool, kernel, on_progress=self._on_local_progress)
         self._module_sha = ""
+        self._notify_pending: asyncio.TimerHandle | None = None
         self._actual = "unknown"  # the mode this device trained in, once it has
         self._diagnostics_task: asyncio.Task[Any] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -726,7 +728,7 @@ class TrainingController:
             self.recorder.progress(processed, now, self.monotonic(), total=total)
         except WeeiError:
             pass  # a progress report outside an assignment carries no figures
-        self._notify()
+        self._notify_soon()
 
     # ------------------------------------------------------------ diagnostics
 
@@ -924,7 +926,22 @@ class TrainingController:
     def _record(self, event: str, details: Mapping[str, Any] | None = None) -> None:
         self.debug_log.record(self.clock(), event, dict(details) if details else None)
 
+    def _notify_soon(self) -> None:
+        """Progress reports come many times a second: subscribers hear of them at most every
+        PROGRESS_NOTIFY_MS (every other change is told at once)."""
+        if self._notify_pending is not None or not self.listeners:
+            return
+
+        def fire() -> None:
+            self._notify_pending = None
+            self._notify()
+
+        self._notify_pending = asyncio.get_event_loop().call_later(PROGRESS_NOTIFY_MS / 1000.0, fire)
+
     def _notify(self) -> None:
+        if self._notify_pending is not None:
+            self._notify_pending.cancel()
+            self._notify_pending = None
         if not self.listeners:
             return
         state = self.get_state()
