@@ -715,7 +715,7 @@ def test_experience_continue_needs_rounds_above_the_checkpoint(epochs: int) -> N
     short, _ = experience_spec(settings=exp_settings(epochs=epochs))
     with pytest.raises(SettingsError) as err:
         Sim.resume(short, store, original.checkpoint(2), mode="resume")
-    assert err.value.reason == "rounds-not-above-checkpoint"
+    assert err.value.reason == "epochs-not-above-checkpoint" and err.value.field == "epochs"
 
 
 def test_experience_update_settings_refuses_rounds_not_above_the_current_one() -> None:

@@ -41,7 +41,7 @@ from .messages import (
     JobFinished, Leave, Message, ModuleStatus, PauseContribution, TrainingStarted, UnitRange, Update, UpdateReceipt,
 )
 from .schedule import DatasetSchedule, ExperienceSchedule, UnitWork
-from .seeds import assignment_seed, evaluation_seed
+from .seeds import assignment_seed, evaluation_seed, rounds_to_train
 
 __all__ = ["Coordinator", "RejectedUpdate", "DEFAULT_ROUND_TIMEOUT_MS", "JOIN_GRACE_MS"]
 
@@ -146,7 +146,6 @@ class Coordinator:
         self._saved_incomplete = False
         self._grace_until: float | None = None
         self._commands: list[Command] = []
-        self.diagnostics: dict[str, dict[str, Any]] = {}
         self.diagnostics_sink: Callable[[str, dict[str, Any], float], None] | None = None
         if spec.settings.coordinator_participates:
             self._add_local_participant()
@@ -194,9 +193,8 @@ class Coordinator:
             raise UsageError("wrong-weight-size", f"the checkpoint holds {len(checkpoint.weights)} bytes of weights, "
                                                   f"the model creates {spec.weight_bytes}")
         # Reopening a saved (possibly completed) job is not a request to train more.
-        if spec.is_experience and spec.settings.epochs <= round_ and not reopening:
-            raise SettingsError("epochs", f"the checkpoint is from round {round_}; the last round of the continued "
-                                          f"job (Rounds) must be above it", reason="rounds-not-above-checkpoint")
+        if spec.is_experience and not reopening:
+            rounds_to_train(round_, spec.settings.epochs)
         recorded_aux = meta.get("auxiliaryWeights") or {}
         for slot_id, ref in spec.auxiliary_files.items():
             if slot_id in recorded_aux and recorded_aux[slot_id] != ref.sha256:
@@ -334,9 +332,8 @@ class Coordinator:
                 experience job's last round is not above the current one.
         """
         self._check_method(settings)
-        if self.spec.is_experience and settings.epochs <= self.checkpoint_round:
-            raise SettingsError("epochs", f"round {self.checkpoint_round} is done; Rounds must be above it",
-                                reason="rounds-not-above-checkpoint")
+        if self.spec.is_experience:
+            rounds_to_train(self.checkpoint_round, settings.epochs)
         if self.spec.is_experience and settings.experience is not None:
             self._check_units(settings.experience.units_per_assignment)
             assert self.experience is not None

@@ -1,6 +1,6 @@
-"""Hosts for the core state machines in CPython: artifact store, participant runner.
+"""CPython implementations of the API controller's ports: memory storage, a Worker pool.
 
-A host moves bytes, persists and runs the model; it decides nothing. The
+A port moves bytes, persists or runs the model; it decides nothing. The
 in-memory demo and the agent use these; the browser has its own (Pyodide)
 equivalents over IndexedDB and Workers.
 """
