@@ -450,3 +450,19 @@ def test_progress_reports_reach_subscribers_at_most_every_100_ms() -> None:
         assert len(seen[-1]["liveMetrics"]["me"]) == 50  # no sample is lost, only notifications
 
     asyncio.run(main())
+
+
+def test_the_job_record_is_written_only_when_it_changes() -> None:
+    async def main() -> None:
+        storage = MemoryStorage()
+        c = controller(storage)
+        await c.init()
+        await c.create_job(**package("digits-mlp"), settings=DIGITS_SETTINGS)
+        writes = storage.puts
+        for _ in range(5):
+            await c._drain()  # nothing happened: nothing to persist
+        assert storage.puts == writes
+        await c.start()  # the status changed: one more record
+        assert storage.puts > writes
+
+    asyncio.run(main())

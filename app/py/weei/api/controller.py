@@ -832,8 +832,10 @@ class TrainingController:
         # Who takes part: after a reload they are waited for, and caught up when their channel opens again.
         record["participants"] = coordinator.remote_participants()
         record["createdAt"] = previous.get("createdAt", self.clock())
-        record["updatedAt"] = self.clock()
+        record["updatedAt"] = previous.get("updatedAt")
         if record != previous:
+            # Written only when something in it changed: every drain asks, few change it.
+            record["updatedAt"] = self.clock()
             # Before the await: a save that interleaves (a validation task's
             # drain during leave()) must build on this record, not the old one.
             self.saved_jobs[coordinator.spec.job_id] = record
