@@ -291,7 +291,7 @@ def test_update_from_a_stranger_is_ignored() -> None:
     sim.coordinator.receive("stranger", update, {assign.checkpoint.sha256: sim.coord_store[assign.checkpoint.sha256]},
                             sim.now)
     assert sim.coordinator.rejected == [] and sim.rounds == [0]
-    assert sim.coordinator.slots[0].open
+    assert sim.coordinator.attempts.current[0].open
 
 
 def test_failing_rounds_keep_the_checkpoint_and_retry_the_same_round() -> None:
@@ -333,7 +333,7 @@ def test_repeated_empty_rounds_pause_the_job() -> None:
     c = sim.coordinator
     assert c.status == "paused" and "no valid update in 5 attempts at round 1" in c.error
     assert sim.rounds == [0] and c.checkpoint_round == 0
-    assert c.next_timer() is None and not any(s.open for s in c.slots)
+    assert c.next_timer() is None and not any(s.open for s in c.attempts.current)
     assert {a.round for a in assigns(sim)} == {1}
     assert c.view(sim.now)["error"] == c.error
     # deadlines do not count against the chunks: nothing was dropped

@@ -26,6 +26,8 @@ __all__ = [
     "as_bool",
     "as_object",
     "as_list",
+    "as_sha256",
+    "require",
     "no_unknown_keys",
 ]
 
@@ -96,6 +98,21 @@ def as_list(value: Any, fail: Fail, max_items: int | None = None) -> list[Any]:
     if max_items is not None and len(value) > max_items:
         fail(f"must have at most {max_items} entries, not {len(value)}")
     return list(value)
+
+
+def as_sha256(value: Any, fail: Fail) -> str:
+    """``value`` as a SHA-256 in 64 lowercase hex digits; ``fail`` otherwise."""
+    text = as_str(value, fail)
+    if not SHA256_HEX.fullmatch(text):
+        fail("must be 64 lowercase hex digits")
+    return text
+
+
+def require(obj: dict[str, Any], key: str, fail: Fail) -> Any:
+    """``obj[key]``; ``fail("is required")`` when the key is missing (``fail`` names the key's path)."""
+    if key not in obj:
+        fail("is required")
+    return obj[key]
 
 
 def no_unknown_keys(obj: dict[str, Any], allowed: frozenset[str] | set[str], fail: Callable[[str], NoReturn]) -> None:

@@ -22,7 +22,7 @@ import hashlib
 import json
 import struct
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, Callable, Mapping, NoReturn
 
 from . import _check
 from .errors import CheckpointError, ManifestError, SettingsError
@@ -31,9 +31,16 @@ from .jsonfmt import stringify
 from .modelinfo import ModelInfo, check_weight_size
 from .settings import TrainingSettings
 
+if TYPE_CHECKING:
+    from .aggregate import AggregationState
+    from .job import JobSpec
+
 __all__ = [
     "Checkpoint",
     "CheckpointMetadata",
+    "checkpoint_file_name",
+    "checkpoint_metadata",
+    "checkpoint_summary",
     "read_checkpoint",
     "write_checkpoint",
     "MAX_CHECKPOINT_FILE_BYTES",
@@ -55,17 +62,11 @@ def _fail(reason: str, path: str) -> _check.Fail:
     return fail
 
 
-def _get(obj: dict[str, Any], key: str, path: str, reason: str = "invalid-metadata") -> Any:
-    if key not in obj:
-        raise CheckpointError(reason, f"checkpoint metadata {path}.{key}: is required")
-    return obj[key]
-
-
-def _sha(value: Any, path: str, reason: str = "invalid-metadata") -> str:
-    text = _check.as_str(value, _fail(reason, path))
-    if not _check.SHA256_HEX.fullmatch(text):
-        raise CheckpointError(reason, f"checkpoint metadata {path}: must be 64 lowercase hex digits")
-    return text
+def _field(obj: dict[str, Any], key: str, check: Callable[..., Any], path: str, reason: str = "invalid-metadata",
+           **options: Any) -> Any:
+    """``obj[key]``, required and passed through the toolkit's ``check``; errors name ``path`` and ``reason``."""
+    fail = _fail(reason, path)
+    return check(_check.require(obj, key, fail), fail, **options)
 
 
 def _string_list(value: Any, path: str) -> list[str]:
@@ -106,13 +107,13 @@ class CheckpointMetadata:
         round_ = raw.get("round")
         if not _check.is_integer(round_) or round_ < 0:
             raise CheckpointError("invalid-round", f"checkpoint metadata round: must be a whole number 0 or more, not {round_!r}")
-        ck = _check.as_object(_get(raw, "checkpoint", ""), _fail("invalid-metadata", "checkpoint"))
+        ck = _field(raw, "checkpoint", _check.as_object, "checkpoint")
         if ck.get("format") != "float32-le":
             raise CheckpointError("unsupported-weight-format", f"checkpoint metadata checkpoint.format: must be 'float32-le', not {ck.get('format')!r}")
-        size = _check.as_int(_get(ck, "bytes", "checkpoint"), _fail("invalid-metadata", "checkpoint.bytes"), minimum=4)
+        size = _field(ck, "bytes", _check.as_int, "checkpoint.bytes", minimum=4)
         if size % 4:
             raise CheckpointError("invalid-metadata", f"checkpoint metadata checkpoint.bytes: {size} is not a whole number of float32 values")
-        _sha(_get(ck, "sha256", "checkpoint"), "checkpoint.sha256")
+        _field(ck, "sha256", _check.as_sha256, "checkpoint.sha256")
         if ck.get("kind", "checkpoint") != "checkpoint":
             raise CheckpointError("invalid-metadata", f"checkpoint metadata checkpoint.kind: must be 'checkpoint', not {ck.get('kind')!r}")
         if "round" in ck and ck["round"] != round_:
@@ -132,25 +133,25 @@ class CheckpointMetadata:
             method = state.get("method")
             if method not in _STATE_COPIES:
                 raise CheckpointError("invalid-aggregation-state", f"checkpoint metadata aggregationState.method: must be fedavgm or fedadam, not {method!r}")
-            _check.as_int(_get(state, "step", "aggregationState", "invalid-aggregation-state"), _fail("invalid-aggregation-state", "aggregationState.step"), minimum=1)
-            state_bytes = _check.as_int(_get(state, "bytes", "aggregationState", "invalid-aggregation-state"), _fail("invalid-aggregation-state", "aggregationState.bytes"), minimum=0)
+            _field(state, "step", _check.as_int, "aggregationState.step", "invalid-aggregation-state", minimum=1)
+            state_bytes = _field(state, "bytes", _check.as_int, "aggregationState.bytes", "invalid-aggregation-state", minimum=0)
             if state_bytes != _STATE_COPIES[method] * size:
                 raise CheckpointError(
                     "state-size-mismatch",
                     f"checkpoint metadata aggregationState.bytes: {state_bytes}, {method} needs {_STATE_COPIES[method]} x {size}",
                 )
-            _sha(_get(state, "sha256", "aggregationState", "invalid-aggregation-state"), "aggregationState.sha256", "invalid-aggregation-state")
+            _field(state, "sha256", _check.as_sha256, "aggregationState.sha256", "invalid-aggregation-state")
 
         try:
-            info = ModelInfo.from_json(_get(raw, "modelInfo", "", "invalid-model-info"))
+            info = ModelInfo.from_json(_check.require(raw, "modelInfo", _fail("invalid-model-info", "modelInfo")))
             check_weight_size(info, size)
         except ManifestError as exc:
             raise CheckpointError("invalid-model-info", f"checkpoint metadata modelInfo: {exc}") from exc
         try:
-            settings = TrainingSettings.from_json(_get(raw, "settings", "", "invalid-settings"))
+            settings = TrainingSettings.from_json(_check.require(raw, "settings", _fail("invalid-settings", "settings")))
         except SettingsError as exc:
             raise CheckpointError("invalid-settings", f"checkpoint metadata {exc}") from exc
-        _check_metrics(_get(raw, "metrics", "", "invalid-metrics"))
+        _check_metrics(_check.require(raw, "metrics", _fail("invalid-metrics", "metrics")))
         _check_progress(raw)
         return cls(raw, info, settings)
 
@@ -215,10 +216,10 @@ class CheckpointMetadata:
 
 def _check_metrics(value: Any) -> None:
     metrics = _check.as_object(value, _fail("invalid-metrics", "metrics"))
-    values = _check.as_object(_get(metrics, "values", "metrics", "invalid-metrics"), _fail("invalid-metrics", "metrics.values"))
+    values = _field(metrics, "values", _check.as_object, "metrics.values", "invalid-metrics")
     for key, number in values.items():
         _check.as_number(number, _fail("invalid-metrics", f"metrics.values.{key}"))
-    _check.as_int(_get(metrics, "examplesProcessed", "metrics", "invalid-metrics"), _fail("invalid-metrics", "metrics.examplesProcessed"), minimum=0)
+    _field(metrics, "examplesProcessed", _check.as_int, "metrics.examplesProcessed", "invalid-metrics", minimum=0)
 
 
 def _check_progress(raw: dict[str, Any]) -> None:
@@ -241,20 +242,20 @@ def _check_progress(raw: dict[str, Any]) -> None:
                 raise CheckpointError("work-item-not-remaining", f"checkpoint metadata remainingWorkItems: {key!r} is not in remainingChunkIds")
             p = f"remainingWorkItems.{key}"
             item = _check.as_object(item, _fail("invalid-metadata", p))
-            _check.as_str(_get(item, "partitionId", p), _fail("invalid-metadata", f"{p}.partitionId"))
-            _check.as_str(_get(item, "sourceChunkId", p), _fail("invalid-metadata", f"{p}.sourceChunkId"))
-            _check.as_int(_get(item, "recordStart", p), _fail("invalid-metadata", f"{p}.recordStart"), minimum=0)
-            _check.as_int(_get(item, "recordCount", p), _fail("invalid-metadata", f"{p}.recordCount"), minimum=1)
+            _field(item, "partitionId", _check.as_str, f"{p}.partitionId")
+            _field(item, "sourceChunkId", _check.as_str, f"{p}.sourceChunkId")
+            _field(item, "recordStart", _check.as_int, f"{p}.recordStart", minimum=0)
+            _field(item, "recordCount", _check.as_int, f"{p}.recordCount", minimum=1)
     if "experience" in raw:
         exp = _check.as_object(raw["experience"], _fail("invalid-metadata", "experience"))
-        seed = _check.as_str(_get(exp, "jobSeed", "experience"), _fail("invalid-metadata", "experience.jobSeed"))
+        seed = _field(exp, "jobSeed", _check.as_str, "experience.jobSeed")
         if not seed.isdigit() or not seed.isascii() or int(seed) >= 2**64 or (len(seed) > 1 and seed[0] == "0"):
             raise CheckpointError("invalid-metadata", "checkpoint metadata experience.jobSeed: must be an unsigned 64-bit decimal")
-        _check.as_int(_get(exp, "nextUnit", "experience"), _fail("invalid-metadata", "experience.nextUnit"), minimum=0)
+        _field(exp, "nextUnit", _check.as_int, "experience.nextUnit", minimum=0)
     if "auxiliaryWeights" in raw:
         aux = _check.as_object(raw["auxiliaryWeights"], _fail("invalid-metadata", "auxiliaryWeights"))
         for key, sha in aux.items():
-            _sha(sha, f"auxiliaryWeights.{key}")
+            _check.as_sha256(sha, _fail("invalid-metadata", f"auxiliaryWeights.{key}"))
 
 
 @dataclass(frozen=True)
@@ -389,3 +390,72 @@ def write_checkpoint(
     if total > MAX_CHECKPOINT_FILE_BYTES:
         raise CheckpointError("file-too-large", f"checkpoint: {total} bytes, at most {MAX_CHECKPOINT_FILE_BYTES} are accepted")
     return struct.pack("<I", len(text)) + text + b"".join(parts)
+
+
+# ------------------------------------------------------------ what a checkpoint records
+
+
+def checkpoint_file_name(model_id: str, round_: int) -> str:
+    """The file name a checkpoint is saved and exported under."""
+    return f"{model_id}-round-{round_:04d}.weei-checkpoint"
+
+
+def checkpoint_metadata(spec: JobSpec, *, round_: int, weights_sha256: str, weight_bytes: int,
+                        metrics: Mapping[str, float], examples: int, incomplete: bool,
+                        progress: Mapping[str, Any], aggregation: AggregationState | None) -> dict[str, Any]:
+    """The metadata of checkpoint ``round_`` of the job ``spec``, as :func:`write_checkpoint` takes it.
+
+    ``progress`` is the work the job has done: a dataset job's
+    ``chunkOrder`` (when shuffled), ``trainedChunkIds``,
+    ``remainingChunkIds`` and ``datasetEpoch``, an experience job's
+    ``experience``. The key order is the file's (``JSON.stringify`` keeps it).
+    """
+    metadata: dict[str, Any] = {
+        "version": 2 if aggregation is not None else 1,
+        "jobId": spec.job_id,
+        "module": spec.module.to_json(),
+        "modelInfo": spec.info.raw,
+        "settings": spec.settings.to_json(),
+        "round": round_,
+        "checkpoint": {"artifactId": f"checkpoint-{weights_sha256[:16]}", "kind": "checkpoint",
+                       "fileName": checkpoint_file_name(spec.info.id, round_), "format": "float32-le",
+                       "bytes": weight_bytes, "sha256": weights_sha256, "round": round_},
+        "metrics": {"values": dict(metrics), "examplesProcessed": examples},
+        "incomplete": incomplete,
+        **progress,
+    }
+    if spec.auxiliary_files:
+        metadata["auxiliaryWeights"] = {k: v.sha256 for k, v in spec.auxiliary_files.items()}
+    if aggregation is not None:
+        metadata["aggregationState"] = {"method": aggregation.method, "step": aggregation.step,
+                                        "bytes": len(aggregation.data)}
+    return metadata
+
+
+def checkpoint_summary(metadata: Mapping[str, Any], now: float, *,
+                       dataset_progress: float | None = None) -> dict[str, Any]:
+    """The CheckpointSummary (an entry of TrainingJob.checkpoints) of checkpointed ``metadata``.
+
+    One builder for a checkpoint the coordinator just wrote and one read
+    from a file (a continue's source): both list the same fields.
+    ``dataset_progress`` is the share of the epoch trained, which only the
+    running schedule knows.
+    """
+    ck = metadata["checkpoint"]
+    round_ = metadata["round"]
+    summary: dict[str, Any] = {
+        "artifact": {"round": round_, "sha256": ck["sha256"], "bytes": ck["bytes"],
+                     "fileName": ck.get("fileName") or checkpoint_file_name(metadata["modelInfo"]["id"], round_)},
+        "metrics": copy.deepcopy(metadata["metrics"]),
+        "remaining": list(metadata.get("remainingChunkIds") or []),
+        "settings": copy.deepcopy(metadata["settings"]),
+        "createdAt": now,
+    }
+    if "datasetEpoch" in metadata:
+        summary["datasetEpoch"] = metadata["datasetEpoch"]
+    if dataset_progress is not None:
+        summary["datasetProgress"] = dataset_progress
+    agg = metadata.get("aggregationState")
+    if agg:
+        summary["aggregation"] = {"method": agg["method"], "step": agg["step"], "bytes": agg["bytes"]}
+    return summary

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .messages import ArtifactRef
+from .modelinfo import ModelInfo
+from .settings import TrainingSettings
 
 __all__ = ["ChunkInfo", "ModuleInfo", "JobSpec"]
 
@@ -48,15 +50,19 @@ class ModuleInfo:
         return {"artifactId": f"module-{self.sha256[:16]}", "fileName": self.file_name,
                 "bytes": self.bytes, "sha256": self.sha256}
 
+    def descriptor(self) -> dict[str, Any]:
+        """The module as an invitation and the job view describe it."""
+        return {"fileName": self.file_name, "bytes": self.bytes, "sha256": self.sha256}
+
 
 @dataclass(frozen=True)
 class JobSpec:
     """A checked job: what the coordinator needs to run it."""
 
     job_id: str
-    info: Any  # weei.core.modelinfo.ModelInfo
+    info: ModelInfo
     module: ModuleInfo
-    settings: Any  # weei.core.settings.TrainingSettings
+    settings: TrainingSettings
     weight_bytes: int
     chunks: tuple[ChunkInfo, ...] = ()
     auxiliary_files: dict[str, ArtifactRef] = field(default_factory=dict)  # slot id -> file
@@ -73,5 +79,10 @@ class JobSpec:
                 return chunk
         raise KeyError(chunk_id)
 
-    def with_settings(self, settings: Any) -> JobSpec:
+    @property
+    def data_bytes(self) -> int:
+        """What a participant downloads besides the module: the chunks and the auxiliary files."""
+        return sum(c.bytes for c in self.chunks) + sum(r.bytes for r in self.auxiliary_files.values())
+
+    def with_settings(self, settings: TrainingSettings) -> JobSpec:
         return replace(self, settings=settings)

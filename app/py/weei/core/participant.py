@@ -9,8 +9,9 @@ trains (in Workers, or wasmtime for the agent) and reports the result,
 which leaves as an ``Update`` with the weights beside it. The coordinator's
 receipt closes the attempt.
 
-The legal moves are the table ``TRANSITIONS`` (state, event) -> state; any
-other move raises ``UsageError`` naming role, state and event. An
+The legal moves are the table ``PARTICIPANT_TRANSITIONS`` of
+``core/states.py`` (state, event) -> state; any other move raises
+``IllegalTransition`` naming role, state and event. An
 assignment that arrives while another one trains waits (only the newest is
 kept: an older one is stale by then), so a participant never runs two at
 once.
@@ -21,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from .commands import Command, LoadModule, Log, Send, Train
 from .errors import UsageError
@@ -30,26 +31,13 @@ from .messages import (
     ArtifactRef, Assign, AssignmentFailed, Deliver, Invitation, InvitationDecision, JobFinished, Leave, Message,
     ModuleStatus, PauseContribution, TrainingStarted, Update, UpdateReceipt,
 )
+from .states import (
+    PARTICIPANT_ANYWHERE, PARTICIPANT_TRANSITIONS, PeerState, allowed, is_free, is_working, move, takes_part,
+)
 
-__all__ = ["Participant", "TrainOutcome", "TRANSITIONS"]
+__all__ = ["Participant", "TrainOutcome"]
 
-# state -> event -> next state (spec ParticipantState.state values)
-TRANSITIONS: dict[str, dict[str, str]] = {
-    "unknown": {"invited": "invited"},
-    "invited": {"accept": "approved", "decline": "declined", "invited": "invited"},
-    "declined": {"invited": "invited"},
-    "approved": {"deliver": "approved", "module_loaded": "modelLoaded", "module_failed": "modelLoadFailed"},
-    "modelLoadFailed": {"deliver": "approved", "invited": "invited"},
-    "modelLoaded": {"assign": "assigned", "deliver": "approved"},
-    "assigned": {"train_started": "training", "assign": "assigned", "train_failed": "modelLoaded"},
-    "training": {"trained": "updateReady", "train_failed": "modelLoaded"},
-    "updateReady": {"receipt": "resultReceived", "assign": "assigned"},
-    "resultReceived": {"assign": "assigned", "receipt": "resultReceived"},
-    "disconnected": {"reconnected": "approved"},
-    "stopped": {"invited": "invited"},
-}
-# Events valid from any state of a job in progress.
-_ANYWHERE = {"finished": "stopped", "leave": "stopped", "disconnected": "disconnected"}
+P = PeerState
 
 
 @dataclass(frozen=True)
@@ -67,7 +55,7 @@ class Participant:
 
     def __init__(self, my_peer_id: str, *, weight_bytes: int | None = None) -> None:
         self.my_peer_id = my_peer_id
-        self.state = "unknown"
+        self.state = P.UNKNOWN
         self.invitation: Invitation | None = None
         self.job_id: str | None = None
         self.coordinator: str | None = None
@@ -86,7 +74,7 @@ class Participant:
         self = cls(my_peer_id)
         self.job_id = job_id
         self.coordinator = my_peer_id
-        self.state = "approved"
+        self.state = P.APPROVED
         return self
 
     @classmethod
@@ -98,23 +86,20 @@ class Participant:
         self.job_id = invitation.job_id
         self.coordinator = coordinator
         self.model_info = invitation.model_info
-        self.state = "disconnected"
+        self.state = P.DISCONNECTED
         return self
 
     # ----------------------------------------------------------- transitions
 
-    def _next_state(self, event: str) -> str | None:
-        return TRANSITIONS.get(self.state, {}).get(event) or (_ANYWHERE.get(event) if self.job_id else None)
+    def _anywhere(self) -> dict[str, PeerState] | None:
+        return PARTICIPANT_ANYWHERE if self.job_id else None  # only a participant with a job can leave one
 
     def _allowed(self, event: str) -> bool:
-        return self._next_state(event) is not None
+        return allowed(PARTICIPANT_TRANSITIONS, self.state, event, self._anywhere()) is not None
 
     def _move(self, event: str) -> None:
-        nxt = self._next_state(event)
-        if nxt is None:
-            raise UsageError("illegal-transition",
-                             f"participant in state {self.state!r} cannot handle event {event!r}")
-        self.state = nxt
+        """Raises IllegalTransition when the table has no such move."""
+        self.state = move("participant", PARTICIPANT_TRANSITIONS, self.state, event, self._anywhere())
 
     def take_commands(self) -> list[Command]:
         out, self._commands = self._commands, []
@@ -125,7 +110,7 @@ class Participant:
     def receive(self, sender: str, message: Message, now: float) -> None:
         """A message from a coordinator. Messages of other jobs or senders are ignored (logged)."""
         if isinstance(message, Invitation):
-            if self.job_id is not None and self.state not in ("declined", "stopped", "unknown"):
+            if self.job_id is not None and not is_free(self.state):
                 self._log("invitation.ignored", reason="already-in-a-job", job=message.job_id)
                 return
             self._move("invited")
@@ -153,7 +138,7 @@ class Participant:
         elif isinstance(message, Assign):
             self._on_assign(message)
         elif isinstance(message, UpdateReceipt):
-            if self.state in ("updateReady", "resultReceived"):
+            if self._allowed("receipt"):
                 self._move("receipt")
             if not message.accepted:
                 self.last_error = message.reason
@@ -181,7 +166,7 @@ class Participant:
         return None
 
     def _on_assign(self, assign: Assign) -> None:
-        if self.state in ("assigned", "training") and self.current is not None:
+        if is_working(self.state) and self.current is not None:
             self.pending = assign  # the newest assignment waits for the one running
             return
         if not self._allowed("assign"):
@@ -196,19 +181,19 @@ class Participant:
 
     def decide(self, accepted: bool, now: float) -> None:
         """decideInvitation(jobId, accepted)."""
-        if self.state != "invited" or self.invitation is None:
+        if self.state != P.INVITED or self.invitation is None:
             raise UsageError("no-invitation", "there is no invitation waiting for a decision")
         self._move("accept" if accepted else "decline")
         self._send(InvitationDecision(self.invitation.job_id, accepted))
 
     def pause_contribution(self, paused: bool, now: float) -> None:
-        if self.job_id is None or self.state in ("unknown", "invited", "declined", "stopped"):
+        if self.job_id is None or not takes_part(self.state):
             raise UsageError("not-participating", "pausing needs a job you take part in")
         self.paused = paused
         self._send(PauseContribution(self.job_id, paused))
 
     def leave(self, now: float) -> None:
-        if self.job_id is None or self.state in ("unknown", "stopped"):
+        if self.job_id is None or self.state in (P.UNKNOWN, P.STOPPED):  # invited or declined may still say so
             raise UsageError("not-participating", "there is no job to leave")
         self._send(Leave(self.job_id))
         self.current = self.pending = None
@@ -265,7 +250,7 @@ class Participant:
             self._log("training.ignored", attempt=attempt_id, reason="not-the-current-attempt")
             return None
         assign, self.current = self.current, None
-        if self.state == "assigned":
+        if self.state == P.ASSIGNED:
             self._move("train_started")
         return assign
 
@@ -275,7 +260,7 @@ class Participant:
         self._send(AssignmentFailed(assign.job_id, assign.attempt_id, error[:2000]))
 
     def _next(self) -> None:
-        if self.pending is not None and self.state not in ("stopped", "disconnected"):
+        if self.pending is not None and self.state not in (P.STOPPED, P.DISCONNECTED):
             assign, self.pending = self.pending, None
             self._on_assign(assign)
 
@@ -291,13 +276,13 @@ class Participant:
         return None
 
     def disconnected(self, now: float) -> None:
-        if self.job_id is not None and self.state not in ("stopped", "declined", "unknown", "invited"):
+        if self.job_id is not None and takes_part(self.state):
             self.current = self.pending = None
             self._move("disconnected")
 
     def reconnected(self, now: float) -> None:
         """Back online: the coordinator delivers the module again and we catch up."""
-        if self.state == "disconnected":
+        if self.state == P.DISCONNECTED:
             self._move("reconnected")
 
     # ------------------------------------------------------------------ view
@@ -305,7 +290,7 @@ class Participant:
     def view(self) -> dict[str, Any]:
         return {
             "jobId": self.job_id,
-            "state": self.state,
+            "state": str(self.state),
             "paused": self.paused,
             "currentAttempt": self.current.attempt_id if self.current else None,
             "error": self.last_error,

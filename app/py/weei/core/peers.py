@@ -1,0 +1,74 @@
+"""The coordinator's record of each participant, and who of them can take work.
+
+Theory of operation
+-------------------
+The coordinator learns of a participant's moves from its messages and from
+the transport; :class:`PeerRecord` follows them along ``PEER_TRANSITIONS``
+(``core/states.py``), the same states the participant's own machine has.
+Beside the state a record keeps only what the state cannot say: whether the
+channel is open (a transport fact: a stopped peer can be offline too),
+whether the participant paused its contribution (its own choice, in any
+state), and, while it is disconnected, whether it was a member (then it
+gets the module again and catches up when the channel reopens).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from .states import PEER_ANYWHERE, PEER_TRANSITIONS, PeerState, allowed, is_loaded, is_member, move
+
+__all__ = ["PeerRecord", "loading", "eligible", "available"]
+
+
+@dataclass
+class PeerRecord:
+    """The coordinator's record of one participant."""
+
+    state: PeerState = PeerState.UNKNOWN
+    connected: bool = True
+    paused: bool = False
+    rejoins: bool = False  # meaningful while DISCONNECTED: it was a member when the channel closed
+    held: set[str] = field(default_factory=set)  # artifact hashes the peer holds
+
+    @property
+    def approved(self) -> bool:
+        """Accepted the invitation and takes part, connected or not."""
+        return is_member(self.state) or (self.state == PeerState.DISCONNECTED and self.rejoins)
+
+    @property
+    def loaded(self) -> bool:
+        """The module is loaded: the participant can train."""
+        return is_loaded(self.state)
+
+    def can(self, event: str) -> bool:
+        return allowed(PEER_TRANSITIONS, self.state, event, PEER_ANYWHERE) is not None
+
+    def move(self, event: str) -> None:
+        """Raises IllegalTransition when ``PEER_TRANSITIONS`` has no such move."""
+        nxt = move("participant record", PEER_TRANSITIONS, self.state, event, PEER_ANYWHERE)
+        if nxt == PeerState.DISCONNECTED:
+            self.rejoins = event == "restore" or self.approved
+        self.state = nxt
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"connected": self.connected, "approved": self.approved, "state": str(self.state)}
+        if self.paused:
+            out["paused"] = True
+        return out
+
+
+def loading(peers: Mapping[str, PeerRecord]) -> list[str]:
+    """Members still loading the module (a failed load is not waited for)."""
+    return [p for p, r in peers.items() if r.state == PeerState.APPROVED and r.connected]
+
+
+def eligible(peers: Mapping[str, PeerRecord], busy: set[str]) -> list[str]:
+    """Who can take an assignment now: connected, module loaded, not paused, no attempt out. Sorted."""
+    return sorted(p for p, r in peers.items() if r.loaded and r.connected and not r.paused and p not in busy)
+
+
+def available(peers: Mapping[str, PeerRecord]) -> int:
+    """How many participants could train at all (paused or busy ones count)."""
+    return sum(1 for r in peers.values() if r.loaded and r.connected)

@@ -1,0 +1,329 @@
+"""The coordinator's round loop: hand work out, collect updates, close the round into a checkpoint.
+
+Theory of operation
+-------------------
+While the job runs, round ``r`` trains from checkpoint ``r - 1``
+(``_maybe_open_round``): every eligible participant (accepted, connected,
+module loaded, not paused) gets at most one assignment (``_hand_out``), a
+dataset chunk or an experience unit range with its seed. Each hand-out is
+an *attempt* (``core/attempts.py``), so anything that arrives for an
+attempt that is no longer open (late, stale, duplicate, off-policy) is
+recognised and discarded, never averaged (``_on_update``).
+
+An attempt ends with a valid update, or without one (``_end_attempt``:
+disconnect, deadline, rejected update, model error); then its work goes
+back, to an idle participant at once when there is one, otherwise to the
+front of the queue for the next round. A round closes (``_close_round``)
+when every attempt has an outcome, or at its deadline: the pure
+``rounds.close_round`` aggregates the valid updates (FedAvg in canonical
+order, then FedAvgM/FedAdam, and the weighted metrics) into the record of
+checkpoint ``r``, which ``_take_round`` writes down and saves. A round with
+no valid update keeps the previous checkpoint and tries again; after
+``MAX_EMPTY_ROUNDS`` of them, or a non-finite aggregate, the job pauses
+with the error (the previous checkpoint stays), so the person can lower the
+server learning rate and resume. When the work is done the job completes
+(``_finish``) and every participant is told.
+
+:class:`RoundLoop` is the half of :class:`~weei.core.coordinator.Coordinator`
+that runs rounds; the other half takes the host's commands and the peers'
+events. The state both share is declared here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from . import checkpoint as ckpt
+from . import progress
+from .aggregate import AggregationState
+from .attempts import Attempt, RoundAttempts, check_update
+from .commands import Command, Log, RunValidation, SaveCheckpoint, Send
+from .errors import AggregationError, SettingsError
+from .job import JobSpec
+from .messages import ArtifactRef, JobFinished, Message, Update, UpdateReceipt
+from .peers import PeerRecord, available, eligible, loading
+from .rounds import RoundRecord, chunk_seed, close_round, make_assign, validation_command, validation_due
+from .schedule import DatasetSchedule, ExperienceSchedule
+from .seeds import assignment_seed
+from .states import JOB_TRANSITIONS, JobStatus, is_working, move
+
+__all__ = ["RoundLoop", "RejectedUpdate", "MAX_EMPTY_ROUNDS"]
+
+# Rounds in a row without a single valid update before the job pauses itself:
+# retrying forever would only burn the participants' machines.
+MAX_EMPTY_ROUNDS = 5
+
+
+@dataclass(frozen=True)
+class RejectedUpdate:
+    """An update (or attempt) that did not count, and why."""
+
+    round: int
+    peer: str
+    attempt_id: str
+    reason: str
+    at: float
+
+
+class RoundLoop:
+    """Rounds of one job: the state they share with the rest of the coordinator, and the loop itself."""
+
+    spec: JobSpec
+    kernel: Any  # weei.kernel: an AggregationKernel with first_non_finite(bytes) -> int
+    round_timeout_ms: float
+    status: JobStatus
+    error: str | None
+    incomplete: bool
+    weights: bytes
+    weights_sha256: str
+    checkpoint_round: int
+    first_round: int  # rounds before it belong to the checkpoint we continued from
+    job_seed: int | None
+    aggregation_state: AggregationState | None
+    dataset: DatasetSchedule | None
+    experience: ExperienceSchedule | None
+    checkpoint_hashes: dict[int, str]
+    checkpoints: list[dict[str, Any]]
+    peers: dict[str, PeerRecord]
+    attempts: RoundAttempts
+    rejected: list[RejectedUpdate]
+    last_contributors: list[str]
+    _empty_rounds: int
+    _saved_incomplete: bool
+    _grace_until: float | None
+    _commands: list[Command]
+
+    def _job(self, event: str) -> None:
+        self.status = move("job", JOB_TRANSITIONS, self.status, event)
+
+    # ---------------------------------------------------------------- rounds
+
+    def _eligible(self) -> list[str]:
+        return eligible(self.peers, self.attempts.busy_peers())
+
+    def _maybe_open_round(self, now: float) -> None:
+        if self._grace_until is not None and not loading(self.peers):
+            self._grace_until = None
+        if self.status != JobStatus.RUNNING or self.attempts.round_open() or self._grace_until is not None:
+            return
+        if self._work_done():
+            self._finish(now, incomplete=False)
+            return
+        peers = self._eligible()
+        if not peers:
+            return
+        self.attempts.clear()
+        round_ = self.checkpoint_round + 1
+        for peer in peers:
+            if not self._hand_out(peer, round_, now):
+                break
+        if not self.attempts.current:
+            # Nothing could be handed out: every remaining chunk was dropped.
+            self._close_round(now)
+
+    def _hand_out(self, peer: str, round_: int, now: float) -> bool:
+        """Give ``peer`` one assignment of ``round_``; False when no work is left this round."""
+        units = None
+        if self.dataset is not None:
+            chunk_id = self.dataset.take(peer)
+            if chunk_id is None:
+                return False
+            assignment_id = f"r{round_}-{chunk_id}"
+            seed = chunk_seed(self.spec.job_id, assignment_id)
+        else:
+            assert self.experience is not None and self.job_seed is not None
+            units = self.experience.take()
+            seed = assignment_seed(self.job_seed, units.start)
+            assignment_id = f"r{round_}-u{units.start}"
+            chunk_id = None
+        attempt = self.attempts.new(peer, round_, assignment_id, chunk_id, units, seed, now, self.round_timeout_ms)
+        record = self.peers[peer]
+        record.move("assign")
+        checkpoint_ref = ArtifactRef("checkpoint", self.weights_sha256, len(self.weights))
+        assign, attachments = make_assign(self.spec, attempt, checkpoint_ref, self.checkpoint_hashes, self.job_seed)
+        needed: list[ArtifactRef] = []
+        for a in attachments:
+            # Once per version: the checkpoint and a snapshot may be the same bytes.
+            if a.kind == "chunk" or a.sha256 not in record.held:
+                needed.append(a)
+                if a.kind != "chunk":
+                    record.held.add(a.sha256)
+        self._send(peer, assign, tuple(needed))
+        self._log("assignment.sent", peer=peer, round=round_, attempt=attempt.attempt_id)
+        return True
+
+    def _end_attempt(self, attempt: Attempt, error: str, now: float, *, failed: bool, reassign: bool) -> None:
+        """End an attempt without a valid update; its work goes back (first in line).
+
+        ``failed`` counts against the work itself (the model or the data may
+        be at fault), unlike a disconnect or a deadline. With ``reassign``
+        an idle participant of this round takes the work at once.
+        """
+        self.attempts.stop(attempt, error)
+        record = self.peers.get(attempt.peer)
+        if record is not None and is_working(record.state):
+            record.move("attempt_ended")
+        self._log("assignment.stopped", peer=attempt.peer, attempt=attempt.attempt_id, error=error)
+        progress.give_back(self.dataset, self.experience, attempt, failed=failed,
+                           peers_available=available(self.peers))
+        if reassign and self.status == JobStatus.RUNNING:
+            taken = self.attempts.peers_of_round(attempt.round)
+            idle = [p for p in self._eligible() if p not in taken]
+            if idle:
+                self._hand_out(idle[0], attempt.round, now)
+
+    def _on_update(self, peer: str, record: PeerRecord, update: Update, blobs: Mapping[str, bytes],
+                   now: float) -> None:
+        reason = check_update(self.attempts, peer, update, blobs, checkpoint_round=self.checkpoint_round,
+                              weights_sha256=self.weights_sha256, weight_bytes=self.spec.weight_bytes,
+                              assigned_count=self._assigned_count, first_non_finite=self.kernel.first_non_finite)
+        attempt = self.attempts.open_one(update.attempt_id)
+        if reason is not None:
+            code, text = reason
+            self._reject(peer, update.attempt_id, code, text, now)
+            if attempt is not None and attempt.peer == peer:
+                self._end_attempt(attempt, f"update rejected: {text}", now, failed=True, reassign=True)
+            self._maybe_close_round(now)
+            return
+        assert attempt is not None
+        self.attempts.accept(attempt, update, bytes(blobs[update.weights.sha256]))
+        if record.can("update_received"):
+            record.move("update_received")
+        self._send(peer, UpdateReceipt(self.spec.job_id, update.attempt_id, True))
+        self._log("update.accepted", peer=peer, attempt=update.attempt_id, count=update.count)
+        self._maybe_close_round(now)
+
+    def _assigned_count(self, attempt: Attempt) -> int:
+        if attempt.units is not None:
+            return attempt.units.count
+        assert attempt.chunk_id is not None
+        return self.spec.chunk(attempt.chunk_id).example_count
+
+    def _reject(self, peer: str, attempt_id: str, code: str, text: str, now: float) -> None:
+        self.rejected.append(RejectedUpdate(self.checkpoint_round + 1, peer, attempt_id, f"{code}: {text}", now))
+        del self.rejected[:-1000]
+        self._send(peer, UpdateReceipt(self.spec.job_id, attempt_id, False, f"{code}: {text}"))
+        self._log("update.rejected", peer=peer, attempt=attempt_id, reason=code, detail=text)
+
+    def _maybe_close_round(self, now: float) -> None:
+        if self.attempts.all_ended():
+            self._close_round(now)
+
+    def _close_round(self, now: float) -> None:
+        for attempt in self.attempts.open():
+            self._end_attempt(attempt, "round closed", now, failed=False, reassign=False)
+        received = self.attempts.take_round()
+        self.last_contributors = sorted(r.attempt.peer for r in received)
+        round_ = self.checkpoint_round + 1
+        if not received:
+            self._empty_round(now)
+            return
+        self._empty_rounds = 0
+        try:
+            record = close_round(self.kernel, round_, self.weights, self.aggregation_state, self.spec.settings,
+                                 self.spec.info, received)
+        except (AggregationError, SettingsError) as exc:
+            for r in received:  # the trained work goes back, not counted as a failure
+                progress.give_back(self.dataset, self.experience, r.attempt, failed=False)
+            self._job("fail")
+            self.error = f"round {round_} failed: {exc.message}"
+            self._log("round.failed", round=round_, error=exc.message)
+            return
+        self._take_round(record, now)
+
+    def _empty_round(self, now: float) -> None:
+        self._empty_rounds += 1
+        self._log("round.empty", round=self.checkpoint_round + 1)
+        if self.dataset is not None:
+            self.dataset.end_round()
+        if self._empty_rounds >= MAX_EMPTY_ROUNDS:
+            self._job("fail")
+            self.error = (f"no valid update in {self._empty_rounds} attempts at round "
+                          f"{self.checkpoint_round + 1}; the checkpoint of round {self.checkpoint_round} stays")
+            self._log("job.paused", reason="empty-rounds")
+            return
+        self._maybe_open_round(now)
+
+    def _take_round(self, record: RoundRecord, now: float) -> None:
+        """Write down a closed round's checkpoint: schedules, weights, the saved file, validation, what next."""
+        epoch_before = self.dataset.epoch if self.dataset is not None else 0
+        if self.dataset is not None:
+            for chunk_id in record.trained_chunks:
+                self.dataset.mark_trained(chunk_id)
+            self.dataset.end_round()
+        self.weights = record.weights
+        self.weights_sha256 = record.weights_sha256
+        self.aggregation_state = record.aggregation_state
+        self.checkpoint_round = record.round
+        self._save_checkpoint(now, metrics=record.metrics, examples=record.examples)
+        epoch_done = self.dataset is not None and self.dataset.epoch > epoch_before
+        if validation_due(self.spec, self.checkpoint_round, dataset_epoch=self.dataset.epoch if self.dataset else None,
+                          epoch_done=epoch_done, work_done=self._work_done()):
+            self._commands.append(self._validation_command())
+        if self._work_done():
+            self._finish(now, incomplete=False)
+        else:
+            self._maybe_open_round(now)
+
+    def _work_done(self) -> bool:
+        return progress.work_done(self.dataset, self.checkpoint_round, self.spec.settings.epochs)
+
+    def _dropped_work(self) -> bool:
+        return progress.dropped_work(self.dataset, self.experience)
+
+    def _finish(self, now: float, *, incomplete: bool) -> None:
+        self.incomplete = incomplete or self._dropped_work()
+        if self._dropped_work() and self._work_done() and not self._saved_incomplete and self.checkpoints:
+            # Work was dropped after the last checkpoint: write that checkpoint again (same round,
+            # same weights) so its file says the job ended incomplete and which chunks were trained.
+            last = self.checkpoints[-1]
+            self._save_checkpoint(now, metrics=dict(last["metrics"]["values"]),
+                                  examples=last["metrics"]["examplesProcessed"], replace=True)
+        self._job("complete")
+        self._grace_until = None
+        for peer, record in self.peers.items():
+            if record.approved and record.connected:
+                self._send(peer, JobFinished(self.spec.job_id, self.incomplete))
+            if record.approved:
+                # JobFinished stops the participant; training more needs a new invitation.
+                record.move("finish")
+        self._log("job.completed", round=self.checkpoint_round, incomplete=self.incomplete)
+
+    def _validation_command(self) -> RunValidation:
+        return validation_command(self.spec, self.checkpoint_round, self.weights_sha256, self.checkpoint_hashes,
+                                  self.job_seed)
+
+    # ------------------------------------------------------------ checkpoints
+
+    def _save_checkpoint(self, now: float, *, metrics: dict[str, float], examples: int,
+                         replace: bool = False) -> None:
+        round_ = self.checkpoint_round
+        self.checkpoint_hashes[round_] = self.weights_sha256
+        state = self.aggregation_state
+        incomplete = self._work_done() and self._dropped_work()
+        metadata = ckpt.checkpoint_metadata(
+            self.spec, round_=round_, weights_sha256=self.weights_sha256, weight_bytes=len(self.weights),
+            metrics=metrics, examples=examples, incomplete=incomplete, progress=progress.recorded(self.dataset, self.experience, self.job_seed),
+            aggregation=state)
+        self._saved_incomplete = incomplete
+        # Aggregation already refused non-finite results; checkpoint 0 and continued weights are checked here.
+        file = ckpt.write_checkpoint(metadata, self.weights, state.data if state is not None else None,
+                                     weights_sha256=self.weights_sha256, finite_checked=round_ > self.first_round - 1)
+        summary = ckpt.checkpoint_summary(metadata, now, dataset_progress=(
+            self.dataset.progress if self.dataset is not None else None))
+        if replace:
+            summary = {**self.checkpoints.pop(), **summary}  # keeps a validation already attached
+        self.checkpoints.append(summary)
+        self._commands.append(SaveCheckpoint(round_, file, self.weights, self.weights_sha256, summary,
+                                             state.data if state is not None else None))
+        self._log("checkpoint.saved", round=round_, sha256=self.weights_sha256)
+
+    # --------------------------------------------------------------- helpers
+
+    def _send(self, peer: str, message: Message, attachments: tuple[ArtifactRef, ...] = ()) -> None:
+        self._commands.append(Send(peer, message, attachments))
+
+    def _log(self, event: str, **details: Any) -> None:
+        self._commands.append(Log(event, details))
+

@@ -1,0 +1,194 @@
+"""What a round hands out, what closing it produces, and when a checkpoint is validated: pure functions.
+
+Theory of operation
+-------------------
+Round ``r`` trains from checkpoint ``r - 1``. Each assignment
+(:func:`make_assign`) carries the training settings, its seed, its work (a
+chunk or a unit range) and the weights of every auxiliary slot
+(:func:`auxiliary_for`). When the round closes, its valid
+updates, in canonical order, go through :func:`close_round`: FedAvg, then
+the configured server optimizer, plus the example-weighted mean of every
+metric the model declares. Out comes a :class:`RoundRecord`, everything the
+new checkpoint ``r`` needs. The coordinator writes it down; nothing here
+changes the coordinator or the schedules, so a failed aggregation leaves
+them as they were. :func:`validation_due` says whether the new checkpoint
+is evaluated, :func:`validation_command` what the host runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from .aggregate import AggregationState, aggregate_round
+from .attempts import Attempt, Received
+from .commands import RunValidation
+from .errors import SettingsError, UsageError
+from .job import JobSpec
+from .messages import ArtifactRef, Assign, ChunkRef, UnitRange
+from .modelinfo import ModelInfo
+from .seeds import evaluation_seed
+from .settings import TrainingSettings
+
+__all__ = [
+    "RoundRecord", "close_round", "weighted_metrics", "check_method", "check_units", "chunk_seed", "make_assign",
+    "assignment_settings", "auxiliary_for", "check_can_validate", "validation_due", "validation_command",
+]
+
+
+@dataclass(frozen=True)
+class RoundRecord:
+    """The checkpoint a closed round produced."""
+
+    round: int
+    weights: bytes
+    weights_sha256: str
+    aggregation_state: AggregationState | None
+    metrics: dict[str, float]  # example-weighted mean of each declared metric some update reported
+    examples: int  # examples (or units) behind the checkpoint
+    contributors: list[str]  # peers whose update counted, sorted
+    trained_chunks: list[str]  # dataset chunks the round trained, canonical order
+
+
+def close_round(kernel: Any, round_: int, weights: bytes, state: AggregationState | None,
+                settings: TrainingSettings, info: ModelInfo, received: Sequence[Received]) -> RoundRecord:
+    """Aggregate round ``round_``'s valid updates (canonical order, at least one) into its checkpoint.
+
+    Raises:
+        SettingsError: the model does not allow the configured method.
+        AggregationError: the aggregate is not finite, or the kernel refused the inputs.
+    """
+    check_method(info, settings)
+    contributions = [(r.attempt.assignment_id, r.update.count, r.weights) for r in received]
+    result = aggregate_round(kernel, weights, contributions, settings.aggregation, state,
+                             info.raw.get("aggregation"))
+    return RoundRecord(
+        round=round_,
+        weights=result.weights,
+        weights_sha256=hashlib.sha256(result.weights).hexdigest(),
+        aggregation_state=result.state,
+        metrics=weighted_metrics([m.id for m in info.metrics], received),
+        examples=sum(r.update.count for r in received),
+        contributors=sorted(r.attempt.peer for r in received),
+        trained_chunks=[r.attempt.chunk_id for r in received if r.attempt.chunk_id is not None],
+    )
+
+
+def weighted_metrics(metric_ids: Sequence[str], received: Sequence[Received]) -> dict[str, float]:
+    """Each metric's mean over the updates that report it, weighted by their example counts."""
+    out: dict[str, float] = {}
+    for mid in metric_ids:
+        pairs = [(r.update.metrics[mid], r.update.count) for r in received if mid in r.update.metrics]
+        if pairs:
+            out[mid] = sum(v * c for v, c in pairs) / sum(c for _, c in pairs)
+    return out
+
+
+def check_method(info: ModelInfo, settings: TrainingSettings) -> None:
+    """Raises SettingsError (method-not-allowed) when the model does not allow the aggregation method."""
+    method = settings.aggregation.method
+    if method not in info.allowed_methods:
+        raise SettingsError("aggregation.method", f"the model does not allow {method!r}; it allows "
+                                                  f"{', '.join(info.allowed_methods)}",
+                            reason="method-not-allowed")
+
+
+def check_units(info: ModelInfo, units: int) -> None:
+    """Raises SettingsError when ``units`` per assignment is outside the model's range."""
+    source = info.work_source
+    if not source.minimum_units <= units <= source.maximum_units:
+        raise SettingsError("experience.unitsPerAssignment",
+                            f"must be from {source.minimum_units} to {source.maximum_units}")
+
+
+def chunk_seed(job_id: str, assignment_id: str) -> int:
+    """The seed of a dataset assignment: the same for every attempt of it."""
+    return int.from_bytes(hashlib.sha256(f"{job_id}/{assignment_id}".encode()).digest()[:8], "little")
+
+
+def make_assign(spec: JobSpec, attempt: Attempt, checkpoint: ArtifactRef, checkpoint_hashes: Mapping[int, str],
+                job_seed: int | None) -> tuple[Assign, list[ArtifactRef]]:
+    """The Assign message of ``attempt`` and every artifact it refers to (checkpoint, files, chunk)."""
+    chunk_ref = None
+    if attempt.chunk_id is not None:
+        chunk = spec.chunk(attempt.chunk_id)
+        chunk_ref = ChunkRef(chunk.id, chunk.format, chunk.example_count, chunk.ref)
+    units = attempt.units
+    unit_range = UnitRange(units.start, units.count, attempt.seed, job_seed or 0) if units is not None else None
+    aux = auxiliary_for(spec, checkpoint_hashes, attempt.round)
+    assign = Assign(spec.job_id, attempt.round, attempt.assignment_id, attempt.attempt_id, checkpoint,
+                    assignment_settings(spec.settings), attempt.seed, chunk_ref, unit_range, aux)
+    attachments = [checkpoint, *aux.values()]
+    if chunk_ref is not None:
+        attachments.append(chunk_ref.data)
+    return assign, attachments
+
+
+def assignment_settings(settings: TrainingSettings) -> dict[str, Any]:
+    """The training settings an assignment carries."""
+    out: dict[str, Any] = {"localEpochs": settings.local_epochs, "batchSize": settings.batch_size}
+    if settings.learning_rate is not None:
+        out["learningRate"] = settings.learning_rate
+    return out
+
+
+def auxiliary_for(spec: JobSpec, checkpoint_hashes: Mapping[int, str], round_: int) -> dict[str, ArtifactRef]:
+    """Each auxiliary slot's weights for a round: files, or the snapshot its rule picks.
+
+    A 'checkpoint' rule with roundsAgo k for round r (which trains from
+    checkpoint r-1) picks checkpoint max(0, r-1-k), so a retried or
+    reassigned attempt of the round plays against the same version.
+    """
+    out: dict[str, ArtifactRef] = {}
+    for slot in spec.info.auxiliary_weights:
+        if slot.id in spec.auxiliary_files:
+            out[slot.id] = spec.auxiliary_files[slot.id]
+            continue
+        if slot.source_kind == "initial":
+            target = 0
+        else:
+            target = max(0, round_ - 1 - (slot.rounds_ago or 0))
+        sha = checkpoint_hashes.get(target)
+        if sha is None:  # continued jobs only know checkpoints from where they started
+            target = min(checkpoint_hashes)
+            sha = checkpoint_hashes[target]
+        out[slot.id] = ArtifactRef("snapshot", sha, spec.weight_bytes)
+    return out
+
+
+def check_can_validate(spec: JobSpec) -> None:
+    """Raises UsageError when the job has nothing to validate with."""
+    if spec.is_experience:
+        if not spec.info.capabilities.get("evaluation"):
+            raise UsageError("no-evaluation", "this model does not declare the evaluation capability")
+    elif not spec.has_validation:
+        raise UsageError("no-validation-file", "this job has no validation file")
+
+
+def validation_due(spec: JobSpec, round_: int, *, dataset_epoch: int | None, epoch_done: bool,
+                   work_done: bool) -> bool:
+    """Whether checkpoint ``round_`` is evaluated by the job's validation schedule (the last one always is)."""
+    schedule = spec.settings.validation_schedule
+    if schedule is None or not schedule.enabled:
+        return False
+    try:
+        check_can_validate(spec)
+    except UsageError:
+        return False
+    if schedule.unit == "round":
+        due = round_ % schedule.every == 0
+    else:
+        due = epoch_done and dataset_epoch is not None and dataset_epoch % schedule.every == 0
+    return due or work_done
+
+
+def validation_command(spec: JobSpec, round_: int, weights_sha256: str, checkpoint_hashes: Mapping[int, str],
+                       job_seed: int | None) -> RunValidation:
+    """Evaluate checkpoint ``round_`` (an experience job: the evaluation units from the job seed)."""
+    experience = None
+    if spec.is_experience:
+        assert job_seed is not None
+        units = spec.info.work_source.evaluation_units or spec.info.work_source.default_units
+        experience = (0, units, evaluation_seed(job_seed))
+    return RunValidation(round_, weights_sha256, experience, auxiliary_for(spec, checkpoint_hashes, round_ + 1))
