@@ -24,7 +24,7 @@ import hashlib
 import json
 from typing import Any, Callable, Mapping
 
-from ..core.checkpoint import read_checkpoint
+from ..core.checkpoint import checkpoint_summary, read_checkpoint
 from ..core.commands import Command, LoadModule, Log, RunValidation, SaveCheckpoint, Send, Train
 from ..core.coordinator import Coordinator
 from ..core.debuglog import DebugLog
@@ -183,9 +183,10 @@ class TrainingController:
                 self.artifacts[self.validation_sha256] = prepared.validation
             round_ = read.metadata.round
             await self.storage.put("checkpoints", _ckpt_key(job_id, round_),
-                                   {"summary": _summary_of(read, self.clock()), "file": bytes(checkpoint)})
-            self.coordinator.checkpoints.append(_summary_of(read, self.clock()))
-            self.latest_checkpoint = (read.metadata.to_json()["checkpoint"]["fileName"], bytes(checkpoint))
+                                   {"summary": checkpoint_summary(read.metadata.to_json(), self.clock()),
+                                    "file": bytes(checkpoint)})
+            self.coordinator.restore_checkpoints([checkpoint_summary(read.metadata.to_json(), self.clock())])
+            self.latest_checkpoint = (self.coordinator.checkpoints[-1]["artifact"]["fileName"], bytes(checkpoint))
             self._setup_local_participant()
             await self._save_job_record(status="ready")
             self._record("job.continued", {"jobId": job_id, "fromRound": round_, "datasetMode": dataset_mode})
@@ -736,7 +737,7 @@ class TrainingController:
         coordinator = self.coordinator
         chunk = None
         if coordinator is not None:
-            chunk = next((s.chunk_id for s in coordinator.slots if s.peer == peer and s.chunk_id), None)
+            chunk = next((s.chunk_id for s in coordinator.attempts.current if s.peer == peer and s.chunk_id), None)
         try:
             self.book.accept(peer, coordinator.spec.job_id if coordinator else None, snapshot, now, chunk_id=chunk)
         except WeeiError as exc:
@@ -855,9 +856,9 @@ class TrainingController:
         for key in keys:
             entry = await self.storage.get("checkpoints", key)
             summaries.append(entry["summary"])
-        coordinator.checkpoints = summaries
+        coordinator.restore_checkpoints(summaries)
         if record.get("status") == "completed":
-            coordinator.status = "completed"
+            coordinator.reopened_completed()
         else:
             coordinator.restore_participants(record.get("participants") or [])
         self.coordinator = coordinator
@@ -988,22 +989,6 @@ def _parse_json(data: bytes, what: str) -> Any:
         return json.loads(bytes(data).decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise ManifestError("invalid-json", f"{what}: not valid JSON ({exc})") from None
-
-
-def _summary_of(read: Any, now: float) -> dict[str, Any]:
-    meta = read.metadata.to_json()
-    summary: dict[str, Any] = {
-        "artifact": {"round": meta["round"], "sha256": meta["checkpoint"]["sha256"],
-                     "bytes": meta["checkpoint"]["bytes"], "fileName": meta["checkpoint"]["fileName"]},
-        "metrics": meta.get("metrics", {"values": {}, "examplesProcessed": 0}),
-        "remaining": list(meta.get("remainingChunkIds") or []),
-        "settings": meta["settings"],
-        "createdAt": now,
-    }
-    if meta.get("aggregationState"):
-        agg = meta["aggregationState"]
-        summary["aggregation"] = {"method": agg["method"], "step": agg["step"], "bytes": agg["bytes"]}
-    return summary
 
 
 def _to_coordinator(message: Message) -> bool:
