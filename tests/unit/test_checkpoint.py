@@ -21,6 +21,7 @@ from weei.core.checkpoint import (
     MAX_CHECKPOINT_FILE_BYTES,
     MAX_METADATA_BYTES,
     CheckpointMetadata,
+    checkpoint_summary,
     read_checkpoint,
     write_checkpoint,
 )
@@ -392,3 +393,31 @@ def test_fuzz_metadata_only_checkpoint_errors(key: str, value: Any) -> None:
             read_checkpoint(assemble(meta, WEIGHTS, fill=fill))
         except CheckpointError as exc:
             assert exc.reason
+
+
+# ------------------------------------------------------------ the one summary builder
+
+
+def test_summary_of_a_read_file_names_the_file_even_when_the_metadata_does_not() -> None:
+    ck = {k: v for k, v in metadata()["checkpoint"].items() if k != "fileName"}
+    read = read_checkpoint(write_checkpoint(metadata(checkpoint=ck), WEIGHTS))
+    summary = checkpoint_summary(read.metadata.to_json(), 5.0)
+    assert summary["artifact"] == {"round": 3, "sha256": hashlib.sha256(WEIGHTS).hexdigest(), "bytes": len(WEIGHTS),
+                                   "fileName": "cartpole-reinforce-round-0003.weei-checkpoint"}
+    assert summary["metrics"] == {"values": {"episodeReturn": 21.5}, "examplesProcessed": 96}
+    assert summary["createdAt"] == 5.0 and summary["remaining"] == [] and "aggregation" not in summary
+
+
+def test_the_coordinator_and_a_reader_build_the_same_summary() -> None:
+    """A checkpoint the coordinator wrote, read back from its file, summarises as the coordinator did."""
+    from sim import Sim, dataset_spec
+
+    spec, store = dataset_spec(4)
+    sim = Sim.start_job(spec, store, ["p1", "p2"])
+    assert len(sim.saved) >= 2
+    for saved in sim.saved:
+        meta = read_checkpoint(saved.file).metadata.to_json()
+        from_file = checkpoint_summary(meta, saved.summary["createdAt"],
+                                       dataset_progress=saved.summary.get("datasetProgress"))
+        assert from_file == saved.summary
+        assert from_file["artifact"]["fileName"] == meta["checkpoint"]["fileName"]

@@ -52,7 +52,8 @@ class Attempt:
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "peerId": self.peer,
-            "chunkId": self.chunk_id if self.chunk_id is not None else f"units-{self.units.start}" if self.units else "",
+            "chunkId": (self.chunk_id if self.chunk_id is not None
+                        else f"units-{self.units.start}" if self.units is not None else ""),
             "status": str(self.status),
             "startedAt": self.started_at,
         }

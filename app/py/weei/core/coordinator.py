@@ -43,7 +43,7 @@ from .messages import (
 )
 from .peers import PeerRecord, loading
 from .roundloop import MAX_EMPTY_ROUNDS, RejectedUpdate, RoundLoop
-from .rounds import check_can_validate, check_method, check_units
+from .rounds import Kernel, check_can_validate, check_method, check_units
 from .schedule import DatasetSchedule, ExperienceSchedule
 from .seeds import rounds_to_train
 from .settings import TrainingSettings
@@ -60,7 +60,7 @@ JOIN_GRACE_MS = 10_000
 class Coordinator(RoundLoop):
     """One job, seen from the browser that coordinates it. Build with ``create`` or ``resume``."""
 
-    def __init__(self, spec: JobSpec, *, my_peer_id: str, kernel: Any, weights: bytes, round_: int,
+    def __init__(self, spec: JobSpec, *, my_peer_id: str, kernel: Kernel, weights: bytes, round_: int,
                  now: float, job_seed: int | None, round_timeout_ms: float, aggregation_state: AggregationState | None,
                  dataset: DatasetSchedule | None, experience: ExperienceSchedule | None,
                  checkpoint_hashes: dict[int, str], first_round: int) -> None:
@@ -96,7 +96,7 @@ class Coordinator(RoundLoop):
     # ----------------------------------------------------------------- creation
 
     @classmethod
-    def create(cls, spec: JobSpec, initial_weights: bytes, *, my_peer_id: str, kernel: Any, now: float,
+    def create(cls, spec: JobSpec, initial_weights: bytes, *, my_peer_id: str, kernel: Kernel, now: float,
                job_seed: int | None = None, round_timeout_ms: float = DEFAULT_ROUND_TIMEOUT_MS) -> Coordinator:
         """A new job at checkpoint 0; emits SaveCheckpoint for it.
 
@@ -114,7 +114,8 @@ class Coordinator(RoundLoop):
         return self
 
     @classmethod
-    def resume(cls, spec: JobSpec, checkpoint: ckpt.Checkpoint, *, mode: str, my_peer_id: str, kernel: Any, now: float,
+    def resume(cls, spec: JobSpec, checkpoint: ckpt.Checkpoint, *, mode: str, my_peer_id: str, kernel: Kernel,
+               now: float,
                new_job_seed: int | None = None, reopening: bool = False,
                round_timeout_ms: float = DEFAULT_ROUND_TIMEOUT_MS) -> Coordinator:
         """Continue from a read checkpoint (``weei.core.checkpoint.Checkpoint``).
@@ -176,8 +177,8 @@ class Coordinator(RoundLoop):
             raise UsageError("already-participating", f"peer {peer} already takes part in this job")
         record = self.peers[peer] = PeerRecord()  # a new invitation starts a new record
         record.move("invite")
-        self._send(peer, Invitation(self.spec.job_id, self.my_peer_id, self.spec.info.raw, self.spec.module.descriptor(),
-                                    self.spec.data_bytes, self.spec.settings.to_json()))
+        self._send(peer, Invitation(self.spec.job_id, self.my_peer_id, self.spec.info.raw,
+                                    self.spec.module.descriptor(), self.spec.data_bytes, self.spec.settings.to_json()))
         self._log("invitation.sent", peer=peer)
 
     def start(self, now: float) -> None:
@@ -397,7 +398,8 @@ class Coordinator(RoundLoop):
         if not message.loaded:
             self._log("participant.model-load-failed", peer=peer, error=message.error)
             return
-        record.held = set(message.held) | {self.spec.module.sha256, *(r.sha256 for r in self.spec.auxiliary_files.values())}
+        files = {self.spec.module.sha256, *(r.sha256 for r in self.spec.auxiliary_files.values())}
+        record.held = set(message.held) | files
         self._maybe_open_round(now)
 
     # ------------------------------------------------------------------ view

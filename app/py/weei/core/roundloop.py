@@ -43,7 +43,9 @@ from .errors import AggregationError, SettingsError
 from .job import JobSpec
 from .messages import ArtifactRef, JobFinished, Message, Update, UpdateReceipt
 from .peers import PeerRecord, available, eligible, loading
-from .rounds import RoundRecord, chunk_seed, close_round, make_assign, validation_command, validation_due
+from .rounds import (
+    Kernel, RoundRecord, chunk_seed, close_round, make_assign, validation_command, validation_due,
+)
 from .schedule import DatasetSchedule, ExperienceSchedule
 from .seeds import assignment_seed
 from .states import JOB_TRANSITIONS, JobStatus, is_working, move
@@ -70,7 +72,7 @@ class RoundLoop:
     """Rounds of one job: the state they share with the rest of the coordinator, and the loop itself."""
 
     spec: JobSpec
-    kernel: Any  # weei.kernel: an AggregationKernel with first_non_finite(bytes) -> int
+    kernel: Kernel
     round_timeout_ms: float
     status: JobStatus
     error: str | None
@@ -304,7 +306,8 @@ class RoundLoop:
         incomplete = self._work_done() and self._dropped_work()
         metadata = ckpt.checkpoint_metadata(
             self.spec, round_=round_, weights_sha256=self.weights_sha256, weight_bytes=len(self.weights),
-            metrics=metrics, examples=examples, incomplete=incomplete, progress=progress.recorded(self.dataset, self.experience, self.job_seed),
+            metrics=metrics, examples=examples, incomplete=incomplete,
+            progress=progress.recorded(self.dataset, self.experience, self.job_seed),
             aggregation=state)
         self._saved_incomplete = incomplete
         # Aggregation already refused non-finite results; checkpoint 0 and continued weights are checked here.

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Protocol, Sequence
 
-from .aggregate import AggregationState, aggregate_round
+from .aggregate import AggregationKernel, AggregationState, BytesLike, aggregate_round
 from .attempts import Attempt, Received
 from .commands import RunValidation
 from .errors import SettingsError, UsageError
@@ -32,9 +32,17 @@ from .seeds import evaluation_seed
 from .settings import TrainingSettings
 
 __all__ = [
-    "RoundRecord", "close_round", "weighted_metrics", "check_method", "check_units", "chunk_seed", "make_assign",
-    "assignment_settings", "auxiliary_for", "check_can_validate", "validation_due", "validation_command",
+    "Kernel", "RoundRecord", "close_round", "weighted_metrics", "check_method", "check_units", "chunk_seed",
+    "make_assign", "assignment_settings", "auxiliary_for", "check_can_validate", "validation_due", "validation_command",
 ]
+
+
+class Kernel(AggregationKernel, Protocol):
+    """What the coordinator asks of a kernel (weei.kernel): the aggregation loops and a finite scan."""
+
+    def first_non_finite(self, data: BytesLike) -> int:
+        """The index of the first non-finite float32 value of ``data``, or -1."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -51,7 +59,7 @@ class RoundRecord:
     trained_chunks: list[str]  # dataset chunks the round trained, canonical order
 
 
-def close_round(kernel: Any, round_: int, weights: bytes, state: AggregationState | None,
+def close_round(kernel: Kernel, round_: int, weights: bytes, state: AggregationState | None,
                 settings: TrainingSettings, info: ModelInfo, received: Sequence[Received]) -> RoundRecord:
     """Aggregate round ``round_``'s valid updates (canonical order, at least one) into its checkpoint.
 
