@@ -167,3 +167,19 @@ def test_a_public_call_out_of_place_raises_the_one_error() -> None:
     assert sim.coordinator.status == "ready"
     sim.coordinator.start(sim.now)
     expect_illegal(sim.coordinator.reopened_completed, "job", "running", "reopen_completed")
+
+
+def test_named_predicates_cover_the_states_the_docs_say() -> None:
+    from weei.core.states import has_job, is_free, is_loaded, is_member, is_open, is_working, takes_part
+
+    def which(predicate) -> list[str]:
+        return [s for s in PEER_STATES if predicate(PeerState(s))]
+
+    assert which(is_free) == ["unknown", "declined", "stopped"]
+    assert which(has_job) == [s for s in PEER_STATES if s not in ("unknown", "stopped")]
+    assert which(is_member) == ["approved", "modelLoadFailed", "modelLoaded", "assigned", "training", "updateReady",
+                                "resultReceived"]
+    assert which(takes_part) == which(is_member) + ["disconnected"]
+    assert which(is_loaded) == ["modelLoaded", "assigned", "training", "updateReady", "resultReceived"]
+    assert which(is_working) == ["assigned", "training"]
+    assert [s for s in ATTEMPT_STATES if is_open(AttemptStatus(s))] == ["loading", "training"]

@@ -173,7 +173,7 @@ class Coordinator(RoundLoop):
         if peer == self.my_peer_id:
             raise UsageError("invite-self", "the coordinator cannot invite itself")
         record = self.peers.get(peer)
-        if record is not None and record.approved and record.state not in (PeerState.STOPPED, PeerState.DECLINED):
+        if record is not None and record.approved:  # a stopped or declined peer may be invited again
             raise UsageError("already-participating", f"peer {peer} already takes part in this job")
         record = self.peers[peer] = PeerRecord()  # a new invitation starts a new record
         record.move("invite")

@@ -32,7 +32,8 @@ from .messages import (
     ModuleStatus, PauseContribution, TrainingStarted, Update, UpdateReceipt,
 )
 from .states import (
-    PARTICIPANT_ANYWHERE, PARTICIPANT_TRANSITIONS, PeerState, allowed, is_free, is_working, move, takes_part,
+    PARTICIPANT_ANYWHERE, PARTICIPANT_TRANSITIONS, PeerState, allowed, has_job, is_free, is_member, is_working, move,
+    takes_part,
 )
 
 __all__ = ["Participant", "TrainOutcome"]
@@ -193,7 +194,7 @@ class Participant:
         self._send(PauseContribution(self.job_id, paused))
 
     def leave(self, now: float) -> None:
-        if self.job_id is None or self.state in (P.UNKNOWN, P.STOPPED):  # invited or declined may still say so
+        if self.job_id is None or not has_job(self.state):
             raise UsageError("not-participating", "there is no job to leave")
         self._send(Leave(self.job_id))
         self.current = self.pending = None
@@ -260,7 +261,7 @@ class Participant:
         self._send(AssignmentFailed(assign.job_id, assign.attempt_id, error[:2000]))
 
     def _next(self) -> None:
-        if self.pending is not None and self.state not in (P.STOPPED, P.DISCONNECTED):
+        if self.pending is not None and is_member(self.state):
             assign, self.pending = self.pending, None
             self._on_assign(assign)
 

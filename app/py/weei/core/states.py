@@ -35,7 +35,7 @@ __all__ = [
     "JobStatus", "PeerState", "AttemptStatus", "IllegalTransition",
     "PARTICIPANT_TRANSITIONS", "PARTICIPANT_ANYWHERE", "PEER_TRANSITIONS", "PEER_ANYWHERE",
     "JOB_TRANSITIONS", "ATTEMPT_TRANSITIONS", "allowed", "move",
-    "is_free", "takes_part", "is_member", "is_loaded", "is_working", "is_open",
+    "is_free", "has_job", "takes_part", "is_member", "is_loaded", "is_working", "is_open",
 ]
 
 
@@ -160,6 +160,11 @@ _LOADED = frozenset({P.MODEL_LOADED, P.ASSIGNED, P.TRAINING, P.UPDATE_READY, P.R
 def is_free(state: PeerState) -> bool:
     """In no job (never invited, declined, or stopped): a new invitation may be shown."""
     return state in (P.UNKNOWN, P.DECLINED, P.STOPPED)
+
+
+def has_job(state: PeerState) -> bool:
+    """Invited, declined or taking part: there is a job to say something about (or to leave)."""
+    return state not in (P.UNKNOWN, P.STOPPED)
 
 
 def takes_part(state: PeerState) -> bool:
