@@ -72,6 +72,7 @@ class JobStore:
         self.saved_jobs: dict[str, dict[str, Any]] = {}
         self.artifacts: dict[str, bytes] = {}  # in-memory copies of what the active job needs now
         self.latest_checkpoint: tuple[str, bytes] | None = None  # (file name, file) last made durable
+        self.saved_round: dict[str, int] = {}  # job id -> the round of its last durable checkpoint
 
     # ------------------------------------------------------------ start-up
 
@@ -172,7 +173,8 @@ class JobStore:
         if coordinator.status == "completed":
             record["status"] = "completed"
         record["active"] = previous.get("active", True) if active is None else active
-        record["lastRound"] = coordinator.checkpoint_round
+        # The round a reload continues from: a checkpoint that storage refused is not one.
+        record["lastRound"] = self.saved_round.get(coordinator.spec.job_id, coordinator.checkpoint_round)
         # Who takes part: after a reload they are waited for, and caught up when their channel opens again.
         record["participants"] = coordinator.remote_participants()
         record["createdAt"] = previous.get("createdAt", now)
@@ -223,6 +225,7 @@ class JobStore:
         await self.storage.put("checkpoints", checkpoint_key(job_id, command.round),
                                {"summary": command.summary, "file": command.file})
         self.latest_checkpoint = (command.summary["artifact"]["fileName"], command.file)
+        self.saved_round[job_id] = command.round
 
     async def save_imported_checkpoint(self, job_id: str, read: Checkpoint, file: bytes,
                                        summary: dict[str, Any], weights_sha256: str) -> None:
@@ -231,6 +234,7 @@ class JobStore:
         await self.storage.put("checkpoints", checkpoint_key(job_id, read.metadata.round),
                                {"summary": summary, "file": bytes(file)})
         self.latest_checkpoint = (summary["artifact"]["fileName"], bytes(file))
+        self.saved_round[job_id] = read.metadata.round
 
     async def update_summary(self, job_id: str, round_: int, summary: dict[str, Any]) -> None:
         """Replace a saved checkpoint's summary (validation metrics came in)."""
