@@ -12,7 +12,7 @@ from typing import Any
 from test_controller import DIGITS_SETTINGS, controller, digits_validation, package, run_until_done
 
 from weei.api import TrainingController
-from weei.api.executor import DEBUG_LOG_KEY, LOG_WRITE_MS
+from weei.api.log_writer import DEBUG_LOG_KEY, LOG_WRITE_MS
 from weei.api.job_store import JobStore
 from weei.api.ports import STORAGE_QUOTA_EXCEEDED, StorageError
 from weei.core.checkpoint import read_checkpoint

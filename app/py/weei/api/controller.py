@@ -34,16 +34,17 @@ from ..core.debuglog import DebugLog
 from ..core.diagnostics import DiagnosticsRecorder
 from ..core.errors import CheckpointError, ManifestError, UsageError, WeeiError
 from ..core.job import JobSpec
-from ..core.messages import Assign, Deliver, Invitation, JobFinished, Message, UpdateReceipt, decode_message
+from ..core.messages import Message
 from ..core.participant import Participant
 from ..core.settings import TrainingSettings
 from ..prepare import MAX_FILE_BYTES, prepare_job
 from ..runtime.engine import Engine
 from .compute import ComputeBackend, CpuWorkerBackend
-from .executor import DEBUG_LOG_KEY, Executor
+from .executor import Executor
 from .job_store import PARTICIPATION_KEY, JobStore, summary_of
+from .log_writer import DEBUG_LOG_KEY
+from .peer_events import PeerEvents
 from .ports import KeyValue, Storage, StorageError, Transport, WorkerPool
-from .records import spec_from_record
 from .session import Session
 from .state_view import StateView
 
@@ -76,6 +77,7 @@ class TrainingController:
                                                                    on_progress=self._on_local_progress)
         self.view = StateView(self.session, self.store, self.backend)
         self.executor = Executor(self.session, self.store, self.backend, kv, self.view)
+        self.peer_events = PeerEvents(self.session, self.store, self.executor)
         self.kv = kv
 
     # What hosts read (the agent, the transports' dedupe, the demo network).
@@ -124,7 +126,7 @@ class TrainingController:
         active = [r for r in self.store.saved_jobs.values() if r.get("active")]
         participation = await self.store.setting(PARTICIPATION_KEY)
         if participation and not active:
-            self._rejoin(participation)
+            self.peer_events.rejoin(participation)
         if active:
             latest = max(active, key=lambda r: r.get("updatedAt", 0))
             try:
@@ -295,7 +297,7 @@ class TrainingController:
         else:
             raise UsageError("no-job", "there is no job to leave")
         self._clear_job()
-        self.executor.write_log(now=True)
+        self.executor.log_writer.write(now=True)
         self.view.notify()
 
     async def open_saved_job(self, job_id: str) -> None:
@@ -348,12 +350,12 @@ class TrainingController:
 
     def clear_debug_log(self) -> None:
         self.session.debug_log.clear()
-        self.executor.write_log(now=True)
+        self.executor.log_writer.write(now=True)
         self.view.notify()
 
     def flush_debug_log(self) -> None:
         """Write the debug log to the key-value store now (the page is being hidden or closed)."""
-        self.executor.write_log(now=True)
+        self.executor.log_writer.write(now=True)
 
     def subscribe(self, listener: Callable[[dict[str, Any]], None]) -> Callable[[], None]:
         """Call ``listener`` now and after every change; returns the unsubscribe function."""
@@ -375,59 +377,14 @@ class TrainingController:
 
     async def receive(self, peer: str, message: Message, blobs: Mapping[str, bytes]) -> None:
         """A message from another peer, with its verified attachments."""
-        s = self.session
-        now = self.clock()
-        for sha, data in blobs.items():
-            self.store.remember(sha, data)
-        if isinstance(message, Invitation):
-            if s.coordinator is not None or (s.participant is not None and s.participant.state not in (
-                    "declined", "stopped")):
-                s.record("invitation.ignored", {"from": peer, "reason": "busy with another job"})
-                return
-            s.participant = Participant(s.my_peer_id)
-            s.participant.receive(peer, message, now)
-            s.invitations[message.job_id] = {"invitation": {
-                "coordinator": message.coordinator, "modelInfo": message.model_info, "module": message.module,
-                "dataBytes": message.data_bytes, "settings": message.settings}, "receivedAt": now}
-        elif s.coordinator is not None and peer != s.my_peer_id and _to_coordinator(message):
-            s.coordinator.receive(peer, message, blobs, now)
-        elif s.participant is not None:
-            s.participant.receive(peer, message, now)
-            if s.participant.state == "stopped":
-                await self.store.delete_setting(PARTICIPATION_KEY)
-        await self._drain()
-
-    def _rejoin(self, record: Any) -> None:
-        s = self.session
-        try:
-            invitation = decode_message(record["invitation"])
-            assert isinstance(invitation, Invitation)
-            s.participant = Participant.rejoin(s.my_peer_id, record["from"], invitation)
-        except (WeeiError, KeyError, TypeError, AssertionError) as exc:
-            s.record("participation.unreadable", {"error": str(exc)[:200]})
-            return
-        s.record("participation.restored", {"jobId": invitation.job_id, "coordinator": record["from"]})
+        await self.peer_events.receive(peer, message, blobs)
 
     async def peer_connected(self, peer: str) -> None:
         """A peer's channel opened (again): a returning participant catches up."""
-        s = self.session
-        if s.coordinator is not None:
-            s.coordinator.peer_connected(peer, self.clock())
-        if s.participant is not None and peer == s.participant.coordinator:
-            s.participant.reconnected(self.clock())
-            s.recorder.reconnected()
-        await self._drain()
+        await self.peer_events.peer_connected(peer)
 
     async def peer_disconnected(self, peer: str) -> None:
-        s = self.session
-        if s.coordinator is not None:
-            s.coordinator.peer_disconnected(peer, self.clock())
-            s.book.mark_disconnected(peer)
-        if s.participant is not None and peer == s.participant.coordinator and peer != s.my_peer_id:
-            # Our coordinator is gone (for now): on its return we are 'approved' again and
-            # take the module it delivers, whatever state the job was in.
-            s.participant.disconnected(self.clock())
-        await self._drain()
+        await self.peer_events.peer_disconnected(peer)
 
     # ---------------------------------------------------------------- helpers
 
@@ -456,7 +413,7 @@ class TrainingController:
         if s.participant is not None:
             s.participant.paused = s.paused_contribution
         s.book.set_job(s.coordinator.spec.job_id)
-        s.coordinator.diagnostics_sink = self.executor.accept_diagnostics
+        s.coordinator.diagnostics_sink = self.executor.diagnostics.accept
 
     def _require_coordinator(self, what: str) -> Coordinator:
         s = self.session
@@ -493,26 +450,11 @@ class TrainingController:
 
     async def _reopen(self, job_id: str, *, restart: bool) -> None:
         s = self.session
-        record = self.store.saved_jobs[job_id]
-        spec, job_seed, validation_sha = spec_from_record(record)
-        summaries, file = await self.store.read_checkpoints(job_id)
-        read = read_checkpoint(file)
-        coordinator = Coordinator.resume(spec, read, mode="resume", my_peer_id=s.my_peer_id, kernel=self.kernel,
-                                         now=self.clock(), new_job_seed=job_seed, reopening=True)
-        coordinator.checkpoints = summaries
-        if record.get("status") == "completed":
-            coordinator.status = "completed"
-        else:
-            coordinator.restore_participants(record.get("participants") or [])
-        s.coordinator = coordinator
+        reopened = await self.store.reopen(job_id, my_peer_id=s.my_peer_id, kernel=self.kernel, now=self.clock())
+        s.coordinator = coordinator = reopened.coordinator
         s.job_seed = coordinator.job_seed
-        self.store.latest_checkpoint = (summaries[-1]["artifact"]["fileName"], file)
-        self.store.remember(coordinator.weights_sha256, bytes(read.weights))
-        await self.store.load_artifacts([spec.module.sha256, *(c.sha256 for c in spec.chunks),
-                                         *(r.sha256 for r in spec.auxiliary_files.values())])
-        s.validation_sha256 = validation_sha
-        if validation_sha is not None:
-            s.validation_unavailable = bool(await self.store.load_artifacts([validation_sha]))
+        s.validation_sha256 = reopened.validation_sha256
+        s.validation_unavailable = reopened.validation_unavailable
         self._setup_local_participant()
         s.record("job.reopened", {"jobId": job_id, "round": coordinator.checkpoint_round})
         if restart and coordinator.status != "completed":
@@ -571,6 +513,3 @@ def _parse_json(data: bytes, what: str) -> Any:
     except (UnicodeDecodeError, ValueError) as exc:
         raise ManifestError("invalid-json", f"{what}: not valid JSON ({exc})") from None
 
-
-def _to_coordinator(message: Message) -> bool:
-    return not isinstance(message, (Invitation, Deliver, Assign, UpdateReceipt, JobFinished))

@@ -24,20 +24,19 @@ from typing import Any, Coroutine
 
 from ..core.commands import Command, LoadModule, Log, RunValidation, SaveCheckpoint, Send, Train
 from ..core.errors import UsageError, WeeiError
-from ..core.messages import Assign, DiagnosticsReport
-from ..core.modelinfo import ModelInfo
-from ..core.participant import Participant
+from ..core.messages import Assign
 from .compute import ComputeBackend
 from .job_store import JobStore
 from .local_training import effective_workers
+from .log_writer import DebugLogWriter
+from .peer_diagnostics import DiagnosticsLink
 from .ports import KeyValue, StorageError, WorkerTask
+from .residency import Residency, assign_refs
 from .session import Session
 from .state_view import StateView
 
-__all__ = ["Executor", "DEBUG_LOG_KEY", "LOG_WRITE_MS"]
+__all__ = ["Executor"]
 
-DEBUG_LOG_KEY = "weei.debugLog"
-LOG_WRITE_MS = 2000  # the debug log reaches localStorage at most this often (and on leave, clear, unload)
 _LIVE_METRICS_KEPT = 200
 
 
@@ -52,16 +51,12 @@ class Executor:
         self.kv = kv
         self.view = view
         self.module_sha = ""  # the module this device's participant loaded
-        self.module_refs: set[str] = set()  # that module and its auxiliary files
-        self.assign_refs: dict[int, set[str]] = {}  # round -> artifacts this device's assignments named
-        self.pinned: dict[str, int] = {}  # artifacts a task was handed and has not read yet
+        self.residency = Residency()
+        self.diagnostics = DiagnosticsLink(session)
+        self.log_writer = DebugLogWriter(session.debug_log, kv, session.monotonic)
         self.tasks: set[asyncio.Task[Any]] = set()
         self.timer: asyncio.Task[Any] | None = None
-        self.diagnostics_task: asyncio.Task[Any] | None = None
         self.refused_error: str | None = None  # state.error set by the last refused write
-        self._log_revision = session.debug_log.revision
-        self._log_written_at: float | None = None
-        self._log_write_pending: asyncio.TimerHandle | None = None
 
     # ---------------------------------------------------------------- drain
 
@@ -87,10 +82,10 @@ class Executor:
             raise
         if self.session.coordinator is not None:
             await self.save_job_record()
-        self.store.evict(self.referenced())
+        self.store.evict(self.residency.referenced(self.session))
         self.arm_timer()
-        self._report_diagnostics()
-        self.write_log()
+        self.diagnostics.report()
+        self.log_writer.write()
         self.view.notify()
 
     def _take_commands(self) -> list[tuple[str, Command]]:
@@ -128,16 +123,14 @@ class Executor:
         elif isinstance(command, SaveCheckpoint):
             await self._save_checkpoint(command)
         elif isinstance(command, RunValidation):
-            self._pin({command.weights_sha256, *(ref.sha256 for ref in command.auxiliary.values())})
+            self.residency.pin({command.weights_sha256, *(ref.sha256 for ref in command.auxiliary.values())})
             self.spawn(self._validate(command))
         elif isinstance(command, Log):
             s.record(command.event, command.details)
         elif isinstance(command, LoadModule):
             self._load_module(command)
         elif isinstance(command, Train):
-            refs = _assign_refs(command.assign)
-            self.assign_refs.setdefault(command.assign.round, set()).update(refs)
-            self._pin(refs)
+            self.residency.assignment_taken(command.assign)
             self.spawn(self._train(command))
 
     def _deliver_locally(self, role: str, command: Send) -> None:
@@ -206,7 +199,7 @@ class Executor:
         pinned = {command.weights_sha256, *(ref.sha256 for ref in command.auxiliary.values())}
         coordinator = s.coordinator
         if coordinator is None:
-            self._unpin(pinned)
+            self.residency.unpin(pinned)
             s.evaluating -= 1
             return
         spec = coordinator.spec
@@ -214,7 +207,7 @@ class Executor:
         try:
             aux = {slot: self.store.artifact(ref.sha256) for slot, ref in command.auxiliary.items()}
             weights = self.store.artifact(command.weights_sha256)
-            self._unpin(pinned)
+            self.residency.unpin(pinned)
             pinned = set()
             if command.experience is not None:
                 task = WorkerTask("evaluate", weights, aux, experience=command.experience)
@@ -231,7 +224,7 @@ class Executor:
         except WeeiError as exc:
             coordinator.validation_finished(command.round, None, str(exc), s.clock())
         finally:
-            self._unpin(pinned)
+            self.residency.unpin(pinned)
             s.evaluating -= 1
         await self._persist_summary(command.round)
         await self.drain()
@@ -252,20 +245,20 @@ class Executor:
         s.recorder.set_model({"id": info.get("id", "unknown"), "version": info.get("version", "unknown"),
                               "wasmSha256": command.module.sha256, "wgsl": {"present": False, "sha256": []}})
         self.module_sha = command.module.sha256
-        self.module_refs = {command.module.sha256, *(ref.sha256 for ref in command.auxiliary.values())}
+        self.residency.module_refs = {command.module.sha256, *(ref.sha256 for ref in command.auxiliary.values())}
         # A remote participant learns the weight size from the first checkpoint it is sent.
         weight_bytes = s.coordinator.spec.weight_bytes if s.coordinator is not None else None
         participant.module_loaded(weight_bytes, tuple(self.store.artifacts), s.clock())
-        if participant.coordinator != s.my_peer_id and self.diagnostics_task is None:
-            self.diagnostics_task = asyncio.ensure_future(self._diagnostics_loop())
+        if participant.coordinator != s.my_peer_id:
+            self.diagnostics.start()
 
     async def _train(self, command: Train) -> None:
         s = self.session
         assign = command.assign
-        pinned = _assign_refs(assign)
+        pinned = assign_refs(assign)
         participant = s.participant
         if participant is None:
-            self._unpin(pinned)
+            self.residency.unpin(pinned)
             return
         now = s.clock()
         device = s.device
@@ -276,7 +269,7 @@ class Executor:
                 aux = {slot: self.store.artifact(ref.sha256) for slot, ref in assign.auxiliary.items()}
                 chunk = self.store.artifact(assign.chunk.data.sha256) if assign.chunk is not None else None
             finally:
-                self._unpin(pinned)
+                self.residency.unpin(pinned)
             info = participant.model_info or {}
             units = assign.experience.unit_count if assign.experience is not None else None
             workers = effective_workers(requested=device.max_local_workers, device_limit=self.backend.device_limit,
@@ -328,88 +321,6 @@ class Executor:
             pass  # a progress report outside an assignment carries no figures
         self.view.notify_soon()
 
-    # ------------------------------------------------------------- eviction
-
-    def referenced(self) -> set[str]:
-        """The artifacts the active job may still ask this device for; the rest can leave memory."""
-        s = self.session
-        keep = set(self.pinned)
-        coordinator = s.coordinator
-        if coordinator is not None:
-            spec = coordinator.spec
-            keep |= {spec.module.sha256, coordinator.weights_sha256, *(c.sha256 for c in spec.chunks),
-                     *(ref.sha256 for ref in spec.auxiliary_files.values())}
-            if s.validation_sha256 is not None:
-                keep.add(s.validation_sha256)
-            if coordinator.checkpoint_hashes:
-                # Snapshot slots (initial, roundsAgo) of the next round and of attempts still open.
-                rounds = {coordinator.checkpoint_round + 1, *(slot.round for slot in coordinator.slots if slot.open)}
-                for round_ in rounds:
-                    keep |= {ref.sha256 for ref in coordinator._auxiliary_for(round_).values()}
-        participant = s.participant
-        if participant is not None and participant.job_id is not None:
-            keep |= self.module_refs
-            for assign in (participant.current, participant.pending):
-                if assign is not None:
-                    keep |= _assign_refs(assign)
-            if self.assign_refs:
-                # The coordinator does not send again what it sent this device: keep the
-                # versions that a snapshot slot may name in the rounds to come.
-                latest = max(self.assign_refs)
-                window = _snapshot_window(participant)
-                for round_ in [r for r in self.assign_refs if r <= latest - window]:
-                    del self.assign_refs[round_]
-                for refs in self.assign_refs.values():
-                    keep |= refs
-        return keep
-
-    def _pin(self, shas: set[str]) -> None:
-        for sha in shas:
-            self.pinned[sha] = self.pinned.get(sha, 0) + 1
-
-    def _unpin(self, shas: set[str]) -> None:
-        for sha in shas:
-            left = self.pinned.get(sha, 0) - 1
-            if left > 0:
-                self.pinned[sha] = left
-            else:
-                self.pinned.pop(sha, None)
-
-    # ------------------------------------------------------------ diagnostics
-
-    def accept_diagnostics(self, peer: str, snapshot: dict[str, Any], now: float) -> None:
-        s = self.session
-        coordinator = s.coordinator
-        chunk = None
-        if coordinator is not None:
-            chunk = next((slot.chunk_id for slot in coordinator.slots if slot.peer == peer and slot.chunk_id), None)
-        try:
-            s.book.accept(peer, coordinator.spec.job_id if coordinator else None, snapshot, now, chunk_id=chunk)
-        except WeeiError as exc:
-            s.record("diagnostics.refused", {"peer": peer, "reason": exc.reason, "error": str(exc)[:200]})
-
-    def _report_diagnostics(self) -> None:
-        """Participants send a snapshot every 2 s while they have a job, and at once on a stage change."""
-        s = self.session
-        participant = s.participant
-        if participant is None or participant.job_id is None or participant.coordinator in (None, s.my_peer_id) \
-                or s.recorder.job_id is None or participant.state in ("stopped", "declined", "disconnected"):
-            return
-        mono = s.monotonic()
-        if not s.recorder.due(mono):
-            return
-        report = DiagnosticsReport(participant.job_id, s.recorder.snapshot(s.clock(), mono))
-        if s.transport is not None:
-            s.transport.send(Send(participant.coordinator, report), {})
-
-    async def _diagnostics_loop(self) -> None:
-        s = self.session
-        while s.participant is not None and s.participant.state not in ("stopped", "declined"):
-            self._report_diagnostics()
-            due = s.recorder.next_due_at()
-            wait = 2.0 if due is None else max(0.05, (due - s.monotonic()) / 1000.0)
-            await asyncio.sleep(min(wait, 2.0))
-
     # ------------------------------------------------------- timers and tasks
 
     def arm_timer(self) -> None:
@@ -452,58 +363,14 @@ class Executor:
             await asyncio.gather(*list(self.tasks), return_exceptions=True)
 
     def job_cleared(self) -> None:
-        """The active job is gone: stop its timer and diagnostics, forget its assignments."""
-        if self.diagnostics_task is not None:
-            self.diagnostics_task.cancel()
-            self.diagnostics_task = None
+        """The active job is gone: stop its timer and diagnostics, forget its assignments and bytes."""
+        self.diagnostics.stop()
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
         self.module_sha = ""
-        self.module_refs = set()
-        self.assign_refs.clear()
-        self.store.evict(set(self.pinned))
-
-    # -------------------------------------------------------------- debug log
-
-    def write_log(self, *, now: bool = False) -> None:
-        """Copy the debug log to the key-value store if it changed: at once when ``now``, else at most
-        every LOG_WRITE_MS (a timer writes what the last drain left)."""
-        log = self.session.debug_log
-        if log.revision == self._log_revision:
-            return
-        mono = self.session.monotonic()
-        if now or self._log_written_at is None or mono - self._log_written_at >= LOG_WRITE_MS:
-            if self._log_write_pending is not None:
-                self._log_write_pending.cancel()
-                self._log_write_pending = None
-            self.kv.set(DEBUG_LOG_KEY, log.to_json())
-            self._log_revision = log.revision
-            self._log_written_at = mono
-        elif self._log_write_pending is None:
-            delay = (LOG_WRITE_MS - (mono - self._log_written_at)) / 1000.0
-
-            def fire() -> None:
-                self._log_write_pending = None
-                self.write_log(now=True)
-
-            self._log_write_pending = asyncio.get_event_loop().call_later(max(0.0, delay), fire)
-
-
-def _assign_refs(assign: Assign) -> set[str]:
-    refs = {assign.checkpoint.sha256, *(ref.sha256 for ref in assign.auxiliary.values())}
-    if assign.chunk is not None:
-        refs.add(assign.chunk.data.sha256)
-    return refs
-
-
-def _snapshot_window(participant: Participant) -> int:
-    """How many rounds back an assignment may name weights this device was sent (1 + the largest roundsAgo + 1)."""
-    try:
-        slots = ModelInfo.from_json(participant.model_info).auxiliary_weights if participant.model_info else ()
-    except WeeiError:
-        slots = ()
-    return 2 + max((slot.rounds_ago or 0 for slot in slots), default=0)
+        self.residency.forget_job()
+        self.store.evict(set(self.residency.pinned))
 
 
 def _assignment_record(assign: Assign) -> dict[str, Any]:
@@ -515,4 +382,3 @@ def _assignment_record(assign: Assign) -> dict[str, Any]:
             "exampleCount": assign.chunk.example_count if assign.chunk is not None else assign.experience.unit_count,
             "batchSize": settings.get("batchSize", 1), "localEpochs": settings.get("localEpochs", 1),
             "learningRate": settings.get("learningRate", "unknown")}
-

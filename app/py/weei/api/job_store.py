@@ -29,16 +29,18 @@ costs a checkpoint already saved.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Mapping
 
-from ..core.checkpoint import Checkpoint
+from ..core.aggregate import AggregationKernel
+from ..core.checkpoint import Checkpoint, read_checkpoint
 from ..core.commands import SaveCheckpoint
 from ..core.coordinator import Coordinator
 from ..core.errors import CheckpointError, WeeiError
 from .ports import Storage, StorageError
-from .records import record_artifacts, spec_to_record
+from .records import record_artifacts, spec_from_record, spec_to_record
 
-__all__ = ["JobStore", "checkpoint_key", "summary_of", "PARTICIPATION_KEY"]
+__all__ = ["JobStore", "Reopened", "checkpoint_key", "summary_of", "PARTICIPATION_KEY"]
 
 PARTICIPATION_KEY = "participation"  # the job this device accepted, in the settings store
 
@@ -62,6 +64,15 @@ def summary_of(read: Checkpoint, now: float) -> dict[str, Any]:
         agg = meta["aggregationState"]
         summary["aggregation"] = {"method": agg["method"], "step": agg["step"], "bytes": agg["bytes"]}
     return summary
+
+
+@dataclass(frozen=True)
+class Reopened:
+    """A saved job made active again: its coordinator at the last durable checkpoint."""
+
+    coordinator: Coordinator
+    validation_sha256: str | None
+    validation_unavailable: bool  # the record names a validation file that storage no longer holds
 
 
 class JobStore:
@@ -258,3 +269,27 @@ class JobStore:
             stored = await self.storage.get("checkpoints", key)
             summaries.append(stored["summary"])
         return summaries, bytes(stored["file"])
+
+    async def reopen(self, job_id: str, *, my_peer_id: str, kernel: AggregationKernel, now: float) -> Reopened:
+        """Rebuild a saved job from its record and last checkpoint, its files back in memory.
+
+        Raises CheckpointError('no-checkpoint') and the record parsers' errors.
+        """
+        record = self.saved_jobs[job_id]
+        spec, job_seed, validation_sha = spec_from_record(record)
+        summaries, file = await self.read_checkpoints(job_id)
+        read = read_checkpoint(file)
+        coordinator = Coordinator.resume(spec, read, mode="resume", my_peer_id=my_peer_id, kernel=kernel,
+                                         now=now, new_job_seed=job_seed, reopening=True)
+        coordinator.checkpoints = summaries
+        if record.get("status") == "completed":
+            coordinator.status = "completed"
+        else:
+            coordinator.restore_participants(record.get("participants") or [])
+        self.latest_checkpoint = (summaries[-1]["artifact"]["fileName"], file)
+        self.saved_round[job_id] = read.metadata.round
+        self.remember(coordinator.weights_sha256, bytes(read.weights))
+        await self.load_artifacts([spec.module.sha256, *(c.sha256 for c in spec.chunks),
+                                   *(r.sha256 for r in spec.auxiliary_files.values())])
+        unavailable = bool(await self.load_artifacts([validation_sha])) if validation_sha is not None else False
+        return Reopened(coordinator, validation_sha, unavailable)
