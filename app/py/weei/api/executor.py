@@ -10,7 +10,7 @@ anything else happens, training and validation go to the compute backend
 events on the state machines, timers fire ``handle_timer``. After a drain,
 the job record is saved if it changed, in-memory artifacts nothing refers to
 any more are evicted, the debug log is written (at most every
-``LOG_WRITE_MS``) and subscribers hear of the change.
+``log_writer.LOG_WRITE_MS``) and subscribers hear of the change.
 
 A write that storage refuses (``StorageError``, out of room) does not stop
 the page: the error names the reason in ``state.error`` and the debug log,
@@ -73,15 +73,18 @@ class Executor:
             while True:
                 queue += self._take_commands()
                 if not queue:
-                    break
+                    if self.session.coordinator is not None:
+                        await self.save_job_record()
+                    # A refused record write pauses the job: carry out what that said, too.
+                    queue += self._take_commands()
+                    if not queue:
+                        break
                 role, command = queue.pop(0)
                 await self._carry_out(role, command)
         except BaseException:
             for _, command in queue:  # dropped with the failure: no longer pending
                 self._release(command)
             raise
-        if self.session.coordinator is not None:
-            await self.save_job_record()
         self.store.evict(self.residency.referenced(self.session))
         self.arm_timer()
         self.diagnostics.report()
