@@ -466,3 +466,43 @@ def test_the_job_record_is_written_only_when_it_changes() -> None:
         assert storage.puts > writes
 
     asyncio.run(main())
+
+
+def test_training_and_validation_run_on_the_backend_the_controller_is_given() -> None:
+    from weei.api import CpuWorkerBackend
+
+    class SecondBackend(CpuWorkerBackend):
+        """Another backend behind the ComputeBackend seam: the CPU pool under another id, counting its work."""
+
+        id = "second-backend"
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.calls: list[str] = []
+
+        async def train(self, assign: Any, **kwargs: Any) -> Any:
+            self.calls.append("train")
+            return await super().train(assign, **kwargs)
+
+        async def evaluate(self, **kwargs: Any) -> Any:
+            self.calls.append("evaluate")
+            return await super().evaluate(**kwargs)
+
+    async def main() -> None:
+        engine = WasmtimeEngine()
+        pool = ThreadWorkerPool(engine, device_limit=2)
+        backend = SecondBackend(pool, NativeKernel())
+        c = TrainingController(my_peer_id="me", storage=MemoryStorage(), kv=MemoryKeyValue(), pool=pool,
+                               kernel=NativeKernel(), engine=engine, clock=lambda: time.time() * 1000,
+                               monotonic=lambda: time.monotonic() * 1000, random_bytes=os.urandom, backend=backend)
+        await c.init()
+        await c.create_job(**package("cartpole-reinforce"),
+                           settings={"epochs": 2, "localEpochs": 1, "batchSize": 16, "coordinatorParticipates": True,
+                                     "experience": {"unitsPerAssignment": 2},
+                                     "validationSchedule": {"enabled": True, "unit": "round", "every": 1}})
+        await c.start()
+        await run_until_done(c)
+        assert backend.calls.count("train") == 2 and backend.calls.count("evaluate") == 2
+        assert c.get_state()["diagnostics"]["me"]["execution"]["backend"] == "second-backend"
+
+    asyncio.run(main())

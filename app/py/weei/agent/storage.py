@@ -14,11 +14,16 @@ over its name, blobs before the record that names them, so a crash leaves
 either the old value or the new one, never half of one. A blob is checked
 against its SHA-256 when read. Values come back as fresh objects (tuples
 as lists), like IndexedDB's structured clone.
+
+Errors are :class:`~weei.api.ports.StorageError`: ``corrupt`` when what is
+on disk is not what was written, ``storage-quota-exceeded`` when the disk
+is full (the old value stays), ``storage-failed`` for another refused write.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import hashlib
 import json
 import os
@@ -28,17 +33,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote
 
-from ..core.errors import UsageError, WeeiError
+from ..api.ports import STORAGE_QUOTA_EXCEEDED, StorageError
+from ..core.errors import UsageError
 
 __all__ = ["DiskStorage", "DiskKeyValue", "StorageError"]
 
 _STORE = re.compile(r"[a-z][a-z0-9_-]{0,63}")
 _BLOB = "$blob"
 _SHA = re.compile(r"[0-9a-f]{64}")
-
-
-class StorageError(WeeiError):
-    """What is on disk is not what was written (``corrupt``) or cannot be read."""
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
@@ -80,7 +82,13 @@ class DiskStorage:
         blobs: dict[str, bytes] = {}
         text = json.dumps(_encode(value, blobs), ensure_ascii=False, allow_nan=False).encode()
         async with self._lock:
-            await asyncio.to_thread(self._put, path, text, blobs)
+            try:
+                await asyncio.to_thread(self._put, path, text, blobs)
+            except OSError as exc:
+                # A full disk is the agent's QuotaExceededError; the old value stays (atomic writes).
+                full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
+                raise StorageError(STORAGE_QUOTA_EXCEEDED if full else "storage-failed",
+                                   f"{store}/{key}: {exc.strerror or exc}") from None
             self.puts += 1
 
     async def get(self, store: str, key: str) -> Any:

@@ -3,12 +3,16 @@
 ``TrainingController`` implements the methods and state of
 ``weei.widgetsApi.get('distributed-training')`` over ports (storage, a
 key-value store for the debug log, a pool of training Workers, a transport
-to other peers, a clock). The browser binds the ports to IndexedDB,
-localStorage, Web Workers and WebRTC; CPython binds them to memory, wasmtime
-and the in-memory transport, which is how the controller is tested.
+to other peers, a clock) and a ``ComputeBackend`` (the CPU Worker pool
+today). The browser binds the ports to IndexedDB, localStorage, Web Workers
+and WebRTC; CPython binds them to memory, wasmtime and the in-memory
+transport, which is how the controller is tested. docs/architecture.md
+("The controller's parts") shows how the controller is split.
 """
 
+from .compute import ComputeBackend, CpuWorkerBackend
 from .controller import TrainingController
-from .ports import KeyValue, Storage, WorkerPool, Transport
+from .ports import KeyValue, Storage, StorageError, Transport, WorkerPool
 
-__all__ = ["TrainingController", "KeyValue", "Storage", "WorkerPool", "Transport"]
+__all__ = ["TrainingController", "ComputeBackend", "CpuWorkerBackend", "KeyValue", "Storage", "StorageError",
+           "WorkerPool", "Transport"]

@@ -6,14 +6,25 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Protocol
 
 from ..core.commands import Send
+from ..core.errors import WeeiError
 
-__all__ = ["Storage", "KeyValue", "WorkerTask", "WorkerResult", "WorkerPool", "Transport", "ProgressSink"]
+__all__ = ["Storage", "StorageError", "STORAGE_QUOTA_EXCEEDED", "KeyValue", "WorkerTask", "WorkerResult", "WorkerPool", "Transport", "ProgressSink"]
+
+
+# The reason of a StorageError when the browser (or disk) has no room left for a write.
+STORAGE_QUOTA_EXCEEDED = "storage-quota-exceeded"
+
+
+class StorageError(WeeiError):
+    """Storage refused or failed a request: ``reason`` is STORAGE_QUOTA_EXCEEDED when it is out of room,
+    'storage-failed' for any other refusal, 'storage-unavailable' when it cannot be opened."""
 
 
 class Storage(Protocol):
     """Durable records (IndexedDB in the browser). Stores: jobs, checkpoints, artifacts, settings.
 
-    Values are JSON-like dicts or bytes. A put is durable when it returns.
+    Values are JSON-like dicts or bytes. A put is durable when it returns; a refused put
+    raises StorageError and leaves the previous value of that key as it was.
     """
 
     async def put(self, store: str, key: str, value: Any) -> None: ...

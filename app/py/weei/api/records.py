@@ -9,7 +9,7 @@ from ..core.messages import ArtifactRef
 from ..core.modelinfo import ModelInfo
 from ..core.settings import TrainingSettings
 
-__all__ = ["spec_to_record", "spec_from_record"]
+__all__ = ["spec_to_record", "spec_from_record", "record_artifacts"]
 
 
 def spec_to_record(spec: JobSpec, *, job_seed: int | None, validation_sha256: str | None) -> dict[str, Any]:
@@ -45,3 +45,22 @@ def spec_from_record(record: dict[str, Any]) -> tuple[JobSpec, int | None, str |
     )
     seed = record.get("jobSeed")
     return spec, int(seed) if seed is not None else None, validation["sha256"] if validation else None
+
+
+def record_artifacts(record: dict[str, Any]) -> set[str]:
+    """The SHA-256 of every artifact a job record names (module, chunks, auxiliary files, validation).
+
+    Checkpoint weights are not among them: they live inside the checkpoint files.
+    A record too damaged to name anything names nothing.
+    """
+    named: set[str] = set()
+    try:
+        named.add(str(record["module"]["sha256"]))
+        named.update(str(c["sha256"]) for c in record.get("chunks") or [])
+        named.update(str(ref["sha256"]) for ref in (record.get("auxiliaryFiles") or {}).values())
+        validation = record.get("validation")
+        if validation and validation.get("sha256"):
+            named.add(str(validation["sha256"]))
+    except (KeyError, TypeError, AttributeError):
+        pass
+    return named

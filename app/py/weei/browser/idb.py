@@ -18,7 +18,8 @@ destroyed when it is done, and no event fires on a request or transaction
 after its terminal one.
 
 Errors: a failing request or transaction raises :class:`StorageError`
-(``reason`` 'storage-full' for a quota error, else 'storage-failed');
+(``reason`` 'storage-quota-exceeded' for a QuotaExceededError, else
+'storage-failed');
 opening raises it with 'storage-unavailable'.
 """
 
@@ -30,7 +31,7 @@ from typing import Any
 import js  # type: ignore[import-not-found]
 from pyodide.ffi import JsException, create_proxy  # type: ignore[import-not-found]
 
-from weei.core.errors import WeeiError
+from weei.api.ports import STORAGE_QUOTA_EXCEEDED, StorageError
 
 from .convert import from_js_value, is_nullish, to_js_value
 from .engine import to_uint8array
@@ -42,16 +43,12 @@ DB_VERSION = 1
 STORES = ("jobs", "checkpoints", "artifacts", "settings")
 
 
-class StorageError(WeeiError):
-    """IndexedDB refused or failed a request."""
-
-
 def _describe(error: Any) -> tuple[str, str]:
     if is_nullish(error):
         return "storage-failed", "the transaction was aborted"
     name = str(getattr(error, "name", "Error"))
     message = str(getattr(error, "message", error))
-    reason = "storage-full" if name == "QuotaExceededError" else "storage-failed"
+    reason = STORAGE_QUOTA_EXCEEDED if name == "QuotaExceededError" else "storage-failed"
     return reason, f"{name}: {message}"
 
 
@@ -153,7 +150,8 @@ class IndexedDBStorage:
             except JsException:
                 pass
             await asyncio.gather(done, return_exceptions=True)
-            raise StorageError("storage-failed", f"IndexedDB: {exc}") from None
+            quota = getattr(exc, "name", "") == "QuotaExceededError"
+            raise StorageError(STORAGE_QUOTA_EXCEEDED if quota else "storage-failed", f"IndexedDB: {exc}") from None
         await done
 
     async def put(self, store: str, key: str, value: Any) -> None:

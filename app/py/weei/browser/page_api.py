@@ -17,6 +17,9 @@ last into an ``Error`` whose ``message`` is the Python error's message and
 ``reason`` its reason code. An unexpected Python exception becomes reason
 ``internal-error`` (and is printed to the console with its traceback).
 
+On ``pagehide`` and ``visibilitychange`` the controller writes its debug log
+to ``localStorage`` at once (it is otherwise written throttled).
+
 State: :meth:`get_state_json` is ``getState()``. While the page has
 subscribers, :meth:`listen` keeps one controller subscription; its state
 dicts are coalesced (the controller notifies several times within one
@@ -32,6 +35,7 @@ import traceback
 from typing import Any, Awaitable, Callable
 
 import js  # type: ignore[import-not-found]
+from pyodide.ffi import create_proxy  # type: ignore[import-not-found]
 
 from weei.api.controller import TrainingController
 from weei.core.errors import UsageError, WeeiError
@@ -66,6 +70,11 @@ class PageApi:
         self._unsubscribe: Callable[[], None] | None = None
         self._pending: dict[str, Any] | None = None
         self._scheduled = False
+        # The debug log reaches localStorage at most every 2 s: what the last seconds added is
+        # written when the page is hidden or goes away. The proxy lives as long as the page.
+        self._on_hide = create_proxy(lambda _event: controller.flush_debug_log())
+        js.window.addEventListener("pagehide", self._on_hide)
+        js.document.addEventListener("visibilitychange", self._on_hide)
         self._async: dict[str, Callable[[dict[str, Any], Any], Awaitable[Any]]] = {
             "createJob": self._create_job,
             "continueFromCheckpoint": self._continue_from_checkpoint,

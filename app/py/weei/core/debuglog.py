@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 The log is plain data that the browser adapter stores in ``localStorage``
-with ``to_json()`` and reads back at start-up with ``DebugLog.from_json``.
+with ``to_json()`` (only when ``revision`` changed, and throttled) and reads back at start-up with ``DebugLog.from_json``.
 A stored value that cannot be read (corrupt JSON, wrong shape, an older
 storage version) never stops the app: the unreadable part starts empty and a
 ``debuglog.reset`` event says why. Events and baseline are read separately,
@@ -164,6 +164,12 @@ class DebugLog:
         self._running: dict[str, float] = {}
         self._in_round = False
         self._last_phase_end: float | None = None
+        self._revision = 0
+
+    @property
+    def revision(self) -> int:
+        """A number that changes whenever what ``to_json()`` returns changes: the adapter writes only then."""
+        return self._revision
 
     # -- events -----------------------------------------------------------------------
 
@@ -182,6 +188,7 @@ class DebugLog:
             plain = _plain(details)
             entry["details"] = plain if isinstance(plain, dict) else {"value": plain}
         self._events.append(entry)
+        self._revision += 1
 
     def events(self) -> list[dict[str, Any]]:
         """Return a copy of the events, oldest first (``getDebugLog()``)."""
@@ -211,6 +218,7 @@ class DebugLog:
         if not self._running and self._in_round and self._last_phase_end is not None:
             self._idle_samples += 1
             self._idle_total_ms += max(0.0, now_mono - self._last_phase_end)
+            self._revision += 1
         self._running[name] = now_mono
 
     def phase_finished(self, name: str, now_mono: float, now_ms: float) -> float:
@@ -264,6 +272,7 @@ class DebugLog:
         self._phases.clear()
         self._idle_samples = 0
         self._idle_total_ms = 0.0
+        self._revision += 1
 
     def to_json(self) -> str:
         """Return the text to keep in ``localStorage``."""

@@ -1,0 +1,75 @@
+"""Compute backends: where this device trains assignments and runs validations.
+
+The executor hands every training and validation to one ``ComputeBackend``.
+Today there is one, :class:`CpuWorkerBackend`: the model's WebAssembly
+module in a pool of Workers (threads in CPython). A second backend (WebGPU,
+running the model's WGSL kernels) implements the same protocol and is chosen
+by the device's backend preference; nothing else in the controller changes.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Protocol
+
+from ..core.aggregate import AggregationKernel
+from ..core.messages import Assign
+from ..core.participant import TrainOutcome
+from .local_training import LocalWorkers
+from .ports import WorkerPool, WorkerResult, WorkerTask
+
+__all__ = ["ComputeBackend", "CpuWorkerBackend", "CPU_BACKEND_ID"]
+
+CPU_BACKEND_ID = "cpu-wasm"
+
+
+class ComputeBackend(Protocol):
+    """Trains assignments and evaluates weights with a model module."""
+
+    @property
+    def id(self) -> str: ...  # diagnostics' execution.backend
+
+    @property
+    def kind(self) -> str: ...  # 'cpu' | 'gpu': what execution.actual reports
+
+    @property
+    def device_limit(self) -> int: ...  # how many tasks can run at once on this device
+
+    @property
+    def active(self) -> int: ...  # tasks running now
+
+    async def train(self, assign: Assign, *, module_sha256: str, module: bytes, weights: bytes,
+                    auxiliary: Mapping[str, bytes], chunk: bytes | None, workers: int) -> TrainOutcome:
+        """Train ``assign`` from ``weights`` on ``workers`` Workers; raises WeeiError when the model fails."""
+        ...
+
+    async def evaluate(self, *, module_sha256: str, module: bytes, task: WorkerTask) -> WorkerResult:
+        """Run an 'evaluate' task; raises WeeiError when the model fails."""
+        ...
+
+
+class CpuWorkerBackend:
+    """The WebAssembly module on the device's Worker pool (the only backend today)."""
+
+    id = CPU_BACKEND_ID
+    kind = "cpu"
+
+    def __init__(self, pool: WorkerPool, kernel: AggregationKernel,
+                 on_progress: Callable[[dict[str, Any]], None] | None = None) -> None:
+        self.pool = pool
+        self.local = LocalWorkers(pool, kernel, on_progress=on_progress)
+
+    @property
+    def device_limit(self) -> int:
+        return self.pool.device_limit
+
+    @property
+    def active(self) -> int:
+        return self.pool.active
+
+    async def train(self, assign: Assign, *, module_sha256: str, module: bytes, weights: bytes,
+                    auxiliary: Mapping[str, bytes], chunk: bytes | None, workers: int) -> TrainOutcome:
+        return await self.local.train(assign, module_sha256=module_sha256, module=module, weights=weights,
+                                      auxiliary=auxiliary, chunk=chunk, workers=workers)
+
+    async def evaluate(self, *, module_sha256: str, module: bytes, task: WorkerTask) -> WorkerResult:
+        return await self.pool.run(0, module_sha256, module, task)

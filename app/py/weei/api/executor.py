@@ -1,0 +1,387 @@
+"""The executor: carries out the state machines' commands.
+
+Theory of operation
+-------------------
+``drain()`` takes every pending command of the coordinator and the local
+participant and carries it out: messages go to the local participant
+directly or to the transport, checkpoints go to the job store before
+anything else happens, training and validation go to the compute backend
+(``compute.ComputeBackend``) as background tasks whose results come back as
+events on the state machines, timers fire ``handle_timer``. After a drain,
+the job record is saved if it changed, in-memory artifacts nothing refers to
+any more are evicted, the debug log is written (at most every
+``log_writer.LOG_WRITE_MS``) and subscribers hear of the change.
+
+A write that storage refuses (``StorageError``, out of room) does not stop
+the page: the error names the reason in ``state.error`` and the debug log,
+and a running job pauses, its checkpoints already saved untouched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Coroutine
+
+from ..core.commands import Command, LoadModule, Log, RunValidation, SaveCheckpoint, Send, Train
+from ..core.errors import UsageError, WeeiError
+from ..core.messages import Assign
+from .compute import ComputeBackend
+from .job_store import JobStore
+from .local_training import effective_workers
+from .log_writer import DebugLogWriter
+from .peer_diagnostics import DiagnosticsLink
+from .ports import KeyValue, StorageError, WorkerTask
+from .residency import Residency, assign_refs
+from .session import Session
+from .state_view import StateView
+
+__all__ = ["Executor"]
+
+_LIVE_METRICS_KEPT = 200
+
+
+class Executor:
+    """Drains commands, runs training and validation on a backend, keeps timers and the debug log's copy."""
+
+    def __init__(self, session: Session, store: JobStore, backend: ComputeBackend, kv: KeyValue,
+                 view: StateView) -> None:
+        self.session = session
+        self.store = store
+        self.backend = backend
+        self.kv = kv
+        self.view = view
+        self.module_sha = ""  # the module this device's participant loaded
+        self.residency = Residency()
+        self.diagnostics = DiagnosticsLink(session)
+        self.log_writer = DebugLogWriter(session.debug_log, kv, session.monotonic)
+        self.tasks: set[asyncio.Task[Any]] = set()
+        self.timer: asyncio.Task[Any] | None = None
+        self.refused_error: str | None = None  # state.error set by the last refused write
+
+    # ---------------------------------------------------------------- drain
+
+    async def drain(self) -> None:
+        """Carry out every pending command of the state machines, persisting first.
+
+        Commands are taken again after each one is carried out (in the same
+        order as batch by batch): a command that changes a state machine
+        synchronously (a local Send) makes its follow-ups visible to
+        ``getState()`` (``transitioning``, ``evaluating``) before the next await.
+        """
+        queue: list[tuple[str, Command]] = []
+        try:
+            while True:
+                queue += self._take_commands()
+                if not queue:
+                    if self.session.coordinator is not None:
+                        await self.save_job_record()
+                    # A refused record write pauses the job: carry out what that said, too.
+                    queue += self._take_commands()
+                    if not queue:
+                        break
+                role, command = queue.pop(0)
+                await self._carry_out(role, command)
+        except BaseException:
+            for _, command in queue:  # dropped with the failure: no longer pending
+                self._release(command)
+            raise
+        self.store.evict(self.residency.referenced(self.session))
+        self.arm_timer()
+        self.diagnostics.report()
+        self.log_writer.write()
+        self.view.notify()
+
+    def _take_commands(self) -> list[tuple[str, Command]]:
+        s = self.session
+        commands: list[tuple[str, Command]] = []
+        if s.coordinator is not None:
+            commands += [("coordinator", c) for c in s.coordinator.take_commands()]
+        if s.participant is not None:
+            commands += [("participant", c) for c in s.participant.take_commands()]
+        for _, command in commands:
+            if isinstance(command, RunValidation):
+                s.evaluating += 1  # released by _validate
+            elif isinstance(command, SaveCheckpoint):
+                s.saving += 1  # released by _save_checkpoint
+        return commands
+
+    def _release(self, command: Command) -> None:
+        if isinstance(command, RunValidation):
+            self.session.evaluating -= 1
+        elif isinstance(command, SaveCheckpoint):
+            self.session.saving -= 1
+
+    async def _carry_out(self, role: str, command: Command) -> None:
+        s = self.session
+        if isinstance(command, Send):
+            for sha, data in command.blobs.items():
+                self.store.remember(sha, data)
+            if command.peer == s.my_peer_id:
+                self._deliver_locally(role, command)
+            elif s.transport is not None:
+                blobs = {ref.sha256: self.store.artifact(ref.sha256) for ref in command.attachments}
+                s.transport.send(command, blobs)
+            else:
+                s.record("send.dropped", {"to": command.peer, "type": command.message.TYPE})
+        elif isinstance(command, SaveCheckpoint):
+            await self._save_checkpoint(command)
+        elif isinstance(command, RunValidation):
+            self.residency.pin({command.weights_sha256, *(ref.sha256 for ref in command.auxiliary.values())})
+            self.spawn(self._validate(command))
+        elif isinstance(command, Log):
+            s.record(command.event, command.details)
+        elif isinstance(command, LoadModule):
+            self._load_module(command)
+        elif isinstance(command, Train):
+            self.residency.assignment_taken(command.assign)
+            self.spawn(self._train(command))
+
+    def _deliver_locally(self, role: str, command: Send) -> None:
+        s = self.session
+        now = s.clock()
+        if role == "coordinator":
+            assert s.participant is not None
+            s.participant.receive(s.my_peer_id, command.message, now)
+        else:
+            assert s.coordinator is not None
+            blobs = {ref.sha256: self.store.artifact(ref.sha256) for ref in command.attachments}
+            s.coordinator.receive(s.my_peer_id, command.message, blobs, now)
+
+    # ---------------------------------------------------------- persistence
+
+    async def save_job_record(self, *, status: str | None = None, active: bool | None = None) -> None:
+        """Save the active job's record if it changed; a refused write is reported, not raised."""
+        s = self.session
+        if s.coordinator is None:
+            return
+        try:
+            await self.store.save_job_record(s.coordinator, job_seed=s.job_seed,
+                                             validation_sha256=s.validation_sha256, now=s.clock(),
+                                             status=status, active=active)
+        except StorageError as exc:
+            self.storage_refused(exc, "the job record")
+
+    def storage_refused(self, exc: StorageError, what: str) -> None:
+        """Storage refused a write: say so by reason, and pause a running job (what is saved stays)."""
+        s = self.session
+        s.error = self.refused_error = f"{what} could not be saved: {exc}"
+        s.record("storage.refused", {"what": what, "reason": exc.reason, "error": str(exc)[:500]})
+        coordinator = s.coordinator
+        if coordinator is not None and coordinator.status == "running":
+            coordinator.pause(s.clock())
+
+    async def _save_checkpoint(self, command: SaveCheckpoint) -> None:
+        s = self.session
+        try:
+            coordinator = s.coordinator
+            assert coordinator is not None
+            started = s.monotonic()
+            await self.store.save_checkpoint(coordinator.spec.job_id, command)
+            s.debug_log.add_phase("indexeddb.checkpoint-save", s.monotonic() - started, s.clock())
+        except StorageError as exc:
+            self.storage_refused(exc, f"the checkpoint of round {command.round}")
+        finally:
+            s.saving -= 1
+
+    async def _persist_summary(self, round_: int) -> None:
+        coordinator = self.session.coordinator
+        if coordinator is None:
+            return
+        summary = next((c for c in coordinator.checkpoints if c["artifact"]["round"] == round_), None)
+        if summary is not None:
+            try:
+                await self.store.update_summary(coordinator.spec.job_id, round_, summary)
+            except StorageError as exc:
+                self.storage_refused(exc, f"the validation metrics of round {round_}")
+
+    # -------------------------------------------------- training, validation
+
+    async def _validate(self, command: RunValidation) -> None:
+        """Run a validation that ``_take_commands`` already counted in ``evaluating``."""
+        s = self.session
+        pinned = {command.weights_sha256, *(ref.sha256 for ref in command.auxiliary.values())}
+        coordinator = s.coordinator
+        if coordinator is None:
+            self.residency.unpin(pinned)
+            s.evaluating -= 1
+            return
+        spec = coordinator.spec
+        self.view.notify()
+        try:
+            aux = {slot: self.store.artifact(ref.sha256) for slot, ref in command.auxiliary.items()}
+            weights = self.store.artifact(command.weights_sha256)
+            self.residency.unpin(pinned)
+            pinned = set()
+            if command.experience is not None:
+                task = WorkerTask("evaluate", weights, aux, experience=command.experience)
+            else:
+                if s.validation_sha256 is None or s.validation_sha256 not in self.store.artifacts:
+                    raise UsageError("validation-unavailable", "the validation file is missing from browser storage")
+                task = WorkerTask("evaluate", weights, aux, data=self.store.artifacts[s.validation_sha256],
+                                  format=spec.validation_format)
+            started = s.monotonic()
+            result = await self.backend.evaluate(module_sha256=spec.module.sha256,
+                                                 module=self.store.artifact(spec.module.sha256), task=task)
+            s.debug_log.add_phase("validation", s.monotonic() - started, s.clock())
+            coordinator.validation_finished(command.round, result.metrics, None, s.clock())
+        except WeeiError as exc:
+            coordinator.validation_finished(command.round, None, str(exc), s.clock())
+        finally:
+            self.residency.unpin(pinned)
+            s.evaluating -= 1
+        await self._persist_summary(command.round)
+        await self.drain()
+
+    def _load_module(self, command: LoadModule) -> None:
+        s = self.session
+        participant = s.participant
+        assert participant is not None
+        try:
+            self.store.artifact(command.module.sha256)
+            for ref in command.auxiliary.values():
+                self.store.artifact(ref.sha256)
+        except WeeiError as exc:
+            participant.module_failed(str(exc), s.clock())
+            return
+        info = participant.model_info or {}
+        s.recorder.join_job(participant.job_id or "", s.monotonic())
+        s.recorder.set_model({"id": info.get("id", "unknown"), "version": info.get("version", "unknown"),
+                              "wasmSha256": command.module.sha256, "wgsl": {"present": False, "sha256": []}})
+        self.module_sha = command.module.sha256
+        self.residency.module_refs = {command.module.sha256, *(ref.sha256 for ref in command.auxiliary.values())}
+        # A remote participant learns the weight size from the first checkpoint it is sent.
+        weight_bytes = s.coordinator.spec.weight_bytes if s.coordinator is not None else None
+        participant.module_loaded(weight_bytes, tuple(self.store.artifacts), s.clock())
+        if participant.coordinator != s.my_peer_id:
+            self.diagnostics.start()
+
+    async def _train(self, command: Train) -> None:
+        s = self.session
+        assign = command.assign
+        pinned = assign_refs(assign)
+        participant = s.participant
+        if participant is None:
+            self.residency.unpin(pinned)
+            return
+        now = s.clock()
+        device = s.device
+        try:
+            try:
+                module_sha = self.module_sha
+                weights = self.store.artifact(assign.checkpoint.sha256)
+                aux = {slot: self.store.artifact(ref.sha256) for slot, ref in assign.auxiliary.items()}
+                chunk = self.store.artifact(assign.chunk.data.sha256) if assign.chunk is not None else None
+            finally:
+                self.residency.unpin(pinned)
+            info = participant.model_info or {}
+            units = assign.experience.unit_count if assign.experience is not None else None
+            workers = effective_workers(requested=device.max_local_workers, device_limit=self.backend.device_limit,
+                                        model_max=int(info.get("maxWorkers", 1)),
+                                        experience=assign.experience is not None, unit_count=units)
+            s.recorder.start_assignment(_assignment_record(assign), s.monotonic())
+            # This build trains on the CPU only: 'gpu' or 'hybrid' requests fall back, and say so.
+            fallback = None if device.backend_preference in ("auto", "cpu") else \
+                "no GPU backend in this build: WGSL archives are not supported yet"
+            s.recorder.update_execution({"requested": device.backend_preference, "actual": self.backend.kind,
+                                         "backend": self.backend.id, "fallbackReason": fallback,
+                                         "activeWorkers": workers, "workerLimit": device.max_local_workers})
+            s.recorder.set_stage("training", s.monotonic())
+            s.actual = self.backend.kind
+            participant.training_started(assign.attempt_id, now)
+            await self.drain()
+            outcome = await self.backend.train(assign, module_sha256=module_sha,
+                                               module=self.store.artifact(module_sha), weights=weights,
+                                               auxiliary=aux, chunk=chunk, workers=workers)
+        except WeeiError as exc:
+            s.recorder.set_stage("error", s.monotonic(), str(exc)[:500])
+            participant.training_failed(assign.attempt_id, str(exc), s.clock())
+        else:
+            s.recorder.set_stage("uploading", s.monotonic())
+            participant.weight_bytes = participant.weight_bytes or len(weights)
+            participant.training_finished(assign.attempt_id, outcome, s.clock())
+        s.progress.pop(s.my_peer_id, None)
+        s.recorder.update_execution({"activeWorkers": 0})
+        await self.drain()
+        if s.recorder.stage == "uploading":
+            s.recorder.set_stage("awaitingAggregation", s.monotonic())
+
+    def on_local_progress(self, payload: dict[str, Any]) -> None:
+        """A Worker's progress report (many a second)."""
+        s = self.session
+        now = s.clock()
+        processed = int(payload.get("processedExamples", 0))
+        total = payload.get("totalExamples")
+        metrics = {k: float(v) for k, v in (payload.get("metrics") or {}).items()}
+        s.progress[s.my_peer_id] = {"processedExamples": processed, "totalExamples": total,
+                                    "metrics": metrics, "updatedAt": now}
+        if metrics:
+            series = s.live_metrics.setdefault(s.my_peer_id, [])
+            series.append({"at": now, "values": metrics})
+            del series[:-_LIVE_METRICS_KEPT]
+        try:
+            s.recorder.progress(processed, now, s.monotonic(), total=total)
+        except WeeiError:
+            pass  # a progress report outside an assignment carries no figures
+        self.view.notify_soon()
+
+    # ------------------------------------------------------- timers and tasks
+
+    def arm_timer(self) -> None:
+        s = self.session
+        coordinator = s.coordinator
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        if coordinator is None:
+            return
+        at = coordinator.next_timer()
+        if at is None:
+            return
+
+        async def fire() -> None:
+            await asyncio.sleep(max(0.0, (at - s.clock()) / 1000.0))
+            if s.coordinator is coordinator:
+                self.timer = None
+                coordinator.handle_timer(s.clock())
+                await self.drain()
+
+        self.timer = asyncio.ensure_future(fire())
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
+        task = asyncio.ensure_future(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        self.tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            exc = task.exception()
+            self.session.error = str(exc)
+            self.session.record("task.failed", {"error": repr(exc)[:500]})
+            self.view.notify()
+
+    async def idle(self) -> None:
+        """Wait until no background task (training, validation) is running."""
+        while self.tasks:
+            await asyncio.gather(*list(self.tasks), return_exceptions=True)
+
+    def job_cleared(self) -> None:
+        """The active job is gone: stop its timer and diagnostics, forget its assignments and bytes."""
+        self.diagnostics.stop()
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        self.module_sha = ""
+        self.residency.forget_job()
+        self.store.evict(set(self.residency.pinned))
+
+
+def _assignment_record(assign: Assign) -> dict[str, Any]:
+    settings = assign.settings
+    return {"jobId": assign.job_id, "round": assign.round, "assignmentId": assign.assignment_id,
+            "attemptId": assign.attempt_id,
+            "chunkId": assign.chunk.id if assign.chunk is not None else "unknown",
+            "bytes": assign.chunk.data.bytes if assign.chunk is not None else 0,
+            "exampleCount": assign.chunk.example_count if assign.chunk is not None else assign.experience.unit_count,
+            "batchSize": settings.get("batchSize", 1), "localEpochs": settings.get("localEpochs", 1),
+            "learningRate": settings.get("learningRate", "unknown")}

@@ -1,0 +1,278 @@
+"""The job store: job records, checkpoints and artifacts, over the Storage port.
+
+Theory of operation
+-------------------
+What is durable (docs/architecture.md, Persistence):
+
+* ``jobs/<jobId>``: the job record (``records.spec_to_record`` plus status).
+* ``checkpoints/<jobId>/<round, 8 digits>``: ``{"summary", "file"}``. The
+  checkpoint file holds the round's weights; they are stored nowhere else.
+* ``artifacts/<sha256>``: the bytes job records name (module, chunks,
+  auxiliary files, validation), once each, whichever jobs name them.
+* ``settings/device`` and ``settings/participation``.
+
+In memory, :attr:`JobStore.artifacts` holds what the active job needs now:
+its files, the current weights, the snapshot weights rounds still refer to
+and what arrived with messages. The executor calls :meth:`JobStore.evict`
+after every drain with what is still referred to; the rest goes.
+
+Deleting a job deletes its checkpoints, its record and the artifacts no
+other record names. At start-up :meth:`JobStore.load` deletes artifacts and
+checkpoints that no record names (a page closed between two writes; older
+versions that stored every checkpoint's weights a second time).
+
+A write that storage refuses raises :class:`~weei.api.ports.StorageError`
+(reason ``storage-quota-exceeded`` when it is out of room). Nothing is
+deleted before the write that replaces it succeeded, so a refused write never
+costs a checkpoint already saved.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from ..core.aggregate import AggregationKernel
+from ..core.checkpoint import Checkpoint, read_checkpoint
+from ..core.commands import SaveCheckpoint
+from ..core.coordinator import Coordinator
+from ..core.errors import CheckpointError, WeeiError
+from .ports import Storage, StorageError
+from .records import record_artifacts, spec_from_record, spec_to_record
+
+__all__ = ["JobStore", "Reopened", "checkpoint_key", "PARTICIPATION_KEY"]
+
+PARTICIPATION_KEY = "participation"  # the job this device accepted, in the settings store
+
+
+def checkpoint_key(job_id: str, round_: int) -> str:
+    return f"{job_id}/{round_:08d}"
+
+
+@dataclass(frozen=True)
+class Reopened:
+    """A saved job made active again: its coordinator at the last durable checkpoint."""
+
+    coordinator: Coordinator
+    validation_sha256: str | None
+    validation_unavailable: bool  # the record names a validation file that storage no longer holds
+
+
+class JobStore:
+    """Saved jobs and the bytes of the active one. Call ``await load()`` once before use."""
+
+    def __init__(self, storage: Storage) -> None:
+        self.storage = storage
+        self.saved_jobs: dict[str, dict[str, Any]] = {}
+        self.artifacts: dict[str, bytes] = {}  # in-memory copies of what the active job needs now
+        self.latest_checkpoint: tuple[str, bytes] | None = None  # (file name, file) last made durable
+        self.saved_round: dict[str, int] = {}  # job id -> the round of its last durable checkpoint
+
+    # ------------------------------------------------------------ start-up
+
+    async def load(self) -> int:
+        """Read the saved jobs and delete what none of them names; returns how many entries went."""
+        for key in await self.storage.keys("jobs"):
+            record = await self.storage.get("jobs", key)
+            if isinstance(record, dict):
+                self.saved_jobs[key] = record
+        return await self.collect_garbage()
+
+    async def collect_garbage(self) -> int:
+        """Delete stored artifacts and checkpoints that no saved job names; returns how many went."""
+        named = self._named(None)
+        removed = 0
+        for sha in await self.storage.keys("artifacts"):
+            if sha not in named:
+                await self.storage.delete("artifacts", sha)
+                removed += 1
+        for key in await self.storage.keys("checkpoints"):
+            if key.rsplit("/", 1)[0] not in self.saved_jobs:
+                await self.storage.delete("checkpoints", key)
+                removed += 1
+        return removed
+
+    # ------------------------------------------------------------ settings
+
+    async def setting(self, key: str) -> Any:
+        return await self.storage.get("settings", key)
+
+    async def put_setting(self, key: str, value: Any) -> None:
+        await self.storage.put("settings", key, value)
+
+    async def delete_setting(self, key: str) -> None:
+        await self.storage.delete("settings", key)
+
+    # ----------------------------------------------------------- artifacts
+
+    def artifact(self, sha: str) -> bytes:
+        """The bytes with this SHA-256, held in memory. Raises WeeiError('missing-artifact')."""
+        data = self.artifacts.get(sha)
+        if data is None:
+            raise WeeiError("missing-artifact", f"artifact {sha[:12]}… is not in this browser")
+        return data
+
+    def remember(self, sha: str, data: bytes) -> None:
+        """Hold bytes in memory only (weights, what arrived with a message): the checkpoint file keeps weights."""
+        self.artifacts[sha] = data
+
+    async def put_artifacts(self, items: Mapping[str, bytes]) -> None:
+        """Store a new job's files durably and in memory.
+
+        On a refused write, what this call stored and no saved job names is
+        deleted again, and the StorageError goes on to the caller.
+        """
+        written: list[str] = []
+        try:
+            for sha, data in items.items():
+                await self.storage.put("artifacts", sha, data)
+                written.append(sha)
+                self.artifacts[sha] = data
+        except StorageError:
+            named = self._named(None)
+            for sha in written:
+                if sha not in named:
+                    await self.storage.delete("artifacts", sha)
+                    self.artifacts.pop(sha, None)
+            raise
+
+    async def load_artifacts(self, shas: list[str]) -> set[str]:
+        """Read stored artifacts into memory; returns the SHA-256 of those not in storage."""
+        missing = set()
+        for sha in shas:
+            data = await self.storage.get("artifacts", sha)
+            if data is None:
+                missing.add(sha)
+            else:
+                self.artifacts[sha] = bytes(data)
+        return missing
+
+    def evict(self, keep: set[str]) -> int:
+        """Drop every in-memory artifact not in ``keep``; returns how many went."""
+        gone = [sha for sha in self.artifacts if sha not in keep]
+        for sha in gone:
+            del self.artifacts[sha]
+        return len(gone)
+
+    # --------------------------------------------------------- job records
+
+    async def save_job_record(self, coordinator: Coordinator, *, job_seed: int | None,
+                              validation_sha256: str | None, now: float, status: str | None = None,
+                              active: bool | None = None) -> None:
+        """Write the active job's record, if anything in it changed."""
+        record = spec_to_record(coordinator.spec, job_seed=job_seed, validation_sha256=validation_sha256)
+        previous = self.saved_jobs.get(coordinator.spec.job_id, {})
+        record["status"] = status or (coordinator.status if coordinator.status != "ready" else previous.get(
+            "status", "ready"))
+        if coordinator.status == "completed":
+            record["status"] = "completed"
+        record["active"] = previous.get("active", True) if active is None else active
+        # The round a reload continues from: a checkpoint that storage refused is not one.
+        record["lastRound"] = self.saved_round.get(coordinator.spec.job_id, coordinator.checkpoint_round)
+        # Who takes part: after a reload they are waited for, and caught up when their channel opens again.
+        record["participants"] = coordinator.remote_participants()
+        record["createdAt"] = previous.get("createdAt", now)
+        record["updatedAt"] = previous.get("updatedAt")
+        if record != previous:
+            # Written only when something in it changed: every drain asks, few change it.
+            record["updatedAt"] = now
+            # Before the await: a save that interleaves (a validation task's
+            # drain during leave()) must build on this record, not the old one.
+            job_id = coordinator.spec.job_id
+            self.saved_jobs[job_id] = record
+            try:
+                await self.storage.put("jobs", job_id, record)
+            except StorageError:
+                if self.saved_jobs.get(job_id) is record:  # the stored record is still the old one
+                    if previous:
+                        self.saved_jobs[job_id] = previous
+                    else:
+                        self.saved_jobs.pop(job_id, None)
+                raise
+
+    async def delete_job(self, job_id: str) -> None:
+        """Delete a saved job: its checkpoints, its record, and the artifacts no other job names."""
+        record = self.saved_jobs.get(job_id) or await self.storage.get("jobs", job_id) or {}
+        for key in await self.storage.keys("checkpoints"):
+            if key.startswith(job_id + "/"):
+                await self.storage.delete("checkpoints", key)
+        await self.storage.delete("jobs", job_id)
+        self.saved_jobs.pop(job_id, None)
+        named = self._named(None)
+        for sha in record_artifacts(record) if isinstance(record, dict) else set():
+            if sha not in named:
+                await self.storage.delete("artifacts", sha)
+                self.artifacts.pop(sha, None)
+
+    def _named(self, except_job: str | None) -> set[str]:
+        named: set[str] = set()
+        for job_id, record in self.saved_jobs.items():
+            if job_id != except_job:
+                named |= record_artifacts(record)
+        return named
+
+    # ---------------------------------------------------------- checkpoints
+
+    async def save_checkpoint(self, job_id: str, command: SaveCheckpoint) -> None:
+        """Make a round's checkpoint durable; its weights stay in memory for the next round."""
+        self.artifacts[command.weights_sha256] = command.weights
+        await self.storage.put("checkpoints", checkpoint_key(job_id, command.round),
+                               {"summary": command.summary, "file": command.file})
+        self.latest_checkpoint = (command.summary["artifact"]["fileName"], command.file)
+        self.saved_round[job_id] = command.round
+
+    async def save_imported_checkpoint(self, job_id: str, read: Checkpoint, file: bytes,
+                                       summary: dict[str, Any], weights_sha256: str) -> None:
+        """The checkpoint a job continues from, as its first (continueFromCheckpoint)."""
+        self.artifacts[weights_sha256] = bytes(read.weights)
+        await self.storage.put("checkpoints", checkpoint_key(job_id, read.metadata.round),
+                               {"summary": summary, "file": bytes(file)})
+        self.latest_checkpoint = (summary["artifact"]["fileName"], bytes(file))
+        self.saved_round[job_id] = read.metadata.round
+
+    async def update_summary(self, job_id: str, round_: int, summary: dict[str, Any]) -> None:
+        """Replace a saved checkpoint's summary (validation metrics came in)."""
+        key = checkpoint_key(job_id, round_)
+        stored = await self.storage.get("checkpoints", key)
+        if stored is not None:
+            stored["summary"] = summary
+            await self.storage.put("checkpoints", key, stored)
+
+    async def read_checkpoints(self, job_id: str) -> tuple[list[dict[str, Any]], bytes]:
+        """Every saved summary of a job, oldest first, and its last checkpoint file.
+
+        Raises CheckpointError('no-checkpoint') when none is saved.
+        """
+        keys = sorted(k for k in await self.storage.keys("checkpoints") if k.startswith(job_id + "/"))
+        if not keys:
+            raise CheckpointError("no-checkpoint", f"job {job_id} has no saved checkpoint")
+        summaries = []
+        stored: Any = None
+        for key in keys:
+            stored = await self.storage.get("checkpoints", key)
+            summaries.append(stored["summary"])
+        return summaries, bytes(stored["file"])
+
+    async def reopen(self, job_id: str, *, my_peer_id: str, kernel: AggregationKernel, now: float) -> Reopened:
+        """Rebuild a saved job from its record and last checkpoint, its files back in memory.
+
+        Raises CheckpointError('no-checkpoint') and the record parsers' errors.
+        """
+        record = self.saved_jobs[job_id]
+        spec, job_seed, validation_sha = spec_from_record(record)
+        summaries, file = await self.read_checkpoints(job_id)
+        read = read_checkpoint(file)
+        coordinator = Coordinator.resume(spec, read, mode="resume", my_peer_id=my_peer_id, kernel=kernel,
+                                         now=now, new_job_seed=job_seed, reopening=True)
+        coordinator.restore_checkpoints(summaries)
+        if record.get("status") == "completed":
+            coordinator.reopened_completed()
+        else:
+            coordinator.restore_participants(record.get("participants") or [])
+        self.latest_checkpoint = (summaries[-1]["artifact"]["fileName"], file)
+        self.saved_round[job_id] = read.metadata.round
+        self.remember(coordinator.weights_sha256, bytes(read.weights))
+        await self.load_artifacts([spec.module.sha256, *(c.sha256 for c in spec.chunks),
+                                   *(r.sha256 for r in spec.auxiliary_files.values())])
+        unavailable = bool(await self.load_artifacts([validation_sha])) if validation_sha is not None else False
+        return Reopened(coordinator, validation_sha, unavailable)

@@ -1,0 +1,63 @@
+"""Diagnostics between peers: a participant's snapshots to its coordinator, and the coordinator's book."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from ..core.commands import Send
+from ..core.errors import WeeiError
+from ..core.messages import DiagnosticsReport
+from .session import Session
+
+__all__ = ["DiagnosticsLink"]
+
+
+class DiagnosticsLink:
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.task: asyncio.Task[Any] | None = None
+
+    def accept(self, peer: str, snapshot: dict[str, Any], now: float) -> None:
+        """The coordinator's sink for a participant's snapshot; a bad one is refused and logged."""
+        s = self.session
+        coordinator = s.coordinator
+        chunk = None
+        if coordinator is not None:
+            chunk = next((slot.chunk_id for slot in coordinator.attempts.current if slot.peer == peer and slot.chunk_id), None)
+        try:
+            s.book.accept(peer, coordinator.spec.job_id if coordinator else None, snapshot, now, chunk_id=chunk)
+        except WeeiError as exc:
+            s.record("diagnostics.refused", {"peer": peer, "reason": exc.reason, "error": str(exc)[:200]})
+
+    def report(self) -> None:
+        """Participants send a snapshot every 2 s while they have a job, and at once on a stage change."""
+        s = self.session
+        participant = s.participant
+        if participant is None or participant.job_id is None or participant.coordinator in (None, s.my_peer_id) \
+                or s.recorder.job_id is None or participant.state in ("stopped", "declined", "disconnected"):
+            return
+        mono = s.monotonic()
+        if not s.recorder.due(mono):
+            return
+        report = DiagnosticsReport(participant.job_id, s.recorder.snapshot(s.clock(), mono))
+        if s.transport is not None:
+            s.transport.send(Send(participant.coordinator, report), {})
+
+    def start(self) -> None:
+        """Report on a timer while this device takes part in a remote job."""
+        if self.task is None:
+            self.task = asyncio.ensure_future(self._loop())
+
+    def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            self.task = None
+
+    async def _loop(self) -> None:
+        s = self.session
+        while s.participant is not None and s.participant.state not in ("stopped", "declined"):
+            self.report()
+            due = s.recorder.next_due_at()
+            wait = 2.0 if due is None else max(0.05, (due - s.monotonic()) / 1000.0)
+            await asyncio.sleep(min(wait, 2.0))

@@ -1,0 +1,83 @@
+"""What other peers do to this device: their messages, and their channels opening and closing."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from ..core.errors import WeeiError
+from ..core.messages import Assign, Deliver, Invitation, JobFinished, Message, UpdateReceipt, decode_message
+from ..core.participant import Participant
+from .executor import Executor
+from .job_store import PARTICIPATION_KEY, JobStore
+from .session import Session
+
+__all__ = ["PeerEvents"]
+
+
+class PeerEvents:
+    """Turns peer events into calls on the state machines, then drains."""
+
+    def __init__(self, session: Session, store: JobStore, executor: Executor) -> None:
+        self.session = session
+        self.store = store
+        self.executor = executor
+
+    async def receive(self, peer: str, message: Message, blobs: Mapping[str, bytes]) -> None:
+        """A message from another peer, with its verified attachments."""
+        s = self.session
+        now = self.session.clock()
+        for sha, data in blobs.items():
+            self.store.remember(sha, data)
+        if isinstance(message, Invitation):
+            if s.coordinator is not None or (s.participant is not None and s.participant.state not in (
+                    "declined", "stopped")):
+                s.record("invitation.ignored", {"from": peer, "reason": "busy with another job"})
+                return
+            s.participant = Participant(s.my_peer_id)
+            s.participant.receive(peer, message, now)
+            s.invitations[message.job_id] = {"invitation": {
+                "coordinator": message.coordinator, "modelInfo": message.model_info, "module": message.module,
+                "dataBytes": message.data_bytes, "settings": message.settings}, "receivedAt": now}
+        elif s.coordinator is not None and peer != s.my_peer_id and _to_coordinator(message):
+            s.coordinator.receive(peer, message, blobs, now)
+        elif s.participant is not None:
+            s.participant.receive(peer, message, now)
+            if s.participant.state == "stopped":
+                await self.store.delete_setting(PARTICIPATION_KEY)
+        await self.executor.drain()
+
+    def rejoin(self, record: Any) -> None:
+        s = self.session
+        try:
+            invitation = decode_message(record["invitation"])
+            assert isinstance(invitation, Invitation)
+            s.participant = Participant.rejoin(s.my_peer_id, record["from"], invitation)
+        except (WeeiError, KeyError, TypeError, AssertionError) as exc:
+            s.record("participation.unreadable", {"error": str(exc)[:200]})
+            return
+        s.record("participation.restored", {"jobId": invitation.job_id, "coordinator": record["from"]})
+
+    async def peer_connected(self, peer: str) -> None:
+        """A peer's channel opened (again): a returning participant catches up."""
+        s = self.session
+        if s.coordinator is not None:
+            s.coordinator.peer_connected(peer, self.session.clock())
+        if s.participant is not None and peer == s.participant.coordinator:
+            s.participant.reconnected(self.session.clock())
+            s.recorder.reconnected()
+        await self.executor.drain()
+
+    async def peer_disconnected(self, peer: str) -> None:
+        s = self.session
+        if s.coordinator is not None:
+            s.coordinator.peer_disconnected(peer, self.session.clock())
+            s.book.mark_disconnected(peer)
+        if s.participant is not None and peer == s.participant.coordinator and peer != s.my_peer_id:
+            # Our coordinator is gone (for now): on its return we are 'approved' again and
+            # take the module it delivers, whatever state the job was in.
+            s.participant.disconnected(self.session.clock())
+        await self.executor.drain()
+
+
+def _to_coordinator(message: Message) -> bool:
+    return not isinstance(message, (Invitation, Deliver, Assign, UpdateReceipt, JobFinished))

@@ -1,0 +1,101 @@
+"""Which artifacts stay in memory: what the active job may still ask this device for.
+
+The coordinator side needs its job's files, the current weights and the
+snapshot weights (``initial``, ``roundsAgo``) that the next round and the
+attempts still open name. The participant side needs its module, the
+artifacts of its current and pending assignments and the weights it was
+sent in the last rounds: the coordinator does not send again what it sent
+this device, and a snapshot slot may name them. A task that was handed
+artifacts pins them until it has read them. Everything else is evicted.
+"""
+
+from __future__ import annotations
+
+from ..core.errors import WeeiError
+from ..core.messages import Assign
+from ..core.modelinfo import ModelInfo
+from ..core.participant import Participant
+from ..core.rounds import auxiliary_for
+from .session import Session
+
+__all__ = ["Residency", "assign_refs"]
+
+
+def assign_refs(assign: Assign) -> set[str]:
+    """The artifacts an assignment names: the weights it trains from, its auxiliary weights, its chunk."""
+    refs = {assign.checkpoint.sha256, *(ref.sha256 for ref in assign.auxiliary.values())}
+    if assign.chunk is not None:
+        refs.add(assign.chunk.data.sha256)
+    return refs
+
+
+class Residency:
+    """Pins, this device's recent assignments, and the set of artifacts to keep."""
+
+    def __init__(self) -> None:
+        self.module_refs: set[str] = set()  # the module this device's participant loaded, and its auxiliary files
+        self.assigned: dict[int, set[str]] = {}  # round -> artifacts this device's assignments named
+        self.pinned: dict[str, int] = {}  # artifacts a task was handed and has not read yet
+
+    def assignment_taken(self, assign: Assign) -> set[str]:
+        """Note a Train command's artifacts and pin them until the task read them; returns the pinned set."""
+        refs = assign_refs(assign)
+        self.assigned.setdefault(assign.round, set()).update(refs)
+        self.pin(refs)
+        return refs
+
+    def pin(self, shas: set[str]) -> None:
+        for sha in shas:
+            self.pinned[sha] = self.pinned.get(sha, 0) + 1
+
+    def unpin(self, shas: set[str]) -> None:
+        for sha in shas:
+            left = self.pinned.get(sha, 0) - 1
+            if left > 0:
+                self.pinned[sha] = left
+            else:
+                self.pinned.pop(sha, None)
+
+    def forget_job(self) -> None:
+        self.module_refs = set()
+        self.assigned.clear()
+
+    def referenced(self, session: Session) -> set[str]:
+        """The artifacts to keep in memory now."""
+        keep = set(self.pinned)
+        coordinator = session.coordinator
+        if coordinator is not None:
+            spec = coordinator.spec
+            keep |= {spec.module.sha256, coordinator.weights_sha256, *(c.sha256 for c in spec.chunks),
+                     *(ref.sha256 for ref in spec.auxiliary_files.values())}
+            if session.validation_sha256 is not None:
+                keep.add(session.validation_sha256)
+            if coordinator.checkpoint_hashes:
+                # Snapshot slots (initial, roundsAgo) of the next round and of attempts still open.
+                rounds = {coordinator.checkpoint_round + 1, *(attempt.round for attempt in coordinator.attempts.open())}
+                for round_ in rounds:
+                    keep |= {ref.sha256 for ref in auxiliary_for(coordinator.spec, coordinator.checkpoint_hashes, round_).values()}
+        participant = session.participant
+        if participant is not None and participant.job_id is not None:
+            keep |= self.module_refs
+            for assign in (participant.current, participant.pending):
+                if assign is not None:
+                    keep |= assign_refs(assign)
+            if self.assigned:
+                latest = max(self.assigned)
+                window = _snapshot_window(participant)
+                for round_ in [r for r in self.assigned if r <= latest - window]:
+                    del self.assigned[round_]
+                for refs in self.assigned.values():
+                    keep |= refs
+        return keep
+
+
+def _snapshot_window(participant: Participant) -> int:
+    """How many rounds of assignments to remember: a snapshot slot with roundsAgo k names the
+    weights sent k + 1 rounds ago; one more for an attempt of the round that is retried."""
+    try:
+        slots = ModelInfo.from_json(participant.model_info).auxiliary_weights if participant.model_info else ()
+    except WeeiError:
+        slots = ()
+    return 2 + max((slot.rounds_ago or 0 for slot in slots), default=0)

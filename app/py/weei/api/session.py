@@ -1,0 +1,63 @@
+"""What the controller's parts share: this device's job, its counters and its device settings.
+
+The API front (``controller``), the executor, the job store and the state
+view each hold the one ``Session``; the front and the executor change it,
+the view only reads it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from ..core.coordinator import Coordinator
+from ..core.debuglog import DebugLog
+from ..core.diagnostics import DiagnosticsBook, DiagnosticsRecorder
+from ..core.participant import Participant
+from .ports import Transport
+
+__all__ = ["Session", "DeviceSettings"]
+
+
+@dataclass
+class DeviceSettings:
+    """The device's own settings (``settings/device`` in storage)."""
+
+    max_local_workers: int = 4
+    gpu_memory_budget_mib: int = 512
+    backend_preference: str = "auto"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"maxLocalWorkers": self.max_local_workers, "gpuMemoryBudgetMiB": self.gpu_memory_budget_mib,
+                "backendPreference": self.backend_preference}
+
+
+@dataclass
+class Session:
+    my_peer_id: str
+    clock: Callable[[], float]  # wall-clock ms
+    monotonic: Callable[[], float]  # monotonic ms
+    transport: Transport | None
+    debug_log: DebugLog
+    recorder: DiagnosticsRecorder
+    book: DiagnosticsBook = field(default_factory=DiagnosticsBook)
+    device: DeviceSettings = field(default_factory=DeviceSettings)
+    coordinator: Coordinator | None = None
+    participant: Participant | None = None
+    job_seed: int | None = None
+    validation_sha256: str | None = None
+    validation_unavailable: bool = False
+    invitations: dict[str, dict[str, Any]] = field(default_factory=dict)
+    busy: int = 0
+    preparing: bool = False
+    evaluating: int = 0
+    saving: int = 0  # SaveCheckpoint commands taken and not yet written
+    error: str | None = None
+    paused_contribution: bool = False
+    progress: dict[str, dict[str, Any]] = field(default_factory=dict)
+    live_metrics: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    actual: str = "unknown"  # the mode this device trained in, once it has
+
+    def record(self, event: str, details: Mapping[str, Any] | None = None) -> None:
+        """Add an event to the debug log, stamped now."""
+        self.debug_log.record(self.clock(), event, dict(details) if details else None)
