@@ -12,7 +12,7 @@ from __future__ import annotations
 from .adapter import AdapterFacts, admit_adapter, check_budget, is_software
 from .archive import ShaderArchive, ShaderModule, check_descriptor, pack_archive, parse_archive, require_modules
 from .errors import REASONS, GpuError
-from .gate import GateResult, compare_step
+from .gate import GateResult, compare_step, require_pass
 from .program import DeviceLimits, DeviceProgram, parse_program
 
 __all__ = [
@@ -33,4 +33,5 @@ __all__ = [
     "parse_archive",
     "parse_program",
     "require_modules",
+    "require_pass",
 ]

@@ -14,7 +14,9 @@ import math
 import struct
 from dataclasses import dataclass
 
-__all__ = ["ATOL", "RTOL", "NUMERICAL_MODES", "GateResult", "compare_step"]
+from .errors import GpuError
+
+__all__ = ["ATOL", "RTOL", "NUMERICAL_MODES", "GateResult", "compare_step", "require_pass"]
 
 ATOL = 1e-6
 RTOL = 1e-5
@@ -61,3 +63,9 @@ def compare_step(cpu: bytes, gpu: bytes, mode: str) -> GateResult:
         return GateResult(False, False, worst, differing, detail + " (fp32-exact needs identical bits)")
     passed = outside == 0
     return GateResult(passed, False, worst, differing, detail + ("" if passed else f", {outside} beyond tolerance"))
+
+
+def require_pass(result: GateResult) -> None:
+    """A device that fails the gate falls back to the CPU: 'gate-mismatch'."""
+    if not result.passed:
+        raise GpuError("gate-mismatch", f"the GPU's first step differs from the CPU's: {result.detail}")
