@@ -18,9 +18,9 @@ DIGITS = ROOT / "app" / "static" / "models" / "digits-mlp"
 
 STEP = r'''
 import hashlib, json
-from weei.gpu import GpuError, parse_archive
+from weei.gpu import GpuError, pack_archive, parse_archive
 from weei.gpu.executor import GpuDevice
-from weei.gpu.session import GpuBackendSpec, run_gate
+from weei.gpu.session import GpuBackendSpec, run_gate, train_on_gpu
 from weei.runtime import ModelRuntime
 
 def one_step(gpu_api, engine, wasm, archive_bytes, chunk):
@@ -45,6 +45,23 @@ def one_step(gpu_api, engine, wasm, archive_bytes, chunk):
     out["gpu"] = hashlib.sha256(gpu.train.weights).hexdigest()
     out["gpuWeights"] = gpu.train.weights.hex()
     out["metricsEqual"] = cpu.metrics == gpu.train.metrics
+    # A whole assignment (2 passes, 10 steps) on the GPU against train.
+    work = {"data": chunk, "format": "weei-digits-v1", "seed": 9, "settings": {"batchSize": 24, "localEpochs": 2}}
+    runtime.load_model(weights)
+    full_cpu = runtime.train(**work)
+    runtime.load_model(weights)
+    full_gpu = train_on_gpu(runtime, device, archive, GpuBackendSpec("gpu-webgpu", 16 << 20, "fp32-standard"),
+                            budget_mib=64, **work)
+    out["full"] = [full_cpu.optimizer_steps, full_cpu.weights == full_gpu.train.weights,
+                   full_cpu.metrics == full_gpu.train.metrics]
+    # A module that does not compile, through this API's error reporting.
+    sources = {m.name: m.source for m in archive.modules}
+    sources["reduce.wgsl"] = sources["reduce.wgsl"].replace("var acc = 0.0;", "var acc = 0.0")
+    try:
+        GpuDevice(device.adapter, device.device, device.facts).compile(parse_archive(pack_archive(sources)))
+        out["broken"] = "compiled"
+    except GpuError as exc:
+        out["broken"] = exc.reason
     return out
 '''
 
@@ -93,6 +110,7 @@ json.dumps(one_step(gpu, BrowserEngine(), wasm.to_bytes(), archive.to_bytes(), c
     page.close()
     there = json.loads(got)
     print(f"\nSwiftShader: adapter {there['adapter']}, compile {there['compilationMs']:.0f} ms, gate {there['gate']}")
+    print(f"SwiftShader, 10 steps: {there['full']}; lavapipe, 10 steps: {here['full']}")
     print(f"lavapipe: gate {here['gate']}; GPU weights identical across the two: {here['gpu'] == there['gpu']}")
     assert not errors, errors
     assert there["auto"] == "software-adapter"
@@ -102,5 +120,7 @@ json.dumps(one_step(gpu, BrowserEngine(), wasm.to_bytes(), archive.to_bytes(), c
     # correctly: the kernels' CPU order gives the CPU's bits.
     assert there["gate"][1], there["gate"]
     assert there["metricsEqual"]
+    assert there["full"] == [10, True, True], there["full"]
+    assert there["broken"] == here["broken"] == "module-compile-failed"
     # The CPU WASM gives the same bits in the browser and in wasmtime.
     assert there["cpu"] == here["cpu"]
