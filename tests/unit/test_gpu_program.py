@@ -168,3 +168,23 @@ def test_digits_mlp_emits_a_program_that_parses() -> None:
     assert [(b, len(d)) for b, d in uploads] == [("x", 16 * 64 * 4), ("labels", 64), ("step", 32)]
     for buffer_id, data_bytes in uploads:
         check_upload(program, buffer_id, len(data_bytes))
+
+
+def test_step_limit_stops_train_after_that_many_steps() -> None:
+    from weei.core.errors import UsageError
+
+    runtime = ModelRuntime.load((DIGITS / "model.wasm").read_bytes(), WasmtimeEngine())
+    weights = runtime.create_initial_weights(3)
+    data = (DIGITS / "data" / "training-001.bin").read_bytes()
+    runtime.load_model(weights)
+    one = runtime.train(data=data, format="weei-digits-v1", seed=5, settings={"batchSize": 16}, step_limit=1)
+    assert one.optimizer_steps == 1 and one.unique_examples == 16
+    runtime.load_model(weights)
+    full = runtime.train(data=data, format="weei-digits-v1", seed=5, settings={"batchSize": 16}, step_limit=10**6)
+    runtime.load_model(weights)
+    plain = runtime.train(data=data, format="weei-digits-v1", seed=5, settings={"batchSize": 16})
+    assert full == plain and plain.optimizer_steps > 1
+    for bad in (0, True, -1, 1 << 32):
+        runtime.load_model(weights)
+        with pytest.raises(UsageError):
+            runtime.train(data=data, format="weei-digits-v1", step_limit=bad)
