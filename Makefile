@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-APT_PACKAGES := clang lld wabt chromium
+APT_PACKAGES := clang lld wabt chromium mesa-vulkan-drivers libvulkan1
 NODE_STAMP := node_modules/.weei-installed
 PORT ?= 8000
 
@@ -13,12 +13,14 @@ setup: $(STAMP) .apt-stamp $(NODE_STAMP)
 
 # System toolchain for building WebAssembly models and kernels, Chromium for
 # the browser tests (Playwright drives /usr/bin/chromium; it never downloads
-# a browser), and npm when node is missing.
+# a browser), Mesa's Vulkan drivers (lavapipe: the GPU tests' software
+# adapter for wgpu-py), and npm when node is missing.
 .apt-stamp: Makefile
 	@missing="$(APT_PACKAGES)"; \
 	if ! command -v npm >/dev/null; then missing="$$missing nodejs npm"; fi; \
 	if ! command -v clang >/dev/null || ! command -v wasm-ld >/dev/null || ! command -v wasm-objdump >/dev/null \
-	   || ! [ -x /usr/bin/chromium ] || ! command -v npm >/dev/null; then \
+	   || ! [ -x /usr/bin/chromium ] || ! command -v npm >/dev/null \
+	   || ! ls /usr/share/vulkan/icd.d/lvp_icd*.json /usr/lib/*/libvulkan.so.1 >/dev/null 2>&1; then \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
 	fi

@@ -3,8 +3,12 @@
     python build.py wasm    compile c/models/*/ into app/static/models/<id>/model.wasm
                             with its manifest.json (a weei-model-package), and
                             c/kernel/*.c into app/static/kernel/<name>.wasm
+                            and, for a model that exports gpuBegin/gpuNext/gpuEnd,
+                            its WGSL archive model.wgsl.json (wgsl/*.wgsl, packed
+                            by weei.gpu.pack_archive) and GPU backend
     python build.py check   rebuild into a temporary directory and fail when a
-                            committed artifact differs (builds are deterministic)
+                            committed artifact differs (builds are deterministic;
+                            this includes the committed WGSL archives)
     python build.py site    assemble the static site in dist/ (what `weei serve`
                             serves): Pyodide from node_modules (npm ci when it is
                             missing or not the locked version), the weei package
@@ -51,6 +55,8 @@ C_DIR = Path("c")
 SDK_DIR = C_DIR / "sdk"
 MODELS_DIR = C_DIR / "models"
 KERNEL_DIR = C_DIR / "kernel"
+WGSL_DIR = Path("wgsl")
+ARCHIVE_NAME = "model.wgsl.json"
 STATIC_DIR = Path("app") / "static"
 
 # -ffp-contract=off: no fused multiply-add, so the native build (benchmark)
@@ -121,6 +127,7 @@ class ModelFacts:
     info: dict[str, Any]
     weight_bytes: int
     chunks: list[dict[str, Any]]
+    gpu: bool = False  # exports gpuBegin / gpuNext / gpuEnd
 
 
 def probe_model(wasm: bytes, data_dir: Path) -> ModelFacts:
@@ -145,7 +152,7 @@ def probe_model(wasm: bytes, data_dir: Path) -> ModelFacts:
                 "format": formats[0],
                 "exampleCount": runtime.describe_chunk(formats[0], data),
             })
-    return ModelFacts(info, weight_bytes, chunks)
+    return ModelFacts(info, weight_bytes, chunks, runtime.has_gpu_operations)
 
 
 def _descriptor(file_name: str, value: Any) -> dict[str, Any]:
@@ -153,7 +160,34 @@ def _descriptor(file_name: str, value: Any) -> dict[str, Any]:
     return {"fileName": file_name, "bytes": size, "sha256": sha}
 
 
-def model_manifest(wasm: bytes, facts: ModelFacts) -> dict[str, Any]:
+def wgsl_archive() -> bytes:
+    """Every shared kernel of wgsl/ in one weei-wgsl-archive-v1 (docs/gpu.md)."""
+    from weei.gpu import pack_archive
+
+    return pack_archive({p.name: p.read_text(encoding="utf-8") for p in sorted((ROOT / WGSL_DIR).glob("*.wgsl"))})
+
+
+def gpu_backend(archive: bytes) -> dict[str, Any]:
+    """The GPU backend entry of a model with gpu* operations (docs/gpu.md)."""
+    desc = {"fileName": ARCHIVE_NAME, "bytes": len(archive), "sha256": _sha256(archive)}
+    return {
+        "id": "gpu-webgpu",
+        "kind": "gpu",
+        "runtime": "weei-device-program-v1",
+        "hostDelivery": "installed-in-host",
+        "environments": ["browser", "agent"],
+        "operations": ["train"],
+        "artifacts": [dict(desc)],
+        "shaderArchive": desc,
+        "requiredFeatures": [],
+        "minimumDeviceLimits": {"maxStorageBuffersPerShaderStage": 5, "maxComputeInvocationsPerWorkgroup": 64,
+                                "maxComputeWorkgroupSizeX": 64},
+        "estimatedWorkingBytes": 16777216,
+        "numericalMode": "fp32-standard",
+    }
+
+
+def model_manifest(wasm: bytes, facts: ModelFacts, archive: bytes | None = None) -> dict[str, Any]:
     """The weei-model-package manifest of a built model (spec: Package manifest)."""
     info = facts.info
     experience = "workSource" in info
@@ -193,7 +227,7 @@ def model_manifest(wasm: bytes, facts: ModelFacts) -> dict[str, Any]:
             "minimumDeviceLimits": {},
             "estimatedWorkingBytes": 4194304,
             "numericalMode": "fp32-standard",
-        }],
+        }, *([gpu_backend(archive)] if archive is not None else [])],
         "policy": {
             "preference": ["cpu-wasm-simd"],
             "cpuFallback": "restart-assignment",
@@ -230,7 +264,11 @@ def build_all(static_dir: Path, data_root: Path | None = None) -> list[Path]:
             out_dir = static_dir / "models" / model_id
             out_dir.mkdir(parents=True, exist_ok=True)
             (out_dir / "model.wasm").write_bytes(wasm)
-            manifest_text = stringify(model_manifest(wasm, facts), 2) + "\n"
+            archive = wgsl_archive() if facts.gpu else None
+            if archive is not None:
+                (out_dir / ARCHIVE_NAME).write_bytes(archive)
+                written.append(out_dir / ARCHIVE_NAME)
+            manifest_text = stringify(model_manifest(wasm, facts, archive), 2) + "\n"
             (out_dir / "manifest.json").write_text(manifest_text, encoding="utf-8")
             written += [out_dir / "model.wasm", out_dir / "manifest.json"]
     kernel_sources = sorted((ROOT / KERNEL_DIR).glob("*.c")) if (ROOT / KERNEL_DIR).is_dir() else []
@@ -261,7 +299,7 @@ def check_against(committed: Path, built_files: list[Path], built_root: Path) ->
         elif not filecmp.cmp(mine, path, shallow=False):
             problems.append(f"{STATIC_DIR / rel}: differs from a fresh build (run python build.py wasm)")
     built_rel = {p.relative_to(built_root) for p in built_files}
-    for pattern in ("models/*/model.wasm", "models/*/manifest.json", "kernel/*.wasm"):
+    for pattern in ("models/*/model.wasm", "models/*/manifest.json", f"models/*/{ARCHIVE_NAME}", "kernel/*.wasm"):
         for path in sorted(committed.glob(pattern)):
             if path.relative_to(committed) not in built_rel:
                 problems.append(f"{STATIC_DIR / path.relative_to(committed)}: committed but no source builds it")

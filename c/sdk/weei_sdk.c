@@ -715,12 +715,10 @@ static const char k_oom_result[] = "{\"error\":\"out of memory\"}";
 
 static wj_doc g_doc;
 
-typedef int (*op_fn)(const wj_doc *in);
-
 static uint64_t g_progress_step; /* step of the last report of this operation */
 static int g_progress_any;       /* 1 once this operation has reported */
 
-static uint32_t run_op(uint32_t ptr, uint32_t bytes, op_fn fn) {
+static uint32_t run_op(uint32_t ptr, uint32_t bytes, weei_op_fn fn) {
     heap_init();
     g_progress_any = 0;
     g_w = &g_result;
@@ -789,6 +787,8 @@ WEEI_EXPORT("loadAuxiliary") uint32_t weei_op_load_auxiliary(uint32_t p, uint32_
 WEEI_EXPORT("describeChunk") uint32_t weei_op_describe_chunk(uint32_t p, uint32_t n) { return run_op(p, n, op_describe); }
 WEEI_EXPORT("train") uint32_t weei_op_train(uint32_t p, uint32_t n) { return run_op(p, n, op_train); }
 WEEI_EXPORT("evaluate") uint32_t weei_op_evaluate(uint32_t p, uint32_t n) { return run_op(p, n, op_evaluate); }
+uint32_t weei_run_op(uint32_t ptr, uint32_t bytes, weei_op_fn fn) { return run_op(ptr, bytes, fn); }
+
 WEEI_EXPORT("resultLength") uint32_t weei_result_length(void) { return g_result_length; }
 
 /* ---- common inputs ------------------------------------------------------------------ */

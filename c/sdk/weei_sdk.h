@@ -129,6 +129,12 @@ uint32_t weei_op_train(uint32_t ptr, uint32_t bytes);
 uint32_t weei_op_evaluate(uint32_t ptr, uint32_t bytes);
 uint32_t weei_result_length(void);
 
+/* Runs one operation the way the exports above do (parse the input, call fn,
+ * set the result); for models that export further operations, such as the
+ * optional gpuBegin / gpuNext / gpuEnd of a GPU backend. */
+typedef int (*weei_op_fn)(const wj_doc *in);
+uint32_t weei_run_op(uint32_t ptr, uint32_t bytes, weei_op_fn fn);
+
 /* Common input helpers. */
 typedef struct {
     uint32_t local_epochs;   /* default 1 */

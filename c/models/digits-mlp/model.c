@@ -5,35 +5,20 @@
  * records of 64 pixel intensities 0..16 and a label 0..9. Inputs are /16.
  * Training: local Adam from fresh moments each call, minibatches of
  * settings.batchSize in an order shuffled by the seed, settings.localEpochs
- * passes. Metrics are the means over every example trained on.
+ * passes. Metrics are the means over every example trained on. The same
+ * training runs on a GPU through gpu.c (docs/gpu.md).
  */
-#include "../../sdk/weei_sdk.h"
-
-#define IN 64
-#define HID 64
-#define OUT 10
-#define N_W1 (IN * HID)
-#define N_B1 HID
-#define N_W2 (HID * OUT)
-#define N_B2 OUT
-#define N_PARAMS (N_W1 + N_B1 + N_W2 + N_B2)
-#define WEIGHT_BYTES (N_PARAMS * 4)
-#define RECORD 65
-#define HEADER 8
-#define MAX_EXAMPLES 10000
-#define MAX_CHUNK_BYTES (HEADER + RECORD * MAX_EXAMPLES)
-#define DEFAULT_LR 0.01f
-#define DEFAULT_BATCH 32
+#include "digits.h"
 
 static const char FORMAT[] = "weei-digits-v1";
 
-static float *g_loaded;  /* weights of the last loadModel */
-static int g_has_weights;
-static float *g_out;     /* output region of train / createInitialWeights */
+float *g_loaded;  /* weights of the last loadModel */
+int g_has_weights;
+float *g_out;     /* output region of train / createInitialWeights / gpuEnd */
 
 /* Both buffers live in the heap, where every region handed to the host must
  * be (the native benchmark build addresses only its heap arena). */
-static int buffers(void) {
+int digits_buffers(void) {
     if (!g_loaded) g_loaded = weei_malloc(WEIGHT_BYTES);
     if (!g_out) g_out = weei_malloc(WEIGHT_BYTES);
     return g_loaded && g_out ? 0 : weei_fail("out of memory");
@@ -53,7 +38,7 @@ int model_get_info(const wj_doc *in) {
 
 int model_create_initial_weights(const wj_doc *in, uint64_t seed) {
     (void)in;
-    if (buffers() != 0) return -1;
+    if (digits_buffers() != 0) return -1;
     weei_rng r;
     weei_rng_seed(&r, seed);
     weei_init_dense(&r, g_out, g_out + N_W1, IN, HID);
@@ -74,7 +59,7 @@ int model_load(const wj_doc *in, const weei_region *w) {
         weei_msg_int(&m, w->bytes);
         return weei_fail(m.buf);
     }
-    if (buffers() != 0) return -1;
+    if (digits_buffers() != 0) return -1;
     for (uint32_t i = 0; i < N_PARAMS; i++) {
         float v;
         weei_memcopy(&v, w->data + (size_t)i * 4, 4);
@@ -129,7 +114,7 @@ int model_describe_chunk(const wj_doc *in, const char *format, const weei_region
 }
 
 /* Reads {"data": region, "format": "..."} into *d; returns the example count or fails. */
-static int64_t read_data(const wj_doc *in, weei_region *d) {
+int64_t digits_read_data(const wj_doc *in, weei_region *d) {
     char format[64];
     const char *error;
     int f = wj_get(in, 0, "format");
@@ -164,7 +149,7 @@ static int ws_alloc(workspace *w, uint32_t batch) {
 static void gather(workspace *w, const uint8_t *records, const uint32_t *idx, uint32_t count) {
     for (uint32_t b = 0; b < count; b++) {
         const uint8_t *rec = records + (size_t)idx[b] * RECORD;
-        for (int k = 0; k < IN; k++) w->x[b * IN + k] = (float)rec[k] * (1.0f / 16.0f);
+        for (int k = 0; k < IN; k++) w->x[b * IN + k] = digits_pixel(rec[k]);
         w->labels[b] = rec[IN];
     }
 }
@@ -181,7 +166,7 @@ int model_train(const wj_doc *in) {
     if (!g_has_weights) return weei_fail("train called before loadModel");
     if (wj_get(in, 0, "experience") >= 0) return weei_fail("digits-mlp is a dataset model: train needs data, not experience");
     weei_region d;
-    int64_t n64 = read_data(in, &d);
+    int64_t n64 = digits_read_data(in, &d);
     if (n64 < 0) return -1;
     uint32_t n = (uint32_t)n64;
     if (n == 0) return weei_fail("weei-digits-v1: the chunk has no examples");
@@ -189,6 +174,8 @@ int model_train(const wj_doc *in) {
     if (weei_read_settings(in, &s, DEFAULT_BATCH, DEFAULT_LR) != 0) return -1;
     uint64_t seed;
     if (weei_read_seed(in, &seed) != 0) return -1;
+    uint32_t step_limit;
+    if (digits_read_step_limit(in, &step_limit) != 0) return -1;
     uint32_t batch = s.batch_size < n ? s.batch_size : n;
 
     workspace w;
@@ -207,10 +194,10 @@ int model_train(const wj_doc *in) {
     uint64_t processed = 0, total = (uint64_t)n * s.local_epochs;
     static const char *const ids[2] = { "loss", "accuracy" };
 
-    for (uint32_t epoch = 0; epoch < s.local_epochs; epoch++) {
+    for (uint32_t epoch = 0; epoch < s.local_epochs && steps < step_limit; epoch++) {
         for (uint32_t i = 0; i < n; i++) order[i] = i;
         weei_shuffle_u32(&r, order, n);
-        for (uint32_t start = 0; start < n; start += batch) {
+        for (uint32_t start = 0; start < n && steps < step_limit; start += batch) {
             uint32_t count = n - start < batch ? n - start : batch;
             gather(&w, records, order + start, count);
             loss_sum += forward(&w, p, count, w.dlogits, 1.0f / (float)count, &correct);
@@ -239,9 +226,19 @@ int model_train(const wj_doc *in) {
     jw_key("loss"); jw_num(loss_sum / (double)processed);
     jw_key("accuracy"); jw_num((double)correct / (double)processed);
     jw_obj_end();
-    jw_key("uniqueExamples"); jw_uint(n);
+    jw_key("uniqueExamples"); jw_uint(processed < n ? processed : n);
     jw_key("optimizerSteps"); jw_uint(steps);
     jw_obj_end();
+    return 0;
+}
+
+int digits_read_step_limit(const wj_doc *in, uint32_t *limit) {
+    uint64_t v;
+    int t = wj_get(in, 0, "stepLimit");
+    *limit = 0xFFFFFFFFu;
+    if (t < 0) return 0;
+    if (wj_uint(in, t, &v) != 0 || v < 1 || v > 0xFFFFFFFFu) return weei_fail("stepLimit must be a positive integer");
+    *limit = (uint32_t)v;
     return 0;
 }
 
@@ -249,7 +246,7 @@ int model_evaluate(const wj_doc *in) {
     if (!g_has_weights) return weei_fail("evaluate called before loadModel");
     if (wj_get(in, 0, "experience") >= 0) return weei_fail("digits-mlp is a dataset model: evaluate needs data, not experience");
     weei_region d;
-    int64_t n64 = read_data(in, &d);
+    int64_t n64 = digits_read_data(in, &d);
     if (n64 < 0) return -1;
     uint32_t n = (uint32_t)n64;
     if (n == 0) return weei_fail("weei-digits-v1: the file has no examples");

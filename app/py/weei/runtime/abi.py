@@ -31,7 +31,7 @@ import copy
 import json
 import logging
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from weei.core.errors import ModelError, UsageError
@@ -135,6 +135,7 @@ class ModelRuntime:
         self._info: dict[str, Any] | None = None
         self._weight_bytes: int | None = None
         self._loaded = False  # a loadModel since the last train
+        self._gpu_exports = False  # the module exports gpuBegin, gpuNext and gpuEnd
         self._aux_loaded = False  # a loadAuxiliary since the last loadModel
 
     # -- loading -------------------------------------------------------------
@@ -194,6 +195,7 @@ class ModelRuntime:
         except InstantiateError as exc:
             raise ModelError("instantiate-failed", f"load: instantiation failed: {exc}") from None
         owner.append(cls(instance, on_progress))
+        owner[0]._gpu_exports = all(op in exports for op in _OPTIONAL_OPERATIONS)
         return owner[0]
 
     # -- state ---------------------------------------------------------------
@@ -207,6 +209,11 @@ class ModelRuntime:
     def progress_rejections(self) -> tuple[str, ...]:
         """Why recent progress reports were skipped (newest last, at most 32)."""
         return tuple(self._rejections)
+
+    @property
+    def has_gpu_operations(self) -> bool:
+        """The module exports gpuBegin, gpuNext and gpuEnd (docs/gpu.md)."""
+        return self._gpu_exports
 
     @property
     def broken(self) -> str | None:
@@ -302,46 +309,61 @@ class ModelRuntime:
         experience: tuple[int, int, int] | None = None,
         seed: int = 0,
         settings: Mapping[str, Any] | None = None,
+        step_limit: int | None = None,
     ) -> TrainResult:
         """Train from the last loaded weights on a chunk (``data`` + ``format``,
         shuffled by ``seed``) or on ``experience`` = (unit_start, unit_count, seed).
+        ``step_limit`` stops after that many optimizer steps (the GPU admission
+        gate's first step, docs/gpu.md).
 
         Needs a :meth:`load_model` before every call (and :meth:`load_auxiliary`
         when the model declares auxiliary weights). Raises ``ModelError``
         (including 'weight-size-mismatch' and 'non-finite-metric'),
         ``UsageError``.
         """
-        self._require_loaded("train")
-        payload, inputs, unit_count = self._work_input("train", data, format, experience)
-        if experience is None:
-            payload["seed"] = _check_seed("seed", seed)
-        if settings is not None and not isinstance(settings, Mapping):
-            raise UsageError("invalid-argument", f"train: settings must be a mapping, got {settings!r}")
-        payload["settings"] = dict(settings) if settings is not None else {}
-        # train leaves the module's weights changed: the next call needs a loadModel.
-        self._loaded = False
+        payload, inputs, unit_count = self._train_input("train", data, format, experience, seed, settings, step_limit)
         result, weights = self._operation(
             "train", lambda r: self._with_data(payload, r), inputs=inputs, output="weights"
         )
+        return self._train_result("train", result, weights, unit_count)
+
+    # -- GPU backends (docs/gpu.md) ------------------------------------------------
+
+    def gpu_begin(
+        self,
+        *,
+        data: Buffer | None = None,
+        format: str | None = None,
+        experience: tuple[int, int, int] | None = None,
+        seed: int = 0,
+        settings: Mapping[str, Any] | None = None,
+        step_limit: int | None = None,
+    ) -> tuple[dict[str, Any], bytes, int | None]:
+        """gpuBegin with train's input: (result JSON, its ``weights`` region,
+        the experience unitCount or None for :meth:`gpu_end`)."""
+        if not self._gpu_exports:
+            raise UsageError("no-gpu-operations", "gpuBegin: the module does not export gpuBegin/gpuNext/gpuEnd")
+        payload, inputs, unit_count = self._train_input("gpuBegin", data, format, experience, seed, settings, step_limit)
+        result, weights = self._operation("gpuBegin", lambda r: self._with_data(payload, r), inputs=inputs, output="weights")
         assert weights is not None
-        if len(weights) != self._weight_bytes:
-            raise ModelError(
-                "weight-size-mismatch",
-                f"train: returned {len(weights)} bytes of weights, the model has {self._weight_bytes}",
-            )
-        metrics = field_metrics("train", result)
-        unique = completed = None
-        if unit_count is None:
-            unique = field_count("train", result, "uniqueExamples")
-        else:
-            completed = field_count("train", result, "completedUnits")
-            assert completed is not None
-            if completed > unit_count:
-                raise ModelError(
-                    "invalid-result", f"train: completedUnits {completed} exceeds unitCount {unit_count}"
-                )
-        steps = field_count("train", result, "optimizerSteps", required=False)
-        return TrainResult(weights, metrics, unique, completed, steps)
+        return result, weights, unit_count
+
+    def gpu_next(self, readback: Sequence[Buffer]) -> tuple[dict[str, Any], list[tuple[str, bytes]]]:
+        """gpuNext with the previous step's read-back regions: returns the
+        result JSON and its ``batch`` uploads as (buffer id, bytes) copies."""
+        views = [_as_bytes_view("readback", r) for r in readback]
+        result, _ = self._operation("gpuNext", lambda r: {"readback": r}, inputs=views)
+        batch = result.get("batch", [])
+        if not isinstance(batch, list) or not all(isinstance(i, dict) and isinstance(i.get("buffer"), str) for i in batch):
+            raise ModelError("invalid-result", "gpuNext: 'batch' must list {buffer, data} entries")
+        # The regions stay valid until the next call into the module: copy them now.
+        return result, [(i["buffer"], self._read_region("gpuNext", "data", i.get("data"))) for i in batch]
+
+    def gpu_end(self, readback: Sequence[Buffer], unit_count: int | None) -> TrainResult:
+        """gpuEnd with the final read-back regions; the result of a train."""
+        views = [_as_bytes_view("readback", r) for r in readback]
+        result, weights = self._operation("gpuEnd", lambda r: {"readback": r}, inputs=views, output="weights")
+        return self._train_result("gpuEnd", result, weights, unit_count)
 
     def evaluate(
         self,
@@ -365,6 +387,54 @@ class ModelRuntime:
         return EvalResult(metrics, examples)
 
     # -- helpers -------------------------------------------------------------------
+
+    def _train_input(
+        self,
+        op: str,
+        data: Buffer | None,
+        format: str | None,
+        experience: tuple[int, int, int] | None,
+        seed: int,
+        settings: Mapping[str, Any] | None,
+        step_limit: int | None,
+    ) -> tuple[dict[str, Any], list[memoryview], int | None]:
+        self._require_loaded(op)
+        payload, inputs, unit_count = self._work_input(op, data, format, experience)
+        if experience is None:
+            payload["seed"] = _check_seed("seed", seed)
+        if settings is not None and not isinstance(settings, Mapping):
+            raise UsageError("invalid-argument", f"{op}: settings must be a mapping, got {settings!r}")
+        payload["settings"] = dict(settings) if settings is not None else {}
+        if step_limit is not None:
+            if isinstance(step_limit, bool) or not isinstance(step_limit, int) or not 1 <= step_limit < _U32_LIMIT:
+                raise UsageError("invalid-argument", f"{op}: step_limit must be a positive int")
+            payload["stepLimit"] = step_limit
+        # Training leaves the module's weights changed: the next call needs a loadModel.
+        self._loaded = False
+        return payload, inputs, unit_count
+
+    def _train_result(
+        self, op: str, result: dict[str, Any], weights: bytes | None, unit_count: int | None
+    ) -> TrainResult:
+        assert weights is not None
+        if len(weights) != self._weight_bytes:
+            raise ModelError(
+                "weight-size-mismatch",
+                f"{op}: returned {len(weights)} bytes of weights, the model has {self._weight_bytes}",
+            )
+        metrics = field_metrics(op, result)
+        unique = completed = None
+        if unit_count is None:
+            unique = field_count(op, result, "uniqueExamples")
+        else:
+            completed = field_count(op, result, "completedUnits")
+            assert completed is not None
+            if completed > unit_count:
+                raise ModelError(
+                    "invalid-result", f"{op}: completedUnits {completed} exceeds unitCount {unit_count}"
+                )
+        steps = field_count(op, result, "optimizerSteps", required=False)
+        return TrainResult(weights, metrics, unique, completed, steps)
 
     def _require_loaded(self, op: str) -> None:
         if not self._loaded:

@@ -1,0 +1,235 @@
+"""The GPU executor: runs a checked ``weei-device-program-v1`` on a device.
+
+Written once against the subset of the wgpu-py API that both hosts have:
+wgpu-py itself in CPython (Vulkan, Metal, D3D12; lavapipe in tests) and
+``weei.browser.webgpu`` over ``navigator.gpu`` in Pyodide. The ``gpu``
+object (``wgpu.gpu`` or the shim) is passed in, so this module imports
+neither. Every device failure becomes a ``GpuError`` with a named reason.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from .adapter import AdapterFacts, admit_adapter
+from .archive import ShaderArchive
+from .errors import GpuError
+from .program import Clear, Copy, DeviceLimits, DeviceProgram, Dispatch, PipelineSpec, check_upload
+
+__all__ = ["GpuDevice", "ProgramRun", "STORAGE_USAGE"]
+
+# GPUBufferUsage: STORAGE | COPY_SRC | COPY_DST (the same numbers in wgpu-py and WebGPU).
+STORAGE_USAGE = 0x0080 | 0x0004 | 0x0008
+
+
+@contextmanager
+def _device_errors(what: str, default: str = "gpu-error") -> Iterator[None]:
+    """Map the API's exceptions (by class name: wgpu-py's and the shim's match) to reasons."""
+    try:
+        yield
+    except GpuError:
+        raise
+    except Exception as exc:
+        kind = type(exc).__name__
+        text = str(exc)
+        if kind == "GPUOutOfMemoryError" or "out of memory" in text.lower():
+            reason = "out-of-memory"
+        elif "lost" in text.lower():
+            reason = "device-lost"
+        else:
+            reason = default
+        raise GpuError(reason, f"{what}: {kind}: {text.strip()[:300]}") from None
+
+
+class GpuDevice:
+    """An adapter and device, with compiled modules and pipelines cached."""
+
+    def __init__(self, adapter: Any, device: Any, facts: AdapterFacts) -> None:
+        self.adapter = adapter
+        self.device = device
+        self.facts = facts
+        self.limits = DeviceLimits.from_mapping(dict(device.limits))
+        self._modules: dict[tuple[str, str], Any] = {}
+        self._pipelines: dict[tuple[str, str, str, tuple[tuple[str, float], ...]], Any] = {}
+
+    @classmethod
+    def open(
+        cls,
+        gpu: Any,
+        *,
+        preference: str,
+        required_features: Sequence[str] = (),
+        minimum_limits: Mapping[str, Any] | None = None,
+    ) -> GpuDevice:
+        """Request an adapter and a device; ``auto`` refuses a software adapter."""
+        if gpu is None:
+            raise GpuError("webgpu-unavailable", "this environment has no WebGPU")
+        with _device_errors("requestAdapter", "no-adapter"):
+            adapter = gpu.request_adapter_sync(power_preference="high-performance")
+        if adapter is None:
+            raise GpuError("no-adapter", "requestAdapter found no adapter")
+        info = dict(adapter.info)
+        facts = AdapterFacts.from_info(info, bool(getattr(adapter, "is_fallback_adapter", False)))
+        admit_adapter(facts, preference, adapter.features, dict(adapter.limits), required_features, minimum_limits or {})
+        with _device_errors("requestDevice", "device-failed"):
+            device = adapter.request_device_sync(required_features=list(required_features))
+        return cls(adapter, device, facts)
+
+    def compile(self, archive: ShaderArchive, names: Sequence[str] | None = None) -> float:
+        """Compile the archive's modules (all, or ``names``) on this device and
+        check each one's compilation info; return the milliseconds spent."""
+        start = time.perf_counter()
+        for module in archive.modules:
+            if names is not None and module.name not in names:
+                continue
+            key = (module.name, module.sha256)
+            if key in self._modules:
+                continue
+            with _device_errors(f"compiling {module.name}", "module-compile-failed"):
+                compiled = self.device.create_shader_module(code=module.source, label=module.name)
+                errors = [m for m in _compilation_messages(compiled) if _message_type(m) == "error"]
+            if errors:
+                raise GpuError("module-compile-failed", f"{module.name}: {_message_text(errors[0])}")
+            self._modules[key] = compiled
+        return (time.perf_counter() - start) * 1000.0
+
+    def pipeline(self, archive: ShaderArchive, spec: PipelineSpec) -> Any:
+        """The compute pipeline of ``spec`` (its module compiled first)."""
+        module = archive.module(spec.module)
+        if module is None:
+            raise GpuError("module-missing", f"the WGSL archive has no module {spec.module!r}")
+        key = (module.sha256, spec.module, spec.entry_point, spec.constants)
+        if key not in self._pipelines:
+            self.compile(archive, [spec.module])
+            compute: dict[str, Any] = {"module": self._modules[(module.name, module.sha256)], "entry_point": spec.entry_point}
+            if spec.constants:
+                compute["constants"] = dict(spec.constants)
+            with _device_errors(f"pipeline {spec.id}", "module-compile-failed"):
+                self._pipelines[key] = self.device.create_compute_pipeline(layout="auto", compute=compute, label=spec.id)
+        return self._pipelines[key]
+
+
+def _compilation_messages(module: Any) -> list[Any]:
+    get = getattr(module, "get_compilation_info_sync", None) or module.get_compilation_info
+    info = get()
+    return list(getattr(info, "messages", info) or [])
+
+
+def _message_type(message: Any) -> str:
+    return str(message.get("type") if isinstance(message, dict) else getattr(message, "type", ""))
+
+
+def _message_text(message: Any) -> str:
+    return str(message.get("message") if isinstance(message, dict) else getattr(message, "message", message))
+
+
+@dataclass
+class RunStats:
+    compilation_ms: float = 0.0
+    steps: int = 0
+    upload_bytes: int = 0
+    upload_s: float = 0.0
+    readback_bytes: int = 0
+    readback_s: float = 0.0
+    compute_s: float = 0.0
+
+
+class ProgramRun:
+    """One program's buffers and pipelines on a device: upload, run, read back."""
+
+    def __init__(
+        self, gpu: GpuDevice, archive: ShaderArchive, program: DeviceProgram, weights: bytes, *, step_timeout_s: float = 60.0
+    ) -> None:
+        self.gpu = gpu
+        self.program = program
+        self.stats = RunStats()
+        self._timeout = step_timeout_s
+        dev = gpu.device
+        start = time.perf_counter()
+        pipelines = {p.id: gpu.pipeline(archive, p) for p in program.pipelines}
+        self.stats.compilation_ms = (time.perf_counter() - start) * 1000.0
+        self._buffers: dict[str, Any] = {}
+        with _device_errors("creating buffers"):
+            for spec in program.buffers:
+                # WebGPU zero-fills new buffers: init "zeros" and "batch" need nothing more.
+                self._buffers[spec.id] = dev.create_buffer(size=spec.bytes, usage=STORAGE_USAGE, label=spec.id)
+                if spec.init == "weights":
+                    dev.queue.write_buffer(self._buffers[spec.id], 0, weights)
+            self._groups: list[Any] = []
+            for step in program.steps:
+                if isinstance(step, Dispatch):
+                    pipe = pipelines[step.pipeline]
+                    entries = [
+                        {"binding": b.binding, "resource": {"buffer": self._buffers[b.buffer], "offset": 0,
+                                                            "size": program.buffer(b.buffer).bytes}}  # type: ignore[union-attr]
+                        for b in step.bindings
+                    ]
+                    self._groups.append((pipe, dev.create_bind_group(layout=pipe.get_bind_group_layout(0), entries=entries)))
+
+    def upload(self, uploads: Sequence[tuple[str, bytes]]) -> None:
+        """Write a gpuNext's batch regions into their ``batch`` buffers."""
+        start = time.perf_counter()
+        for buffer_id, data in uploads:
+            check_upload(self.program, buffer_id, len(data))
+            if data:
+                with _device_errors(f"writeBuffer {buffer_id}"):
+                    self.gpu.device.queue.write_buffer(self._buffers[buffer_id], 0, data)
+            self.stats.upload_bytes += len(data)
+        self.stats.upload_s += time.perf_counter() - start
+
+    def run_steps(self) -> list[bytes]:
+        """Encode and submit the program's steps once; return the step readback."""
+        start = time.perf_counter()
+        dev = self.gpu.device
+        groups = iter(self._groups)
+        with _device_errors("running the program"):
+            encoder = dev.create_command_encoder()
+            compute = None
+            for step in self.program.steps:
+                if isinstance(step, Dispatch):
+                    if compute is None:
+                        compute = encoder.begin_compute_pass()
+                    pipe, group = next(groups)
+                    compute.set_pipeline(pipe)
+                    compute.set_bind_group(0, group)
+                    compute.dispatch_workgroups(*step.workgroups)
+                    continue
+                if compute is not None:
+                    compute.end()
+                    compute = None
+                if isinstance(step, Copy):
+                    encoder.copy_buffer_to_buffer(self._buffers[step.source], step.source_offset,
+                                                  self._buffers[step.target], step.target_offset, step.bytes)
+                elif isinstance(step, Clear):
+                    encoder.clear_buffer(self._buffers[step.buffer], step.offset, step.bytes)
+            if compute is not None:
+                compute.end()
+            dev.queue.submit([encoder.finish()])
+        out = self.read(self.program.step_readback)
+        elapsed = time.perf_counter() - start
+        self.stats.compute_s += elapsed
+        self.stats.steps += 1
+        if elapsed > self._timeout:
+            raise GpuError("gpu-timeout", f"a step took {elapsed:.1f} s, over the limit of {self._timeout:.0f} s")
+        return out
+
+    def read(self, ranges: Sequence[Any]) -> list[bytes]:
+        """Read back ranges (the read also waits for the submitted work)."""
+        start = time.perf_counter()
+        out: list[bytes] = []
+        with _device_errors("reading back"):
+            for r in ranges:
+                out.append(bytes(self.gpu.device.queue.read_buffer(self._buffers[r.buffer], r.offset, r.bytes)))
+        size = sum(len(b) for b in out)
+        self.stats.readback_bytes += size
+        self.stats.readback_s += time.perf_counter() - start
+        return out
+
+    def release(self) -> None:
+        for buf in self._buffers.values():
+            buf.destroy()
+        self._buffers.clear()

@@ -1,0 +1,128 @@
+"""GPU training of one assignment through the model ABI, and the admission gate.
+
+The WASM stays the model: ``gpuBegin`` emits the program, each ``gpuNext``
+packs the next step's batch (and reads the previous step's results), and
+``gpuEnd`` turns the final readback (the weights) into train's result. This
+module only moves bytes between the model and the executor.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from weei.runtime import ModelRuntime, TrainResult
+
+from .adapter import check_budget
+from .archive import ShaderArchive
+from .errors import GpuError
+from .executor import GpuDevice, ProgramRun, RunStats
+from .gate import GateResult, compare_step
+from .program import parse_program
+
+__all__ = ["GpuBackendSpec", "GpuTrainResult", "train_on_gpu", "run_gate", "MAX_GPU_STEPS"]
+
+MAX_GPU_STEPS = 1_000_000
+
+
+@dataclass(frozen=True)
+class GpuBackendSpec:
+    """What the executor needs from the package's GPU backend entry."""
+
+    id: str
+    estimated_working_bytes: int
+    numerical_mode: str
+    required_features: tuple[str, ...] = ()
+    minimum_device_limits: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_backend(cls, backend: Mapping[str, Any]) -> GpuBackendSpec:
+        """From a manifest backend object (already checked by weei.core.manifest)."""
+        return cls(
+            str(backend["id"]),
+            int(backend["estimatedWorkingBytes"]),
+            str(backend["numericalMode"]),
+            tuple(backend.get("requiredFeatures", ())),
+            dict(backend.get("minimumDeviceLimits", {})),
+        )
+
+
+@dataclass(frozen=True)
+class GpuTrainResult:
+    train: TrainResult
+    stats: RunStats
+    training_ms: float
+
+
+def train_on_gpu(
+    runtime: ModelRuntime,
+    gpu: GpuDevice,
+    archive: ShaderArchive,
+    backend: GpuBackendSpec,
+    *,
+    budget_mib: float,
+    data: bytes | None = None,
+    format: str | None = None,
+    experience: tuple[int, int, int] | None = None,
+    seed: int = 0,
+    settings: Mapping[str, Any] | None = None,
+    step_limit: int | None = None,
+    max_steps: int = MAX_GPU_STEPS,
+) -> GpuTrainResult:
+    """Train one assignment on the GPU from the runtime's loaded weights."""
+    check_budget(backend.estimated_working_bytes, budget_mib)
+    begin, weights, unit_count = runtime.gpu_begin(
+        data=data, format=format, experience=experience, seed=seed, settings=settings, step_limit=step_limit
+    )
+    program = parse_program(
+        begin.get("program"),
+        archive=archive,
+        limits=gpu.limits,
+        weight_bytes=len(weights),
+        budget_bytes=int(budget_mib * (1 << 20)),
+        estimated_working_bytes=backend.estimated_working_bytes,
+    )
+    run = ProgramRun(gpu, archive, program, weights)
+    try:
+        start = time.perf_counter()
+        readback: Sequence[bytes] = []
+        for _ in range(max_steps + 1):
+            result, uploads = runtime.gpu_next(readback)
+            if result.get("done") is True:
+                break
+            if run.stats.steps >= max_steps:
+                raise GpuError("gpu-step-limit", f"gpuNext asked for more than {max_steps} steps")
+            run.upload(uploads)
+            readback = run.run_steps()
+        final = run.read(program.final_readback)
+        trained = runtime.gpu_end(final, unit_count)
+        return GpuTrainResult(trained, run.stats, (time.perf_counter() - start) * 1000.0)
+    finally:
+        run.release()
+
+
+def run_gate(
+    runtime: ModelRuntime,
+    gpu: GpuDevice,
+    archive: ShaderArchive,
+    backend: GpuBackendSpec,
+    weights: bytes,
+    *,
+    budget_mib: float,
+    data: bytes | None = None,
+    format: str | None = None,
+    experience: tuple[int, int, int] | None = None,
+    seed: int = 0,
+    settings: Mapping[str, Any] | None = None,
+) -> tuple[GateResult, TrainResult, GpuTrainResult]:
+    """The admission gate: the first step in the CPU WASM and on the GPU from
+    the same weights and batch, compared (docs/gpu.md). Leaves the runtime
+    needing a fresh load_model, as train does."""
+    work: dict[str, Any] = {"data": data, "format": format, "experience": experience, "seed": seed, "settings": settings}
+    runtime.load_model(weights)
+    cpu = runtime.train(**work, step_limit=1)
+    runtime.load_model(weights)
+    on_gpu = train_on_gpu(runtime, gpu, archive, backend, budget_mib=budget_mib, step_limit=1, **work)
+    return compare_step(cpu.weights, on_gpu.train.weights, backend.numerical_mode), cpu, on_gpu
