@@ -415,10 +415,9 @@ class TrainingController:
         self._notify()
 
     def _transfers(self) -> dict[str, Any]:
-        state = getattr(self.transport, "transfers_state", None) or getattr(self.transport, "state", None)
-        if callable(state):
-            return json.loads(json.dumps(state()))
-        return {"transfers": [], "transferErrors": {}}
+        if self.transport is None:
+            return {"transfers": [], "transferErrors": {}}
+        return json.loads(json.dumps(self.transport.transfers_state()))
 
     def _local_workers(self, spec: JobSpec) -> dict[str, Any]:
         requested = spec.settings.workers or self.max_local_workers
