@@ -109,7 +109,8 @@ def send_blob(to: str, size: int, job: str) -> str:
 def raw_send(to: str, frames: list[Any]) -> str:
     """Hostile: hand frames (bytes, or str for a text message) straight to the data channel."""
     assert transport is not None
-    channel = transport._links[to].channel
+    link, _ = transport.links.links()[to]
+    channel = transport._handles[link].channel
     for frame in frames:
         if isinstance(frame, str):
             channel.send(frame)
@@ -124,7 +125,9 @@ def hostile_frames(to: str, case: str) -> list[Any]:
     """Frames a misbehaving peer might send; the transfer id comes from our own writer, so that the
     reader refuses them for what they are, not for a reused id, and our next honest send still works."""
     assert transport is not None
-    tid = transport._links[to].writer._new_id()
+    writer = transport.links.writer(to)
+    assert writer is not None, f"no open channel to {to}"
+    tid = writer._new_id()
     if case == "bad-hash":
         content = b"not the announced bytes"
         announced = hashlib.sha256(b"something else").hexdigest()

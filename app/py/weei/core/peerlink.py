@@ -149,7 +149,7 @@ class LinkManager:
         """When :meth:`handle_timer` must run next (ms), or None."""
         times = [link.deadline for link in self._links.values() if not link.opened]
         times += self._retries.values()
-        if self._next_expire is not None:
+        if self._next_expire is not None and any(link.reader is not None for link in self._links.values()):
             times.append(self._next_expire)
         return min(times) if times else None
 
