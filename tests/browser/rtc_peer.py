@@ -141,6 +141,45 @@ def hostile_frames(to: str, case: str) -> list[Any]:
     raise ValueError(case)
 
 
+class _MemoryTokens:
+    """Each transport of the shared cases gets its own peer ID (not the tab's sessionStorage token)."""
+
+    def __init__(self) -> None:
+        self.token: str | None = None
+
+    def get(self, key: str) -> str | None:
+        return self.token
+
+    def set(self, key: str, value: str | None) -> None:
+        self.token = value
+
+
+class PagePlatform:
+    """link_cases.Platform for the page's BrowserTransport (both transports of a case live in this page)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    async def new(self) -> BrowserTransport:
+        signaling = BrowserSignaling(self.url, tokens=_MemoryTokens())
+        await signaling.connect()
+        return BrowserTransport(signaling)
+
+    async def join(self, transport: Any, room: str) -> None:
+        await transport.start(room)
+
+    async def close(self, transport: Any) -> None:
+        transport.close()
+
+
+async def run_case(name: str, room: str) -> str:
+    """Run one case of link_cases.py against BrowserTransport; raises (with its traceback) on a failure."""
+    import link_cases
+
+    await asyncio.wait_for(link_cases.CASES[name](PagePlatform(signal_url(WEEI_URL)), room), 60)
+    return json.dumps(name)
+
+
 def close() -> str:
     assert transport is not None
     transport.close()
