@@ -140,14 +140,6 @@ class AgentTransport(LinkTransport):
         if channel.readyState == "open":  # the answerer gets it open already
             self._platform(link, "open")
 
-    async def _offer(self, handle: _Handle) -> str:
-        await handle.pc.setLocalDescription(await handle.pc.createOffer())  # returns once ICE gathering is done
-        return str(handle.pc.localDescription.sdp)
-
-    async def _answer(self, handle: _Handle) -> str:
-        await handle.pc.setLocalDescription(await handle.pc.createAnswer())
-        return str(handle.pc.localDescription.sdp)
-
     async def _set_remote(self, handle: _Handle, kind: str, sdp: str) -> None:
         await handle.pc.setRemoteDescription(RTCSessionDescription(sdp, kind))
 

@@ -6,10 +6,11 @@ Theory of operation
 (``weei.agent.transport``) and the page's ``RTCPeerConnection`` adapter
 (``weei.browser.rtc``) have in common: it reads signaling events, feeds them
 to the link manager with the time, carries out its commands through a few
-platform primitives (the abstract ``_create``, ``_offer``, ``_answer``,
-``_set_remote``, ``_add_candidate``, ``_signal``, ``_buffered``, ``_send_frame``,
-``_close``, ``_state``) and hands deliveries to the receiver. It decides
-nothing itself.
+platform primitives (the abstract ``_create``, ``_set_remote``,
+``_add_candidate``, ``_signal``, ``_buffered``, ``_send_frame``, ``_close``,
+``_state``; offers and answers go through the W3C ``RTCPeerConnection``
+methods both platforms share) and hands deliveries to the receiver. It
+decides nothing itself.
 
 * Session setup is serialised by one lock: signaling events and the commands
   that await the platform (``MakeOffer``, ``SetRemote``, ``MakeAnswer``,
@@ -248,7 +249,7 @@ class LinkTransport:
                 await self._set_remote(handle, command.kind, command.sdp)
                 await self._run(self.links.remote_set(command.link))
             else:
-                sdp = await (self._offer(handle) if isinstance(command, MakeOffer) else self._answer(handle))
+                sdp = await self._local_description(handle, "offer" if isinstance(command, MakeOffer) else "answer")
                 await self._run(self.links.local_description(command.link, sdp))
         except asyncio.CancelledError:
             raise
@@ -349,13 +350,13 @@ class LinkTransport:
         """A peer connection (and, for the offerer, the channel) whose events go to ``_platform(link, ...)``."""
         raise NotImplementedError
 
-    async def _offer(self, handle: Any) -> str:
-        """createOffer + setLocalDescription; the local SDP."""
-        raise NotImplementedError
-
-    async def _answer(self, handle: Any) -> str:
-        """createAnswer + setLocalDescription; the local SDP."""
-        raise NotImplementedError
+    @staticmethod
+    async def _local_description(handle: Any, kind: str) -> str:
+        """createOffer/createAnswer + setLocalDescription on ``handle.pc`` (aiortc's mirrors the W3C API; its
+        setLocalDescription returns once ICE gathering is done); the local SDP."""
+        pc = handle.pc
+        await pc.setLocalDescription(await (pc.createOffer() if kind == "offer" else pc.createAnswer()))
+        return str(pc.localDescription.sdp)
 
     async def _set_remote(self, handle: Any, kind: str, sdp: str) -> None:
         raise NotImplementedError

@@ -2,12 +2,11 @@
 
 Theory of operation
 -------------------
-The browser adapter of docs/peers.md. What to do and when (who offers,
-candidates kept until the remote description is set, watchdog, retries,
-teardown, framing, in-order delivery per peer, ``transferErrors``) is
-decided by :class:`weei.core.peerlink.LinkManager`, run on asyncio by
-:class:`weei.api.link_transport.LinkTransport`; this module only supplies
-the page's primitives and its signaling client (:class:`BrowserSignaling`,
+The browser adapter of docs/peers.md, the twin of ``weei.agent.transport``:
+both are a :class:`weei.api.link_transport.LinkTransport`, which runs the
+sans-I/O :class:`weei.core.peerlink.LinkManager` (it decides every step of a
+link, its timing, teardown, framing, delivery and errors). Here are only the
+page's primitives and its signaling client (:class:`BrowserSignaling`,
 which reconnects and rejoins by itself and reports each new welcome and peer
 list as an event):
 
@@ -25,7 +24,6 @@ destroys the proxies. A handler never raises into JS: failures are logged.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
@@ -41,7 +39,7 @@ from weei.core.peerlink_commands import CreateLink
 
 from .convert import from_js_value, is_nullish, to_js_value
 from .engine import to_uint8array
-from .signaling_ws import BrowserSignaling
+from .signaling_ws import BrowserSignaling, detach
 
 __all__ = ["BrowserTransport", "Receiver", "CHANNEL_LABEL", "LOW_WATER", "HIGH_WATER"]
 
@@ -61,21 +59,10 @@ class _Handle:
         targets = [(self.pc, ("onicecandidate", "onconnectionstatechange", "ondatachannel"))]
         if self.channel is not None:
             targets.append((self.channel, _CHANNEL_EVENTS))
-        for target, names in targets:
-            for name in names:
-                with contextlib.suppress(Exception):
-                    setattr(target, name, None)
+        proxies, self.proxies = self.proxies, []
+        detach(targets, proxies)
         with contextlib.suppress(Exception):
             self.pc.close()
-        proxies, self.proxies = self.proxies, []
-        # The handler running now (onclose...) is among them: destroy after it returned.
-        asyncio.get_event_loop().call_soon(_destroy_all, proxies)
-
-
-def _destroy_all(proxies: list[Any]) -> None:
-    for proxy in proxies:
-        with contextlib.suppress(Exception):
-            proxy.destroy()
 
 
 class BrowserTransport(LinkTransport):
@@ -154,18 +141,11 @@ class BrowserTransport(LinkTransport):
         channel.onopen = self._handler(handle, lambda _e: on(link, "open"))
         channel.onmessage = self._handler(handle, lambda e: on(link, "frame", _frame_data(e.data)))
         channel.onclose = self._handler(handle, lambda _e: on(link, "closed", "channel closed"))
-        channel.onerror = self._handler(handle, lambda e: self.logger.info("channel error: %s", getattr(e, "error", "")))
+        channel.onerror = self._handler(handle, lambda e: self.logger.info("channel error: %s",
+                                                                           getattr(e, "error", "")))
         channel.onbufferedamountlow = self._handler(handle, lambda _e: on(link, "low"))
         if str(channel.readyState) == "open":
             on(link, "open")
-
-    async def _offer(self, handle: _Handle) -> str:
-        await handle.pc.setLocalDescription(await handle.pc.createOffer())
-        return str(handle.pc.localDescription.sdp)
-
-    async def _answer(self, handle: _Handle) -> str:
-        await handle.pc.setLocalDescription(await handle.pc.createAnswer())
-        return str(handle.pc.localDescription.sdp)
 
     async def _set_remote(self, handle: _Handle, kind: str, sdp: str) -> None:
         await handle.pc.setRemoteDescription(to_js_value({"type": kind, "sdp": sdp}))

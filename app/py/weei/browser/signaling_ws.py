@@ -43,8 +43,8 @@ import js  # type: ignore[import-not-found]
 from pyodide.ffi import create_proxy  # type: ignore[import-not-found]
 
 from weei.core.errors import WeeiError
-from weei.core.signaling_protocol import (PING, Answer, Closed, Peers, ServerError, Signal, SignalingEvent,
-                                          SignalingSession, Unreadable, Welcome)
+from weei.core.signaling_protocol import (PING, Answer, Closed, Peers, ServerError, SessionView, Signal,
+                                          SignalingEvent, SignalingSession, Unreadable, Welcome)
 
 __all__ = [
     "BrowserSignaling",
@@ -58,6 +58,7 @@ __all__ = [
     "Closed",
     "SignalingEvent",
     "signal_url",
+    "detach",
     "TOKEN_KEY",
 ]
 
@@ -114,12 +115,18 @@ class _Socket:
     gone: bool = False
 
     def release(self) -> None:
-        for name in ("onopen", "onmessage", "onclose", "onerror"):
-            with contextlib.suppress(Exception):
-                setattr(self.ws, name, None)
         proxies, self.proxies = self.proxies, []
-        # Deferred: the proxy running right now (onclose) must not be destroyed under itself.
-        asyncio.get_event_loop().call_soon(_destroy_all, proxies)
+        detach([(self.ws, ("onopen", "onmessage", "onclose", "onerror"))], proxies)
+
+
+def detach(targets: list[tuple[Any, tuple[str, ...]]], proxies: list[Any]) -> None:
+    """Clear the named handlers of each JS object, then destroy ``proxies`` a tick later: the proxy running
+    right now (an onclose) must not be destroyed under itself."""
+    for target, names in targets:
+        for name in names:
+            with contextlib.suppress(Exception):
+                setattr(target, name, None)
+    asyncio.get_event_loop().call_soon(_destroy_all, proxies)
 
 
 def _destroy_all(proxies: list[Any]) -> None:
@@ -128,7 +135,7 @@ def _destroy_all(proxies: list[Any]) -> None:
             proxy.destroy()
 
 
-class BrowserSignaling:
+class BrowserSignaling(SessionView):
     """docs/signaling.md from the page (frames and their meaning: ``SignalingSession``); see the module docstring."""
 
     def __init__(self, url: str, *, tokens: TokenStore | None = None, token_key: str = TOKEN_KEY,
@@ -147,22 +154,6 @@ class BrowserSignaling:
         self._reconnector: asyncio.Task[None] | None = None
         self._pinger: asyncio.Task[None] | None = None
         self._closing = False
-
-    @property
-    def welcome(self) -> Welcome | None:
-        return self.protocol.welcome
-
-    @property
-    def peer_id(self) -> str | None:
-        return self.protocol.peer_id
-
-    @property
-    def room(self) -> str | None:
-        return self.protocol.room
-
-    @property
-    def peers(self) -> tuple[str, ...]:
-        return self.protocol.peers
 
     @property
     def connected(self) -> bool:

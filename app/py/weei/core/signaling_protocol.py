@@ -42,6 +42,7 @@ __all__ = [
     "Answer",
     "SignalingEvent",
     "SignalingSession",
+    "SessionView",
     "REPLACED",
     "PING",
 ]
@@ -232,6 +233,32 @@ class SignalingSession:
             return [event]
         self.pending.discard(request)
         return [Answer(request, value), event] if self.answers_are_events else [Answer(request, value)]
+
+
+class SessionView:
+    """What a client shows of its :class:`SignalingSession` (``self.protocol``), read-only."""
+
+    protocol: SignalingSession
+
+    @property
+    def token(self) -> str | None:
+        return self.protocol.token
+
+    @property
+    def welcome(self) -> Welcome | None:
+        return self.protocol.welcome
+
+    @property
+    def peer_id(self) -> str | None:
+        return self.protocol.peer_id
+
+    @property
+    def room(self) -> str | None:
+        return self.protocol.room
+
+    @property
+    def peers(self) -> tuple[str, ...]:
+        return self.protocol.peers
 
 
 class _Bad(ValueError):

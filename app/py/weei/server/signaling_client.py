@@ -28,8 +28,8 @@ from typing import Any, Union
 import aiohttp
 
 from ..core.errors import UsageError
-from ..core.signaling_protocol import (PING, Answer, Closed, Peers, ServerError, Signal, SignalingSession, Unreadable,
-                                       Welcome)
+from ..core.signaling_protocol import (PING, Answer, Closed, Peers, ServerError, SessionView, Signal, SignalingSession,
+                                       Unreadable, Welcome)
 from .rooms import SignalingError
 
 __all__ = [
@@ -47,7 +47,7 @@ log = logging.getLogger("weei.server.signaling_client")
 Event = Union[Peers, Signal, ServerError, Closed]
 
 
-class SignalingClient:
+class SignalingClient(SessionView):
     """One peer's connection to the signaling server (the frames and their meaning: ``SignalingSession``)."""
 
     def __init__(self, url: str, *, token: str | None = None, session: aiohttp.ClientSession | None = None,
@@ -72,26 +72,6 @@ class SignalingClient:
     @property
     def connected(self) -> bool:
         return self._ws is not None and not self._ws.closed
-
-    @property
-    def token(self) -> str | None:
-        return self.protocol.token
-
-    @property
-    def welcome(self) -> Welcome | None:
-        return self.protocol.welcome
-
-    @property
-    def peer_id(self) -> str | None:
-        return self.protocol.peer_id
-
-    @property
-    def room(self) -> str | None:
-        return self.protocol.room
-
-    @property
-    def peers(self) -> tuple[str, ...]:
-        return self.protocol.peers
 
     async def connect(self) -> Welcome:
         """Open the socket and say hello (with the resume token, if any).
