@@ -291,7 +291,8 @@ class LinkTransport:
             self._timer.cancel()
             self._timer = None
         if due is not None and not self.links.closing:
-            delay = max(0.0, (due - now_ms()) / 1000.0)
+            # A millisecond late: the loop's clock may run a hair ahead of time.monotonic().
+            delay = max(0.0, (due - now_ms()) / 1000.0) + 0.001
             self._timer = asyncio.get_event_loop().call_later(delay, self._on_timer)
 
     def _on_timer(self) -> None:
