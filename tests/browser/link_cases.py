@@ -89,13 +89,6 @@ def deliver(peer: str, job: str, size: int) -> tuple[Send, dict[str, bytes]]:
     return Send(peer, Deliver(job, ref, {"id": job}), (ref,)), {sha: data}
 
 
-def raw_send(transport: LinkTransport, peer: str, frames: list[bytes]) -> None:
-    """Hostile: frames straight onto the channel, past the writer."""
-    link, _ = transport.links.links()[peer]
-    for frame in frames:
-        transport._send_frame(transport._handles[link], frame)
-
-
 class Pair:
     """Two transports in one room: ``lo`` (the offerer, lower ID) and ``hi``, with their receivers."""
 
@@ -194,7 +187,7 @@ async def refusals_are_named_then_the_offerer_reconnects(platform: Platform, roo
         writer = pair.hi.links.writer(pair.lo_id)
         assert writer is not None
         tid = writer._new_id()
-        raw_send(pair.hi, pair.lo_id, [message_begin_frame(tid, 8, []), data_frame(tid, 0, b"not json")])
+        pair.hi.send_raw(pair.lo_id, [message_begin_frame(tid, 8, []), data_frame(tid, 0, b"not json")])
         await until("the message refusal is named", lambda: f"message:{pair.hi_id}" in
                     pair.lo.transfers_state()["transferErrors"])
         state = pair.lo.transfers_state()
@@ -202,7 +195,7 @@ async def refusals_are_named_then_the_offerer_reconnects(platform: Platform, roo
         assert state["transferErrors"][f"message:{pair.hi_id}"].startswith("bad-message: ")
         assert pair.lo.peers() == [pair.hi_id], "a refused message does not break the channel"
 
-        raw_send(pair.hi, pair.lo_id, [b"\x00garbage that is no frame at all"])
+        pair.hi.send_raw(pair.lo_id, [b"\x00garbage that is no frame at all"])
         await until("both ends saw the channel go", lambda: "disconnected" in pair.rec_lo.kinds()
                     and "disconnected" in pair.rec_hi.kinds())
         errors = pair.lo.transfers_state()["transferErrors"]

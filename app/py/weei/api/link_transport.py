@@ -122,6 +122,12 @@ class LinkTransport:
         return {peer: "open" if is_open else self._state(self._handles.get(link))
                 for peer, (link, is_open) in self.links.links().items()}
 
+    def send_raw(self, peer: str, frames: list[bytes]) -> None:
+        """Frames straight onto ``peer``'s open channel, past the writer (tests use it to misbehave)."""
+        link, _ = self.links.links()[peer]
+        for frame in frames:
+            self._send_frame(self._handles[link], frame)
+
     async def wait_for_peer(self, peer: str, timeout: float) -> None:
         """Wait until ``peer`` has an open channel; raises TimeoutError naming it."""
         deadline = time.monotonic() + timeout
