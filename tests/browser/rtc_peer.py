@@ -109,7 +109,8 @@ def send_blob(to: str, size: int, job: str) -> str:
 def raw_send(to: str, frames: list[Any]) -> str:
     """Hostile: hand frames (bytes, or str for a text message) straight to the data channel."""
     assert transport is not None
-    channel = transport._links[to].channel
+    link, _ = transport.links.links()[to]
+    channel = transport._handles[link].channel
     for frame in frames:
         if isinstance(frame, str):
             channel.send(frame)
@@ -124,7 +125,9 @@ def hostile_frames(to: str, case: str) -> list[Any]:
     """Frames a misbehaving peer might send; the transfer id comes from our own writer, so that the
     reader refuses them for what they are, not for a reused id, and our next honest send still works."""
     assert transport is not None
-    tid = transport._links[to].writer._new_id()
+    writer = transport.links.writer(to)
+    assert writer is not None, f"no open channel to {to}"
+    tid = writer._new_id()
     if case == "bad-hash":
         content = b"not the announced bytes"
         announced = hashlib.sha256(b"something else").hexdigest()
@@ -136,6 +139,45 @@ def hostile_frames(to: str, case: str) -> list[Any]:
     if case == "text":
         return ["a text message"]
     raise ValueError(case)
+
+
+class _MemoryTokens:
+    """Each transport of the shared cases gets its own peer ID (not the tab's sessionStorage token)."""
+
+    def __init__(self) -> None:
+        self.token: str | None = None
+
+    def get(self, key: str) -> str | None:
+        return self.token
+
+    def set(self, key: str, value: str | None) -> None:
+        self.token = value
+
+
+class PagePlatform:
+    """link_cases.Platform for the page's BrowserTransport (both transports of a case live in this page)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    async def new(self) -> BrowserTransport:
+        signaling = BrowserSignaling(self.url, tokens=_MemoryTokens())
+        await signaling.connect()
+        return BrowserTransport(signaling)
+
+    async def join(self, transport: Any, room: str) -> None:
+        await transport.start(room)
+
+    async def close(self, transport: Any) -> None:
+        transport.close()
+
+
+async def run_case(name: str, room: str) -> str:
+    """Run one case of link_cases.py against BrowserTransport; raises (with its traceback) on a failure."""
+    import link_cases
+
+    await asyncio.wait_for(link_cases.CASES[name](PagePlatform(signal_url(WEEI_URL)), room), 60)
+    return json.dumps(name)
 
 
 def close() -> str:

@@ -443,9 +443,7 @@ class HostilePeer:
 
     def _raw(self, peer: str, frames: list[bytes]) -> None:
         """Frames straight onto the channel, under the writer's own transfer ids."""
-        link = self.transport._links[peer]
-        for frame in frames:
-            link.channel.send(frame)
+        self.transport.send_raw(peer, frames)
 
     async def _answer(self, peer: str, assign: Any) -> None:
         from weei.core import framing
@@ -475,7 +473,7 @@ class HostilePeer:
             self._send_update(peer, update, ref, finite)
             await self.transport.flush()
             # 2. An attachment the message does not name.
-            writer = self.transport._links[peer].writer
+            writer = self.transport.links.writer(peer)
             extra = os.urandom(1000)
             update, _ = self._update(assign, checkpoint, sha=assign.checkpoint.sha256)  # names held bytes only
             text = json.dumps(encode_message(update), separators=(",", ":")).encode()

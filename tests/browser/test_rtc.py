@@ -28,10 +28,11 @@ from typing import Any
 from urllib.parse import quote, urlparse
 
 import pytest
+from link_cases import CASES
 from site_helpers import CHROMIUM, CHROMIUM_ARGS, ROOT, TIMEOUT_MS
 
 HERE = Path(__file__).parent
-HARNESS_FILES = ("rtc_harness.html", "rtc_peer.py")
+HARNESS_FILES = ("rtc_harness.html", "rtc_peer.py", "link_cases.py")
 MB = 1_000_000
 
 
@@ -179,6 +180,26 @@ def test_two_browser_processes_move_5mb_both_ways_then_see_the_close(harness: st
     finally:
         a.close()
         b.close()
+
+
+# ------------------------------------------------------------------ the shared link-adapter suite
+
+
+@pytest.fixture(scope="module")
+def case_page(harness: str, browser: Any) -> Iterator[Peer]:
+    """One harness page in its own Chromium process; each case runs its two transports in it."""
+    own = browser.browser_type.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    page = Peer(own, harness)
+    yield page
+    page.close()
+    own.close()
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_browser_transport_passes_the_shared_link_cases(case_page: Peer, case: str) -> None:
+    """tests/browser/link_cases.py, the suite tests/unit/test_peerlink_adapters.py runs against aiortc."""
+    assert case_page.py(f"await rtc_peer.run_case({case!r}, {new_room()!r})") == case
+    assert not case_page.errors, case_page.errors
 
 
 # ------------------------------------------------------------------ (c)

@@ -139,7 +139,7 @@ def test_two_aiortc_peers_move_5mb_both_ways_through_the_framing() -> None:
                 assert blobs == {hashlib.sha256(two).hexdigest(): two}
 
                 for t in (a, b):  # finished transfers leave the book; nothing failed
-                    assert t.state() == {"transfers": [], "transferErrors": {}}
+                    assert t.transfers_state() == {"transfers": [], "transferErrors": {}}
                 assert [(r.direction, r.type, r.bytes) for r in a.log] == [("send", "deliver", 5_000_000),
                                                                           ("receive", "deliver", 5_000_001)]
                 print(f"\nconnect {connect_s:.2f} s; a->b {5 / a_to_b:.1f} MB/s; b->a {5 / b_to_a:.1f} MB/s")

@@ -131,10 +131,9 @@ class StateView:
 
     def _transfers(self) -> dict[str, Any]:
         transport = self.session.transport
-        state = getattr(transport, "transfers_state", None) or getattr(transport, "state", None)
-        if callable(state):
-            return json.loads(json.dumps(state()))
-        return {"transfers": [], "transferErrors": {}}
+        if transport is None:
+            return {"transfers": [], "transferErrors": {}}
+        return json.loads(json.dumps(transport.transfers_state()))
 
     def _local_workers(self, spec: JobSpec) -> dict[str, Any]:
         device = self.session.device

@@ -35,15 +35,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Union
+from typing import Any, Protocol
 
 import js  # type: ignore[import-not-found]
 from pyodide.ffi import create_proxy  # type: ignore[import-not-found]
 
 from weei.core.errors import WeeiError
+from weei.core.signaling_protocol import (PING, Answer, Closed, Peers, ServerError, SessionView, Signal,
+                                          SignalingEvent, SignalingSession, Unreadable, Welcome)
 
 __all__ = [
     "BrowserSignaling",
@@ -57,6 +58,7 @@ __all__ = [
     "Closed",
     "SignalingEvent",
     "signal_url",
+    "detach",
     "TOKEN_KEY",
 ]
 
@@ -64,51 +66,10 @@ log = logging.getLogger("weei.browser.signaling")
 
 TOKEN_KEY = "weei.signal.token"
 _BACKOFF_MAX_S = 30.0
-_DEFAULT_IDLE_TIMEOUT_S = 300.0
-_REPLACED = 4001
 
 
 class SignalingRefused(WeeiError):
     """The server refused a request (``reason`` is its reason code), or the socket went away meanwhile."""
-
-
-@dataclass(frozen=True)
-class Welcome:
-    peer_id: str
-    token: str
-    resumed: bool
-    ice_servers: tuple[dict[str, Any], ...]
-    limits: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class Peers:
-    room: str
-    peers: tuple[str, ...]  # join order, self included
-
-
-@dataclass(frozen=True)
-class Signal:
-    sender: str
-    kind: str  # offer | answer | candidate
-    payload: Any  # SDP text, or an RTCIceCandidateInit dict
-
-
-@dataclass(frozen=True)
-class ServerError:
-    reason: str
-    message: str
-    refused: str | None = None
-
-
-@dataclass(frozen=True)
-class Closed:
-    code: int
-    reason: str
-    reconnecting: bool
-
-
-SignalingEvent = Union[Welcome, Peers, Signal, ServerError, Closed]
 
 
 class TokenStore(Protocol):
@@ -154,12 +115,18 @@ class _Socket:
     gone: bool = False
 
     def release(self) -> None:
-        for name in ("onopen", "onmessage", "onclose", "onerror"):
-            with contextlib.suppress(Exception):
-                setattr(self.ws, name, None)
         proxies, self.proxies = self.proxies, []
-        # Deferred: the proxy running right now (onclose) must not be destroyed under itself.
-        asyncio.get_event_loop().call_soon(_destroy_all, proxies)
+        detach([(self.ws, ("onopen", "onmessage", "onclose", "onerror"))], proxies)
+
+
+def detach(targets: list[tuple[Any, tuple[str, ...]]], proxies: list[Any]) -> None:
+    """Clear the named handlers of each JS object, then destroy ``proxies`` a tick later: the proxy running
+    right now (an onclose) must not be destroyed under itself."""
+    for target, names in targets:
+        for name in names:
+            with contextlib.suppress(Exception):
+                setattr(target, name, None)
+    asyncio.get_event_loop().call_soon(_destroy_all, proxies)
 
 
 def _destroy_all(proxies: list[Any]) -> None:
@@ -168,8 +135,8 @@ def _destroy_all(proxies: list[Any]) -> None:
             proxy.destroy()
 
 
-class BrowserSignaling:
-    """docs/signaling.md from the page; see the module docstring."""
+class BrowserSignaling(SessionView):
+    """docs/signaling.md from the page (frames and their meaning: ``SignalingSession``); see the module docstring."""
 
     def __init__(self, url: str, *, tokens: TokenStore | None = None, token_key: str = TOKEN_KEY,
                  backoff_max_s: float = _BACKOFF_MAX_S) -> None:
@@ -177,22 +144,16 @@ class BrowserSignaling:
         self.tokens: TokenStore = tokens if tokens is not None else SessionStorageTokens()
         self.token_key = token_key
         self.backoff_max_s = backoff_max_s
-        self.welcome: Welcome | None = None
-        self.room: str | None = None
-        self.peers: tuple[str, ...] = ()
+        self.protocol = SignalingSession(self.tokens.get(token_key), answers_are_events=True)
+        self._saved_token = self.protocol.token
         self.dropped_signals = 0
         self.reconnects = 0
         self._sock: _Socket | None = None
         self._events: asyncio.Queue[SignalingEvent] = asyncio.Queue()
-        self._welcome_wait: asyncio.Future[Welcome] | None = None
-        self._join_wait: asyncio.Future[tuple[str, ...]] | None = None
+        self._waiters: dict[str, asyncio.Future[Any]] = {}
         self._reconnector: asyncio.Task[None] | None = None
         self._pinger: asyncio.Task[None] | None = None
         self._closing = False
-
-    @property
-    def peer_id(self) -> str | None:
-        return self.welcome.peer_id if self.welcome is not None else None
 
     @property
     def connected(self) -> bool:
@@ -203,19 +164,21 @@ class BrowserSignaling:
     async def connect(self, timeout: float = 15.0) -> Welcome:
         """Open the socket and say hello (with the saved token). Raises SignalingRefused/TimeoutError."""
         self._closing = False
-        welcome = await self._dial(timeout)
+        welcome: Welcome = await self._dial(timeout)
         if self._pinger is None:
             self._pinger = asyncio.ensure_future(self._ping_loop())
         return welcome
 
     async def join(self, room: str, timeout: float = 15.0) -> tuple[str, ...]:
         """Join ``room``; returns its peers (self included). Raises SignalingRefused (``room-full``...)."""
-        self.room = room
-        return await self._join(timeout)
+        return await self._request("join", self.protocol.join(room), timeout)
 
     def signal(self, to: str, kind: str, payload: Any) -> bool:
         """Send a ``signal`` now; False (and counted) when there is no open socket."""
-        return self._send({"type": "signal", "to": to, "kind": kind, "payload": payload})
+        if self._send(self.protocol.signal(to, kind, payload)):
+            return True
+        self.dropped_signals += 1
+        return False
 
     async def next_event(self, timeout: float | None = None) -> SignalingEvent:
         """The next event (see the module docstring). Raises TimeoutError after ``timeout`` seconds."""
@@ -236,19 +199,18 @@ class BrowserSignaling:
             sock.release()
             with contextlib.suppress(Exception):
                 sock.ws.close(1000, "bye")
-        self._fail_waiters("closed", "the signaling client was closed")
+        self._dispatch(self.protocol.closed(None, "the signaling client was closed"), queue=False)
 
     # --------------------------------------------------------------- socket
 
-    async def _dial(self, timeout: float) -> Welcome:
+    async def _dial(self, timeout: float) -> Any:
         old = self._sock
         if old is not None and not old.gone:
             old.gone = True
             old.release()
             with contextlib.suppress(Exception):
                 old.ws.close(1000, "redial")
-        loop = asyncio.get_event_loop()
-        self._welcome_wait = loop.create_future()
+        waiter = self._waiter("hello")
         sock = _Socket(js.WebSocket.new(self.url))
         self._sock = sock
 
@@ -266,16 +228,13 @@ class BrowserSignaling:
 
         def on_open(_event: Any) -> None:
             sock.open = True
-            hello: dict[str, Any] = {"type": "hello", "version": 1}
-            token = self.tokens.get(self.token_key)
-            if token:
-                hello["token"] = token
-            self._send(hello)
+            self.protocol.token = self._saved_token = self.tokens.get(self.token_key)
+            self._send(self.protocol.hello())
 
         def on_message(event: Any) -> None:
             data = event.data
             if isinstance(data, str):
-                self._on_frame(data)
+                self._dispatch(self.protocol.receive(data))
 
         def on_close(event: Any) -> None:
             if sock.gone:
@@ -284,12 +243,8 @@ class BrowserSignaling:
             sock.release()
             if self._sock is sock:
                 self._sock = None
-            code, reason = int(event.code), str(event.reason)
-            if code == _REPLACED:  # another tab resumed our ID: take a fresh one rather than fight
-                self.tokens.set(self.token_key, None)
-            self._fail_waiters("disconnected", f"signaling socket closed ({code} {reason})")
             reconnecting = not self._closing and self.room is not None
-            self._events.put_nowait(Closed(code, reason, reconnecting))
+            self._dispatch(self.protocol.closed(int(event.code), str(event.reason), reconnecting=reconnecting))
             if reconnecting and self._reconnector is None:
                 self._reconnector = asyncio.ensure_future(self._reconnect())
 
@@ -297,61 +252,54 @@ class BrowserSignaling:
         sock.ws.onmessage = guarded(on_message)
         sock.ws.onclose = guarded(on_close)
         sock.ws.onerror = guarded(lambda _e: None)  # a close event always follows
-        return await asyncio.wait_for(asyncio.shield(self._welcome_wait), timeout)
+        return await asyncio.wait_for(asyncio.shield(waiter), timeout)
 
-    def _send(self, obj: dict[str, Any]) -> bool:
+    def _send(self, text: str) -> bool:
         sock = self._sock
         if sock is None or not sock.open or sock.gone:
-            if obj.get("type") == "signal":
-                self.dropped_signals += 1
             return False
         try:
-            sock.ws.send(json.dumps(obj, separators=(",", ":")))
+            sock.ws.send(text)
         except Exception as exc:  # CLOSING/CLOSED between our check and the send
             log.warning("signaling send failed: %s", exc)
             return False
         return True
 
-    def _on_frame(self, text: str) -> None:
-        try:
-            msg = json.loads(text)
-            kind = msg["type"]
-        except (ValueError, KeyError, TypeError):
-            log.warning("signaling: unreadable frame from the server")
-            return
-        if kind == "welcome":
-            welcome = Welcome(str(msg["peerId"]), str(msg["token"]), bool(msg.get("resumed")),
-                              tuple(msg.get("iceServers") or ()), dict(msg.get("limits") or {}))
-            self.welcome = welcome
-            self.tokens.set(self.token_key, welcome.token)
-            _resolve(self._welcome_wait, welcome)
-            self._events.put_nowait(welcome)
-        elif kind == "peers":
-            self.peers = tuple(str(p) for p in msg.get("peers", ()))
-            _resolve(self._join_wait, self.peers)
-            self._events.put_nowait(Peers(str(msg.get("room", "")), self.peers))
-        elif kind == "signal":
-            self._events.put_nowait(Signal(str(msg["from"]), str(msg["kind"]), msg.get("payload")))
-        elif kind == "error":
-            error = ServerError(str(msg.get("reason", "")), str(msg.get("message", "")), msg.get("refused"))
-            waiter = self._join_wait if error.refused == "join" else (
-                self._welcome_wait if error.refused == "hello" else None)
-            if waiter is not None and not waiter.done():
-                waiter.set_exception(SignalingRefused(error.reason, error.message))
-            else:
-                self._events.put_nowait(error)
-        # 'pong' needs nothing: the idle timer was reset by our ping.
+    def _dispatch(self, items: list[Any], *, queue: bool = True) -> None:
+        if self.protocol.token != self._saved_token:  # a welcome set it, or 4001 replaced dropped it
+            self._saved_token = self.protocol.token
+            self.tokens.set(self.token_key, self._saved_token)
+        for item in items:
+            if isinstance(item, Answer):
+                waiter = self._waiters.pop(item.request, None)
+                if waiter is None or waiter.done():
+                    continue
+                if item.error is not None:
+                    waiter.set_exception(SignalingRefused(item.error.reason, item.error.message))
+                else:
+                    waiter.set_result(item.value)
+            elif isinstance(item, Unreadable):
+                log.warning("signaling: unreadable frame from the server: %s", item.detail)
+            elif queue:
+                self._events.put_nowait(item)
+            if isinstance(item, Closed):  # a request not yet sent (the socket never opened) fails too
+                for waiter in self._waiters.values():
+                    if not waiter.done():
+                        waiter.set_exception(SignalingRefused("closed", f"signaling socket closed ({item.reason})"))
+                self._waiters.clear()
 
-    def _fail_waiters(self, reason: str, message: str) -> None:
-        for waiter in (self._welcome_wait, self._join_wait):
-            if waiter is not None and not waiter.done():
-                waiter.set_exception(SignalingRefused(reason, message))
+    def _waiter(self, request: str) -> asyncio.Future[Any]:
+        waiter: asyncio.Future[Any] = asyncio.get_event_loop().create_future()
+        self._waiters[request] = waiter
+        return waiter
 
-    async def _join(self, timeout: float) -> tuple[str, ...]:
-        self._join_wait = asyncio.get_event_loop().create_future()
-        if not self._send({"type": "join", "room": self.room}):
+    async def _request(self, request: str, text: str, timeout: float) -> Any:
+        waiter = self._waiter(request)
+        if not self._send(text):
+            self._waiters.pop(request, None)
+            self.protocol.pending.discard(request)
             raise SignalingRefused("disconnected", "no open signaling socket")
-        return await asyncio.wait_for(asyncio.shield(self._join_wait), timeout)
+        return await asyncio.wait_for(asyncio.shield(waiter), timeout)
 
     async def _reconnect(self) -> None:
         delay = 1.0
@@ -362,11 +310,8 @@ class BrowserSignaling:
                 try:
                     await self._dial(15.0)
                     if self.room is not None:
-                        await self._join(15.0)
-                except (SignalingRefused, asyncio.TimeoutError, TimeoutError) as exc:
-                    log.warning("signaling reconnect failed: %s", exc)
-                    continue
-                except Exception as exc:  # js.WebSocket.new refusing the URL, etc.
+                        await self.join(self.room)
+                except Exception as exc:  # refused, timed out, js.WebSocket.new refusing the URL...
                     log.warning("signaling reconnect failed: %s", exc)
                     continue
                 self.reconnects += 1
@@ -377,14 +322,5 @@ class BrowserSignaling:
 
     async def _ping_loop(self) -> None:
         while not self._closing:
-            idle = _DEFAULT_IDLE_TIMEOUT_S
-            if self.welcome is not None:
-                with contextlib.suppress(TypeError, ValueError):
-                    idle = float(self.welcome.limits.get("idleTimeout", idle))
-            await asyncio.sleep(max(1.0, idle / 3))
-            self._send({"type": "ping"})
-
-
-def _resolve(waiter: asyncio.Future[Any] | None, value: Any) -> None:
-    if waiter is not None and not waiter.done():
-        waiter.set_result(value)
+            await asyncio.sleep(self.protocol.ping_interval_s())
+            self._send(PING)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-from typing import Mapping
+from typing import Any, Mapping
 
 from ..api.controller import TrainingController
 from ..core.commands import Send
@@ -34,6 +34,10 @@ class MemoryTransport:
 
     def send(self, send: Send, blobs: Mapping[str, bytes]) -> None:
         self.network.post(self.peer_id, send, blobs)
+
+    def transfers_state(self) -> dict[str, Any]:
+        """Messages move whole in memory: never a transfer in flight, never a refused one."""
+        return {"transfers": [], "transferErrors": {}}
 
 
 class MemoryNetwork:

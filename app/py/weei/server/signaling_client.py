@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-from dataclasses import dataclass
+import logging
 from typing import Any, Union
 
 import aiohttp
 
 from ..core.errors import UsageError
+from ..core.signaling_protocol import (PING, Answer, Closed, Peers, ServerError, SessionView, Signal, SignalingSession,
+                                       Unreadable, Welcome)
 from .rooms import SignalingError
 
 __all__ = [
@@ -41,66 +42,18 @@ __all__ = [
     "Event",
 ]
 
-
-@dataclass(frozen=True)
-class Welcome:
-    """The server's answer to ``hello``."""
-
-    peer_id: str
-    token: str
-    resumed: bool
-    ice_servers: tuple[dict[str, Any], ...]
-    limits: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class Peers:
-    """The peers now in the room (join order, self included)."""
-
-    room: str
-    peers: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Signal:
-    """An offer, answer or candidate from peer ``sender``."""
-
-    sender: str
-    kind: str
-    payload: Any
-
-
-@dataclass(frozen=True)
-class ServerError:
-    """The server refused one of our frames."""
-
-    reason: str
-    message: str
-    refused: str | None
-
-
-@dataclass(frozen=True)
-class Closed:
-    """The socket closed (``code`` None if it failed without a close frame)."""
-
-    code: int | None
-    reason: str
-
+log = logging.getLogger("weei.server.signaling_client")
 
 Event = Union[Peers, Signal, ServerError, Closed]
 
 
-class SignalingClient:
-    """One peer's connection to the signaling server."""
+class SignalingClient(SessionView):
+    """One peer's connection to the signaling server (the frames and their meaning: ``SignalingSession``)."""
 
     def __init__(self, url: str, *, token: str | None = None, session: aiohttp.ClientSession | None = None,
                  ping_interval_s: float | None = None, timeout_s: float = 10.0) -> None:
         self.url = url
-        self.token = token
-        self.peer_id: str | None = None
-        self.room: str | None = None
-        self.peers: tuple[str, ...] = ()
-        self.welcome: Welcome | None = None
+        self.protocol = SignalingSession(token)
         self._session = session
         self._own_session = session is None
         self._ping_interval = ping_interval_s
@@ -131,16 +84,8 @@ class SignalingClient:
             self._session = aiohttp.ClientSession()
         self._ws = await self._session.ws_connect(self.url, autoping=True)
         self._tasks = [asyncio.create_task(self._read(self._ws))]
-        hello: dict[str, Any] = {"type": "hello", "version": 1}
-        if self.token is not None:
-            hello["token"] = self.token
-        welcome: Welcome = await self._request("hello", hello)
-        self.welcome = welcome
-        self.peer_id = welcome.peer_id
-        self.token = welcome.token
-        interval = self._ping_interval
-        if interval is None:
-            interval = max(1.0, float(welcome.limits.get("idleTimeout", 300)) / 3)
+        welcome: Welcome = await self._request("hello", self.protocol.hello())
+        interval = self._ping_interval if self._ping_interval is not None else self.protocol.ping_interval_s()
         self._tasks.append(asyncio.create_task(self._ping(self._ws, interval)))
         return welcome
 
@@ -148,13 +93,12 @@ class SignalingClient:
         """Join ``room``; returns its peers (self included). Raises SignalingError if refused."""
         if self.welcome is None or not self.connected:
             raise UsageError("not-connected", "SignalingClient.join: connect first")
-        peers: tuple[str, ...] = await self._request("join", {"type": "join", "room": room})
-        self.room = room
+        peers: tuple[str, ...] = await self._request("join", self.protocol.join(room))
         return peers
 
     async def signal(self, to: str, kind: str, payload: Any) -> None:
         """Send an offer/answer (SDP string) or a candidate (RTCIceCandidateInit dict) to ``to``."""
-        await self._send({"type": "signal", "to": to, "kind": kind, "payload": payload})
+        await self._send(self.protocol.signal(to, kind, payload))
 
     async def send_raw(self, text: str) -> None:
         """Send a frame as it is (tests use it to misbehave)."""
@@ -194,28 +138,20 @@ class SignalingClient:
 
     # -- internals ---------------------------------------------------------
 
-    async def _send(self, frame: dict[str, Any]) -> None:
+    async def _send(self, text: str) -> None:
         if self._ws is None or self._ws.closed:
             raise UsageError("not-connected", "SignalingClient: not connected")
-        await self._ws.send_str(json.dumps(frame, separators=(",", ":")))
+        await self._ws.send_str(text)
 
-    async def _request(self, kind: str, frame: dict[str, Any]) -> Any:
+    async def _request(self, kind: str, text: str) -> Any:
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending[kind] = future
         try:
-            await self._send(frame)
+            await self._send(text)
             return await asyncio.wait_for(future, self._timeout)
         finally:
             self._pending.pop(kind, None)
-
-    def _resolve(self, kind: str, value: Any = None, error: BaseException | None = None) -> None:
-        future = self._pending.get(kind)
-        if future is None or future.done():
-            return
-        if error is not None:
-            future.set_exception(error)
-        else:
-            future.set_result(value)
+            self.protocol.pending.discard(kind)
 
     async def _disconnect(self) -> None:
         for task in self._tasks:
@@ -227,56 +163,39 @@ class SignalingClient:
         if self._ws is not None:
             await self._ws.close()
             self._ws = None
-        self.welcome = None
+        self.protocol.welcome = None
 
     async def _ping(self, ws: aiohttp.ClientWebSocketResponse, interval: float) -> None:
         while not ws.closed:
             await asyncio.sleep(interval)
             with contextlib.suppress(ConnectionError, RuntimeError):
-                await ws.send_str('{"type":"ping"}')
+                await ws.send_str(PING)
 
     async def _read(self, ws: aiohttp.ClientWebSocketResponse) -> None:
         reason = ""
         while True:
             msg = await ws.receive()
             if msg.type is aiohttp.WSMsgType.TEXT:
-                try:
-                    frame = json.loads(msg.data)
-                except ValueError:
-                    continue
-                if isinstance(frame, dict):
-                    self._dispatch(frame)
+                self._dispatch(self.protocol.receive(msg.data))
             elif msg.type is aiohttp.WSMsgType.CLOSE:
                 reason = str(msg.extra or "")
                 break
             elif msg.type in (aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.CLOSING, aiohttp.WSMsgType.ERROR):
                 break
-        closed = Closed(ws.close_code, reason)
-        error = SignalingError("closed", f"the server closed the socket ({closed.code} {closed.reason})")
-        for kind in list(self._pending):
-            self._resolve(kind, error=error)
-        await self._events.put(closed)
+        self._dispatch(self.protocol.closed(ws.close_code, reason))
 
-    def _dispatch(self, frame: dict[str, Any]) -> None:
-        # A frame that answers a pending request (welcome; the peer list
-        # after our join; an error refusing hello or join) goes to that
-        # request only; everything else becomes an event.
-        kind = frame.get("type")
-        if kind == "welcome":
-            self._resolve("hello", Welcome(frame["peerId"], frame["token"], bool(frame["resumed"]),
-                                           tuple(frame.get("iceServers", ())), dict(frame.get("limits", {}))))
-        elif kind == "peers":
-            event = Peers(frame["room"], tuple(frame["peers"]))
-            self.peers = event.peers
-            if "join" in self._pending and self.peer_id in event.peers:
-                self._resolve("join", event.peers)
+    def _dispatch(self, items: list[Any]) -> None:
+        # An Answer goes to its request only; everything else becomes an event.
+        for item in items:
+            if isinstance(item, Answer):
+                future = self._pending.get(item.request)
+                if future is None or future.done():
+                    continue
+                if item.error is not None:
+                    future.set_exception(SignalingError(item.error.reason, item.error.message, item.request))
+                else:
+                    future.set_result(item.value)
+            elif isinstance(item, Unreadable):
+                log.warning("signaling: unreadable frame from the server: %s", item.detail)
             else:
-                self._events.put_nowait(event)
-        elif kind == "signal":
-            self._events.put_nowait(Signal(frame["from"], frame["kind"], frame["payload"]))
-        elif kind == "error":
-            error = ServerError(frame["reason"], frame.get("message", ""), frame.get("refused"))
-            if error.refused is not None and error.refused in self._pending:
-                self._resolve(error.refused, error=SignalingError(error.reason, error.message, error.refused))
-            else:
-                self._events.put_nowait(error)
+                self._events.put_nowait(item)
