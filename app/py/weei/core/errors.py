@@ -9,6 +9,8 @@ prose, and the message names the field or file at fault.
 
 from __future__ import annotations
 
+from enum import Enum
+
 __all__ = [
     "WeeiError",
     "UsageError",
@@ -21,11 +23,16 @@ __all__ = [
 
 
 class WeeiError(Exception):
-    """Base of every Weei error: ``reason`` is a short kebab-case code."""
+    """Base of every Weei error: ``reason`` is a short kebab-case code.
+
+    Each family lists its codes in a ``str`` enum (``FrameReason``,
+    ``MessageReason``, ...); the error keeps the plain string value, so it
+    compares, prints and crosses to JavaScript exactly as before.
+    """
 
     def __init__(self, reason: str, message: str) -> None:
         super().__init__(message)
-        self.reason = reason
+        self.reason: str = reason.value if isinstance(reason, Enum) else reason
         self.message = message
 
     def __str__(self) -> str:
