@@ -16,9 +16,9 @@ from ..commands import Send
 from ..errors import UsageError
 from ..messages import ArtifactRef, Message, encode_message
 from ..transfers import RateMeter, TransferDone, TransferFailed, TransferProgress, progress_of
-from .frames import (DATA_PAYLOAD_AT, MAX_TRANSFER_ID, DEFAULT_MAX_FRAME_BYTES, HARD_MAX_FRAME_BYTES, MAX_ATTACHMENTS, MIN_FRAME_BYTES,
-                     Event, FrameError, FrameReason, abort_frame, artifact_begin_frame, data_frame,
-                     message_begin_frame, referenced_artifacts)
+from .frames import (DATA_PAYLOAD_AT, DEFAULT_MAX_FRAME_BYTES, HARD_MAX_FRAME_BYTES, MAX_ATTACHMENTS,
+                     MAX_TRANSFER_ID, MIN_FRAME_BYTES, Event, FrameError, FrameReason, abort_frame,
+                     artifact_begin_frame, data_frame, message_begin_frame, referenced_artifacts)
 
 __all__ = ["DEFAULT_MAX_MESSAGE_BYTES", "DEFAULT_PROGRESS_INTERVAL_MS", "FrameWriter", "SendQueue"]
 
