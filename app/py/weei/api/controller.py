@@ -31,7 +31,7 @@ from ..core.debuglog import DebugLog
 from ..core.diagnostics import DiagnosticsBook, DiagnosticsRecorder
 from ..core.errors import CheckpointError, UsageError, WeeiError
 from ..core.job import JobSpec
-from ..core.messages import DiagnosticsReport, Invitation, Message, decode_message
+from ..core.messages import DiagnosticsReport, Direction, Invitation, Message, decode_message
 from ..core.participant import Participant
 from ..core.settings import TrainingSettings
 from ..prepare import MAX_FILE_BYTES, prepare_job
@@ -465,7 +465,8 @@ class TrainingController:
             self.invitations[message.job_id] = {"invitation": {
                 "coordinator": message.coordinator, "modelInfo": message.model_info, "module": message.module,
                 "dataBytes": message.data_bytes, "settings": message.settings}, "receivedAt": now}
-        elif self.coordinator is not None and peer != self.my_peer_id and _to_coordinator(message):
+        elif (self.coordinator is not None and peer != self.my_peer_id
+              and message.DIRECTION is Direction.TO_COORDINATOR):
             self.coordinator.receive(peer, message, blobs, now)
         elif self.participant is not None:
             self.participant.receive(peer, message, now)
@@ -1004,9 +1005,3 @@ def _summary_of(read: Any, now: float) -> dict[str, Any]:
         agg = meta["aggregationState"]
         summary["aggregation"] = {"method": agg["method"], "step": agg["step"], "bytes": agg["bytes"]}
     return summary
-
-
-def _to_coordinator(message: Message) -> bool:
-    from ..core.messages import Assign, Deliver, JobFinished, UpdateReceipt
-
-    return not isinstance(message, (Invitation, Deliver, Assign, UpdateReceipt, JobFinished))
