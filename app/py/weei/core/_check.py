@@ -83,6 +83,12 @@ class Where:
         """``check(obj[key], <place of key>, **options)``: a required field, checked."""
         return check(self.get(obj, key), self.at(key), **options)
 
+    def no_unknown_keys(self, obj: Mapping[str, Any], allowed: Collection[str]) -> None:
+        """Fails at ``path.key`` for the first key of ``obj`` not in ``allowed``."""
+        for key in obj:
+            if key not in allowed:
+                self.at(key)("is not a known field")
+
 
 def nullable(check: Callable[..., T]) -> Callable[..., T | None]:
     """``check`` that lets ``None`` (JSON null) through as None."""
