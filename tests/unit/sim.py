@@ -39,7 +39,7 @@ from weei.core.commands import LoadModule, Log, RunValidation, SaveCheckpoint, S
 from weei.core.coordinator import Coordinator
 from weei.core.job import ChunkInfo, JobSpec, ModuleInfo
 from weei.core.messages import (
-    ArtifactRef, Assign, Deliver, Invitation, JobFinished, Message, UpdateReceipt, decode_message, encode_message,
+    ArtifactRef, Assign, Direction, Message, decode_message, encode_message,
 )
 from weei.core.modelinfo import ModelInfo
 from weei.core.participant import Participant, TrainOutcome
@@ -57,9 +57,6 @@ COORD = "coord"
 WASM = b"\x00asm\x01\x00\x00\x00" + b"synthetic model" * 8
 HANG = object()
 T0 = 1_700_000_000_000.0
-
-# Messages that travel coordinator -> participant; every other kind goes the other way.
-_TO_PARTICIPANT = (Invitation, Deliver, Assign, UpdateReceipt, JobFinished)
 
 
 def sha(data: bytes) -> str:
@@ -416,13 +413,14 @@ class Sim:
             return
         message = roundtrip(send.message)
         assert message == send.message, "encode/decode must round-trip"
-        sender_store = self.coord_store if isinstance(message, _TO_PARTICIPANT) else self.stores[src]
+        to_participant = message.DIRECTION is Direction.TO_PARTICIPANT
+        sender_store = self.coord_store if to_participant else self.stores[src]
         blobs = {}
         for ref in send.attachments:
             data = sender_store[ref.sha256]
             assert sha(data) == ref.sha256 and len(data) == ref.bytes, f"attachment {ref} does not match its bytes"
             blobs[ref.sha256] = data
-        if isinstance(message, _TO_PARTICIPANT):
+        if to_participant:
             self.stores[dst].update(blobs)
             self.deliveries.append(Delivery(src, dst, message, send.attachments, self.now))
             self.participants[dst].receive(src, message, self.now)

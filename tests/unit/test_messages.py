@@ -11,9 +11,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from weei.core.messages import (
-    _TYPES, ArtifactRef, Assign, AssignmentFailed, ChunkRef, Deliver, DiagnosticsReport, Invitation,
-    InvitationDecision, JobFinished, Leave, MessageError, ModuleStatus, PauseContribution, TrainingStarted, UnitRange,
-    Update, UpdateReceipt, decode_message, encode_message,
+    _TYPES, ArtifactRef, Assign, AssignmentFailed, ChunkRef, Deliver, DiagnosticsReport, Direction, Invitation,
+    InvitationDecision, JobFinished, Leave, MessageError, MessageReason, ModuleStatus, PauseContribution,
+    TrainingStarted, UnitRange, Update, UpdateReceipt, decode_message, encode_message,
 )
 
 H1, H2, H3 = "a" * 64, "b" * 64, "0123456789abcdef" * 4
@@ -48,6 +48,32 @@ SAMPLES = [
 
 def test_every_type_has_a_sample() -> None:
     assert {type(m).TYPE for m in SAMPLES} == set(_TYPES)
+
+
+def test_each_type_knows_its_direction() -> None:
+    # Written out by hand (the spec's message flow), not derived from the classes.
+    to_participant = {"invitation", "deliver", "assign", "updateReceipt", "jobFinished"}
+    to_coordinator = {"invitationDecision", "moduleStatus", "trainingStarted", "update", "assignmentFailed",
+                      "pauseContribution", "leave", "diagnostics"}
+    assert to_participant | to_coordinator == set(_TYPES)
+    for kind, cls in _TYPES.items():
+        want = Direction.TO_PARTICIPANT if kind in to_participant else Direction.TO_COORDINATOR
+        assert cls.DIRECTION is want, kind
+
+
+def test_errors_name_the_field_and_keep_the_wire_reason() -> None:
+    obj = json.loads(json.dumps(encode_message(SAMPLES[10])))  # a copy: the message shares its dicts
+    obj["weights"]["sha256"] = "A" * 64
+    with pytest.raises(MessageError) as err:
+        decode_message(obj)
+    assert err.value.reason == "bad-field" == MessageReason.BAD_FIELD
+    assert type(err.value.reason) is str
+    assert err.value.message.startswith("message.weights.sha256:")
+    obj = json.loads(json.dumps(encode_message(SAMPLES[10])))  # a copy: the message shares its dicts
+    obj["metrics"]["loss"] = None
+    with pytest.raises(MessageError) as err:
+        decode_message(obj)
+    assert err.value.reason == "non-finite-metric" and "message.metrics.loss:" in err.value.message
 
 
 @pytest.mark.parametrize("message", SAMPLES, ids=[f"{type(m).__name__}-{i}" for i, m in enumerate(SAMPLES)])

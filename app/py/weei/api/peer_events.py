@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from ..core.errors import WeeiError
-from ..core.messages import Assign, Deliver, Invitation, JobFinished, Message, UpdateReceipt, decode_message
+from ..core.messages import Direction, Invitation, Message, decode_message
 from ..core.participant import Participant
 from .executor import Executor
 from .job_store import PARTICIPATION_KEY, JobStore
@@ -38,7 +38,7 @@ class PeerEvents:
             s.invitations[message.job_id] = {"invitation": {
                 "coordinator": message.coordinator, "modelInfo": message.model_info, "module": message.module,
                 "dataBytes": message.data_bytes, "settings": message.settings}, "receivedAt": now}
-        elif s.coordinator is not None and peer != s.my_peer_id and _to_coordinator(message):
+        elif s.coordinator is not None and peer != s.my_peer_id and message.DIRECTION is Direction.TO_COORDINATOR:
             s.coordinator.receive(peer, message, blobs, now)
         elif s.participant is not None:
             s.participant.receive(peer, message, now)
@@ -78,6 +78,3 @@ class PeerEvents:
             s.participant.disconnected(self.session.clock())
         await self.executor.drain()
 
-
-def _to_coordinator(message: Message) -> bool:
-    return not isinstance(message, (Invitation, Deliver, Assign, UpdateReceipt, JobFinished))

@@ -6,17 +6,27 @@ here is an int, or a float with an integral value (normalised to int), never
 a bool; a "number" is a finite int or float, never a bool. Each helper takes
 a ``fail(message)`` callback that raises the caller's own error type, so the
 message can name the field in that error's terms.
+
+``Where`` is the usual ``fail``: a path in the document plus the error type
+and reason to raise there (``Where(ManifestError, "invalid-package",
+"package").at("files")`` fails with ``package.files: <message>``). Its
+``get``/``read`` take a field out of an object and check it in one step.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
-from typing import Any, NoReturn
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+from typing import Any, NoReturn, TypeVar
 
 __all__ = [
     "Fail",
+    "Where",
+    "nullable",
+    "as_sha256",
+    "as_choice",
     "SAFE_INTEGER",
     "SHA256_HEX",
     "is_integer",
@@ -26,7 +36,6 @@ __all__ = [
     "as_bool",
     "as_object",
     "as_list",
-    "as_sha256",
     "require",
     "no_unknown_keys",
 ]
@@ -36,6 +45,59 @@ Fail = Callable[[str], NoReturn]
 #: JavaScript's Number.MAX_SAFE_INTEGER: larger counts are not exact there.
 SAFE_INTEGER = 2**53 - 1
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Where:
+    """A place in a JSON document, and the error raised for a bad value there.
+
+    A ``Where`` is a ``Fail``: calling it with a message raises
+    ``error(reason, f"{path}: {message}")``.
+    """
+
+    error: Callable[[str, str], Exception]
+    reason: Any  # str, or a member of the family's reason enum
+    path: str
+
+    def __call__(self, message: str) -> NoReturn:
+        raise self.error(self.reason, f"{self.path}: {message}")
+
+    def at(self, key: str | int) -> Where:
+        """The place of a field (``path.key``) or an array entry (``path[i]``)."""
+        if isinstance(key, int):
+            return Where(self.error, self.reason, f"{self.path}[{key}]")
+        return Where(self.error, self.reason, f"{self.path}.{key}" if self.path else key)
+
+    def because(self, reason: Any) -> Where:
+        """The same place, failing with another reason code."""
+        return Where(self.error, reason, self.path)
+
+    def get(self, obj: Mapping[str, Any], key: str, missing: str = "is required") -> Any:
+        """``obj[key]``; fails at ``path.key`` when the key is absent."""
+        if key not in obj:
+            self.at(key)(missing)
+        return obj[key]
+
+    def read(self, obj: Mapping[str, Any], key: str, check: Callable[..., T], **options: Any) -> T:
+        """``check(obj[key], <place of key>, **options)``: a required field, checked."""
+        return check(self.get(obj, key), self.at(key), **options)
+
+    def no_unknown_keys(self, obj: Mapping[str, Any], allowed: Collection[str]) -> None:
+        """Fails at ``path.key`` for the first key of ``obj`` not in ``allowed``."""
+        for key in obj:
+            if key not in allowed:
+                self.at(key)("is not a known field")
+
+
+def nullable(check: Callable[..., T]) -> Callable[..., T | None]:
+    """``check`` that lets ``None`` (JSON null) through as None."""
+
+    def read(value: Any, fail: Fail, **options: Any) -> T | None:
+        return None if value is None else check(value, fail, **options)
+
+    return read
 
 
 def is_integer(value: Any) -> bool:
@@ -59,21 +121,42 @@ def as_int(value: Any, fail: Fail, minimum: int | None = None, maximum: int = SA
     return number
 
 
-def as_number(value: Any, fail: Fail) -> float | int:
-    """``value`` as a finite number (bool refused); ``fail`` otherwise."""
+def as_number(value: Any, fail: Fail, minimum: float | None = None, maximum: float | None = None) -> float | int:
+    """``value`` as a finite number (bool refused) in ``minimum..maximum``; ``fail`` otherwise."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         fail(f"must be a number, not {_describe(value)}")
     if isinstance(value, float) and not math.isfinite(value):
         fail(f"must be finite, not {value}")
+    if minimum is not None and value < minimum:
+        fail(f"must be {minimum:g} or more, not {value!r}")
+    if maximum is not None and value > maximum:
+        fail(f"must be at most {maximum:g}, not {value!r}")
     return value
 
 
-def as_str(value: Any, fail: Fail, *, nonempty: bool = True) -> str:
-    """``value`` as a str (non-empty unless told); ``fail`` otherwise."""
+def as_str(value: Any, fail: Fail, *, nonempty: bool = True, max_chars: int | None = None) -> str:
+    """``value`` as a str (non-empty unless told, at most ``max_chars`` long); ``fail`` otherwise."""
     if not isinstance(value, str):
         fail(f"must be a string, not {_describe(value)}")
     if nonempty and not value:
         fail("must not be empty")
+    if max_chars is not None and len(value) > max_chars:
+        fail(f"must be at most {max_chars} characters, not {len(value)}")
+    return value
+
+
+def as_sha256(value: Any, fail: Fail) -> str:
+    """``value`` as a SHA-256 in 64 lowercase hex digits; ``fail`` otherwise."""
+    if not isinstance(value, str) or not SHA256_HEX.fullmatch(value):
+        fail("must be 64 lowercase hex digits")
+    return value
+
+
+def as_choice(value: Any, fail: Fail, allowed: Collection[str]) -> str:
+    """``value`` as one of the strings ``allowed``; ``fail`` otherwise."""
+    if not isinstance(value, str) or value not in allowed:
+        shown = repr(value[:40]) if isinstance(value, str) else _describe(value)
+        fail(f"must be one of {', '.join(allowed)}, not {shown}")
     return value
 
 
@@ -98,14 +181,6 @@ def as_list(value: Any, fail: Fail, max_items: int | None = None) -> list[Any]:
     if max_items is not None and len(value) > max_items:
         fail(f"must have at most {max_items} entries, not {len(value)}")
     return list(value)
-
-
-def as_sha256(value: Any, fail: Fail) -> str:
-    """``value`` as a SHA-256 in 64 lowercase hex digits; ``fail`` otherwise."""
-    text = as_str(value, fail)
-    if not SHA256_HEX.fullmatch(text):
-        fail("must be 64 lowercase hex digits")
-    return text
 
 
 def require(obj: dict[str, Any], key: str, fail: Fail) -> Any:

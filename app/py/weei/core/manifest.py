@@ -31,10 +31,10 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, NoReturn, Union
+from typing import Any, Union
 
 from . import _check
-from .errors import ManifestError
+from .errors import ManifestError, ManifestReason
 from .jsonfmt import descriptor
 from .modelinfo import AuxiliarySlot, ModelInfo, WorkSource, check_weight_size, parse_auxiliary_weights, parse_work_source
 
@@ -68,31 +68,15 @@ HOST_RUNTIME_DELIVERY = "installed-in-host"
 BytesLike = Union[bytes, bytearray, memoryview]
 
 
-def _fail(reason: str, path: str) -> _check.Fail:
-    def fail(message: str) -> NoReturn:
-        raise ManifestError(reason, f"{path}: {message}")
-
-    return fail
-
-
-def _get(obj: dict[str, Any], key: str, path: str, reason: str) -> Any:
-    if key not in obj:
-        raise ManifestError(reason, f"{path}.{key}: is required")
-    return obj[key]
+def _at(reason: str, path: str) -> _check.Where:
+    return _check.Where(ManifestError, reason, path)
 
 
 def _file_name(value: Any, path: str, reason: str) -> str:
-    name = _check.as_str(value, _fail(reason, path))
+    name = _check.as_str(value, _at(reason, path))
     if "/" in name or "\\" in name or "\x00" in name or name in (".", ".."):
         raise ManifestError(reason, f"{path}: {name!r} is not a plain file name")
     return name
-
-
-def _sha256(value: Any, path: str, reason: str) -> str:
-    text = _check.as_str(value, _fail(reason, path))
-    if not _check.SHA256_HEX.fullmatch(text):
-        raise ManifestError(reason, f"{path}: must be 64 lowercase hex digits")
-    return text
 
 
 @dataclass(frozen=True)
@@ -112,7 +96,7 @@ def file_facts(name: str, data: BytesLike) -> FileFacts:
 def _facts(name: str, value: FileFacts | BytesLike) -> FileFacts:
     if isinstance(value, FileFacts):
         if value.name != name:
-            raise ManifestError("file-name-mismatch", f"{name}: facts are for {value.name!r}")
+            raise ManifestError(ManifestReason.FILE_NAME_MISMATCH, f"{name}: facts are for {value.name!r}")
         return value
     return file_facts(name, value)
 
@@ -151,24 +135,24 @@ def parse_dataset_manifest(obj: Any, path: str = "manifest") -> DatasetManifest:
     Returns: the manifest. Raises: ManifestError (``invalid-dataset-manifest``,
     ``duplicate-chunk-id``, ``duplicate-file-name``).
     """
-    r = "invalid-dataset-manifest"
-    items = _check.as_list(obj, _fail(r, path))
+    r = ManifestReason.INVALID_DATASET_MANIFEST
+    items = _check.as_list(obj, _at(r, path))
     entries: list[ChunkEntry] = []
     ids: set[str] = set()
     names: set[str] = set()
     for i, item in enumerate(items):
         p = f"{path}[{i}]"
-        item = _check.as_object(item, _fail(r, p))
-        chunk_id = _check.as_str(_get(item, "id", p, r), _fail(r, f"{p}.id"))
-        name = _file_name(_get(item, "fileName", p, r), f"{p}.fileName", r)
-        size = _check.as_int(_get(item, "bytes", p, r), _fail(r, f"{p}.bytes"), minimum=1)
-        sha = _sha256(_get(item, "sha256", p, r), f"{p}.sha256", r)
-        fmt = _check.as_str(_get(item, "format", p, r), _fail(r, f"{p}.format"))
-        examples = _check.as_int(_get(item, "exampleCount", p, r), _fail(r, f"{p}.exampleCount"), minimum=1)
+        item = _check.as_object(item, _at(r, p))
+        chunk_id = _at(r, p).read(item, "id", _check.as_str)
+        name = _file_name(_at(r, p).get(item, "fileName"), f"{p}.fileName", r)
+        size = _at(r, p).read(item, "bytes", _check.as_int, minimum=1)
+        sha = _at(r, p).read(item, "sha256", _check.as_sha256)
+        fmt = _at(r, p).read(item, "format", _check.as_str)
+        examples = _at(r, p).read(item, "exampleCount", _check.as_int, minimum=1)
         if chunk_id in ids:
-            raise ManifestError("duplicate-chunk-id", f"{p}.id: chunk {chunk_id!r} is listed twice")
+            raise ManifestError(ManifestReason.DUPLICATE_CHUNK_ID, f"{p}.id: chunk {chunk_id!r} is listed twice")
         if name in names:
-            raise ManifestError("duplicate-file-name", f"{p}.fileName: file {name!r} is listed twice")
+            raise ManifestError(ManifestReason.DUPLICATE_FILE_NAME, f"{p}.fileName: file {name!r} is listed twice")
         ids.add(chunk_id)
         names.add(name)
         entries.append(ChunkEntry(chunk_id, name, size, sha, fmt, examples))
@@ -184,14 +168,14 @@ def check_dataset_manifest(manifest: DatasetManifest, info: ModelInfo) -> None:
     formats = {f.id for f in info.data_formats}
     for e in manifest.entries:
         if e.format not in formats:
-            raise ManifestError("unknown-format", f"chunk {e.id!r} ({e.file_name}): the model does not read format {e.format!r}")
+            raise ManifestError(ManifestReason.UNKNOWN_FORMAT, f"chunk {e.id!r} ({e.file_name}): the model does not read format {e.format!r}")
         if info.max_chunk_bytes is not None and e.bytes > info.max_chunk_bytes:
             raise ManifestError(
-                "chunk-too-large", f"chunk {e.id!r} ({e.file_name}): {e.bytes} bytes, the model takes at most {info.max_chunk_bytes}"
+                ManifestReason.CHUNK_TOO_LARGE, f"chunk {e.id!r} ({e.file_name}): {e.bytes} bytes, the model takes at most {info.max_chunk_bytes}"
             )
         if info.max_examples_per_chunk is not None and e.example_count > info.max_examples_per_chunk:
             raise ManifestError(
-                "too-many-examples",
+                ManifestReason.TOO_MANY_EXAMPLES,
                 f"chunk {e.id!r} ({e.file_name}): {e.example_count} examples, "
                 f"the model takes at most {info.max_examples_per_chunk}",
             )
@@ -204,7 +188,7 @@ def check_plain_manifest(manifest: DatasetManifest, info: ModelInfo) -> None:
     comes only as a package), else as :func:`check_dataset_manifest`.
     """
     if info.is_experience:
-        raise ManifestError("package-required", "manifest: an experience model needs its package manifest, not a list of chunks")
+        raise ManifestError(ManifestReason.PACKAGE_REQUIRED, "manifest: an experience model needs its package manifest, not a list of chunks")
     check_dataset_manifest(manifest, info)
 
 
@@ -214,7 +198,7 @@ def _selection_items(files: Mapping[str, FileFacts | BytesLike] | Iterable[tuple
     seen: set[str] = set()
     for name, value in pairs:
         if name in seen:
-            raise ManifestError("duplicate-file", f"{name}: selected twice")
+            raise ManifestError(ManifestReason.DUPLICATE_FILE, f"{name}: selected twice")
         seen.add(name)
         out.append(_facts(name, value))
     return out
@@ -222,9 +206,9 @@ def _selection_items(files: Mapping[str, FileFacts | BytesLike] | Iterable[tuple
 
 def _match(facts: FileFacts, size: int, sha256: str, what: str) -> None:
     if facts.bytes != size:
-        raise ManifestError("file-size-mismatch", f"{facts.name}: {facts.bytes} bytes, {what} says {size}")
+        raise ManifestError(ManifestReason.FILE_SIZE_MISMATCH, f"{facts.name}: {facts.bytes} bytes, {what} says {size}")
     if facts.sha256 != sha256:
-        raise ManifestError("file-sha256-mismatch", f"{facts.name}: SHA-256 differs from {what}")
+        raise ManifestError(ManifestReason.FILE_SHA256_MISMATCH, f"{facts.name}: SHA-256 differs from {what}")
 
 
 def check_dataset_files(
@@ -248,13 +232,13 @@ def check_dataset_files(
     selected = _selection_items(files)
     for facts in selected:
         if facts.name not in expected:
-            raise ManifestError("unexpected-file", f"{facts.name}: not named in the manifest")
+            raise ManifestError(ManifestReason.UNEXPECTED_FILE, f"{facts.name}: not named in the manifest")
         size, sha, what = expected[facts.name]
         _match(facts, size, sha, what)
     names = {f.name for f in selected}
     for name in expected:
         if name not in names:
-            raise ManifestError("missing-file", f"{name}: named in the manifest but not selected")
+            raise ManifestError(ManifestReason.MISSING_FILE, f"{name}: named in the manifest but not selected")
 
 
 # --------------------------------------------------------------------------- package manifest
@@ -273,11 +257,11 @@ class FileDescriptor:
         return (facts.name, facts.bytes, facts.sha256) == (self.file_name, self.bytes, self.sha256)
 
 
-def _descriptor(obj: Any, path: str, reason: str = "invalid-package") -> FileDescriptor:
-    obj = _check.as_object(obj, _fail(reason, path))
-    name = _file_name(_get(obj, "fileName", path, reason), f"{path}.fileName", reason)
-    size = _check.as_int(_get(obj, "bytes", path, reason), _fail(reason, f"{path}.bytes"), minimum=0)
-    sha = _sha256(_get(obj, "sha256", path, reason), f"{path}.sha256", reason)
+def _descriptor(obj: Any, path: str, reason: str = ManifestReason.INVALID_PACKAGE) -> FileDescriptor:
+    obj = _check.as_object(obj, _at(reason, path))
+    name = _file_name(_at(reason, path).get(obj, "fileName"), f"{path}.fileName", reason)
+    size = _at(reason, path).read(obj, "bytes", _check.as_int, minimum=0)
+    sha = _at(reason, path).read(obj, "sha256", _check.as_sha256)
     return FileDescriptor(name, size, sha)
 
 
@@ -330,65 +314,65 @@ def parse_package(obj: Any) -> ModelPackage:
     manifest is empty; snapshot slots have the weight size.
     Returns: the package. Raises: ManifestError with a reason code.
     """
-    r = "invalid-package"
-    obj = _check.as_object(obj, _fail(r, "package"))
+    r = ManifestReason.INVALID_PACKAGE
+    obj = _check.as_object(obj, _at(r, "package"))
     if obj.get("schema") != PACKAGE_SCHEMA or not _check.is_integer(obj.get("schemaVersion")) or obj["schemaVersion"] != 1:
         raise ManifestError(
-            "unsupported-schema", f"package: schema must be {PACKAGE_SCHEMA!r} version 1, not {obj.get('schema')!r} {obj.get('schemaVersion')!r}"
+            ManifestReason.UNSUPPORTED_SCHEMA, f"package: schema must be {PACKAGE_SCHEMA!r} version 1, not {obj.get('schema')!r} {obj.get('schemaVersion')!r}"
         )
-    host = _check.as_object(_get(obj, "hostRuntime", "package", "unsupported-host-runtime"), _fail("unsupported-host-runtime", "package.hostRuntime"))
+    host = _at(ManifestReason.UNSUPPORTED_HOST_RUNTIME, "package").read(obj, "hostRuntime", _check.as_object)
     if host.get("id") != HOST_RUNTIME_ID or host.get("delivery") != HOST_RUNTIME_DELIVERY:
         raise ManifestError(
-            "unsupported-host-runtime",
+            ManifestReason.UNSUPPORTED_HOST_RUNTIME,
             f"package.hostRuntime: must be {HOST_RUNTIME_ID!r} {HOST_RUNTIME_DELIVERY!r}, not {host.get('id')!r} {host.get('delivery')!r}",
         )
-    wasm = _descriptor(_get(obj, "wasm", "package", r), "package.wasm")
+    wasm = _descriptor(_at(r, "package").get(obj, "wasm"), "package.wasm")
     work_source = parse_work_source(obj["workSource"], "package.workSource") if "workSource" in obj else None
     slots: tuple[AuxiliarySlot, ...] = ()
     if "auxiliaryWeights" in obj:
         slots = parse_auxiliary_weights(obj["auxiliaryWeights"], in_package=True, path="package.auxiliaryWeights")
 
-    ex = _check.as_object(_get(obj, "execution", "package", r), _fail(r, "package.execution"))
+    ex = _at(r, "package").read(obj, "execution", _check.as_object)
     if ex.get("schema") != EXECUTION_SCHEMA or not _check.is_integer(ex.get("schemaVersion")) or ex["schemaVersion"] != 1:
-        raise ManifestError("unsupported-schema", f"package.execution: schema must be {EXECUTION_SCHEMA!r} version 1")
-    model_id = _check.as_str(_get(ex, "modelId", "package.execution", r), _fail(r, "package.execution.modelId"))
+        raise ManifestError(ManifestReason.UNSUPPORTED_SCHEMA, f"package.execution: schema must be {EXECUTION_SCHEMA!r} version 1")
+    model_id = _at(r, "package.execution").read(ex, "modelId", _check.as_str)
     if ex.get("weightFormat") != "float32-le":
-        raise ManifestError("unsupported-weight-format", f"package.execution.weightFormat: must be 'float32-le', not {ex.get('weightFormat')!r}")
-    weight_bytes = _check.as_int(_get(ex, "weightBytes", "package.execution", r), _fail(r, "package.execution.weightBytes"), minimum=4)
+        raise ManifestError(ManifestReason.UNSUPPORTED_WEIGHT_FORMAT, f"package.execution.weightFormat: must be 'float32-le', not {ex.get('weightFormat')!r}")
+    weight_bytes = _at(r, "package.execution").read(ex, "weightBytes", _check.as_int, minimum=4)
     if weight_bytes % 4:
         raise ManifestError(r, f"package.execution.weightBytes: {weight_bytes} is not a whole number of float32 values")
-    compat_desc = _descriptor(_get(ex, "compatibility", "package.execution", r), "package.execution.compatibility")
-    dm_desc = _descriptor(_get(ex, "datasetManifest", "package.execution", r), "package.execution.datasetManifest")
+    compat_desc = _descriptor(_at(r, "package.execution").get(ex, "compatibility"), "package.execution.compatibility")
+    dm_desc = _descriptor(_at(r, "package.execution").get(ex, "datasetManifest"), "package.execution.datasetManifest")
 
     backends, shader_archive = _parse_backends(ex, wasm)
     _check_policy(ex, backends)
 
     # Inline files: each described file must be present and match, nothing undescribed.
-    inline = _check.as_object(_get(obj, "inlineJson", "package", r), _fail(r, "package.inlineJson"))
+    inline = _at(r, "package").read(obj, "inlineJson", _check.as_object)
     described = {compat_desc.file_name: compat_desc, dm_desc.file_name: dm_desc}
     for name in inline:
         if name not in described:
-            raise ManifestError("inline-file-undescribed", f"package.inlineJson[{name!r}]: no descriptor in execution names it")
+            raise ManifestError(ManifestReason.INLINE_FILE_UNDESCRIBED, f"package.inlineJson[{name!r}]: no descriptor in execution names it")
     for name, desc in described.items():
         if name not in inline:
-            raise ManifestError("inline-file-missing", f"package.inlineJson: {name} is described but missing")
+            raise ManifestError(ManifestReason.INLINE_FILE_MISSING, f"package.inlineJson: {name} is described but missing")
         size, sha = descriptor(inline[name])
         if size != desc.bytes:
-            raise ManifestError("inline-file-size-mismatch", f"{name}: {size} bytes, its descriptor says {desc.bytes}")
+            raise ManifestError(ManifestReason.INLINE_FILE_SIZE_MISMATCH, f"{name}: {size} bytes, its descriptor says {desc.bytes}")
         if sha != desc.sha256:
-            raise ManifestError("inline-file-sha256-mismatch", f"{name}: SHA-256 differs from its descriptor")
+            raise ManifestError(ManifestReason.INLINE_FILE_SHA256_MISMATCH, f"{name}: SHA-256 differs from its descriptor")
 
     _check_compatibility(inline[compat_desc.file_name], compat_desc.file_name, model_id, weight_bytes)
     dataset = parse_dataset_manifest(inline[dm_desc.file_name], dm_desc.file_name)
     if work_source is not None and dataset.entries:
-        raise ManifestError("dataset-not-empty", f"{dm_desc.file_name}: a model with inputs 'none' takes no dataset files")
+        raise ManifestError(ManifestReason.DATASET_NOT_EMPTY, f"{dm_desc.file_name}: a model with inputs 'none' takes no dataset files")
 
     # The package knows the weight size already, so a snapshot slot of
     # another size is refused before the module is even loaded.
     for slot in slots:
         if slot.source_kind is not None and slot.bytes != weight_bytes:
             raise ManifestError(
-                "auxiliary-size-mismatch",
+                ManifestReason.AUXILIARY_SIZE_MISMATCH,
                 f"package.auxiliaryWeights {slot.id!r}: a slot with a source must have the weight size {weight_bytes}, not {slot.bytes}",
             )
 
@@ -398,35 +382,35 @@ def parse_package(obj: Any) -> ModelPackage:
         names.append(shader_archive.file_name)
     dup = next((n for n in names if names.count(n) > 1), None)
     if dup is not None:
-        raise ManifestError("duplicate-file-name", f"{dup}: names two different package files")
+        raise ManifestError(ManifestReason.DUPLICATE_FILE_NAME, f"{dup}: names two different package files")
     return ModelPackage(
         wasm, work_source, slots, model_id, weight_bytes, compat_desc, dm_desc, dataset, backends, shader_archive, obj
     )
 
 
 def _parse_backends(ex: dict[str, Any], wasm: FileDescriptor) -> tuple[tuple[Backend, ...], FileDescriptor | None]:
-    r = "invalid-package"
-    items = _check.as_list(_get(ex, "backends", "package.execution", r), _fail(r, "package.execution.backends"))
+    r = ManifestReason.INVALID_PACKAGE
+    items = _at(r, "package.execution").read(ex, "backends", _check.as_list)
     top_archive = _descriptor(ex["shaderArchive"], "package.execution.shaderArchive") if "shaderArchive" in ex else None
     backends: list[Backend] = []
     shader_archive: FileDescriptor | None = None
     for i, item in enumerate(items):
         p = f"package.execution.backends[{i}]"
-        item = _check.as_object(item, _fail(r, p))
-        bid = _check.as_str(_get(item, "id", p, r), _fail(r, f"{p}.id"))
+        item = _check.as_object(item, _at(r, p))
+        bid = _at(r, p).read(item, "id", _check.as_str)
         if any(b.id == bid for b in backends):
             raise ManifestError(r, f"{p}.id: duplicate backend {bid!r}")
-        kind = _get(item, "kind", p, r)
+        kind = _at(r, p).get(item, "kind")
         if kind not in ("cpu", "gpu"):
             raise ManifestError(r, f"{p}.kind: must be 'cpu' or 'gpu', not {kind!r}")
         artifacts = tuple(
-            _descriptor(a, f"{p}.artifacts[{j}]") for j, a in enumerate(_check.as_list(_get(item, "artifacts", p, r), _fail(r, f"{p}.artifacts")))
+            _descriptor(a, f"{p}.artifacts[{j}]") for j, a in enumerate(_at(r, p).read(item, "artifacts", _check.as_list))
         )
         archive = _descriptor(item["shaderArchive"], f"{p}.shaderArchive") if "shaderArchive" in item else None
         if kind == "gpu":
             archive = archive or top_archive
             if archive is None:
-                raise ManifestError("gpu-backend-without-shader-archive", f"{p}: a GPU backend needs a shaderArchive")
+                raise ManifestError(ManifestReason.GPU_BACKEND_WITHOUT_SHADER_ARCHIVE, f"{p}: a GPU backend needs a shaderArchive")
             if top_archive is not None and archive != top_archive:
                 raise ManifestError(r, f"{p}.shaderArchive: differs from execution.shaderArchive")
             if shader_archive is not None and archive != shader_archive:
@@ -436,29 +420,29 @@ def _parse_backends(ex: dict[str, Any], wasm: FileDescriptor) -> tuple[tuple[Bac
             # The module checked against the selection must be this backend's artifact.
             same_name = [a for a in artifacts if a.file_name == wasm.file_name]
             if not same_name:
-                raise ManifestError("cpu-artifact-mismatch", f"{p}.artifacts: does not list the package's wasm {wasm.file_name}")
+                raise ManifestError(ManifestReason.CPU_ARTIFACT_MISMATCH, f"{p}.artifacts: does not list the package's wasm {wasm.file_name}")
             if any(a != wasm for a in same_name):
-                raise ManifestError("cpu-artifact-mismatch", f"{p}.artifacts: {wasm.file_name} differs in size or SHA-256 from package.wasm")
+                raise ManifestError(ManifestReason.CPU_ARTIFACT_MISMATCH, f"{p}.artifacts: {wasm.file_name} differs in size or SHA-256 from package.wasm")
         backends.append(Backend(bid, kind, artifacts, archive, item))
     if not any(b.kind == "cpu" for b in backends):
-        raise ManifestError("no-cpu-backend", "package.execution.backends: needs a CPU backend with the wasm")
+        raise ManifestError(ManifestReason.NO_CPU_BACKEND, "package.execution.backends: needs a CPU backend with the wasm")
     return tuple(backends), shader_archive
 
 
 def _check_policy(ex: dict[str, Any], backends: tuple[Backend, ...]) -> None:
     if "policy" not in ex:
         return
-    policy = _check.as_object(ex["policy"], _fail("invalid-package", "package.execution.policy"))
+    policy = _check.as_object(ex["policy"], _at(ManifestReason.INVALID_PACKAGE, "package.execution.policy"))
     ids = {b.id for b in backends}
-    for bid in _check.as_list(policy.get("preference", []), _fail("invalid-package", "package.execution.policy.preference")):
+    for bid in _check.as_list(policy.get("preference", []), _at(ManifestReason.INVALID_PACKAGE, "package.execution.policy.preference")):
         if bid not in ids:
-            raise ManifestError("invalid-package", f"package.execution.policy.preference: unknown backend {bid!r}")
+            raise ManifestError(ManifestReason.INVALID_PACKAGE, f"package.execution.policy.preference: unknown backend {bid!r}")
 
 
 def _check_compatibility(value: Any, name: str, model_id: str, weight_bytes: int) -> None:
-    r = "compatibility-mismatch"
-    compat = _check.as_object(value, _fail(r, name))
-    identity = _check.as_object(compat.get("identity"), _fail(r, f"{name}.identity"))
+    r = ManifestReason.COMPATIBILITY_MISMATCH
+    compat = _check.as_object(value, _at(r, name))
+    identity = _check.as_object(compat.get("identity"), _at(r, f"{name}.identity"))
     if identity.get("modelId") != model_id:
         raise ManifestError(r, f"{name}: names model {identity.get('modelId')!r}, the package {model_id!r}")
     if not _check.is_integer(compat.get("weightBytes")) or compat["weightBytes"] != weight_bytes:
@@ -477,7 +461,7 @@ def parse_manifest_file(obj: Any) -> DatasetManifest | ModelPackage:
         return parse_dataset_manifest(obj)
     if isinstance(obj, dict):
         return parse_package(obj)
-    raise ManifestError("invalid-manifest", "manifest: must be a list of chunks or a weei-model-package object")
+    raise ManifestError(ManifestReason.INVALID_MANIFEST, "manifest: must be a list of chunks or a weei-model-package object")
 
 
 @dataclass(frozen=True)
@@ -508,20 +492,20 @@ def check_selection(
     """
     w = _facts(wasm_name, wasm)
     if w.name != package.wasm.file_name:
-        raise ManifestError("wasm-name-mismatch", f"{w.name}: the package's module is {package.wasm.file_name}")
+        raise ManifestError(ManifestReason.WASM_NAME_MISMATCH, f"{w.name}: the package's module is {package.wasm.file_name}")
     if w.bytes != package.wasm.bytes:
-        raise ManifestError("wasm-size-mismatch", f"{w.name}: {w.bytes} bytes, the package says {package.wasm.bytes}")
+        raise ManifestError(ManifestReason.WASM_SIZE_MISMATCH, f"{w.name}: {w.bytes} bytes, the package says {package.wasm.bytes}")
     if w.sha256 != package.wasm.sha256:
-        raise ManifestError("wasm-sha256-mismatch", f"{w.name}: SHA-256 differs from the package's wasm")
+        raise ManifestError(ManifestReason.WASM_SHA256_MISMATCH, f"{w.name}: SHA-256 differs from the package's wasm")
     check_dataset_files(package.dataset_manifest, files, package.auxiliary_weights)
     if validation_name is not None and package.is_experience:
-        raise ManifestError("validation-not-allowed", f"{validation_name}: a model with inputs 'none' takes no validation file")
+        raise ManifestError(ManifestReason.VALIDATION_NOT_ALLOWED, f"{validation_name}: a model with inputs 'none' takes no validation file")
     gpu = False
     for facts in _selection_items(wgsl):
         if package.shader_archive is None or not package.shader_archive.matches(facts):
-            raise ManifestError("not-shader-archive", f"{facts.name}: is not the package's shaderArchive")
+            raise ManifestError(ManifestReason.NOT_SHADER_ARCHIVE, f"{facts.name}: is not the package's shaderArchive")
         if not package.is_experience:
-            raise ManifestError("gpu-unavailable", f"{facts.name}: GPU training over dataset inputs is not available yet")
+            raise ManifestError(ManifestReason.GPU_UNAVAILABLE, f"{facts.name}: GPU training over dataset inputs is not available yet")
         gpu = True
     return Selection(
         gpu,
@@ -545,15 +529,15 @@ def check_loaded_model(package: ModelPackage, info: ModelInfo, initial_weight_by
     :func:`check_dataset_manifest`.
     """
     if info.id != package.model_id:
-        raise ManifestError("model-id-mismatch", f"module: model ID {info.id!r}, execution.modelId {package.model_id!r}")
+        raise ManifestError(ManifestReason.MODEL_ID_MISMATCH, f"module: model ID {info.id!r}, execution.modelId {package.model_id!r}")
     if initial_weight_bytes != package.weight_bytes:
         raise ManifestError(
-            "weight-size-mismatch", f"module: initial weights of {initial_weight_bytes} bytes, execution.weightBytes {package.weight_bytes}"
+            ManifestReason.WEIGHT_SIZE_MISMATCH, f"module: initial weights of {initial_weight_bytes} bytes, execution.weightBytes {package.weight_bytes}"
         )
     if package.raw.get("workSource") != info.raw.get("workSource"):
-        raise ManifestError("work-source-mismatch", "workSource: the package and getModelInfo() differ")
+        raise ManifestError(ManifestReason.WORK_SOURCE_MISMATCH, "workSource: the package and getModelInfo() differ")
     if _without_file_name(package.auxiliary_weights) != list(info.raw.get("auxiliaryWeights", [])):
-        raise ManifestError("auxiliary-weights-mismatch", "auxiliaryWeights: the package (without fileName) and getModelInfo() differ")
+        raise ManifestError(ManifestReason.AUXILIARY_WEIGHTS_MISMATCH, "auxiliaryWeights: the package (without fileName) and getModelInfo() differ")
     check_weight_size(info, initial_weight_bytes)
     check_dataset_manifest(package.dataset_manifest, info)
 
@@ -571,6 +555,6 @@ def check_recorded_auxiliary(recorded: Mapping[str, str], slots: Iterable[Auxili
     for slot_id in sorted(set(files) | set(recorded)):
         if files.get(slot_id) != recorded.get(slot_id):
             raise ManifestError(
-                "auxiliary-files-differ",
+                ManifestReason.AUXILIARY_FILES_DIFFER,
                 f"auxiliary weights {slot_id!r}: the checkpoint was trained with another file (or none)",
             )

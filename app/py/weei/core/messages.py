@@ -14,15 +14,19 @@ malformed reaches the state machines.
 from __future__ import annotations
 
 import math
-import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar, Mapping
+from enum import Enum
+from typing import Any, ClassVar
 
+from ._check import Where, as_bool, as_int, as_list, as_object, as_sha256, as_str
 from .errors import WeeiError
 from .seeds import parse_seed
 
 __all__ = [
+    "MessageReason",
     "MessageError",
+    "Direction",
     "ArtifactRef",
     "ChunkRef",
     "UnitRange",
@@ -44,70 +48,99 @@ __all__ = [
     "encode_message",
 ]
 
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
 # Bounded so a hostile peer cannot make us keep megabytes of "reason".
 MAX_TEXT = 2000
+MAX_AUXILIARY_SLOTS = 8
+
+
+class MessageReason(str, Enum):
+    """Why a peer's message was refused (the error keeps the string)."""
+
+    NOT_AN_OBJECT = "not-an-object"
+    """The message is not a JSON object."""
+    UNKNOWN_TYPE = "unknown-type"
+    """``type`` is missing or not a message this version knows."""
+    BAD_FIELD = "bad-field"
+    """A field is missing, of the wrong type, or out of its range."""
+    NON_FINITE_METRIC = "non-finite-metric"
+    """A metric of an update is not a finite number."""
+
+
+class Direction(str, Enum):
+    """Which way a message travels."""
+
+    TO_PARTICIPANT = "coordinator->participant"
+    """Sent by the coordinator, handled by a participant."""
+    TO_COORDINATOR = "participant->coordinator"
+    """Sent by a participant, handled by the coordinator."""
 
 
 class MessageError(WeeiError):
     """A peer sent a message that is not valid; ``reason`` says how."""
 
 
-def _str(obj: Mapping[str, Any], key: str, *, optional: bool = False, limit: int = 256) -> Any:
+# A bad field fails as ``message.<field>: <problem>`` with reason bad-field.
+_AT = Where(MessageError, MessageReason.BAD_FIELD, "message")
+
+
+def _str(obj: Mapping[str, Any], key: str, *, optional: bool = False, limit: int = 256, at: Where = _AT) -> Any:
     value = obj.get(key)
     if value is None and optional:
         return None
-    if not isinstance(value, str) or not value or len(value) > limit:
-        raise MessageError("bad-field", f"message field {key!r} must be a non-empty string of at most {limit} characters")
-    return value
+    return as_str(value, at.at(key), max_chars=limit)
 
 
-def _int(obj: Mapping[str, Any], key: str, *, optional: bool = False, minimum: int = 0) -> Any:
+def _int(obj: Mapping[str, Any], key: str, *, optional: bool = False, minimum: int = 0, at: Where = _AT) -> Any:
     value = obj.get(key)
     if value is None and optional:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise MessageError("bad-field", f"message field {key!r} must be a whole number >= {minimum}")
-    return value
+    return as_int(value, at.at(key), minimum)
 
 
-def _sha(obj: Mapping[str, Any], key: str) -> str:
-    value = obj.get(key)
-    if not isinstance(value, str) or not _SHA256.match(value):
-        raise MessageError("bad-field", f"message field {key!r} must be a lowercase hex SHA-256")
-    return value
+def _sha(obj: Mapping[str, Any], key: str, at: Where = _AT) -> str:
+    return as_sha256(obj.get(key), at.at(key))
 
 
-def _seed(obj: Mapping[str, Any], key: str) -> int:
+def _bool(obj: Mapping[str, Any], key: str) -> bool:
+    return as_bool(obj.get(key), _AT.at(key))
+
+
+def _seed(obj: Mapping[str, Any], key: str, at: Where = _AT) -> int:
     try:
         return parse_seed(obj.get(key))
     except WeeiError:
-        raise MessageError("bad-field", f"message field {key!r} must be an unsigned 64-bit decimal string") from None
+        at.at(key)("must be an unsigned 64-bit decimal string")
 
 
 def _obj(obj: Mapping[str, Any], key: str, *, optional: bool = False) -> Any:
     value = obj.get(key)
     if value is None and optional:
         return None
-    if not isinstance(value, dict):
-        raise MessageError("bad-field", f"message field {key!r} must be an object")
-    return value
+    return as_object(value, _AT.at(key))
+
+
+def _auxiliary(obj: Mapping[str, Any]) -> dict[str, ArtifactRef]:
+    aux = _obj(obj, "auxiliary", optional=True) or {}
+    if len(aux) > MAX_AUXILIARY_SLOTS:
+        _AT.at("auxiliary")(f"must have at most {MAX_AUXILIARY_SLOTS} slots")
+    return {k: ArtifactRef.from_json(v, _AT.at("auxiliary").at(k)) for k, v in aux.items()}
 
 
 def _metrics(obj: Mapping[str, Any], key: str) -> dict[str, float]:
     value = _obj(obj, key)
+    where = _AT.at(key)
     if len(value) > 64:
-        raise MessageError("bad-field", f"message field {key!r} has more than 64 metrics")
+        where("must have at most 64 metrics")
     out: dict[str, float] = {}
     for name, v in value.items():
-        if not isinstance(name, str) or len(name) > 64:
-            raise MessageError("bad-field", f"metric names in {key!r} must be short strings")
+        if len(name) > 64:
+            where("metric names must be at most 64 characters")
         try:
             number = float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else math.nan
         except OverflowError:  # a JSON integer too large for a float
             number = math.inf
         if not math.isfinite(number):
-            raise MessageError("non-finite-metric", f"metric {name!r} in {key!r} must be a finite number")
+            where.at(name[:64]).because(MessageReason.NON_FINITE_METRIC)("must be a finite number")
         out[name] = number
     return out
 
@@ -126,13 +159,12 @@ class ArtifactRef:
         return {"kind": self.kind, "sha256": self.sha256, "bytes": self.bytes}
 
     @classmethod
-    def from_json(cls, obj: Any) -> ArtifactRef:
-        if not isinstance(obj, dict):
-            raise MessageError("bad-field", "an artifact reference must be an object")
-        kind = _str(obj, "kind")
+    def from_json(cls, obj: Any, at: Where = _AT.at("artifact")) -> ArtifactRef:
+        obj = as_object(obj, at)
+        kind = _str(obj, "kind", at=at)
         if kind not in cls.KINDS:
-            raise MessageError("bad-field", f"unknown artifact kind {kind!r}")
-        return cls(kind, _sha(obj, "sha256"), _int(obj, "bytes"))
+            at.at("kind")(f"unknown artifact kind {kind!r}")
+        return cls(kind, _sha(obj, "sha256", at), _int(obj, "bytes", at=at))
 
 
 @dataclass(frozen=True)
@@ -148,10 +180,10 @@ class ChunkRef:
         return {"id": self.id, "format": self.format, "exampleCount": self.example_count, "data": self.data.to_json()}
 
     @classmethod
-    def from_json(cls, obj: Any) -> ChunkRef:
-        if not isinstance(obj, dict):
-            raise MessageError("bad-field", "chunk must be an object")
-        return cls(_str(obj, "id"), _str(obj, "format"), _int(obj, "exampleCount"), ArtifactRef.from_json(obj.get("data")))
+    def from_json(cls, obj: Any, at: Where = _AT.at("chunk")) -> ChunkRef:
+        obj = as_object(obj, at)
+        return cls(_str(obj, "id", at=at), _str(obj, "format", at=at), _int(obj, "exampleCount", at=at),
+                   ArtifactRef.from_json(obj.get("data"), at.at("data")))
 
 
 @dataclass(frozen=True)
@@ -173,17 +205,19 @@ class UnitRange:
                 "jobSeed": str(self.job_seed)}
 
     @classmethod
-    def from_json(cls, obj: Any) -> UnitRange:
-        if not isinstance(obj, dict):
-            raise MessageError("bad-field", "experience must be an object")
-        return cls(_int(obj, "unitStart"), _int(obj, "unitCount", minimum=1), _seed(obj, "seed"),
-                   _seed(obj, "jobSeed"))
+    def from_json(cls, obj: Any, at: Where = _AT.at("experience")) -> UnitRange:
+        obj = as_object(obj, at)
+        return cls(_int(obj, "unitStart", at=at), _int(obj, "unitCount", minimum=1, at=at), _seed(obj, "seed", at),
+                   _seed(obj, "jobSeed", at))
 
 
 class _Message:
-    """Shared JSON plumbing; subclasses set TYPE and implement _body/_parse."""
+    """Shared JSON plumbing; subclasses set TYPE and DIRECTION and implement _body/_parse."""
 
     TYPE: ClassVar[str] = ""
+    #: Which way the message travels: whoever routes messages (the controller,
+    #: the simulator) hands it to the coordinator or to a participant by this.
+    DIRECTION: ClassVar[Direction]
 
     def to_json(self) -> dict[str, Any]:
         body = {"type": self.TYPE}
@@ -210,6 +244,7 @@ class Invitation(_Message):
     """What a participant sees before deciding: nothing is downloaded yet."""
 
     TYPE: ClassVar[str] = "invitation"
+    DIRECTION: ClassVar[Direction] = Direction.TO_PARTICIPANT
     job_id: str
     coordinator: str
     model_info: dict[str, Any]
@@ -220,8 +255,8 @@ class Invitation(_Message):
     @classmethod
     def _parse(cls, obj: dict[str, Any]) -> Invitation:
         module = _obj(obj, "module")
-        _sha(module, "sha256")
-        _int(module, "bytes")
+        _sha(module, "sha256", _AT.at("module"))
+        _int(module, "bytes", at=_AT.at("module"))
         return cls(_str(obj, "jobId"), _str(obj, "coordinator"), _obj(obj, "modelInfo"), module,
                    _int(obj, "dataBytes"), _obj(obj, "settings"))
 
@@ -229,14 +264,13 @@ class Invitation(_Message):
 @dataclass(frozen=True)
 class InvitationDecision(_Message):
     TYPE: ClassVar[str] = "invitationDecision"
+    DIRECTION: ClassVar[Direction] = Direction.TO_COORDINATOR
     job_id: str
     accepted: bool
 
     @classmethod
     def _parse(cls, obj: dict[str, Any]) -> InvitationDecision:
-        if not isinstance(obj.get("accepted"), bool):
-            raise MessageError("bad-field", "accepted must be true or false")
-        return cls(_str(obj, "jobId"), obj["accepted"])
+        return cls(_str(obj, "jobId"), _bool(obj, "accepted"))
 
 
 @dataclass(frozen=True)
@@ -244,6 +278,7 @@ class Deliver(_Message):
     """After acceptance: the module and the auxiliary weights files travel beside this."""
 
     TYPE: ClassVar[str] = "deliver"
+    DIRECTION: ClassVar[Direction] = Direction.TO_PARTICIPANT
     job_id: str
     module: ArtifactRef
     model_info: dict[str, Any]
@@ -251,11 +286,8 @@ class Deliver(_Message):
 
     @classmethod
     def _parse(cls, obj: dict[str, Any]) -> Deliver:
-        aux = _obj(obj, "auxiliary", optional=True) or {}
-        if len(aux) > 8:
-            raise MessageError("bad-field", "at most 8 auxiliary slots")
-        return cls(_str(obj, "jobId"), ArtifactRef.from_json(obj.get("module")), _obj(obj, "modelInfo"),
-                   {str(k): ArtifactRef.from_json(v) for k, v in aux.items()})
+        return cls(_str(obj, "jobId"), ArtifactRef.from_json(obj.get("module"), _AT.at("module")),
+                   _obj(obj, "modelInfo"), _auxiliary(obj))
 
     def _body(self) -> dict[str, Any]:
         body = super()._body()
@@ -268,6 +300,7 @@ class ModuleStatus(_Message):
     """The participant loaded (or failed to load) the job's model module."""
 
     TYPE: ClassVar[str] = "moduleStatus"
+    DIRECTION: ClassVar[Direction] = Direction.TO_COORDINATOR
     job_id: str
     loaded: bool
     error: str | None = None
@@ -275,15 +308,9 @@ class ModuleStatus(_Message):
 
     @classmethod
     def _parse(cls, obj: dict[str, Any]) -> ModuleStatus:
-        if not isinstance(obj.get("loaded"), bool):
-            raise MessageError("bad-field", "loaded must be true or false")
-        held = obj.get("held", [])
-        if not isinstance(held, list) or len(held) > 10_000:
-            raise MessageError("bad-field", "held must be a list of SHA-256 hashes")
-        for h in held:
-            if not isinstance(h, str) or not _SHA256.match(h):
-                raise MessageError("bad-field", "held must be a list of SHA-256 hashes")
-        return cls(_str(obj, "jobId"), obj["loaded"], _str(obj, "error", optional=True, limit=MAX_TEXT), tuple(held))
+        at = _AT.at("held")
+        held = [as_sha256(h, at.at(i)) for i, h in enumerate(as_list(obj.get("held", []), at, 10_000))]
+        return cls(_str(obj, "jobId"), _bool(obj, "loaded"), _str(obj, "error", optional=True, limit=MAX_TEXT), tuple(held))
 
     def _body(self) -> dict[str, Any]:
         body = super()._body()
@@ -296,6 +323,7 @@ class Assign(_Message):
     """One round's work for one participant, from one checkpoint."""
 
     TYPE: ClassVar[str] = "assign"
+    DIRECTION: ClassVar[Direction] = Direction.TO_PARTICIPANT
     job_id: str
     round: int
     assignment_id: str
@@ -312,16 +340,13 @@ class Assign(_Message):
         chunk = obj.get("chunk")
         experience = obj.get("experience")
         if (chunk is None) == (experience is None):
-            raise MessageError("bad-field", "an assignment has a chunk or an experience range, not both")
-        aux = _obj(obj, "auxiliary", optional=True) or {}
-        if len(aux) > 8:
-            raise MessageError("bad-field", "at most 8 auxiliary slots")
+            _AT("an assignment has a chunk or an experience range, not both")
         return cls(
             _str(obj, "jobId"), _int(obj, "round", minimum=1), _str(obj, "assignmentId"), _str(obj, "attemptId"),
-            ArtifactRef.from_json(obj.get("checkpoint")), _obj(obj, "settings"), _seed(obj, "seed"),
+            ArtifactRef.from_json(obj.get("checkpoint"), _AT.at("checkpoint")), _obj(obj, "settings"), _seed(obj, "seed"),
             ChunkRef.from_json(chunk) if chunk is not None else None,
             UnitRange.from_json(experience) if experience is not None else None,
-            {str(k): ArtifactRef.from_json(v) for k, v in aux.items()},
+            _auxiliary(obj),
         )
 
     def _body(self) -> dict[str, Any]:
@@ -334,6 +359,7 @@ class Assign(_Message):
 @dataclass(frozen=True)
 class TrainingStarted(_Message):
     TYPE: ClassVar[str] = "trainingStarted"
+    DIRECTION: ClassVar[Direction] = Direction.TO_COORDINATOR
     job_id: str
     attempt_id: str
 
@@ -347,6 +373,7 @@ class Update(_Message):
     """Trained weights for one attempt; ``weights`` travels beside it."""
 
     TYPE: ClassVar[str] = "update"
+    DIRECTION: ClassVar[Direction] = Direction.TO_COORDINATOR
     job_id: str
     round: int
     assignment_id: str
@@ -361,7 +388,8 @@ class Update(_Message):
     def _parse(cls, obj: dict[str, Any]) -> Update:
         return cls(
             _str(obj, "jobId"), _int(obj, "round", minimum=1), _str(obj, "assignmentId"), _str(obj, "attemptId"),
-            _sha(obj, "baseCheckpoint"), ArtifactRef.from_json(obj.get("weights")), _metrics(obj, "metrics"),
+            _sha(obj, "baseCheckpoint"), ArtifactRef.from_json(obj.get("weights"), _AT.at("weights")),
+            _metrics(obj, "metrics"),
             _int(obj, "count"), _int(obj, "optimizerSteps", optional=True),
         )
 
@@ -369,6 +397,7 @@ class Update(_Message):
 @dataclass(frozen=True)
 class AssignmentFailed(_Message):
     TYPE: ClassVar[str] = "assignmentFailed"
+    DIRECTION: ClassVar[Direction] = Direction.TO_COORDINATOR
     job_id: str
     attempt_id: str
     error: str
@@ -383,6 +412,7 @@ class UpdateReceipt(_Message):
     """The coordinator's answer to an update: accepted, or rejected and why."""
 
     TYPE: ClassVar[str] = "updateReceipt"
+    DIRECTION: ClassVar[Direction] = Direction.TO_PARTICIPANT
     job_id: str
     attempt_id: str
     accepted: bool
@@ -390,28 +420,26 @@ class UpdateReceipt(_Message):
 
     @classmethod
     def _parse(cls, obj: dict[str, Any]) -> UpdateReceipt:
-        if not isinstance(obj.get("accepted"), bool):
-            raise MessageError("bad-field", "accepted must be true or false")
-        return cls(_str(obj, "jobId"), _str(obj, "attemptId"), obj["accepted"],
+        return cls(_str(obj, "jobId"), _str(obj, "attemptId"), _bool(obj, "accepted"),
                    _str(obj, "reason", optional=True, limit=MAX_TEXT))
 
 
 @dataclass(frozen=True)
 class PauseContribution(_Message):
     TYPE: ClassVar[str] = "pauseContribution"
+    DIRECTION: ClassVar[Direction] = Direction.TO_COORDINATOR
     job_id: str
     paused: bool
 
     @classmethod
     def _parse(cls, obj: dict[str, Any]) -> PauseContribution:
-        if not isinstance(obj.get("paused"), bool):
-            raise MessageError("bad-field", "paused must be true or false")
-        return cls(_str(obj, "jobId"), obj["paused"])
+        return cls(_str(obj, "jobId"), _bool(obj, "paused"))
 
 
 @dataclass(frozen=True)
 class Leave(_Message):
     TYPE: ClassVar[str] = "leave"
+    DIRECTION: ClassVar[Direction] = Direction.TO_COORDINATOR
     job_id: str
 
     @classmethod
@@ -422,14 +450,13 @@ class Leave(_Message):
 @dataclass(frozen=True)
 class JobFinished(_Message):
     TYPE: ClassVar[str] = "jobFinished"
+    DIRECTION: ClassVar[Direction] = Direction.TO_PARTICIPANT
     job_id: str
     incomplete: bool
 
     @classmethod
     def _parse(cls, obj: dict[str, Any]) -> JobFinished:
-        if not isinstance(obj.get("incomplete"), bool):
-            raise MessageError("bad-field", "incomplete must be true or false")
-        return cls(_str(obj, "jobId"), obj["incomplete"])
+        return cls(_str(obj, "jobId"), _bool(obj, "incomplete"))
 
 
 @dataclass(frozen=True)
@@ -437,6 +464,7 @@ class DiagnosticsReport(_Message):
     """A participant's PeerExecutionDiagnostics snapshot (validated by the book)."""
 
     TYPE: ClassVar[str] = "diagnostics"
+    DIRECTION: ClassVar[Direction] = Direction.TO_COORDINATOR
     job_id: str
     snapshot: dict[str, Any]
 
@@ -464,11 +492,11 @@ def decode_message(obj: Any) -> Message:
         MessageError: the value is not a known, well-formed message.
     """
     if not isinstance(obj, dict):
-        raise MessageError("not-an-object", "a message must be a JSON object")
+        raise MessageError(MessageReason.NOT_AN_OBJECT, "a message must be a JSON object")
     kind = obj.get("type")
     cls = _TYPES.get(kind) if isinstance(kind, str) else None
     if cls is None:
-        raise MessageError("unknown-type", f"unknown message type {str(kind)[:64]!r}")
+        raise MessageError(MessageReason.UNKNOWN_TYPE, f"unknown message type {str(kind)[:64]!r}")
     return cls._parse(obj)  # type: ignore[no-any-return]
 
 

@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any, Literal, NoReturn
+from typing import Any, Literal
 
 from . import _check
-from .errors import ManifestError, SettingsError
+from .errors import ManifestError, ModelInfoReason, SettingsError
 from .settings import AGGREGATION_METHODS, TrainingSettings
 
 __all__ = [
@@ -52,24 +52,8 @@ MAX_AUXILIARY_BYTES = 2 * 1024**3  # "up to 2 GiB"
 MAX_AVERAGE_ONLY_RANGES = 4096
 
 
-def _failer(path: str, reason: str = "invalid-model-info") -> _check.Fail:
-    def fail(message: str) -> NoReturn:
-        raise ManifestError(reason, f"{path}: {message}")
-
-    return fail
-
-
-def _unknown(path: str, reason: str) -> _check.Fail:
-    def fail(key: str) -> NoReturn:
-        raise ManifestError(reason, f"{path}.{key}: is not a known field")
-
-    return fail
-
-
-def _get(obj: dict[str, Any], key: str, path: str, reason: str) -> Any:
-    if key not in obj:
-        raise ManifestError(reason, f"{path}.{key}: is required")
-    return obj[key]
+def _at(reason: str, path: str) -> _check.Where:
+    return _check.Where(ManifestError, reason, path)
 
 
 @dataclass(frozen=True)
@@ -137,41 +121,41 @@ class AuxiliarySlot:
     raw: dict[str, Any]
 
 
-def parse_work_source(obj: Any, path: str = "workSource", reason: str = "invalid-work-source") -> WorkSource:
+def parse_work_source(obj: Any, path: str = "workSource", reason: str = ModelInfoReason.INVALID_WORK_SOURCE) -> WorkSource:
     """Parse and check a workSource object.
 
     Takes: its JSON value; ``path``/``reason`` for the error.
     Returns: the WorkSource. Raises: ManifestError.
     """
-    obj = _check.as_object(obj, _failer(path, reason))
-    _check.no_unknown_keys(obj, {"kind", "inputs", "unit", "unitsPerAssignment", "evaluationUnits"}, _unknown(path, reason))
-    if _get(obj, "kind", path, reason) != "experience":
+    obj = _check.as_object(obj, _at(reason, path))
+    _at(reason, path).no_unknown_keys(obj, {"kind", "inputs", "unit", "unitsPerAssignment", "evaluationUnits"})
+    if _at(reason, path).get(obj, "kind") != "experience":
         raise ManifestError(reason, f"{path}.kind: must be 'experience', not {obj['kind']!r}")
-    if _get(obj, "inputs", path, reason) != "none":
+    if _at(reason, path).get(obj, "inputs") != "none":
         raise ManifestError(reason, f"{path}.inputs: must be 'none', not {obj['inputs']!r}")
-    unit = _check.as_object(_get(obj, "unit", path, reason), _failer(f"{path}.unit", reason))
-    _check.no_unknown_keys(unit, {"id", "label"}, _unknown(f"{path}.unit", reason))
-    unit_id = _check.as_str(_get(unit, "id", f"{path}.unit", reason), _failer(f"{path}.unit.id", reason))
-    label = _check.as_str(_get(unit, "label", f"{path}.unit", reason), _failer(f"{path}.unit.label", reason))
+    unit = _at(reason, path).read(obj, "unit", _check.as_object)
+    _at(reason, f"{path}.unit").no_unknown_keys(unit, {"id", "label"})
+    unit_id = _at(reason, f"{path}.unit").read(unit, "id", _check.as_str)
+    label = _at(reason, f"{path}.unit").read(unit, "label", _check.as_str)
     upa_path = f"{path}.unitsPerAssignment"
-    upa = _check.as_object(_get(obj, "unitsPerAssignment", path, reason), _failer(upa_path, reason))
-    _check.no_unknown_keys(upa, {"default", "minimum", "maximum"}, _unknown(upa_path, reason))
+    upa = _check.as_object(_at(reason, path).get(obj, "unitsPerAssignment"), _at(reason, upa_path))
+    _at(reason, upa_path).no_unknown_keys(upa, {"default", "minimum", "maximum"})
     counts = {
-        key: _check.as_int(_get(upa, key, upa_path, reason), _failer(f"{upa_path}.{key}", reason), minimum=1)
+        key: _at(reason, upa_path).read(upa, key, _check.as_int, minimum=1)
         for key in ("default", "minimum", "maximum")
     }
     if not counts["minimum"] <= counts["default"] <= counts["maximum"]:
         raise ManifestError(reason, f"{upa_path}: needs minimum <= default <= maximum, not {counts}")
     evaluation = None
     if "evaluationUnits" in obj:
-        evaluation = _check.as_int(obj["evaluationUnits"], _failer(f"{path}.evaluationUnits", reason), minimum=1)
+        evaluation = _check.as_int(obj["evaluationUnits"], _at(reason, f"{path}.evaluationUnits"), minimum=1)
     return WorkSource(
         "experience", "none", unit_id, label, counts["default"], counts["minimum"], counts["maximum"], evaluation, obj
     )
 
 
 def parse_auxiliary_weights(
-    obj: Any, *, in_package: bool, path: str = "auxiliaryWeights", reason: str = "invalid-auxiliary-weights"
+    obj: Any, *, in_package: bool, path: str = "auxiliaryWeights", reason: str = ModelInfoReason.INVALID_AUXILIARY_WEIGHTS
 ) -> tuple[AuxiliarySlot, ...]:
     """Parse and check an auxiliaryWeights list.
 
@@ -180,21 +164,21 @@ def parse_auxiliary_weights(
     getModelInfo(), where no slot has a fileName.
     Returns: the slots in order. Raises: ManifestError.
     """
-    items = _check.as_list(obj, _failer(path, reason), max_items=MAX_AUXILIARY_SLOTS)
+    items = _check.as_list(obj, _at(reason, path), max_items=MAX_AUXILIARY_SLOTS)
     slots: list[AuxiliarySlot] = []
     ids: set[str] = set()
     names: set[str] = set()
     allowed = {"id", "role", "bytes", "sha256", "source"} | ({"fileName"} if in_package else set())
     for i, item in enumerate(items):
         p = f"{path}[{i}]"
-        item = _check.as_object(item, _failer(p, reason))
-        _check.no_unknown_keys(item, allowed, _unknown(p, reason))
-        slot_id = _check.as_str(_get(item, "id", p, reason), _failer(f"{p}.id", reason))
+        item = _check.as_object(item, _at(reason, p))
+        _at(reason, p).no_unknown_keys(item, allowed)
+        slot_id = _at(reason, p).read(item, "id", _check.as_str)
         if slot_id in ids:
             raise ManifestError(reason, f"{p}.id: duplicate slot id {slot_id!r}")
         ids.add(slot_id)
-        role = _check.as_str(_get(item, "role", p, reason), _failer(f"{p}.role", reason))
-        size = _check.as_int(_get(item, "bytes", p, reason), _failer(f"{p}.bytes", reason), 4, MAX_AUXILIARY_BYTES)
+        role = _at(reason, p).read(item, "role", _check.as_str)
+        size = _at(reason, p).read(item, "bytes", _check.as_int, minimum=4, maximum=MAX_AUXILIARY_BYTES)
         if size % 4:
             raise ManifestError(reason, f"{p}.bytes: must be a whole number of float32 values, not {size}")
         has_hash, has_source = "sha256" in item, "source" in item
@@ -202,25 +186,25 @@ def parse_auxiliary_weights(
             raise ManifestError(reason, f"{p}: needs either sha256 or source, never both")
         sha256 = source_kind = rounds_ago = file_name = None
         if has_hash:
-            sha256 = _check.as_str(item["sha256"], _failer(f"{p}.sha256", reason))
+            sha256 = _check.as_str(item["sha256"], _at(reason, f"{p}.sha256"))
             if not _check.SHA256_HEX.fullmatch(sha256):
                 raise ManifestError(reason, f"{p}.sha256: must be 64 lowercase hex digits")
             if in_package:
-                file_name = _check.as_str(_get(item, "fileName", p, reason), _failer(f"{p}.fileName", reason))
+                file_name = _at(reason, p).read(item, "fileName", _check.as_str)
                 if file_name in names:
                     raise ManifestError(reason, f"{p}.fileName: duplicate file name {file_name!r}")
                 names.add(file_name)
         else:
             if "fileName" in item:
                 raise ManifestError(reason, f"{p}.fileName: a slot with a source has no file")
-            source = _check.as_object(item["source"], _failer(f"{p}.source", reason))
+            source = _check.as_object(item["source"], _at(reason, f"{p}.source"))
             kind = source.get("kind")
             if kind == "initial":
-                _check.no_unknown_keys(source, {"kind"}, _unknown(f"{p}.source", reason))
+                _at(reason, f"{p}.source").no_unknown_keys(source, {"kind"})
             elif kind == "checkpoint":
-                _check.no_unknown_keys(source, {"kind", "roundsAgo"}, _unknown(f"{p}.source", reason))
-                ago = _get(source, "roundsAgo", f"{p}.source", reason)
-                rounds_ago = _check.as_int(ago, _failer(f"{p}.source.roundsAgo", reason), minimum=1)
+                _at(reason, f"{p}.source").no_unknown_keys(source, {"kind", "roundsAgo"})
+                ago = _at(reason, f"{p}.source").get(source, "roundsAgo")
+                rounds_ago = _check.as_int(ago, _at(reason, f"{p}.source.roundsAgo"), minimum=1)
             else:
                 raise ManifestError(reason, f"{p}.source.kind: must be 'initial' or 'checkpoint', not {kind!r}")
             source_kind = kind
@@ -229,12 +213,12 @@ def parse_auxiliary_weights(
 
 
 def _parse_aggregation(obj: Any) -> tuple[tuple[str, ...] | None, tuple[ByteRange, ...]]:
-    reason = "invalid-aggregation-info"
-    obj = _check.as_object(obj, _failer("aggregation", reason))
-    _check.no_unknown_keys(obj, {"methods", "averageOnly"}, _unknown("aggregation", reason))
+    reason = ModelInfoReason.INVALID_AGGREGATION_INFO
+    obj = _check.as_object(obj, _at(reason, "aggregation"))
+    _at(reason, "aggregation").no_unknown_keys(obj, {"methods", "averageOnly"})
     methods = None
     if "methods" in obj:
-        listed = _check.as_list(obj["methods"], _failer("aggregation.methods", reason))
+        listed = _check.as_list(obj["methods"], _at(reason, "aggregation.methods"))
         for m in listed:
             if m not in AGGREGATION_METHODS:
                 raise ManifestError(reason, f"aggregation.methods: unknown method {m!r}")
@@ -243,13 +227,13 @@ def _parse_aggregation(obj: Any) -> tuple[tuple[str, ...] | None, tuple[ByteRang
         methods = tuple(listed)
     ranges: list[ByteRange] = []
     if "averageOnly" in obj:
-        items = _check.as_list(obj["averageOnly"], _failer("aggregation.averageOnly", reason), MAX_AVERAGE_ONLY_RANGES)
+        items = _check.as_list(obj["averageOnly"], _at(reason, "aggregation.averageOnly"), MAX_AVERAGE_ONLY_RANGES)
         for i, item in enumerate(items):
             p = f"aggregation.averageOnly[{i}]"
-            item = _check.as_object(item, _failer(p, reason))
-            _check.no_unknown_keys(item, {"offset", "bytes"}, _unknown(p, reason))
-            offset = _check.as_int(_get(item, "offset", p, reason), _failer(f"{p}.offset", reason), minimum=0)
-            size = _check.as_int(_get(item, "bytes", p, reason), _failer(f"{p}.bytes", reason), minimum=0)
+            item = _check.as_object(item, _at(reason, p))
+            _at(reason, p).no_unknown_keys(item, {"offset", "bytes"})
+            offset = _at(reason, p).read(item, "offset", _check.as_int, minimum=0)
+            size = _at(reason, p).read(item, "bytes", _check.as_int, minimum=0)
             if offset % 4 or size % 4:
                 raise ManifestError(reason, f"{p}: offset and bytes must be multiples of 4")
             ranges.append(ByteRange(offset, size))
@@ -287,19 +271,19 @@ class ModelInfo:
         Takes: the parsed JSON. Returns: the ModelInfo (holding a deep copy as
         ``raw``). Raises: ManifestError with a reason code.
         """
-        r = "invalid-model-info"
-        obj = _check.as_object(obj, _failer("modelInfo", r))
+        r = ModelInfoReason.INVALID_MODEL_INFO
+        obj = _check.as_object(obj, _at(r, "modelInfo"))
         raw = copy.deepcopy(obj)
-        model_id = _check.as_str(_get(obj, "id", "modelInfo", r), _failer("modelInfo.id", r))
-        version = _check.as_str(_get(obj, "version", "modelInfo", r), _failer("modelInfo.version", r))
-        name = _check.as_str(_get(obj, "name", "modelInfo", r), _failer("modelInfo.name", r))
-        abi = _get(obj, "abiVersion", "modelInfo", "unsupported-abi")
+        model_id = _at(r, "modelInfo").read(obj, "id", _check.as_str)
+        version = _at(r, "modelInfo").read(obj, "version", _check.as_str)
+        name = _at(r, "modelInfo").read(obj, "name", _check.as_str)
+        abi = _at(ModelInfoReason.UNSUPPORTED_ABI, "modelInfo").get(obj, "abiVersion")
         if not _check.is_integer(abi) or abi != 1:
-            raise ManifestError("unsupported-abi", f"modelInfo.abiVersion: must be 1, not {abi!r}")
-        fmt = _get(obj, "weightFormat", "modelInfo", "unsupported-weight-format")
+            raise ManifestError(ModelInfoReason.UNSUPPORTED_ABI, f"modelInfo.abiVersion: must be 1, not {abi!r}")
+        fmt = _at(ModelInfoReason.UNSUPPORTED_WEIGHT_FORMAT, "modelInfo").get(obj, "weightFormat")
         if fmt != "float32-le":
-            raise ManifestError("unsupported-weight-format", f"modelInfo.weightFormat: must be 'float32-le', not {fmt!r}")
-        max_workers = _check.as_int(_get(obj, "maxWorkers", "modelInfo", r), _failer("modelInfo.maxWorkers", r), 1)
+            raise ManifestError(ModelInfoReason.UNSUPPORTED_WEIGHT_FORMAT, f"modelInfo.weightFormat: must be 'float32-le', not {fmt!r}")
+        max_workers = _at(r, "modelInfo").read(obj, "maxWorkers", _check.as_int, minimum=1)
         work_source = None
         if "workSource" in obj:
             work_source = parse_work_source(obj["workSource"], "modelInfo.workSource")
@@ -307,32 +291,32 @@ class ModelInfo:
         limits: dict[str, int | None] = {}
         for key in ("maxChunkBytes", "maxExamplesPerChunk"):
             if key in obj:
-                limits[key] = _check.as_int(obj[key], _failer(f"modelInfo.{key}", r), minimum=1)
+                limits[key] = _check.as_int(obj[key], _at(r, f"modelInfo.{key}"), minimum=1)
             elif experience:
                 limits[key] = None
             else:
                 raise ManifestError(r, f"modelInfo.{key}: is required of a dataset model")
         formats: list[DataFormat] = []
-        for i, item in enumerate(_check.as_list(_get(obj, "dataFormats", "modelInfo", r), _failer("modelInfo.dataFormats", r))):
+        for i, item in enumerate(_at(r, "modelInfo").read(obj, "dataFormats", _check.as_list)):
             p = f"modelInfo.dataFormats[{i}]"
-            item = _check.as_object(item, _failer(p, r))
-            fid = _check.as_str(_get(item, "id", p, r), _failer(f"{p}.id", r))
-            label = _check.as_str(item.get("label", fid), _failer(f"{p}.label", r), nonempty=False)
-            mimes = _check.as_list(item.get("acceptedMimeTypes", []), _failer(f"{p}.acceptedMimeTypes", r))
+            item = _check.as_object(item, _at(r, p))
+            fid = _at(r, p).read(item, "id", _check.as_str)
+            label = _check.as_str(item.get("label", fid), _at(r, f"{p}.label"), nonempty=False)
+            mimes = _check.as_list(item.get("acceptedMimeTypes", []), _at(r, f"{p}.acceptedMimeTypes"))
             for mime in mimes:
-                _check.as_str(mime, _failer(f"{p}.acceptedMimeTypes", r))
+                _check.as_str(mime, _at(r, f"{p}.acceptedMimeTypes"))
             if any(f.id == fid for f in formats):
                 raise ManifestError(r, f"{p}.id: duplicate format {fid!r}")
             formats.append(DataFormat(fid, label, tuple(mimes)))
         if not experience and not formats:
             raise ManifestError(r, "modelInfo.dataFormats: a dataset model needs at least one format")
         metrics: list[Metric] = []
-        for i, item in enumerate(_check.as_list(_get(obj, "metrics", "modelInfo", r), _failer("modelInfo.metrics", r))):
+        for i, item in enumerate(_at(r, "modelInfo").read(obj, "metrics", _check.as_list)):
             p = f"modelInfo.metrics[{i}]"
-            item = _check.as_object(item, _failer(p, r))
-            mid = _check.as_str(_get(item, "id", p, r), _failer(f"{p}.id", r))
-            label = _check.as_str(_get(item, "label", p, r), _failer(f"{p}.label", r), nonempty=False)
-            direction = _get(item, "direction", p, r)
+            item = _check.as_object(item, _at(r, p))
+            mid = _at(r, p).read(item, "id", _check.as_str)
+            label = _at(r, p).read(item, "label", _check.as_str, nonempty=False)
+            direction = _at(r, p).get(item, "direction")
             if direction not in ("minimize", "maximize"):
                 raise ManifestError(r, f"{p}.direction: must be 'minimize' or 'maximize', not {direction!r}")
             if any(m.id == mid for m in metrics):
@@ -341,9 +325,9 @@ class ModelInfo:
         methods, average_only = (None, ())
         if "aggregation" in obj:
             methods, average_only = _parse_aggregation(obj["aggregation"])
-        capabilities = _check.as_object(obj.get("capabilities", {}), _failer("modelInfo.capabilities", r))
+        capabilities = _check.as_object(obj.get("capabilities", {}), _at(r, "modelInfo.capabilities"))
         if "evaluation" in capabilities:
-            _check.as_bool(capabilities["evaluation"], _failer("modelInfo.capabilities.evaluation", r))
+            _check.as_bool(capabilities["evaluation"], _at(r, "modelInfo.capabilities.evaluation"))
         slots: tuple[AuxiliarySlot, ...] = ()
         if "auxiliaryWeights" in obj:
             slots = parse_auxiliary_weights(obj["auxiliaryWeights"], in_package=False, path="modelInfo.auxiliaryWeights")
@@ -396,17 +380,17 @@ def check_weight_size(info: ModelInfo, weight_bytes: int) -> None:
     than the weights (``auxiliary-size-mismatch``).
     """
     if weight_bytes <= 0 or weight_bytes % 4:
-        raise ManifestError("invalid-weight-size", f"weights: {weight_bytes} bytes is not a whole number of float32 values")
+        raise ManifestError(ModelInfoReason.INVALID_WEIGHT_SIZE, f"weights: {weight_bytes} bytes is not a whole number of float32 values")
     for i, rng in enumerate(info.average_only):
         if rng.end > weight_bytes:
             raise ManifestError(
-                "invalid-aggregation-info",
+                ModelInfoReason.INVALID_AGGREGATION_INFO,
                 f"aggregation.averageOnly[{i}]: ends at byte {rng.end}, past the {weight_bytes} bytes of weights",
             )
     for slot in info.auxiliary_weights:
         if slot.source_kind is not None and slot.bytes != weight_bytes:
             raise ManifestError(
-                "auxiliary-size-mismatch",
+                ModelInfoReason.AUXILIARY_SIZE_MISMATCH,
                 f"auxiliaryWeights {slot.id!r}: a slot with a source must have the weight size "
                 f"{weight_bytes}, not {slot.bytes}",
             )
@@ -425,12 +409,12 @@ def check_settings_for_model(settings: TrainingSettings, info: ModelInfo) -> Non
         raise SettingsError(
             "aggregation.method",
             f"the model allows only {', '.join(info.allowed_methods)}, not {settings.aggregation.method}",
-            "method-not-allowed",
+            ModelInfoReason.METHOD_NOT_ALLOWED,
         )
     ws = info.work_source
     if ws is None:
         if settings.experience is not None:
-            raise SettingsError("experience", "is for experience models only; this model reads a dataset", "not-experience")
+            raise SettingsError("experience", "is for experience models only; this model reads a dataset", ModelInfoReason.NOT_EXPERIENCE)
         return
     if settings.experience is not None:
         units = settings.experience.units_per_assignment
@@ -438,7 +422,7 @@ def check_settings_for_model(settings: TrainingSettings, info: ModelInfo) -> Non
             raise SettingsError(
                 "experience.unitsPerAssignment",
                 f"must be from {ws.minimum_units} to {ws.maximum_units} for this model, not {units}",
-                "out-of-range",
+                ModelInfoReason.OUT_OF_RANGE,
             )
 
 
@@ -450,7 +434,7 @@ def effective_units_per_assignment(settings: TrainingSettings, info: ModelInfo) 
     """
     check_settings_for_model(settings, info)
     if info.work_source is None:
-        raise SettingsError("experience", "the model is not an experience model", "not-experience")
+        raise SettingsError("experience", "the model is not an experience model", ModelInfoReason.NOT_EXPERIENCE)
     if settings.experience is None:
         return info.work_source.default_units
     return settings.experience.units_per_assignment

@@ -2,7 +2,7 @@
 
 The spec's ``TransferProgress`` (``state.transfers``) and ``transferErrors``
 (last error per artifact). Rates come from ``now`` values passed in (ms):
-nothing here reads a clock. The framing layer (``framing.py``) produces these
+nothing here reads a clock. The framing layer (the ``framing`` package) produces these
 events on both the sending and the receiving side; ``TransferBook`` keeps the
 current ones, bounded.
 """
