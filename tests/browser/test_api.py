@@ -515,6 +515,7 @@ def test_every_method_answers_right_after_weei_ready(weei_server: Any, page: Any
     }""")
     assert job["checkpoints"] == 1, "createJob writes the initial checkpoint"
     pg.reload()
+    pg.evaluate(PRELUDE)
     out = pg.evaluate("""async () => {
       const training = (await weeiReady).widgetsApi.get('distributed-training');
       const status = __weeiTestHooks.get('distributed-training').status().api;
