@@ -63,11 +63,11 @@ window.bareDone = loadPyodide({ indexURL: new URL('./pyodide/', location.href).h
 </script></body></html>"""
 
 WEEI_PAGE = """<!doctype html><html><head><meta charset=utf-8><link rel=icon href="data:,"></head><body>
-<script src="weei.js"></script>
+<script src="weei.js" data-test-hooks></script>
 <script>
 window.readyAt = weeiReady.then(() => performance.now());
 window.pythonAt = weeiReady.then((w) => w._internal.core.pagePython.start()).then(() => performance.now());
-window.apiAt = weeiReady.then((w) => w.widgetsApi.get('distributed-training')._debug.startApi())
+window.apiAt = weeiReady.then(() => __weeiTestHooks.get('distributed-training').startApi())
   .then(() => performance.now());
 </script></body></html>"""
 
@@ -173,8 +173,8 @@ def measure_aggregation(browser: Any, url: str, elems: int, updates: int, repeat
 
 TRAIN_JS = """async ([files, epochs, batch, seed0]) => {
   const fromB64 = (s) => Uint8Array.from(atob(s), (c) => c.charCodeAt(0)).buffer;
-  const api = (await weeiReady).widgetsApi.get('distributed-training');
-  const client = api._debug.worker();
+  await weeiReady;
+  const client = __weeiTestHooks.get('distributed-training').worker();
   await client.ready;
   const wasm = await (await fetch(new URL('models/digits-mlp/model.wasm', location.href))).arrayBuffer();
   await client.request('loadModel', { wasm }, { transfer: [wasm] });

@@ -15,8 +15,14 @@
 //   3. WorkerClient: one Worker, request/response with progress
 //   4. API registry: widgetsApi.get(name) -> factory per widget name
 //   5. the 'distributed-training' API: every method forwards to the page's
-//      TrainingController (weei.browser.page_api); _debug hooks for tests
-//   6. loadWeei / weeiReady
+//      TrainingController (weei.browser.page_api)
+//   6. loadWeei / weeiReady, and the test hooks
+//
+// Test hooks (train once in a Worker, aggregate, the embed script's status,
+// storage keys) are not on the API object. They are reachable as
+// window.__weeiTestHooks.get('distributed-training') only on a page that
+// asks for them: window.WEEI_TEST_HOOKS = true before this script runs, or
+// a data-test-hooks attribute on its <script> tag (index.html has one).
 (() => {
   'use strict';
   if (window.weeiReady) return; // the script was included twice
@@ -42,9 +48,34 @@
     return Array.from(new Uint8Array(digest), (b) => b.toString(16).padStart(2, '0')).join('');
   }
 
+  // This tab's peer ID when it trains without a room (a room's signaling
+  // server names the peer instead): made here, before the page's Python
+  // starts, so getState().myPeerId is known from weeiReady on. The page's
+  // Python (page_main._peer_id) reads the same sessionStorage key.
+  const PEER_ID_KEY = 'weei.peerId';
+
+  function tabPeerId() {
+    try {
+      const existing = sessionStorage.getItem(PEER_ID_KEY);
+      if (existing) return existing;
+      const bytes = crypto.getRandomValues(new Uint8Array(8));
+      const peer = 'peer-' + Array.from(bytes, (b) => b.toString(16).padStart(2, '0')).join('');
+      sessionStorage.setItem(PEER_ID_KEY, peer);
+      return peer;
+    } catch {
+      return ''; // no sessionStorage (a sandboxed frame): the page's Python picks one
+    }
+  }
+
   function log(...args) {
     if (window.WEEI_DEBUG) console.log('[weei]', ...args);
   }
+
+  // value, or a Promise of it -> f(value), or a Promise of that.
+  const then = (value, f) => (value instanceof Promise ? value.then(f) : f(value));
+
+  // Each widget API's internals (its test hooks and its start), by widget name.
+  const internals = new Map();
 
   // ---- 2. PagePython ----------------------------------------------------------
   // The page's Pyodide, started on first use or when idle after weeiReady.
@@ -180,7 +211,7 @@
   };
 
   // What every widget API builds on.
-  const core = { BASE, url, fetchOk, sha256Hex, pagePython, WorkerClient, log, backgroundTasks: [] };
+  const core = { BASE, url, fetchOk, sha256Hex, pagePython, WorkerClient, log, backgroundTasks: [], internals };
 
   // ---- 5. 'distributed-training' ------------------------------------------------------
   // The API object. Every method forwards to the page's TrainingController
@@ -219,7 +250,8 @@
   // The controller starts in the background too (as the page's Python
   // does), so a job interrupted by a reload continues without any call.
   core.backgroundTasks.push(() => {
-    widgetsApi.get('distributed-training')._debug.startApi()
+    widgetsApi.get('distributed-training');
+    internals.get('distributed-training').startApi()
       .catch((err) => console.warn('[weei] the training API could not start:', err));
   });
 
@@ -255,6 +287,8 @@
     // that one closes. Without Web Locks (not a secure context) there is no
     // such guard.
     const LOCK = 'weei.distributed-training.controller';
+    const room = new URLSearchParams(location.search).get('room') || (script && script.dataset.room) || null;
+    const localPeerId = room ? '' : tabPeerId();
     const ANOTHER_TAB = 'Weei is running in another tab of this browser; this tab takes over when that one is closed';
 
     function holdLock() {
@@ -291,7 +325,7 @@
         const [{ session }] = await Promise.all([core.pagePython.start(), holdLock()]);
         const api = await session.open_api({
           // Peers meet in a room: ?room=CODE on the page, or data-room on the script tag.
-          room: new URLSearchParams(location.search).get('room') || (script && script.dataset.room) || null,
+          room,
           createWorker: () => new core.WorkerClient(),
           onState: (text) => deliver(JSON.parse(text)),
         });
@@ -318,11 +352,16 @@
       return unwrap(await api.call(name, JSON.stringify(args), buffers));
     }
 
+    // A synchronous method answers at once when the controller runs. While
+    // it is still starting (the seconds after weeiReady), the call waits for
+    // it and the method returns a Promise of the same answer, so the API is
+    // usable from weeiReady on: `await training.exportCheckpoint()` works
+    // either way.
     function callSync(name, args = {}) {
       if (!bridge.api) {
         if (bridge.error) throw weeiError('python-unavailable', `Weei could not start in this page: ${bridge.error}`, 'InternalError');
         if (bridge.blocked) throw weeiError('open-in-another-tab', `${name}(): ${ANOTHER_TAB}`);
-        throw weeiError('not-ready', `${name}(): Weei is still starting in this page; wait until getState().busy is false`);
+        return startApi().then((api) => unwrap(api.call_sync(name, JSON.stringify(args))));
       }
       return unwrap(bridge.api.call_sync(name, JSON.stringify(args)));
     }
@@ -330,6 +369,7 @@
     function getState() {
       if (bridge.api) return JSON.parse(bridge.api.get_state_json());
       const state = TRAINING_STATE_FIELDS();
+      if (!bridge.blocked) state.myPeerId = localPeerId;
       if (bridge.error) {
         state.busy = false;
         state.error = `Weei could not start in this page: ${bridge.error}`;
@@ -393,6 +433,12 @@
       return new File([file.bytes], file.name, { type });
     }
 
+    // The debug log (a TrainingDebugLogFile) as the JSON file a person saves.
+    function debugLogFile(log) {
+      const stamp = String(log.exportedAt).replace(/[:.]/g, '-');
+      return new File([JSON.stringify(log, null, 2)], `weei-debug-log-${stamp}.json`, { type: 'application/json' });
+    }
+
     // -- the API object ------------------------------------------------------------------
     const api = {
       getState,
@@ -433,15 +479,15 @@
       runValidation() { return callAsync('runValidation'); },
       shuffleChunks() { return callAsync('shuffleChunks'); },
       exportCheckpoint() {
-        return toFile(callSync('exportCheckpoint'), 'application/octet-stream');
+        return then(callSync('exportCheckpoint'), (file) => toFile(file, 'application/octet-stream'));
       },
       exportModule() {
-        const file = callSync('exportModule');
-        return file ? toFile(file, 'application/wasm') : undefined;
+        return then(callSync('exportModule'), (file) => (file ? toFile(file, 'application/wasm') : undefined));
       },
       leave() { return callAsync('leave'); },
       getDebugLog() { return callSync('getDebugLog'); },
-      clearDebugLog() { callSync('clearDebugLog'); },
+      exportDebugLog() { return then(callSync('getDebugLog'), debugLogFile); },
+      clearDebugLog() { return then(callSync('clearDebugLog'), () => undefined); },
       setMaxLocalWorkers(count) { return callAsync('setMaxLocalWorkers', { count }); },
       setGpuMemoryBudgetMiB(mib) { return callAsync('setGpuMemoryBudgetMiB', { mib }); },
       setBackendPreference(preference) { return callAsync('setBackendPreference', { preference }); },
@@ -464,7 +510,7 @@
       },
     };
 
-    // -- test hooks (not part of the API) ------------------------------------------------
+    // -- test hooks (not part of the API: see the header) ------------------------------
     function getWorker() {
       if (!worker) worker = new core.WorkerClient();
       return worker;
@@ -548,31 +594,28 @@
       };
     }
 
-    Object.defineProperty(api, '_debug', {
-      enumerable: true,
-      value: {
-        trainOnce,
-        aggregate,
-        worker: getWorker,
-        startPagePython: () => core.pagePython.start().then(() => core.pagePython.seconds),
-        startApi: () => startApi().then(() => bridge.seconds),
-        // The embed script's own status (what getState() returned before the API).
-        status: () => ({
-          version: VERSION,
-          baseUrl: core.BASE,
-          pagePython: core.pagePython.state,
-          pagePythonError: core.pagePython.error,
-          api: bridge.api ? 'ready' : (bridge.error ? 'failed' : (bridge.blocked ? 'waiting-for-another-tab'
-            : (bridge.promise ? 'starting' : 'not-started'))),
-          apiError: bridge.error,
-          apiSeconds: bridge.seconds,
-          worker: worker ? (worker.startSeconds === null ? 'starting' : 'ready') : 'none',
-          trainings: stats.trainings,
-          lastTraining: stats.lastTraining,
-        }),
-        storageKeys: (store) => callAsync('debugStorageKeys', { store }),
-        idle: () => callAsync('debugIdle'),
-      },
+    internals.set('distributed-training', {
+      trainOnce,
+      aggregate,
+      worker: getWorker,
+      startPagePython: () => core.pagePython.start().then(() => core.pagePython.seconds),
+      startApi: () => startApi().then(() => bridge.seconds),
+      // The embed script's own status (what getState() returned before the API).
+      status: () => ({
+        version: VERSION,
+        baseUrl: core.BASE,
+        pagePython: core.pagePython.state,
+        pagePythonError: core.pagePython.error,
+        api: bridge.api ? 'ready' : (bridge.error ? 'failed' : (bridge.blocked ? 'waiting-for-another-tab'
+          : (bridge.promise ? 'starting' : 'not-started'))),
+        apiError: bridge.error,
+        apiSeconds: bridge.seconds,
+        worker: worker ? (worker.startSeconds === null ? 'starting' : 'ready') : 'none',
+        trainings: stats.trainings,
+        lastTraining: stats.lastTraining,
+      }),
+      storageKeys: (store) => callAsync('debugStorageKeys', { store }),
+      idle: () => callAsync('debugIdle'),
     });
     return api;
   });
@@ -607,4 +650,12 @@
 
   window.loadWeei = loadWeei;
   window.weeiReady = loadWeei();
+
+  if (window.WEEI_TEST_HOOKS === true || (script && script.hasAttribute('data-test-hooks'))) {
+    window.__weeiTestHooks = {
+      get(name) {
+        return widgetsApi.get(name) ? internals.get(name) : undefined;
+      },
+    };
+  }
 })();

@@ -12,6 +12,7 @@ user-data dir), so IndexedDB and localStorage are what a real profile keeps.
 from __future__ import annotations
 
 import json
+import re
 import tempfile
 import time
 from collections.abc import Iterator
@@ -25,6 +26,8 @@ from site_helpers import CHROMIUM, CHROMIUM_ARGS, DIST, TIMEOUT_MS
 PRELUDE = """() => {
   const T = {};
   T.api = () => weei.widgetsApi.get('distributed-training');
+  // The test hooks: index.html asks for them (data-test-hooks on its script tag).
+  T.hooks = () => __weeiTestHooks.get('distributed-training');
   T.sleep = (ms) => new Promise((r) => setTimeout(r, ms));
   T.waitFor = async (what, predicate, timeoutMs = 60000) => {
     const t0 = performance.now();
@@ -88,7 +91,7 @@ def ready(pg: Any, url: str | None = None) -> None:
     if url is not None:
         pg.goto(url)
     pg.evaluate(PRELUDE)
-    seconds = pg.evaluate("weeiReady.then(() => T.api()._debug.startApi())")
+    seconds = pg.evaluate("weeiReady.then(() => T.hooks().startApi())")
     assert seconds > 0
 
 
@@ -257,7 +260,7 @@ def test_a_reload_mid_job_continues_from_the_last_checkpoint(weei_server: Any, p
       await T.waitFor('the reopened job to complete', () => T.done(training.getState()), 90000);
       const done = training.getState();
       return { reopened, rounds: T.rounds(done), error: done.error,
-               keys: await training._debug.storageKeys('checkpoints'),
+               keys: await T.hooks().storageKeys('checkpoints'),
                events: training.getDebugLog().events.map((e) => e.event) };
     }""", before["id"])
     reopened = after["reopened"]
@@ -289,8 +292,8 @@ def test_bad_inputs_are_refused_by_name_and_nothing_saved_changes(weei_server: A
       const checkpoint = training.exportCheckpoint();
       await training.leave();
       const snapshot = async () => ({ saved: await training.listSavedJobs(),
-        checkpoints: await training._debug.storageKeys('checkpoints'),
-        jobs: await training._debug.storageKeys('jobs'), artifacts: await training._debug.storageKeys('artifacts') });
+        checkpoints: await T.hooks().storageKeys('checkpoints'),
+        jobs: await T.hooks().storageKeys('jobs'), artifacts: await T.hooks().storageKeys('artifacts') });
       const before = await snapshot();
 
       const flipped = new Uint8Array(await pkg.files[2].arrayBuffer());
@@ -356,13 +359,14 @@ def test_get_state_is_a_copy_without_weights_and_exists_before_python(weei_serve
     pg.goto(weei_server.url)
     pg.evaluate(PRELUDE)
     early = pg.evaluate("T.api().getState()")
-    assert early["ready"] is True and early["myPeerId"] == "" and early["busy"] is True
+    # Without a room this tab names itself before its Python starts (a room's server names it later).
+    assert early["ready"] is True and early["myPeerId"].startswith("peer-") and early["busy"] is True
     assert early["savedJobs"] == [] and early["peers"] == [] and "job" not in early
     out = pg.evaluate("""async () => {
       const training = T.api();
       const firstCalls = [];
-      const stop = training.subscribe((s) => firstCalls.push(s.myPeerId));  // starts the page's Python
-      await T.waitFor('the API', () => firstCalls.some((id) => id), 60000);
+      const stop = training.subscribe((s) => firstCalls.push([s.myPeerId, T.hooks().status().api]));  // starts Python
+      await T.hooks().startApi();
       const { wasm, manifest, files } = await T.pkg('digits-mlp');
       const a = [], b = [];
       const stopA = training.subscribe((s) => { a.push(s); s.mutatedByA = true; if (s.job) s.job.checkpoints.length = 0; });
@@ -392,9 +396,10 @@ def test_get_state_is_a_copy_without_weights_and_exists_before_python(weei_serve
                binary, jsonBytes: JSON.stringify(again).length, keys: Object.keys(again),
                afterUnsubscribe: [a.length, b.length] };
     }""")
-    assert out["firstCalls"][0] == "", "subscribe() calls the listener at once, before Python is ready"
-    assert out["again"] == {"checkpoints": 1, "epochs": 1, "myPeerId": pg.evaluate("T.api().getState().myPeerId"),
-                            "saved": 1}
+    assert out["firstCalls"][0] == [early["myPeerId"], "not-started"], \
+        "subscribe() calls the listener at once, before Python is ready"
+    assert out["again"] == {"checkpoints": 1, "epochs": 1, "myPeerId": early["myPeerId"], "saved": 1}
+    assert pg.evaluate("T.api().getState().myPeerId") == early["myPeerId"]
     assert out["again"]["myPeerId"].startswith("peer-")
     assert out["bSawJob"], "each listener gets its own copy"
     assert out["calls"][0] == out["calls"][1] >= 2
@@ -468,7 +473,8 @@ def test_methods_wait_for_python_and_the_api_lists_every_method(weei_server: Any
     t0 = time.monotonic()
     out = pg.evaluate("""async () => {
       const training = T.api();
-      const notReady = await T.rejection(() => training.getDebugLog());
+      const early = training.getDebugLog();  // before the page's Python: a Promise of the log
+      const notReady = { promise: early instanceof Promise, status: T.hooks().status().api, log: await early };
       const saved = await training.listSavedJobs();  // waits for the page's Python
       await training.pauseContribution(true);
       await training.setGpuMemoryBudgetMiB(1024);
@@ -480,15 +486,85 @@ def test_methods_wait_for_python_and_the_api_lists_every_method(weei_server: Any
                resumed: training.getState().pausedContribution };
     }""")
     assert time.monotonic() - t0 < TIMEOUT_MS / 1000
-    assert out["notReady"]["reason"] == "not-ready"
+    assert out["notReady"]["promise"] is True and out["notReady"]["status"] == "starting"
+    assert out["notReady"]["log"]["schemaVersion"] == 2 and isinstance(out["notReady"]["log"]["events"], list)
     assert out["saved"] == [] and out["state"].startswith("peer-")
     assert out["device"] == [True, 1024, "cpu"] and out["resumed"] is False
     assert out["methods"] == sorted([
         "getState", "subscribe", "createJob", "continueFromCheckpoint", "invite", "decideInvitation", "start",
         "pause", "resume", "stop", "updateSettings", "runValidation", "shuffleChunks", "exportCheckpoint",
-        "exportModule", "leave", "getDebugLog", "clearDebugLog", "setMaxLocalWorkers", "setGpuMemoryBudgetMiB",
-        "setBackendPreference", "pauseContribution", "listSavedJobs", "openSavedJob", "deleteSavedJob", "enable",
-        "_debug"])
+        "exportModule", "leave", "getDebugLog", "exportDebugLog", "clearDebugLog", "setMaxLocalWorkers",
+        "setGpuMemoryBudgetMiB", "setBackendPreference", "pauseContribution", "listSavedJobs", "openSavedJob",
+        "deleteSavedJob", "enable"])
+    assert not log.errors, log.errors
+
+
+def test_every_method_answers_right_after_weei_ready(weei_server: Any, page: Any) -> None:
+    """After a reload, the synchronous methods are called the moment weeiReady resolves (the page's
+    Python still starting): each returns a Promise of its answer, given in call order by the
+    controller that restored the job; once it runs they answer synchronously."""
+    pg, log = page
+    ready(pg, weei_server.url)
+    job = pg.evaluate("""async () => {
+      const { wasm, manifest, files } = await T.pkg('digits-mlp');
+      const id = await T.api().createJob({ wasm, manifest, files, settings: { epochs: 1, localEpochs: 1, batchSize: 16,
+                                                                               coordinatorParticipates: true } });
+      await T.hooks().idle();
+      const s = T.api().getState();
+      return { id, peer: s.myPeerId, checkpoints: s.job.checkpoints.length };
+    }""")
+    assert job["checkpoints"] == 1, "createJob writes the initial checkpoint"
+    pg.reload()
+    pg.evaluate(PRELUDE)
+    out = pg.evaluate("""async () => {
+      const training = (await weeiReady).widgetsApi.get('distributed-training');
+      const status = __weeiTestHooks.get('distributed-training').status().api;
+      const peer = training.getState().myPeerId;
+      const calls = {
+        invite: training.invite('peer-nobody'), checkpoint: training.exportCheckpoint(),
+        module: training.exportModule(), log: training.getDebugLog(), file: training.exportDebugLog(),
+        clear: training.clearDebugLog(), after: training.getDebugLog(),
+      };
+      const promises = Object.entries(calls).filter(([, v]) => v instanceof Promise).map(([k]) => k).sort();
+      const invite = await T.rejection(calls.invite);
+      const checkpoint = await calls.checkpoint;
+      const module = await calls.module;
+      const file = await calls.file;
+      const text = await file.text();
+      const log = await calls.log;
+      const after = await calls.after;
+      const moduleBytes = new Uint8Array(await module.arrayBuffer());
+      const served = new Uint8Array(await (await fetch('models/digits-mlp/model.wasm')).arrayBuffer());
+      const now = training.exportDebugLog();
+      return {
+        status, peer, promises, invite, cleared: await calls.clear,
+        checkpoint: { isFile: checkpoint instanceof File, name: checkpoint.name, type: checkpoint.type,
+                      jobId: (await T.readCheckpoint(checkpoint)).metadata.jobId },
+        module: { isFile: module instanceof File, name: module.name, type: module.type,
+                  same: moduleBytes.length === served.length && moduleBytes.every((b, i) => b === served[i]) },
+        file: { isFile: file instanceof File, name: file.name, type: file.type, size: file.size, bytes: text.length,
+                json: JSON.parse(text) },
+        log: log.events.map((e) => e.event), after: after.events.map((e) => e.event),
+        syncNow: now instanceof File && !(training.getDebugLog() instanceof Promise),
+      };
+    }""")
+    assert out["status"] in ("not-started", "starting"), "the calls were made before the controller ran"
+    assert out["peer"] == job["peer"]
+    assert out["promises"] == ["after", "checkpoint", "clear", "file", "invite", "log", "module"]
+    assert out["invite"]["reason"] == "peer-not-connected", out["invite"]  # the restored job's coordinator answered
+    assert out["cleared"] is None
+    assert out["checkpoint"]["isFile"] and out["checkpoint"]["jobId"] == job["id"]
+    assert out["checkpoint"]["name"].endswith(".weei-checkpoint") and out["checkpoint"]["type"] == "application/octet-stream"
+    assert out["module"] == {"isFile": True, "name": "model.wasm", "type": "application/wasm", "same": True}
+    f = out["file"]
+    assert f["isFile"] and f["type"] == "application/json" and f["size"] == f["bytes"]
+    assert re.fullmatch(r"weei-debug-log-\d{4}-\d\d-\d\dT\d\d-\d\d-\d\d-\d{3}Z\.json", f["name"]), f["name"]
+    assert f["name"] == "weei-debug-log-" + re.sub(r"[:.]", "-", f["json"]["exportedAt"]) + ".json"
+    assert f["json"]["schemaVersion"] == 2 and set(f["json"]) == {"schemaVersion", "exportedAt", "baseline", "events"}
+    assert set(f["json"]["baseline"]) == {"phases", "idle"}
+    assert [e["event"] for e in f["json"]["events"]] == out["log"], "the file holds what getDebugLog() returns"
+    assert "job.created" in out["log"] and "job.created" not in out["after"], "calls are answered in call order"
+    assert out["syncNow"], "once the controller runs, the methods answer synchronously"
     assert not log.errors, log.errors
 
 
@@ -508,8 +584,8 @@ def test_a_second_tab_waits_and_takes_over_when_the_first_closes(weei_server: An
     second.evaluate(PRELUDE)
     waiting = second.evaluate("""async () => {
       const training = T.api();
-      training._debug.startApi().catch(() => {});
-      await T.waitFor('the second tab to wait', () => training._debug.status().api === 'waiting-for-another-tab', 60000);
+      T.hooks().startApi().catch(() => {});
+      await T.waitFor('the second tab to wait', () => T.hooks().status().api === 'waiting-for-another-tab', 60000);
       return { state: training.getState(), call: await T.rejection(() => training.listSavedJobs()),
                sync: await T.rejection(() => training.getDebugLog()) };
     }""")
@@ -518,7 +594,7 @@ def test_a_second_tab_waits_and_takes_over_when_the_first_closes(weei_server: An
     first.close()
     took_over = second.evaluate("""async () => {
       const training = T.api();
-      await training._debug.startApi();
+      await T.hooks().startApi();
       const s = training.getState();
       return { job: s.job && s.job.id, status: s.job && s.job.status, error: s.error || null,
                saved: (await training.listSavedJobs()).map((j) => j.id) };

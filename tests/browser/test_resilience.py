@@ -279,7 +279,7 @@ def test_participants_closed_mid_transfer_and_mid_training_lose_no_checkpoint(we
     assert seen_early["approved"] and seen_late["approved"], (seen_early, seen_late)
     assert job["status"] == "completed"
     assert_every_round_once(job, 2)
-    keys = coordinator.evaluate("T.api()._debug.storageKeys('checkpoints')")
+    keys = coordinator.evaluate("T.hooks().storageKeys('checkpoints')")
     assert keys == [f"{job_id}/{r:08d}" for r in rounds_of(job)], keys
     for peer in ids:  # the job finished without them: out of the job, and not connected
         assert job["participants"][peer]["connected"] is False, job["participants"][peer]

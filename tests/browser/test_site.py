@@ -23,7 +23,7 @@ def sha256(data: bytes) -> str:
 
 
 def wasmtime_training(options: dict[str, Any]) -> tuple[str, str, dict[str, float], int]:
-    """The same training as _debug.trainOnce(options) under wasmtime:
+    """The same training as the test hook trainOnce(options) under wasmtime:
     (start sha, trained sha, metrics, unique examples)."""
     from weei.runtime import ModelRuntime, WasmtimeEngine
 
@@ -36,12 +36,17 @@ def wasmtime_training(options: dict[str, Any]) -> tuple[str, str, dict[str, floa
     return sha256(start), sha256(result.weights), result.metrics, result.unique_examples or 0
 
 
-TRAIN_JS = """async (options) => {
-  const weei = await weeiReady;
-  const api = weei.widgetsApi.get('distributed-training');
-  const result = await api._debug.trainOnce('digits-mlp', options);
-  return { result, state: api._debug.status(), origin: location.origin };
-}"""
+#: The test hooks (window.__weeiTestHooks): index.html asks for them with data-test-hooks,
+#: a page of another origin with window.WEEI_TEST_HOOKS = true (see TEST_HOOKS).
+HOOKS = "__weeiTestHooks.get('distributed-training')"
+TEST_HOOKS = "window.WEEI_TEST_HOOKS = true"
+
+TRAIN_JS = f"""async (options) => {{
+  await weeiReady;
+  const hooks = {HOOKS};
+  const result = await hooks.trainOnce('digits-mlp', options);
+  return {{ result, state: hooks.status(), origin: location.origin }};
+}}"""
 
 
 def check_training(out: dict[str, Any]) -> None:
@@ -58,8 +63,8 @@ def test_site_loads_and_worker_trains_like_wasmtime(weei_server: Any, page: Any)
     pg, log = page
     pg.goto(weei_server.url)
     keys = pg.evaluate("weeiReady.then((w) => Object.keys(w.widgetsApi.get('distributed-training')))")
-    assert "getState" in keys and "_debug" in keys
-    state = pg.evaluate("weei.widgetsApi.get('distributed-training')._debug.status()")
+    assert "getState" in keys and "_debug" not in keys, "the test hooks are not on the API object"
+    state = pg.evaluate(f"{HOOKS}.status()")
     assert state["baseUrl"] == weei_server.url
     out = pg.evaluate(TRAIN_JS, TRAIN)
     check_training(out)
@@ -78,17 +83,18 @@ def test_worker_trains_experience_and_evaluates_like_wasmtime(weei_server: Any, 
     pg.goto(weei_server.url)
     # Two models in turn in one Worker: loadModel replaces the instance.
     check_training(pg.evaluate(TRAIN_JS, TRAIN))
-    out = pg.evaluate("""async (options) => {
-      const api = (await weeiReady).widgetsApi.get('distributed-training');
-      const result = await api._debug.trainOnce('cartpole-reinforce', { ...options, returnWeights: true });
-      const client = api._debug.worker();
-      const evaluation = await client.request('evaluate', {
-        weights: result.weights, experience: { unitStart: 0, unitCount: 4, seed: '7' } });
-      const bad = await client.request('train', { weights: new ArrayBuffer(12), settings: {},
-        experience: { unitStart: 0, unitCount: 1, seed: '1' } }).catch((e) => ({ reason: e.reason, kind: e.kind }));
+    out = pg.evaluate(f"""async (options) => {{
+      await weeiReady;
+      const hooks = {HOOKS};
+      const result = await hooks.trainOnce('cartpole-reinforce', {{ ...options, returnWeights: true }});
+      const client = hooks.worker();
+      const evaluation = await client.request('evaluate', {{
+        weights: result.weights, experience: {{ unitStart: 0, unitCount: 4, seed: '7' }} }});
+      const bad = await client.request('train', {{ weights: new ArrayBuffer(12), settings: {{}},
+        experience: {{ unitStart: 0, unitCount: 1, seed: '1' }} }}).catch((e) => ({{ reason: e.reason, kind: e.kind }}));
       delete result.weights;
-      return { result, evaluation: { metrics: evaluation.metrics, examples: evaluation.examples }, bad };
-    }""", CARTPOLE)
+      return {{ result, evaluation: {{ metrics: evaluation.metrics, examples: evaluation.examples }}, bad }};
+    }}""", CARTPOLE)
     runtime = ModelRuntime.load((MODELS / "cartpole-reinforce" / "model.wasm").read_bytes(), WasmtimeEngine())
     start = runtime.create_initial_weights(3)
     runtime.load_model(start)
@@ -109,12 +115,12 @@ def test_worker_trains_experience_and_evaluates_like_wasmtime(weei_server: Any, 
 def test_weei_ready_does_not_wait_for_python(weei_server: Any, page: Any) -> None:
     pg, log = page
     pg.goto(weei_server.url)
-    state = pg.evaluate("weeiReady.then((w) => w.widgetsApi.get('distributed-training')._debug.status())")
+    state = pg.evaluate(f"weeiReady.then(() => {HOOKS}.status())")
     # The page's Pyodide takes seconds; the API object must exist before.
     assert state["pagePython"] in ("not-started", "starting")
-    seconds = pg.evaluate("weei.widgetsApi.get('distributed-training')._debug.startPagePython()")
+    seconds = pg.evaluate(f"{HOOKS}.startPagePython()")
     assert seconds > 0
-    assert pg.evaluate("weei.widgetsApi.get('distributed-training')._debug.status().pagePython") == "ready"
+    assert pg.evaluate(f"{HOOKS}.status().pagePython") == "ready"
     assert not log.errors, log.errors
 
 
@@ -133,8 +139,8 @@ def _round(rng: np.random.Generator, n: int, k: int) -> dict[str, Any]:
 
 AGGREGATE_JS = f"""async (spec) => {{
   const fromB64 = {JS_FROM_B64};
-  const api = (await weeiReady).widgetsApi.get('distributed-training');
-  const r = await api._debug.aggregate({{
+  await weeiReady;
+  const r = await {HOOKS}.aggregate({{
     start: fromB64(spec.start),
     updates: spec.updates.map(([id, count, w]) => ({{ id, count, weights: fromB64(w) }})),
     method: spec.method,
@@ -195,10 +201,33 @@ def test_page_kernel_matches_cpython(weei_server: Any, page: Any, method: str) -
 
 def test_cross_origin_embed_trains(weei_server: Any, host_origin: str, page: Any) -> None:
     pg, log = page
+    pg.add_init_script(TEST_HOOKS)
     pg.goto(f"{host_origin}/embed?weei={weei_server.url}")
     out = pg.evaluate(TRAIN_JS, TRAIN)
     assert out["origin"] == host_origin != weei_server.url.rstrip("/")
     check_training(out)
+    assert not log.errors, log.errors
+
+
+def test_cross_origin_embed_opens_the_window_and_hides_the_test_hooks(
+        weei_server: Any, host_origin: str, page: Any) -> None:
+    """The window's modules (widget.js imports widget/*.js) load from the Weei
+    server into a page of another origin; that page did not ask for the test hooks."""
+    pg, log = page
+    pg.goto(f"{host_origin}/embed?weei={weei_server.url}")
+    out = pg.evaluate("""async () => {
+      const training = (await weeiReady).widgetsApi.get('distributed-training');
+      const widget = await training.enable();
+      const root = document.querySelector('[data-weei-widget]').shadowRoot;
+      const sections = [...root.querySelectorAll('details.sec')].map((d) => d.dataset.section);
+      const hooks = typeof window.__weeiTestHooks;
+      widget.close();
+      return { sections, hooks, debug: '_debug' in training, origin: location.origin,
+               open: !!document.querySelector('[data-weei-widget]') };
+    }""")
+    assert out["origin"] == host_origin
+    assert out["sections"] == ["setup", "progress", "metrics", "checkpoints", "diagnostics", "peers", "saved", "debug"]
+    assert out["hooks"] == "undefined" and out["debug"] is False and out["open"] is False
     assert not log.errors, log.errors
 
 
@@ -208,3 +237,7 @@ def test_dist_has_only_what_it_needs(site: Path) -> None:
                             "python_stdlib.zip", "pyodide-lock.json"])
     assert (site / "kernel" / "aggregate.wasm").is_file()
     assert (site / "models" / "digits-mlp" / "manifest.json").is_file()
+    # The window: its entry module and one module per section.
+    assert sorted(p.name for p in (site / "widget").iterdir()) == sorted(
+        p.name for p in (ROOT / "app" / "static" / "widget").iterdir())
+    assert (site / "widget.js").is_file()

@@ -18,8 +18,8 @@ the weei package and calls :func:`start` with the site's base URL.
 until signaling and WebRTC arrive. This peer's id is random and kept in
 ``sessionStorage`` (so a reload keeps it) until signaling assigns one.
 
-:meth:`PageSession.debug_aggregate` is the test hook behind the API's
-``_debug.aggregate``: it takes plain JS values and returns a JS object.
+:meth:`PageSession.debug_aggregate` is the test hook behind weei.js's
+``aggregate`` (``window.__weeiTestHooks``): it takes plain JS values and returns a JS object.
 """
 
 from __future__ import annotations

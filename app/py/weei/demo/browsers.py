@@ -210,7 +210,7 @@ def run_browser_demo(out_dir: Path, *, stream: TextIO, jobs: tuple[DemoJob, ...]
                 page.set_default_timeout(120_000)
                 page.goto(f"{server.url}?room={room}")
                 page.evaluate(PRELUDE)
-                page.evaluate("weeiReady.then(() => D.api()._debug.startApi())")
+                page.evaluate("weeiReady.then(() => __weeiTestHooks.get('distributed-training').startApi())")
                 pages.append(page)
             coordinator, participants = pages[0], pages[1:]
             ids = [p.evaluate("D.api().getState().myPeerId") for p in participants]

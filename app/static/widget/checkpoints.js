@@ -1,0 +1,56 @@
+// The window's Checkpoints section.
+// Methods of the window's Widget class (mixed into it by window.js): `this` is the Widget.
+
+import { h, append, fmtNum, fmtBytes, fmtTime, setDisabled, saveFile } from './dom.js';
+
+export class Checkpoints {
+  /** The buttons stay the same elements (a rebuild between mouse down and up would swallow a click). */
+  buildCheckpoints() {
+    const c = (this.c = {});
+    c.error = h('div', { class: 'error hidden', role: 'alert' });
+    c.download = h('button', { type: 'button', class: 'primary', text: 'Download latest checkpoint' });
+    c.download.addEventListener('click', () => this.act(c.download, c.error, async () => {
+      const file = await this.api.exportCheckpoint();
+      saveFile(this.root, file, 'checkpoint.weei-checkpoint');
+    }));
+    c.module = h('button', { type: 'button', text: 'Export module' });
+    c.module.addEventListener('click', () => this.act(c.module, c.error, async () => {
+      const file = await this.api.exportModule();
+      if (!file) throw new Error('This browser does not keep the model module of this job');
+      saveFile(this.root, file, 'model.wasm');
+    }));
+    c.file = h('span', { class: 'small muted' });
+    c.toolbar = h('div', { class: 'row' }, c.download, c.module, c.file);
+    c.table = h('div');
+    append(this.sections.checkpoints.content, c.toolbar, c.error, c.table);
+  }
+
+  renderCheckpoints(state, job) {
+    const c = this.c;
+    const cps = job ? job.checkpoints : [];
+    const last = cps[cps.length - 1];
+    c.toolbar.classList.toggle('hidden', !job);
+    setDisabled(c.download, !cps.length || !job || job.role !== 'coordinator');
+    setDisabled(c.module, !job || !job.hasModuleFile);
+    c.file.textContent = last ? `${last.artifact.fileName} · ${fmtBytes(last.artifact.bytes)}` : '';
+    this.sections.checkpoints.note.textContent = last ? `${cps.length}, latest round ${last.artifact.round}` : '';
+    const key = job ? [job.id, cps.length, cps.map((x) => (x.validationMetrics ? 'v' : '') + (x.validationError ? 'e' : '')).join('')] : null;
+    this.section('checkpoints', key, () => {
+      if (!job) return h('p', { class: 'muted', text: 'No job.' });
+      if (!cps.length) return h('p', { class: 'muted', text: 'No checkpoints yet.' });
+      const metrics = (job.info && job.info.metrics) || [];
+      const values = (obj) => metrics.map((m) => (obj && obj.values && typeof obj.values[m.id] === 'number'
+        ? `${metrics.length > 1 ? m.label + ' ' : ''}${fmtNum(obj.values[m.id])}` : '')).filter(Boolean).join(' · ') || '—';
+      const rows = cps.slice().reverse().slice(0, 200).map((x) => h('tr', {},
+        h('td', { text: x.artifact.round }),
+        h('td', { text: fmtNum(x.metrics ? x.metrics.examplesProcessed : undefined) }),
+        h('td', { text: x.artifact.round === 0 ? '—' : values(x.metrics) }),
+        h('td', { title: x.validationError || '' }, x.validationError ? h('span', { class: 'chip error', text: 'failed' }) : values(x.validationMetrics)),
+        h('td', { text: fmtTime(x.createdAt) })));
+      const label = metrics.length === 1 ? ` (${metrics[0].label})` : '';
+      return h('div', { class: 'tablewrap' }, h('table', { class: 'checkpoints' },
+        h('thead', {}, h('tr', {}, ['Round', 'Examples', `Metrics${label}`, 'Validation', 'Created'].map((t) => h('th', { text: t })))),
+        h('tbody', {}, rows)));
+    }, c.table);
+  }
+}

@@ -1,0 +1,111 @@
+// Shared helpers of the window: DOM building, formatting, files.
+
+const SVG_NS = 'http://www.w3.org/2000/svg';
+
+/** h('div', {class: 'x', onclick: f, text: 'hi'}, child, ...) → element. */
+export function h(tag, props = {}, ...children) {
+  const el = document.createElement(tag);
+  for (const [key, value] of Object.entries(props || {})) {
+    if (value === undefined || value === null || value === false) continue;
+    if (key === 'text') el.textContent = value;
+    else if (key === 'class') el.className = value;
+    else if (key.startsWith('on') && typeof value === 'function') el.addEventListener(key.slice(2), value);
+    else if (key in el && typeof value !== 'string') el[key] = value;
+    else if (key === 'value' || key === 'checked' || key === 'disabled') el[key] = value;
+    else el.setAttribute(key, value === true ? '' : String(value));
+  }
+  append(el, children);
+  return el;
+}
+
+export function append(el, ...children) {
+  for (const child of children.flat(Infinity)) {
+    if (child === undefined || child === null || child === false) continue;
+    el.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return el;
+}
+
+export function svg(tag, attrs = {}, ...children) {
+  const el = document.createElementNS(SVG_NS, tag);
+  for (const [key, value] of Object.entries(attrs)) {
+    if (value !== undefined && value !== null) el.setAttribute(key, String(value));
+  }
+  for (const child of children.flat(Infinity)) {
+    if (child === undefined || child === null || child === false) continue;
+    el.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return el;
+}
+
+/** 'unknown', null and undefined are missing data: shown as a dash, never as a reason. */
+export const missing = (v) => v === undefined || v === null || v === 'unknown' || v === '';
+export const show = (v, fmt = String) => (missing(v) ? '—' : fmt(v));
+
+export function fmtNum(v, digits = 4) {
+  if (typeof v !== 'number' || !Number.isFinite(v)) return show(v);
+  if (Number.isInteger(v) && Math.abs(v) < 1e9) return v.toLocaleString('en-US');
+  const a = Math.abs(v);
+  if (a !== 0 && (a < 1e-3 || a >= 1e6)) return v.toExponential(2);
+  return Number(v.toPrecision(digits)).toString();
+}
+
+export function fmtBytes(n) {
+  if (typeof n !== 'number' || !Number.isFinite(n)) return show(n);
+  if (n < 1024) return `${n} B`;
+  const units = ['KiB', 'MiB', 'GiB', 'TiB'];
+  let v = n / 1024;
+  let i = 0;
+  while (v >= 1024 && i < units.length - 1) { v /= 1024; i += 1; }
+  return `${v < 10 ? v.toFixed(1) : Math.round(v)} ${units[i]}`;
+}
+
+export function fmtMs(ms) {
+  if (typeof ms !== 'number' || !Number.isFinite(ms)) return show(ms);
+  if (ms < 1000) return `${Math.round(ms)} ms`;
+  return fmtDuration(ms);
+}
+
+export function fmtDuration(ms) {
+  if (typeof ms !== 'number' || !Number.isFinite(ms)) return show(ms);
+  const s = ms / 1000;
+  if (s < 60) return `${s < 10 ? s.toFixed(1) : Math.round(s)} s`;
+  const m = Math.floor(s / 60);
+  if (m < 60) return `${m} min ${Math.round(s - m * 60)} s`;
+  return `${Math.floor(m / 60)} h ${m % 60} min`;
+}
+
+export function fmtTime(ms) {
+  if (typeof ms !== 'number' || !Number.isFinite(ms) || ms <= 0) return '—';
+  const d = new Date(ms);
+  const today = new Date().toDateString() === d.toDateString();
+  return today ? d.toLocaleTimeString() : d.toLocaleString();
+}
+
+/** Disable a button per the state, but never re-enable one whose command is still running. */
+export function setDisabled(button, disabled) {
+  button.disabled = Boolean(disabled) || button.dataset.running === '1';
+}
+
+export const shortHash = (sha) => (missing(sha) ? '—' : String(sha).slice(0, 12) + '…');
+
+export function errorText(err) {
+  if (!err) return '';
+  const message = String(err.message || err);
+  const reason = err.reason;
+  return reason && !message.includes(reason) ? `${message} (reason: ${reason})` : message;
+}
+
+export function saveFile(root, file, fallbackName) {
+  const href = URL.createObjectURL(file);
+  const a = h('a', { href, download: file.name || fallbackName, style: 'display:none' });
+  root.append(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(href), 60_000);
+}
+/** The workSource of a package manifest or model info, if it is an experience model. */
+export function experienceOf(source) {
+  const ws = source && !Array.isArray(source) ? source.workSource : null;
+  return ws && ws.kind === 'experience' ? ws : null;
+}

@@ -1,0 +1,288 @@
+// The window's Job setup section: built-in demos, file choice, the settings form, job controls.
+// Methods of the window's Widget class (mixed into it by window.js): `this` is the Widget.
+
+import { h, append, fmtBytes, setDisabled, experienceOf } from './dom.js';
+
+// The built-in reference packages are served next to the widget/ directory.
+const BASE = new URL('../', import.meta.url).href;
+
+async function fetchFile(path, name, type = 'application/octet-stream') {
+  const response = await fetch(new URL(path, BASE));
+  if (!response.ok) throw new Error(`GET ${path}: HTTP ${response.status}`);
+  return new File([await response.blob()], name, { type });
+}
+
+/** A built-in reference package, as File objects (as <input type=file> would give them). */
+async function loadDemo(modelId) {
+  const base = `models/${modelId}/`;
+  const manifestFile = await fetchFile(base + 'manifest.json', 'manifest.json', 'application/json');
+  const manifest = JSON.parse(await manifestFile.text());
+  const wasm = await fetchFile(base + manifest.wasm.fileName, manifest.wasm.fileName, 'application/wasm');
+  const entries = (manifest.inlineJson && manifest.inlineJson['dataset-manifest.json']) || [];
+  const files = await Promise.all(entries.map((e) => fetchFile(base + 'data/' + e.fileName, e.fileName)));
+  let validation = null;
+  if (entries.length) {
+    try { validation = await fetchFile(base + 'data/validation.bin', 'validation.bin'); } catch { validation = null; }
+  }
+  return { wasm, manifest: manifestFile, manifestJson: manifest, files, validation };
+}
+
+export class Setup {
+  buildSetup() {
+    const s = this.sections.setup;
+    const f = (this.f = {});
+    const num = (name, label, attrs = {}) => {
+      f[name] = h('input', { type: 'number', name, ...attrs });
+      return (f[name + 'Label'] = h('label', {}, h('span', { text: label }), f[name]));
+    };
+    const fileInput = (name, label, attrs) => {
+      f[name] = h('input', { type: 'file', name, ...attrs });
+      return h('label', {}, h('span', { text: label }), f[name]);
+    };
+
+    f.demoDigits = h('button', { type: 'button', text: 'Digits MLP demo', title: 'A small dataset model: handwritten digits, 15 chunks and a validation file' });
+    f.demoCartpole = h('button', { type: 'button', text: 'CartPole demo', title: 'A reinforcement learning model: no dataset, the model plays episodes' });
+    f.selection = h('p', { class: 'small muted', text: 'Choose a model package, or load a built-in demo.' });
+    f.demoError = h('div', { class: 'error hidden', role: 'alert' });
+
+    const files = h('div', { class: 'files' },
+      fileInput('wasm', 'Model module (.wasm)', { accept: '.wasm,application/wasm' }),
+      fileInput('manifest', 'Manifest (.json)', { accept: '.json,application/json' }),
+      fileInput('files', 'Dataset files (and auxiliary weights)', { multiple: true }),
+      fileInput('validation', 'Validation file (optional)', {}),
+      fileInput('checkpoint', 'Continue from checkpoint (optional)', { accept: '.weei-checkpoint' }),
+      h('label', { class: 'check' }, h('span', {},
+        (f.restore = h('input', { type: 'checkbox', name: 'restore' })), 'Restore the saved dataset progress')));
+
+    f.method = h('select', { name: 'method' },
+      h('option', { value: 'fedavg', text: 'FedAvg (average)' }),
+      h('option', { value: 'fedavgm', text: 'FedAvgM (momentum)' }),
+      h('option', { value: 'fedadam', text: 'FedAdam' }));
+    f.vunit = h('select', { name: 'validationUnit', 'aria-label': 'Validation unit' }, h('option', { value: 'round', text: 'rounds' }), h('option', { value: 'epoch', text: 'epochs' }));
+    f.participates = h('input', { type: 'checkbox', name: 'coordinatorParticipates', checked: true });
+    f.venabled = h('input', { type: 'checkbox', name: 'validationEnabled' });
+
+    const grid = h('div', { class: 'grid' },
+      num('epochs', 'Epochs', { min: 1, step: 1, value: 1, required: true }),
+      num('units', 'Episodes per round', { min: 1, step: 1, value: 32 }),
+      num('localEpochs', 'Local epochs', { min: 1, step: 1, value: 1, required: true }),
+      num('batchSize', 'Batch size', { min: 1, step: 1, value: 32, required: true }),
+      num('learningRate', 'Learning rate (optional)', { min: 0, step: 'any', placeholder: 'model default' }),
+      h('label', {}, h('span', { text: 'Aggregation' }), f.method),
+      num('serverLearningRate', 'Server learning rate (0–10)', { min: 0, max: 10, step: 'any', placeholder: '1' }),
+      num('momentum', 'Momentum (0–<1)', { min: 0, max: 0.9999, step: 'any', placeholder: '0.9' }),
+      num('beta1', 'β1 (0–<1)', { min: 0, max: 0.9999, step: 'any', placeholder: '0.9' }),
+      num('beta2', 'β2 (0–<1)', { min: 0, max: 0.9999, step: 'any', placeholder: '0.99' }),
+      num('epsilon', 'ε (0–1)', { min: 0, max: 1, step: 'any', placeholder: '0.001' }),
+      h('label', { class: 'check' }, f.participates, 'Coordinator trains too'),
+      h('label', { class: 'check' }, f.venabled, 'Validate'),
+      h('div', { class: 'field' }, h('label', { for: 'weei-vevery', text: 'Validate every' }), h('span', { class: 'row', style: 'margin:0' },
+        (f.vevery = h('input', { type: 'number', id: 'weei-vevery', name: 'validationEvery', min: 1, step: 1, value: 1, style: 'width:5em' })), f.vunit)));
+    f.method.addEventListener('change', () => this.updateMethodFields());
+
+    f.create = h('button', { type: 'button', class: 'primary', text: 'Create job' });
+    f.apply = h('button', { type: 'button', text: 'Apply settings to job', title: 'updateSettings(): takes effect from the next round' });
+    f.formError = h('div', { class: 'error hidden', role: 'alert' });
+    f.start = h('button', { type: 'button', class: 'primary', text: 'Start' });
+    f.pause = h('button', { type: 'button', text: 'Pause' });
+    f.resume = h('button', { type: 'button', class: 'primary', text: 'Resume' });
+    f.stop = h('button', { type: 'button', class: 'danger', text: 'Stop' });
+    f.shuffle = h('button', { type: 'button', text: 'Shuffle chunks' });
+    f.validate = h('button', { type: 'button', text: 'Run validation' });
+    f.controlError = h('div', { class: 'error hidden', role: 'alert' });
+    f.jobLine = h('p', { class: 'small muted' });
+
+    f.jobBox = h('div', { class: 'card jobbox' }, f.jobLine,
+      h('div', { class: 'row' }, f.start, f.pause, f.resume, f.stop, f.shuffle, f.validate), f.controlError);
+    f.choose = h('div', { class: 'choose' },
+      h('div', { class: 'row' }, h('span', { class: 'small muted', text: 'Built-in demos:' }), f.demoDigits, f.demoCartpole),
+      f.selection, f.demoError, files);
+    f.settingsBox = h('details', { class: 'settings', open: true }, h('summary', { text: 'Settings' }), grid,
+      h('div', { class: 'row' }, f.create, f.apply), f.formError);
+    append(s.content, f.jobBox, f.choose, f.settingsBox);
+
+    const demo = (button, id, defaults) => button.addEventListener('click', () => this.act(button, f.demoError, async () => {
+      f.selection.textContent = `Loading the ${button.textContent}…`;
+      const pkg = await loadDemo(id);
+      for (const name of ['wasm', 'manifest', 'files', 'validation', 'checkpoint']) f[name].value = '';
+      this.selection = { ...pkg, label: button.textContent };
+      this.fillSettings(defaults, experienceOf(pkg.manifestJson));
+      f.venabled.checked = Boolean(pkg.validation) || Boolean(experienceOf(pkg.manifestJson));
+      this.describeSelection();
+    }));
+    demo(f.demoDigits, 'digits-mlp', { epochs: 1, localEpochs: 1, batchSize: 32, coordinatorParticipates: true,
+      validationSchedule: { enabled: true, unit: 'round', every: 5 } });
+    demo(f.demoCartpole, 'cartpole-reinforce', { epochs: 20, localEpochs: 1, batchSize: 16, coordinatorParticipates: true,
+      experience: { unitsPerAssignment: 32 }, validationSchedule: { enabled: true, unit: 'round', every: 5 } });
+
+    f.wasm.addEventListener('change', () => { this.selection.wasm = f.wasm.files[0] || null; this.selection.label = ''; this.describeSelection(); });
+    f.files.addEventListener('change', () => { this.selection.files = [...f.files.files]; this.selection.label = ''; this.describeSelection(); });
+    f.validation.addEventListener('change', () => { this.selection.validation = f.validation.files[0] || null; this.describeSelection(); });
+    f.checkpoint.addEventListener('change', () => this.describeSelection());
+    f.manifest.addEventListener('change', async () => {
+      const file = f.manifest.files[0] || null;
+      this.selection.manifest = file;
+      this.selection.manifestJson = null;
+      this.selection.label = '';
+      if (file) {
+        try { this.selection.manifestJson = JSON.parse(await file.text()); } catch { /* createJob names the problem */ }
+      }
+      this.fillSettings(null, experienceOf(this.selection.manifestJson));
+      this.describeSelection();
+    });
+
+    f.create.addEventListener('click', () => this.act(f.create, f.formError, () => this.createJob()));
+    f.apply.addEventListener('click', () => this.act(f.apply, f.formError, () => this.api.updateSettings(this.readSettings())));
+    const control = (button, fn) => button.addEventListener('click', () => this.act(button, f.controlError, fn));
+    control(f.start, () => this.api.start());
+    control(f.pause, () => this.api.pause());
+    control(f.resume, () => this.api.resume());
+    control(f.stop, () => this.api.stop());
+    control(f.shuffle, () => this.api.shuffleChunks());
+    control(f.validate, () => this.api.runValidation());
+    this.fillSettings(null, null);
+  }
+
+  describeSelection() {
+    const sel = this.selection;
+    const f = this.f;
+    const parts = [];
+    parts.push(sel.wasm ? `${sel.wasm.name} (${fmtBytes(sel.wasm.size)})` : 'no model');
+    parts.push(sel.manifest ? sel.manifest.name : 'no manifest');
+    const exp = experienceOf(sel.manifestJson);
+    if (exp) parts.push(`experience model (${exp.unit && exp.unit.label || 'units'}), no dataset`);
+    else parts.push(`${sel.files.length} dataset file${sel.files.length === 1 ? '' : 's'} (${fmtBytes(sel.files.reduce((a, x) => a + x.size, 0))})`);
+    if (sel.validation) parts.push(`validation ${sel.validation.name}`);
+    if (f.checkpoint.files[0]) parts.push(`from checkpoint ${f.checkpoint.files[0].name}`);
+    f.selection.textContent = (sel.label ? `${sel.label}: ` : '') + parts.join(' · ');
+    f.selection.classList.remove('muted');
+  }
+
+  /** Show Epochs, or Rounds and units per round, and fill values from `settings` if given. */
+  fillSettings(settings, experience) {
+    const f = this.f;
+    this.experience = experience;
+    f.epochsLabel.firstChild.textContent = experience ? 'Rounds' : 'Epochs';
+    f.unitsLabel.classList.toggle('hidden', !experience);
+    f.vunit.options[1].disabled = Boolean(experience);
+    if (experience) {
+      const upa = experience.unitsPerAssignment || {};
+      f.unitsLabel.firstChild.textContent = `${(experience.unit && experience.unit.label) || 'Units'} per round`;
+      if (upa.minimum) f.units.min = upa.minimum;
+      if (upa.maximum) f.units.max = upa.maximum;
+      if (!settings && upa.default) f.units.value = upa.default;
+      if (f.vunit.value === 'epoch') f.vunit.value = 'round';
+    }
+    if (settings) {
+      const set = (el, v) => { el.value = v === undefined || v === null ? '' : v; };
+      set(f.epochs, settings.epochs ?? settings.rounds);
+      set(f.localEpochs, settings.localEpochs);
+      set(f.batchSize, settings.batchSize);
+      set(f.learningRate, settings.learningRate);
+      f.participates.checked = settings.coordinatorParticipates !== false;
+      if (settings.experience) set(f.units, settings.experience.unitsPerAssignment);
+      const agg = settings.aggregation || { method: 'fedavg' };
+      f.method.value = agg.method;
+      for (const k of ['serverLearningRate', 'momentum', 'beta1', 'beta2', 'epsilon']) set(f[k], agg[k]);
+      const vs = settings.validationSchedule;
+      f.venabled.checked = Boolean(vs && vs.enabled);
+      if (vs) { f.vunit.value = vs.unit; set(f.vevery, vs.every); }
+    }
+    this.updateMethodFields();
+  }
+
+  updateMethodFields() {
+    const f = this.f;
+    const m = f.method.value;
+    const shown = { fedavg: [], fedavgm: ['serverLearningRate', 'momentum'], fedadam: ['serverLearningRate', 'beta1', 'beta2', 'epsilon'] }[m];
+    for (const k of ['serverLearningRate', 'momentum', 'beta1', 'beta2', 'epsilon']) {
+      f[k + 'Label'].classList.toggle('hidden', !shown.includes(k));
+    }
+    f.serverLearningRate.placeholder = m === 'fedadam' ? '0.01' : '1';
+  }
+
+  /** The form as TrainingSettings. Empty optional fields are left out (the defaults apply). */
+  readSettings() {
+    const f = this.f;
+    const int = (el, what) => {
+      const v = Number(el.value);
+      if (el.value.trim() === '' || !Number.isInteger(v) || v < 1) throw Object.assign(new Error(`${what} must be a whole number of 1 or more`), { reason: 'invalid-setting' });
+      return v;
+    };
+    const opt = (el) => (el.value.trim() === '' ? undefined : Number(el.value));
+    const settings = {
+      epochs: int(f.epochs, this.experience ? 'Rounds' : 'Epochs'),
+      localEpochs: int(f.localEpochs, 'Local epochs'),
+      batchSize: int(f.batchSize, 'Batch size'),
+      coordinatorParticipates: f.participates.checked,
+    };
+    const lr = opt(f.learningRate);
+    if (lr !== undefined) settings.learningRate = lr;
+    if (this.experience) settings.experience = { unitsPerAssignment: int(f.units, this.f.unitsLabel.firstChild.textContent) };
+    const method = f.method.value;
+    if (method !== 'fedavg') {
+      const agg = { method };
+      const keys = method === 'fedavgm' ? ['serverLearningRate', 'momentum'] : ['serverLearningRate', 'beta1', 'beta2', 'epsilon'];
+      for (const k of keys) { const v = opt(f[k]); if (v !== undefined) agg[k] = v; }
+      settings.aggregation = agg;
+    }
+    settings.validationSchedule = { enabled: f.venabled.checked, unit: f.vunit.value, every: int(f.vevery, 'Validate every') };
+    return settings;
+  }
+
+  async createJob() {
+    const sel = this.selection;
+    const settings = this.readSettings();
+    if (!sel.wasm) throw Object.assign(new Error('Choose the model module (.wasm) or a demo'), { reason: 'missing-file' });
+    if (!sel.manifest) throw Object.assign(new Error('Choose the manifest (.json)'), { reason: 'missing-file' });
+    const request = { wasm: sel.wasm, manifest: sel.manifest, files: sel.files, settings };
+    if (sel.validation) request.validation = sel.validation;
+    const checkpoint = this.f.checkpoint.files[0];
+    if (checkpoint) {
+      await this.api.continueFromCheckpoint({ ...request, checkpoint, datasetMode: this.f.restore.checked ? 'resume' : 'new' });
+    } else {
+      await this.api.createJob(request);
+    }
+  }
+
+  renderSetup(state, job) {
+    const f = this.f;
+    if (job && job.id !== this.filledFor) {
+      this.filledFor = job.id;
+      if (job.role === 'coordinator' && job.settings) this.fillSettings(job.settings, experienceOf(job.info));
+      // The form is for creating a job: once there is one, it folds away (it still applies settings).
+      f.settingsBox.open = job.status === 'completed';
+    }
+    const coordinator = job && job.role === 'coordinator';
+    const active = job && job.status !== 'completed';
+    const busy = Boolean(state.preparing);
+    setDisabled(f.create, busy || Boolean(active));
+    f.create.textContent = state.preparing ? 'Preparing…' : (f.checkpoint.files[0] ? 'Continue from checkpoint' : 'Create job');
+    f.demoDigits.disabled = f.demoCartpole.disabled = busy;
+    f.apply.classList.toggle('hidden', !(coordinator && active));
+    setDisabled(f.start, !(coordinator && job.status === 'ready'));
+    setDisabled(f.pause, !(coordinator && job.status === 'running'));
+    setDisabled(f.resume, !(coordinator && job.status === 'paused'));
+    setDisabled(f.stop, !(coordinator && (job.status === 'running' || job.status === 'paused')));
+    const exp = job && experienceOf(job.info);
+    setDisabled(f.shuffle, !(coordinator && active && !exp));
+    const canValidate = coordinator && !job.validationUnavailable && !state.evaluating
+      && (exp ? Boolean(job.info.capabilities && job.info.capabilities.evaluation) : true);
+    setDisabled(f.validate, !canValidate);
+    f.validate.textContent = state.evaluating ? 'Validating…' : 'Run validation';
+    f.choose.classList.toggle('hidden', Boolean(active));
+    f.create.classList.toggle('hidden', Boolean(active));
+    f.jobBox.classList.toggle('hidden', !job);
+    f.settingsBox.classList.toggle('hidden', Boolean(active && !coordinator));
+    if (job) {
+      const info = job.info || {};
+      const bits = [`${info.name || info.id || 'model'}${info.version ? ' ' + info.version : ''}`,
+        `job ${job.id}`, job.role, job.status];
+      if (job.shuffled) bits.push('chunks shuffled');
+      if (job.incomplete) bits.push('finished before every chunk was trained');
+      if (job.validationUnavailable) bits.push('validation file missing from browser storage');
+      f.jobLine.textContent = bits.join(' · ');
+    }
+    this.sections.setup.note.textContent = job ? `${job.status}` : '';
+  }
+}
