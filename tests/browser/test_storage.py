@@ -12,9 +12,9 @@ def test_indexeddb_holds_each_file_once_and_is_empty_after_delete(weei_server: A
     ready(pg, weei_server.url)
     out = pg.evaluate("""async (settings) => {
       const training = T.api();
-      const keys = async () => ({ jobs: await training._debug.storageKeys('jobs'),
-        checkpoints: await training._debug.storageKeys('checkpoints'),
-        artifacts: await training._debug.storageKeys('artifacts') });
+      const keys = async () => ({ jobs: await T.hooks().storageKeys('jobs'),
+        checkpoints: await T.hooks().storageKeys('checkpoints'),
+        artifacts: await T.hooks().storageKeys('artifacts') });
       const pkg = await T.pkg('digits-mlp');
       const id = await training.createJob({ ...pkg, settings });
       await training.start();
