@@ -36,7 +36,7 @@ from ..core.participant import Participant
 from ..core.settings import TrainingSettings
 from ..prepare import MAX_FILE_BYTES, prepare_job
 from .local_training import LocalWorkers, effective_workers
-from .ports import KeyValue, Storage, Transport, WorkerPool, WorkerTask
+from .ports import KeyValue, Storage, TaskCancelled, Transport, WorkerPool, WorkerTask
 from .records import spec_from_record, spec_to_record
 
 __all__ = ["TrainingController", "DEBUG_LOG_KEY"]
@@ -524,6 +524,10 @@ class TrainingController:
             for _, command in queue:  # dropped with the failure: no longer pending
                 self._release(command)
             raise
+        # Training of an attempt the participant no longer holds (stop, leave, a lost coordinator) ends now.
+        current = self.participant.current if self.participant is not None else None
+        if self.local.follow(current.attempt_id if current is not None else None):
+            self.progress.pop(self.my_peer_id, None)
         if self.coordinator is not None:
             await self._save_job_record()
         self._arm_timer()
@@ -690,6 +694,8 @@ class TrainingController:
             await self._drain()
             outcome = await self.local.train(assign, module_sha256=module_sha, module=self._artifact(module_sha),
                                              weights=weights, auxiliary=aux, chunk=chunk, workers=workers)
+        except TaskCancelled:
+            return  # the participant dropped this attempt (see _drain): nothing of it is reported
         except WeeiError as exc:
             self.recorder.set_stage("error", self.monotonic(), str(exc)[:500])
             participant.training_failed(assign.attempt_id, str(exc), self.clock())
@@ -799,6 +805,8 @@ class TrainingController:
         self._clear_job()
 
     def _clear_job(self) -> None:
+        self.local.follow(None)
+        self.pool.cancel()  # the job's training and validation, if any still run
         self.coordinator = None
         self.participant = None
         self.job_seed = None
