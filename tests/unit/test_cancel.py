@@ -189,3 +189,44 @@ def test_leave_interrupts_the_local_training() -> None:
         assert c.pool.active == 0 and "job" not in c.get_state()
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("how", ["stop", "coordinator-lost"])
+def test_a_remote_participant_stops_training_an_attempt_it_no_longer_holds(how: str) -> None:
+    """The participant's state machine drops the attempt (JobFinished, or its coordinator is gone):
+    the Worker's task ends at once and its progress leaves the state."""
+    from weei.demo.network import MemoryNetwork
+    from weei.demo.run import _controller
+
+    async def main() -> None:
+        network = MemoryNetwork()
+        engine = WasmtimeEngine()
+        coordinator, peer = _controller("coordinator", network, engine), _controller("peer-1", network, engine)
+        try:
+            for c in (coordinator, peer):
+                await c.init()
+            job_id = await coordinator.create_job(**package("digits-mlp"), settings={
+                **DIGITS_SETTINGS, "localEpochs": 10**6, "coordinatorParticipates": False,
+                "validationSchedule": NO_VALIDATION})
+            coordinator.invite("peer-1")
+            await network.settle()
+            await peer.decide_invitation(job_id, True)
+            await network.settle()
+            await coordinator.start()
+            deadline = time.monotonic() + 30
+            while "peer-1" not in peer.get_state()["progress"]:
+                assert time.monotonic() < deadline, "the peer never trained"
+                await asyncio.sleep(0.01)
+            started = time.monotonic()
+            if how == "stop":
+                await coordinator.stop()
+                await network.settle()
+            else:
+                await peer.peer_disconnected("coordinator")
+            await asyncio.wait_for(peer.idle(), 2)
+            assert time.monotonic() - started < 2.0 and peer.pool.active == 0
+            assert peer.get_state()["progress"] == {}
+        finally:
+            await network.close()
+
+    asyncio.run(main())
