@@ -22,9 +22,10 @@ starting with the operation's name. A trap (or an exception escaping the
 ``on_progress`` callback, which unwinds the module mid-operation) leaves the
 instance in an unknown state, so the runtime then refuses further calls
 ('instance-broken'): load the module again. An engine's interruption
-(:class:`~weei.runtime.engine.Interrupted`) is a ``ModelError`` whose reason is
-the interruption's (``cancelled``), and breaks the instance the same way. Misuse by our caller (train
-without a fresh ``load_model``, a seed outside u64, ...) is ``UsageError``.
+(:class:`~weei.runtime.engine.Interrupted`) is a ``ModelError`` whose reason
+is the interruption's (``cancelled``), and breaks the instance the same way.
+Misuse by our caller (train without a fresh ``load_model``, a seed outside
+u64, ...) is ``UsageError``.
 """
 
 from __future__ import annotations
