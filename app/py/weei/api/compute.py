@@ -46,6 +46,15 @@ class ComputeBackend(Protocol):
         """Run an 'evaluate' task; raises WeeiError when the model fails."""
         ...
 
+    def follow(self, attempt_id: str | None) -> bool:
+        """The participant now holds ``attempt_id`` (None: none): interrupt training of any other
+        attempt, whose ``train`` then raises TaskCancelled. True when a running attempt was interrupted."""
+        ...
+
+    def cancel(self) -> None:
+        """Interrupt every task (training and validation) of the job being cleared."""
+        ...
+
 
 class CpuWorkerBackend:
     """The WebAssembly module on the device's Worker pool (the only backend today)."""
@@ -73,3 +82,9 @@ class CpuWorkerBackend:
 
     async def evaluate(self, *, module_sha256: str, module: bytes, task: WorkerTask) -> WorkerResult:
         return await self.pool.run(0, module_sha256, module, task)
+
+    def follow(self, attempt_id: str | None) -> bool:
+        return self.local.follow(attempt_id)
+
+    def cancel(self) -> None:
+        self.pool.cancel()

@@ -30,7 +30,7 @@ from .job_store import JobStore
 from .local_training import effective_workers
 from .log_writer import DebugLogWriter
 from .peer_diagnostics import DiagnosticsLink
-from .ports import KeyValue, StorageError, WorkerTask
+from .ports import KeyValue, StorageError, TaskCancelled, WorkerTask
 from .residency import Residency, assign_refs
 from .session import Session
 from .state_view import StateView
@@ -85,6 +85,11 @@ class Executor:
             for _, command in queue:  # dropped with the failure: no longer pending
                 self._release(command)
             raise
+        # Training of an attempt the participant no longer holds (stop, leave, a lost coordinator) ends now.
+        participant = self.session.participant
+        current = participant.current if participant is not None else None
+        if self.backend.follow(current.attempt_id if current is not None else None):
+            self.session.progress.pop(self.session.my_peer_id, None)
         self.store.evict(self.residency.referenced(self.session))
         self.arm_timer()
         self.diagnostics.report()
@@ -292,6 +297,8 @@ class Executor:
             outcome = await self.backend.train(assign, module_sha256=module_sha,
                                                module=self.store.artifact(module_sha), weights=weights,
                                                auxiliary=aux, chunk=chunk, workers=workers)
+        except TaskCancelled:
+            return  # the participant dropped this attempt (see drain): nothing of it is reported
         except WeeiError as exc:
             s.recorder.set_stage("error", s.monotonic(), str(exc)[:500])
             participant.training_failed(assign.attempt_id, str(exc), s.clock())
@@ -366,7 +373,10 @@ class Executor:
             await asyncio.gather(*list(self.tasks), return_exceptions=True)
 
     def job_cleared(self) -> None:
-        """The active job is gone: stop its timer and diagnostics, forget its assignments and bytes."""
+        """The active job is gone: interrupt its tasks, stop its timer and diagnostics, forget its
+        assignments and bytes."""
+        self.backend.follow(None)
+        self.backend.cancel()
         self.diagnostics.stop()
         if self.timer is not None:
             self.timer.cancel()

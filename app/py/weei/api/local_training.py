@@ -6,12 +6,18 @@ contiguous unit ranges, one per Worker, each seeded as an assignment that
 starts at its first unit; the Workers' weights are averaged by units
 played with the same FedAvg as the coordinator's, so the result does not
 depend on which Worker finished first.
+
+Cancelling: the host tells :meth:`LocalWorkers.follow` which attempt its
+participant holds after every change. Tasks of any other attempt are
+cancelled on the pool (tagged with their attempt id), an attempt no longer
+held is refused before it starts, and progress of a cancelled attempt is
+dropped, so it never shows in the state of the job that follows.
 """
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from ..core.aggregate import AggregationKernel, fedavg
@@ -19,7 +25,7 @@ from ..core.errors import ModelError
 from ..core.messages import Assign
 from ..core.participant import TrainOutcome
 from ..core.seeds import split_assignment
-from .ports import WorkerPool, WorkerTask
+from .ports import TaskCancelled, WorkerPool, WorkerTask
 
 __all__ = ["LocalWorkers", "effective_workers"]
 
@@ -40,16 +46,44 @@ class LocalWorkers:
     pool: WorkerPool
     kernel: AggregationKernel
     on_progress: Callable[[dict[str, Any]], None] | None = None
+    current: str | None = None  # the attempt the participant holds (see follow)
+    _running: set[str] = field(default_factory=set)
+
+    def follow(self, attempt_id: str | None) -> bool:
+        """The participant now holds ``attempt_id`` (None: no attempt); cancel the training of any other.
+
+        Returns True when a running attempt was cancelled.
+        """
+        self.current = attempt_id
+        stale = [a for a in self._running if a != attempt_id]
+        for attempt in stale:
+            self._running.discard(attempt)
+            self.pool.cancel(attempt)
+        return bool(stale)
 
     async def train(self, assign: Assign, *, module_sha256: str, module: bytes, weights: bytes,
                     auxiliary: Mapping[str, bytes], chunk: bytes | None, workers: int) -> TrainOutcome:
-        """Train ``assign`` from ``weights``; raises WeeiError when the model fails."""
+        """Train ``assign`` from ``weights``; raises WeeiError when the model fails, TaskCancelled
+        when the attempt is not (or no longer) the one :meth:`follow` named."""
+        attempt = assign.attempt_id
+        if attempt != self.current:
+            raise TaskCancelled(f"attempt {attempt} is no longer the participant's")
+        self._running.add(attempt)
+        try:
+            return await self._train(assign, module_sha256, module, weights, auxiliary, chunk, workers)
+        finally:
+            self._running.discard(attempt)
+
+    async def _train(self, assign: Assign, module_sha256: str, module: bytes, weights: bytes,
+                     auxiliary: Mapping[str, bytes], chunk: bytes | None, workers: int) -> TrainOutcome:
         settings = dict(assign.settings)
+        tag = assign.attempt_id
         if assign.chunk is not None:
             assert chunk is not None
             task = WorkerTask("train", weights, auxiliary, data=chunk, format=assign.chunk.format,
                               seed=assign.seed, settings=settings)
-            result = await self.pool.run(0, module_sha256, module, task, self._progress(1, assign.chunk.example_count))
+            result = await self.pool.run(0, module_sha256, module, task, self._progress(tag, 1, assign.chunk.example_count),
+                                         tag=tag)
             assert result.weights is not None
             return TrainOutcome(result.weights, result.metrics, result.count, result.optimizer_steps)
 
@@ -59,15 +93,15 @@ class LocalWorkers:
         if len(ranges) <= 1:
             task = WorkerTask("train", weights, auxiliary, experience=(exp.unit_start, exp.unit_count, exp.seed),
                               settings=settings)
-            result = await self.pool.run(0, module_sha256, module, task, self._progress(1, exp.unit_count))
+            result = await self.pool.run(0, module_sha256, module, task, self._progress(tag, 1, exp.unit_count), tag=tag)
             assert result.weights is not None
             return TrainOutcome(result.weights, result.metrics, result.count, result.optimizer_steps)
 
-        progress = self._progress(len(ranges), exp.unit_count)
+        progress = self._progress(tag, len(ranges), exp.unit_count)
         results = await asyncio.gather(*(
             self.pool.run(r.worker, module_sha256, module,
                           WorkerTask("train", weights, auxiliary, experience=(r.unit_start, r.unit_count, r.seed),
-                                     settings=settings), progress)
+                                     settings=settings), progress, tag=tag)
             for r in ranges))
         played = [(f"w{r.worker:04d}", res.count, res.weights) for r, res in zip(ranges, results, strict=True)
                   if res.count > 0]
@@ -83,13 +117,15 @@ class LocalWorkers:
         return TrainOutcome(averaged, metrics, total, sum(s for s in steps if s is not None) if any(
             s is not None for s in steps) else None)
 
-    def _progress(self, workers: int, total: int) -> Callable[[int, dict[str, Any]], None] | None:
+    def _progress(self, attempt: str, workers: int, total: int) -> Callable[[int, dict[str, Any]], None] | None:
         if self.on_progress is None:
             return None
         done = [0] * max(workers, 1)
         sink = self.on_progress
 
         def report(index: int, payload: dict[str, Any]) -> None:
+            if attempt not in self._running:
+                return  # a report of a cancelled attempt, already on its way
             if 0 <= index < len(done):
                 done[index] = int(payload.get("processedExamples", 0))
             sink({"processedExamples": sum(done), "totalExamples": total, "metrics": payload.get("metrics", {})})

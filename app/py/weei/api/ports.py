@@ -8,7 +8,8 @@ from typing import Any, Callable, Mapping, Protocol
 from ..core.commands import Send
 from ..core.errors import WeeiError
 
-__all__ = ["Storage", "StorageError", "STORAGE_QUOTA_EXCEEDED", "KeyValue", "WorkerTask", "WorkerResult", "WorkerPool", "Transport", "ProgressSink"]
+__all__ = ["Storage", "StorageError", "STORAGE_QUOTA_EXCEEDED", "KeyValue", "WorkerTask", "WorkerResult",
+           "WorkerPool", "TaskCancelled", "Transport", "ProgressSink"]
 
 
 # The reason of a StorageError when the browser (or disk) has no room left for a write.
@@ -69,8 +70,19 @@ class WorkerResult:
 ProgressSink = Callable[[int, dict[str, Any]], None]  # (worker index, {processedExamples, totalExamples, metrics})
 
 
+class TaskCancelled(WeeiError):
+    """A Worker task was cancelled (:meth:`WorkerPool.cancel`) before it finished; reason 'cancelled'."""
+
+    def __init__(self, message: str = "the Worker task was cancelled") -> None:
+        super().__init__("cancelled", message)
+
+
 class WorkerPool(Protocol):
-    """Training Workers on this device, each with its own model runtime."""
+    """Training Workers on this device, each with its own model runtime.
+
+    Every task carries a ``tag`` (the attempt it trains, or '' for other
+    work); :meth:`cancel` ends the tasks of a tag, or all of them.
+    """
 
     @property
     def device_limit(self) -> int: ...  # hardwareConcurrency
@@ -79,10 +91,21 @@ class WorkerPool(Protocol):
     def active(self) -> int: ...  # Workers running a task now
 
     async def run(self, index: int, module_sha256: str, module: bytes, task: WorkerTask,
-                  on_progress: ProgressSink | None = None) -> WorkerResult:
+                  on_progress: ProgressSink | None = None, *, tag: str = "") -> WorkerResult:
         """Run ``task`` on Worker ``index`` (started, and the module loaded, on first use).
 
-        Raises WeeiError (ModelError...) when the model fails.
+        Raises WeeiError (ModelError...) when the model fails, TaskCancelled
+        when the task was cancelled (it never hangs then).
+        """
+        ...
+
+    def cancel(self, tag: str | None = None) -> int:
+        """Cancel the tasks running or waiting now whose tag is ``tag`` (every task when None).
+
+        Their ``run`` raises TaskCancelled within moments: a running model
+        call is interrupted (or its Worker terminated and started again), and
+        no progress of theirs is reported afterwards. Tasks submitted later
+        are not affected. Returns how many tasks were cancelled.
         """
         ...
 

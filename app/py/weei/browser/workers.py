@@ -7,8 +7,8 @@ Each Worker is a ``WorkerClient`` of ``weei.js`` (section 3) running
 ``create_worker()`` that starts one, and starts Worker ``i`` on its first
 task. A Worker's message loop runs one request at a time, and its model
 instance is shared by every request, so the pool queues tasks per Worker
-(an ``asyncio.Lock`` each): the page may ask for validation on Worker 0
-while it trains, and the validation then waits for the training.
+(``weei.api.worker_tasks.TaskBook``): the page may ask for validation on
+Worker 0 while it trains, and the validation then waits for the training.
 
 Per task: ``loadModel`` when the Worker does not hold this module yet (or
 its last task failed: the instance may be broken), then ``train`` or
@@ -22,17 +22,25 @@ Errors: a reply with ``ok: false`` becomes ``ModelError`` (kind 'model'),
 that died (it failed to start, or ``onerror``) is dropped and the next task
 starts a new one. Proxies (the progress callback) are destroyed when their
 task ends.
+
+Cancelling: a Worker's wasm call is synchronous and cannot be interrupted
+from the page, so :meth:`BrowserWorkerPool.cancel` terminates each Worker
+running a cancelled task (its pending request rejects at once, and ``run``
+raises ``TaskCancelled``) and starts a new one in its place right away, so
+Pyodide is loading while the next job is set up; it gets the module again
+with its first task. A cancelled task still waiting for its Worker leaves
+the queue without running.
 """
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any, Callable
 
 import js  # type: ignore[import-not-found]
 from pyodide.ffi import JsException, create_proxy  # type: ignore[import-not-found]
 
-from weei.api.ports import ProgressSink, WorkerResult, WorkerTask
+from weei.api.ports import ProgressSink, TaskCancelled, WorkerResult, WorkerTask
+from weei.api.worker_tasks import TaskBook
 from weei.core.errors import ModelError, UsageError, WeeiError
 
 from .convert import from_js_value, is_nullish
@@ -77,8 +85,7 @@ class BrowserWorkerPool:
         self._device_limit = max(1, int(device_limit))
         self._clients: dict[int, Any] = {}
         self._loaded: dict[int, str] = {}  # index -> module sha256 the Worker holds
-        self._locks: dict[int, asyncio.Lock] = {}
-        self._active = 0
+        self._tasks = TaskBook()
 
     @property
     def device_limit(self) -> int:
@@ -86,7 +93,7 @@ class BrowserWorkerPool:
 
     @property
     def active(self) -> int:
-        return self._active
+        return self._tasks.active
 
     @property
     def started(self) -> int:
@@ -94,16 +101,35 @@ class BrowserWorkerPool:
         return len(self._clients)
 
     async def run(self, index: int, module_sha256: str, module: bytes, task: WorkerTask,
-                  on_progress: ProgressSink | None = None) -> WorkerResult:
-        """Run ``task`` on Worker ``index`` after the tasks queued there. Raises WeeiError."""
+                  on_progress: ProgressSink | None = None, *, tag: str = "") -> WorkerResult:
+        """Run ``task`` on Worker ``index`` after the tasks queued there. Raises WeeiError, TaskCancelled."""
         if task.op not in ("train", "evaluate"):
             raise UsageError("invalid-request", f"unknown Worker task {task.op!r}")
-        async with self._locks.setdefault(index, asyncio.Lock()):
-            self._active += 1
+        async with self._tasks.slot(index, tag) as entry:
+            sink = None
+            if on_progress is not None:
+                def sink(worker: int, payload: dict[str, Any]) -> None:
+                    if not entry.cancelled:  # nothing from a cancelled task
+                        on_progress(worker, payload)
             try:
-                return await self._run(index, module_sha256, module, task, on_progress)
-            finally:
-                self._active -= 1
+                result = await self._run(index, module_sha256, module, task, sink)
+            except WeeiError:
+                if entry.cancelled:
+                    raise TaskCancelled() from None
+                raise
+            if entry.cancelled:
+                raise TaskCancelled()
+            return result
+
+    def cancel(self, tag: str | None = None) -> int:
+        """Cancel the tasks of ``tag`` (all when None): terminate and replace the Workers running them."""
+        hit = self._tasks.cancel(tag)
+        for entry in hit:
+            client = self._clients.get(entry.index)
+            if entry.running and client is not None:
+                self._drop(entry.index, client)
+                self._clients[entry.index] = self._create()
+        return len(hit)
 
     def terminate(self) -> None:
         """Stop every Worker (their pending requests fail)."""

@@ -2,6 +2,12 @@
 
 wasmtime releases the GIL while wasm runs, so the Workers of a split
 experience assignment train in parallel, as Web Workers do in a browser.
+
+Cancelling: each Worker has its own fork of the engine (its own epoch), so
+:meth:`ThreadWorkerPool.cancel` interrupts exactly the Workers running a
+cancelled task (``WasmtimeEngine.interrupt('cancelled')``): the model call
+traps within moments, the thread returns, ``run`` raises TaskCancelled, and
+the Worker's broken runtime is loaded again for its next task.
 """
 
 from __future__ import annotations
@@ -11,23 +17,28 @@ import os
 import threading
 from typing import Any
 
-from ..api.ports import ProgressSink, WorkerResult, WorkerTask
+from ..api.ports import ProgressSink, TaskCancelled, WorkerResult, WorkerTask
+from ..api.worker_tasks import TaskBook
+from ..core.errors import WeeiError
 from ..runtime import ModelRuntime
 
 __all__ = ["ThreadWorkerPool"]
 
 
 class ThreadWorkerPool:
-    """Runtimes by Worker index, created (and the module loaded) on first use."""
+    """Runtimes by Worker index, created (and the module loaded) on first use.
+
+    ``engine`` is a ``WasmtimeEngine`` (anything with ``fork()``, ``interrupt()``
+    and ``resume()``); each Worker uses a fork of it, never ``engine`` itself.
+    """
 
     def __init__(self, engine: Any, device_limit: int | None = None) -> None:
         self.engine = engine
         self._device_limit = device_limit or os.cpu_count() or 1
+        self._engines: dict[int, Any] = {}
         self._runtimes: dict[int, tuple[str, ModelRuntime]] = {}
-        self._active = 0
         self._lock = threading.Lock()
-        # A Worker runs one task at a time, as a Web Worker's message loop does.
-        self._busy: dict[int, asyncio.Lock] = {}
+        self._tasks = TaskBook()
 
     @property
     def device_limit(self) -> int:
@@ -35,35 +46,55 @@ class ThreadWorkerPool:
 
     @property
     def active(self) -> int:
-        return self._active
+        return self._tasks.active
 
     async def run(self, index: int, module_sha256: str, module: bytes, task: WorkerTask,
-                  on_progress: ProgressSink | None = None) -> WorkerResult:
+                  on_progress: ProgressSink | None = None, *, tag: str = "") -> WorkerResult:
         loop = asyncio.get_running_loop()
+        async with self._tasks.slot(index, tag) as entry:
 
-        def progress(report: Any) -> None:
-            if on_progress is not None:
-                payload = {"processedExamples": report.processed_examples, "totalExamples": report.total_examples,
-                           "metrics": dict(report.metrics)}
-                loop.call_soon_threadsafe(on_progress, index, payload)
+            def report(payload: dict[str, Any]) -> None:
+                if on_progress is not None and not entry.cancelled:  # nothing from a cancelled task
+                    on_progress(index, payload)
 
-        async with self._busy.setdefault(index, asyncio.Lock()):
-            self._active += 1
+            def progress(progress: Any) -> None:
+                payload = {"processedExamples": progress.processed_examples, "totalExamples": progress.total_examples,
+                           "metrics": dict(progress.metrics)}
+                loop.call_soon_threadsafe(report, payload)
+
+            engine = self._engines.get(index)
+            if engine is None:
+                engine = self._engines[index] = self.engine.fork()
+            # Here, in the loop's thread, not in the Worker's: a cancel() after this line interrupts the task.
+            engine.resume()
             try:
-                return await asyncio.to_thread(self._run, index, module_sha256, module, task, progress)
-            finally:
-                self._active -= 1
+                result = await asyncio.to_thread(self._run, index, engine, module_sha256, module, task, progress)
+            except WeeiError:
+                if entry.cancelled:
+                    raise TaskCancelled() from None
+                raise
+            if entry.cancelled:
+                raise TaskCancelled()
+            return result
 
-    def _runtime(self, index: int, module_sha256: str, module: bytes) -> ModelRuntime:
+    def cancel(self, tag: str | None = None) -> int:
+        hit = self._tasks.cancel(tag)
+        for entry in hit:
+            if entry.running:
+                self._engines[entry.index].interrupt("cancelled")
+        return len(hit)
+
+    def _runtime(self, index: int, engine: Any, module_sha256: str, module: bytes) -> ModelRuntime:
         with self._lock:
             held = self._runtimes.get(index)
             if held is None or held[0] != module_sha256 or held[1].broken is not None:
-                held = (module_sha256, ModelRuntime.load(module, self.engine))
+                held = (module_sha256, ModelRuntime.load(module, engine))
                 self._runtimes[index] = held
             return held[1]
 
-    def _run(self, index: int, module_sha256: str, module: bytes, task: WorkerTask, progress: Any) -> WorkerResult:
-        runtime = self._runtime(index, module_sha256, module)
+    def _run(self, index: int, engine: Any, module_sha256: str, module: bytes, task: WorkerTask,
+             progress: Any) -> WorkerResult:
+        runtime = self._runtime(index, engine, module_sha256, module)
         runtime.on_progress = progress
         runtime.load_model(task.weights)
         if task.auxiliary or runtime.model_info().get("auxiliaryWeights"):

@@ -20,6 +20,8 @@ from .engine import (
     ExternInfo,
     Instance,
     InstantiateError,
+    Interruptible,
+    Interrupted,
     Trap,
 )
 from .results import EvalResult, Progress, TrainResult
@@ -44,6 +46,8 @@ __all__ = [
     "CompileError",
     "InstantiateError",
     "Trap",
+    "Interrupted",
+    "Interruptible",
     "WasmtimeEngine",
 ]
 

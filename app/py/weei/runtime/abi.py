@@ -21,8 +21,11 @@ Failures of the module are ``ModelError`` with a reason code, the message
 starting with the operation's name. A trap (or an exception escaping the
 ``on_progress`` callback, which unwinds the module mid-operation) leaves the
 instance in an unknown state, so the runtime then refuses further calls
-('instance-broken'): load the module again. Misuse by our caller (train
-without a fresh ``load_model``, a seed outside u64, ...) is ``UsageError``.
+('instance-broken'): load the module again. An engine's interruption
+(:class:`~weei.runtime.engine.Interrupted`) is a ``ModelError`` whose reason
+is the interruption's (``cancelled``), and breaks the instance the same way.
+Misuse by our caller (train without a fresh ``load_model``, a seed outside
+u64, ...) is ``UsageError``.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from typing import Any
 
 from weei.core.errors import ModelError, UsageError
 
-from .engine import CompileError, Engine, EngineError, Instance, InstantiateError, Trap
+from .engine import CompileError, Engine, EngineError, Instance, InstantiateError, Interrupted, Trap
 from .results import (
     EvalResult,
     Progress,
@@ -533,6 +536,10 @@ class ModelRuntime:
     def _call(self, op: str, export: str, *args: int) -> int | None:
         try:
             return self._instance.call(export, *args)
+        except Interrupted as exc:
+            # Stopped from outside mid-operation: as unusable as after a trap, named by the reason.
+            self._broken = f"{export} interrupted ({exc.reason})"
+            raise ModelError(exc.reason, f"{op}: {export} was interrupted ({exc.reason})") from None
         except EngineError as exc:
             self._broken = f"{export} trapped"
             raise ModelError("trap", f"{op}: the module trapped in {export}: {exc}") from None

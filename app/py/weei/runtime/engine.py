@@ -26,6 +26,15 @@ their own exception types), so the host can name the failed operation
 without knowing the engine. An exception raised by the ``on_progress`` hook
 must propagate out of :meth:`Instance.call` unchanged (it is how a host
 aborts an operation).
+
+Interruption: an engine that can stop a running call from another thread
+is :class:`Interruptible` (wasmtime, through epoch interruption).
+``interrupt(reason)`` makes every call running now on the engine's instances,
+and every call started before ``resume()``, raise :class:`Interrupted` with
+that reason; the trapped instance is unusable like after any trap. The
+browser cannot interrupt a Worker's synchronous wasm call: its pool
+terminates the Worker instead (``weei.browser.workers``). Cancelling a task
+is one reason (``cancelled``); a deadline per operation will be another.
 """
 
 from __future__ import annotations
@@ -45,6 +54,8 @@ __all__ = [
     "CompileError",
     "InstantiateError",
     "Trap",
+    "Interrupted",
+    "Interruptible",
 ]
 
 ExternKind = Literal["func", "memory", "table", "global", "tag"]
@@ -89,6 +100,28 @@ class Trap(EngineError):
     After a trap the instance's own state (its allocator, globals) is
     unknown; hosts must not call it again.
     """
+
+
+class Interrupted(Trap):
+    """The call was interrupted from outside (:meth:`Interruptible.interrupt`); ``reason`` says why."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+@runtime_checkable
+class Interruptible(Protocol):
+    """An engine whose running calls another thread can stop."""
+
+    def interrupt(self, reason: str) -> None:
+        """Make running calls, and calls started until :meth:`resume`, raise
+        :class:`Interrupted` with ``reason``. Safe to call from any thread."""
+        ...
+
+    def resume(self) -> None:
+        """Let calls run again (the next task's calls)."""
+        ...
 
 
 @runtime_checkable

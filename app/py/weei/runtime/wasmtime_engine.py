@@ -4,11 +4,22 @@ Bulk copies go through ``ctypes`` straight into the memory's backing store
 (one ``memmove`` each way): wasmtime's own ``Memory.write`` first copies
 ``bytes`` into a ``bytearray`` and ``Memory.read`` returns a ``bytearray``,
 so both would cost an extra copy of every weight vector.
+
+Interruption uses wasmtime's epoch interruption: every engine is configured
+with it, each call first sets its store's deadline one epoch ahead, and
+:meth:`WasmtimeEngine.interrupt` records the reason and then increments the
+epoch (thread-safe), so a call running in another thread traps at its next
+loop header or function entry. The reason is recorded first and checked
+after the deadline is set, so a call that starts at the same moment either
+sees the reason or traps: none runs on. The epoch is per engine: a pool
+gives each Worker its own :meth:`~WasmtimeEngine.fork` so interrupting one
+Worker touches no other.
 """
 
 from __future__ import annotations
 
 import ctypes
+import threading
 
 import wasmtime
 
@@ -17,6 +28,7 @@ from .engine import (
     ExternInfo,
     ExternKind,
     InstantiateError,
+    Interrupted,
     ProgressHook,
     Trap,
 )
@@ -51,10 +63,33 @@ class WasmtimeEngine:
     """An :class:`~weei.runtime.engine.Engine` backed by one ``wasmtime.Engine``.
 
     One engine can compile many modules; each instance gets its own store.
+    It is :class:`~weei.runtime.engine.Interruptible`.
     """
 
     def __init__(self, config: wasmtime.Config | None = None) -> None:
-        self._engine = wasmtime.Engine(config) if config is not None else wasmtime.Engine()
+        config = config if config is not None else wasmtime.Config()
+        config.epoch_interruption = True
+        self._engine = wasmtime.Engine(config)
+        self._lock = threading.Lock()
+        self._reason: str | None = None  # set by interrupt(), cleared by resume()
+
+    def fork(self) -> WasmtimeEngine:
+        """A new engine with its own epoch (the default configuration)."""
+        return WasmtimeEngine()
+
+    def interrupt(self, reason: str) -> None:
+        """Stop running calls and refuse new ones with :class:`Interrupted` until :meth:`resume`."""
+        with self._lock:
+            self._reason = reason
+        self._engine.increment_epoch()
+
+    def resume(self) -> None:
+        with self._lock:
+            self._reason = None
+
+    def interrupted(self) -> str | None:
+        """The reason of the pending interruption, if any."""
+        return self._reason
 
     def compile(self, wasm: bytes) -> WasmtimeModule:
         """Compile ``wasm``. Raises :class:`CompileError`."""
@@ -69,13 +104,13 @@ class WasmtimeEngine:
             module = wasmtime.Module(self._engine, data)
         except wasmtime.WasmtimeError as exc:
             raise CompileError(str(exc)) from exc
-        return WasmtimeModule(self._engine, module)
+        return WasmtimeModule(self, module)
 
 
 class WasmtimeModule:
     """A compiled module (see :class:`~weei.runtime.engine.CompiledModule`)."""
 
-    def __init__(self, engine: wasmtime.Engine, module: wasmtime.Module) -> None:
+    def __init__(self, engine: WasmtimeEngine, module: wasmtime.Module) -> None:
         self._engine = engine
         self._module = module
         self._imports = tuple(
@@ -101,12 +136,15 @@ class WasmtimeInstance:
 
     def __init__(
         self,
-        engine: wasmtime.Engine,
+        engine: WasmtimeEngine,
         module: wasmtime.Module,
         imports: tuple[ExternInfo, ...],
         on_progress: ProgressHook,
     ) -> None:
-        self._store = wasmtime.Store(engine)
+        self._engine = engine
+        self._store = wasmtime.Store(engine._engine)
+        # A start function runs during instantiation: it needs a deadline too.
+        self._store.set_epoch_deadline(1)
         # While the progress hook runs, memory must be reached through the
         # Caller (the store is borrowed by the running call).
         self._caller: wasmtime.Caller | None = None
@@ -147,9 +185,18 @@ class WasmtimeInstance:
         func = self._funcs.get(name)
         if func is None:
             raise Trap(f"no exported function {name!r}")
+        self._store.set_epoch_deadline(1)
+        reason = self._engine.interrupted()
+        if reason is not None:
+            raise Interrupted(reason, f"{name}: interrupted ({reason}) before it started")
         try:
             result = func(self._store, *args)
-        except (wasmtime.Trap, wasmtime.WasmtimeError) as exc:
+        except wasmtime.Trap as exc:
+            reason = self._engine.interrupted()
+            if exc.trap_code == wasmtime.TrapCode.INTERRUPT and reason is not None:
+                raise Interrupted(reason, f"{name}: interrupted ({reason})") from exc
+            raise Trap(str(exc)) from exc
+        except wasmtime.WasmtimeError as exc:
             # WasmtimeError also covers argument/type mismatches and
             # wasmtime's own resource limits: all "the call did not complete".
             raise Trap(str(exc)) from exc
