@@ -13,10 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
+from ..core.errors import WeeiError
 from .ports import TaskCancelled
+
+T = TypeVar("T")
 
 __all__ = ["TaskEntry", "TaskBook"]
 
@@ -31,6 +35,19 @@ class TaskEntry:
     cancelled: bool = False
     # Done when the task is cancelled: wakes a task still waiting for its Worker.
     signal: asyncio.Future[None] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+
+    async def outcome(self, call: Awaitable[T]) -> T:
+        """Await the Worker's ``call``; once this task is cancelled, raise TaskCancelled whatever it ended with
+        (an interrupted or terminated Worker fails its call, a late one may still return)."""
+        try:
+            result = await call
+        except WeeiError:
+            if self.cancelled:
+                raise TaskCancelled() from None
+            raise
+        if self.cancelled:
+            raise TaskCancelled()
+        return result
 
 
 class TaskBook:

@@ -39,7 +39,7 @@ from typing import Any, Callable
 import js  # type: ignore[import-not-found]
 from pyodide.ffi import JsException, create_proxy  # type: ignore[import-not-found]
 
-from weei.api.ports import ProgressSink, TaskCancelled, WorkerResult, WorkerTask
+from weei.api.ports import ProgressSink, WorkerResult, WorkerTask
 from weei.api.worker_tasks import TaskBook
 from weei.core.errors import ModelError, UsageError, WeeiError
 
@@ -111,15 +111,7 @@ class BrowserWorkerPool:
                 def sink(worker: int, payload: dict[str, Any]) -> None:
                     if not entry.cancelled:  # nothing from a cancelled task
                         on_progress(worker, payload)
-            try:
-                result = await self._run(index, module_sha256, module, task, sink)
-            except WeeiError:
-                if entry.cancelled:
-                    raise TaskCancelled() from None
-                raise
-            if entry.cancelled:
-                raise TaskCancelled()
-            return result
+            return await entry.outcome(self._run(index, module_sha256, module, task, sink))
 
     def cancel(self, tag: str | None = None) -> int:
         """Cancel the tasks of ``tag`` (all when None): terminate and replace the Workers running them."""

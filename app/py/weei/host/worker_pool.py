@@ -17,9 +17,8 @@ import os
 import threading
 from typing import Any
 
-from ..api.ports import ProgressSink, TaskCancelled, WorkerResult, WorkerTask
+from ..api.ports import ProgressSink, WorkerResult, WorkerTask
 from ..api.worker_tasks import TaskBook
-from ..core.errors import WeeiError
 from ..runtime import ModelRuntime
 
 __all__ = ["ThreadWorkerPool"]
@@ -67,15 +66,8 @@ class ThreadWorkerPool:
                 engine = self._engines[index] = self.engine.fork()
             # Here, in the loop's thread, not in the Worker's: a cancel() after this line interrupts the task.
             engine.resume()
-            try:
-                result = await asyncio.to_thread(self._run, index, engine, module_sha256, module, task, progress)
-            except WeeiError:
-                if entry.cancelled:
-                    raise TaskCancelled() from None
-                raise
-            if entry.cancelled:
-                raise TaskCancelled()
-            return result
+            return await entry.outcome(
+                asyncio.to_thread(self._run, index, engine, module_sha256, module, task, progress))
 
     def cancel(self, tag: str | None = None) -> int:
         hit = self._tasks.cancel(tag)
