@@ -40,22 +40,9 @@ from typing import Any
 from weei.core.errors import ModelError, UsageError
 
 from .engine import CompileError, Engine, EngineError, Instance, InstantiateError, Interrupted, Trap
-from .results import (
-    EvalResult,
-    Progress,
-    TrainResult,
-    field_count,
-    field_metrics,
-    parse_result_json,
-)
+from .results import EvalResult, Progress, TrainResult, field_count, field_metrics, parse_result_json
 
-__all__ = [
-    "ABI_VERSION",
-    "OPERATIONS",
-    "REQUIRED_EXPORTS",
-    "ProgressCallback",
-    "ModelRuntime",
-]
+__all__ = ["ABI_VERSION", "OPERATIONS", "REQUIRED_EXPORTS", "ProgressCallback", "ModelRuntime"]
 
 log = logging.getLogger(__name__)
 
