@@ -7,7 +7,7 @@ APT_PACKAGES := clang lld wabt chromium mesa-vulkan-drivers libvulkan1
 NODE_STAMP := node_modules/.weei-installed
 PORT ?= 8000
 
-.PHONY: setup demo demo-local test test-browser bench wasm site serve clean
+.PHONY: setup demo demo-local test test-unit test-browser bench wasm site serve clean
 
 setup: $(STAMP) .apt-stamp $(NODE_STAMP)
 
@@ -48,6 +48,12 @@ demo-local: setup
 
 test: setup
 	$(VPY) -m pytest tests/unit tests/browser
+
+# The unit tests without the model builds (marker `build`), on two processes
+# (pytest-xdist; --dist loadscope keeps a module's tests, and so its module
+# fixtures, on one process): about a minute on two idle cores.
+test-unit: setup
+	$(VPY) -m pytest tests/unit -m "not build" -n 2 --dist loadscope
 
 test-browser: setup
 	$(VPY) -m pytest tests/browser

@@ -25,6 +25,9 @@ OPERATIONS = ["getModelInfo", "createInitialWeights", "loadModel", "loadAuxiliar
               "describeChunk", "train", "evaluate"]
 
 needs_clang = pytest.mark.skipif(shutil.which("clang") is None, reason="clang is not installed (make setup)")
+# The model builds (build.py, bench's native binaries) take most of the unit
+# suite's time: they carry the `build` marker so `-m "not build"` (make test-unit) leaves them out.
+model_build = pytest.mark.build
 
 
 def _build_module():
@@ -36,6 +39,7 @@ def _build_module():
     return module
 
 
+@model_build
 @needs_clang
 def test_committed_artifacts_match_a_fresh_build(tmp_path: Path) -> None:
     build = _build_module()
@@ -49,6 +53,7 @@ def test_committed_artifacts_match_a_fresh_build(tmp_path: Path) -> None:
         assert path.read_bytes() == (tmp_path / path.relative_to(again)).read_bytes(), path
 
 
+@model_build
 @needs_clang
 def test_check_reports_a_stale_artifact(tmp_path: Path) -> None:
     build = _build_module()
@@ -143,6 +148,7 @@ def test_digits_files_hold_all_of_sklearn_digits_once() -> None:
     assert sorted(records) == expected
 
 
+@model_build
 @needs_clang
 def test_wasm_and_native_builds_compute_the_same_bits(tmp_path: Path) -> None:
     """The models' C gives bit-identical weights in wasm32 and natively
