@@ -43,7 +43,7 @@ from .messages import (
 )
 from .peers import PeerRecord, loading
 from .roundloop import MAX_EMPTY_ROUNDS, RejectedUpdate, RoundLoop
-from .rounds import Kernel, check_can_validate, check_method, check_units
+from .rounds import Kernel, check_can_validate, check_method, check_units, snapshot_rounds
 from .schedule import DatasetSchedule, ExperienceSchedule
 from .seeds import rounds_to_train
 from .settings import TrainingSettings
@@ -220,8 +220,22 @@ class Coordinator(RoundLoop):
 
     def restore_checkpoints(self, summaries: list[dict[str, Any]]) -> None:
         """The summaries of checkpoints saved before this coordinator existed, oldest first
-        (a reopened job's history, or the checkpoint a new job continues from)."""
+        (a reopened job's history, or the checkpoint a new job continues from).
+
+        Their weight hashes come back too: snapshot slots (``initial``,
+        ``roundsAgo``) name earlier checkpoints by rule.
+        """
         self.checkpoints = [dict(s) for s in summaries]
+        for summary in self.checkpoints:
+            artifact = summary["artifact"]
+            self.checkpoint_hashes.setdefault(int(artifact["round"]), str(artifact["sha256"]))
+
+    def snapshot_checkpoints(self) -> dict[int, str]:
+        """The checkpoints (round -> weights SHA-256) a snapshot slot may still name: the host keeps their weights."""
+        if not self.checkpoint_hashes:
+            return {}
+        rounds = snapshot_rounds(self.spec, min(self.checkpoint_hashes), self.checkpoint_round)
+        return {r: self.checkpoint_hashes[r] for r in sorted(rounds) if r in self.checkpoint_hashes}
 
     def update_settings(self, settings: TrainingSettings, now: float) -> None:
         """New settings apply from the next round (aggregation method changes restart its state).
