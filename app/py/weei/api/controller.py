@@ -415,6 +415,7 @@ class TrainingController:
             s.participant.paused = s.paused_contribution
         s.book.set_job(s.coordinator.spec.job_id)
         s.coordinator.diagnostics_sink = self.executor.diagnostics.accept
+        s.coordinator.stopwatch = s.monotonic  # times the rounds' phases for the debug log
 
     def _require_coordinator(self, what: str) -> Coordinator:
         s = self.session

@@ -57,6 +57,11 @@ DEFAULT_ROUND_TIMEOUT_MS = 10 * 60 * 1000
 JOIN_GRACE_MS = 10_000
 
 
+def _no_stopwatch() -> float:
+    """A host that sets no stopwatch gets phases of zero length."""
+    return 0.0
+
+
 class Coordinator(RoundLoop):
     """One job, seen from the browser that coordinates it. Build with ``create`` or ``resume``."""
 
@@ -90,6 +95,8 @@ class Coordinator(RoundLoop):
         self._grace_until = None
         self._commands = []
         self.diagnostics_sink: Callable[[str, dict[str, Any], float], None] | None = None
+        self.stopwatch = _no_stopwatch  # the host sets its monotonic clock: phases get their durations
+        self._round_opened = None
         if spec.settings.coordinator_participates:
             self._add_local_participant()
 
