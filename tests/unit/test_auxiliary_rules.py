@@ -148,3 +148,22 @@ def test_reopen_reads_back_the_snapshot_weights_from_storage() -> None:
         assert reopened.coordinator.checkpoint_hashes == hashes
 
     asyncio.run(main())
+
+
+def test_a_checkpoint_that_was_never_saved_gives_way_to_the_one_before_it() -> None:
+    original = original_job(5)
+    hashes = saved_hashes(original)
+    summaries = [s for s in original.coordinator.checkpoints if s["artifact"]["round"] != 3]  # its save was refused
+    reopened = Coordinator.resume(original.coordinator.spec, original.checkpoint(5), mode="resume",
+                                  my_peer_id=COORD, kernel=NumpyKernel(), now=original.now, reopening=True)
+    reopened.restore_checkpoints(summaries)
+    assert 3 not in reopened.checkpoint_hashes
+    assert reopened.snapshot_checkpoints() == {r: hashes[r] for r in (0, 2, 4, 5)}
+    sim = Sim(reopened, dict(original.coord_store), now=original.now)
+    sim.auto_train = False
+    sim.pump()
+    sim.join("p1")
+    reopened.start(sim.now)
+    sim.pump()
+    (assign,) = [d.message for d in sim.delivered(Assign)]
+    assert assign.round == 6 and assign.auxiliary["old"].sha256 == hashes[2]

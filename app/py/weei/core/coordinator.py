@@ -43,7 +43,7 @@ from .messages import (
 )
 from .peers import PeerRecord, loading
 from .roundloop import MAX_EMPTY_ROUNDS, RejectedUpdate, RoundLoop
-from .rounds import Kernel, check_can_validate, check_method, check_units, snapshot_rounds
+from .rounds import Kernel, check_can_validate, check_method, check_units, held_round, snapshot_rounds
 from .schedule import DatasetSchedule, ExperienceSchedule
 from .seeds import rounds_to_train
 from .settings import TrainingSettings
@@ -242,7 +242,8 @@ class Coordinator(RoundLoop):
         if not self.checkpoint_hashes:
             return {}
         rounds = snapshot_rounds(self.spec, min(self.checkpoint_hashes), self.checkpoint_round)
-        return {r: self.checkpoint_hashes[r] for r in sorted(rounds) if r in self.checkpoint_hashes}
+        held = sorted({held_round(self.checkpoint_hashes, r) for r in rounds})
+        return {r: self.checkpoint_hashes[r] for r in held}
 
     def update_settings(self, settings: TrainingSettings, now: float) -> None:
         """New settings apply from the next round (aggregation method changes restart its state).

@@ -33,7 +33,7 @@ from .settings import TrainingSettings
 
 __all__ = [
     "Kernel", "RoundRecord", "close_round", "weighted_metrics", "check_method", "check_units", "chunk_seed",
-    "make_assign", "assignment_settings", "auxiliary_for", "snapshot_round", "snapshot_rounds", "check_can_validate", "validation_due", "validation_command",
+    "make_assign", "assignment_settings", "auxiliary_for", "snapshot_round", "snapshot_rounds", "held_round", "check_can_validate", "validation_due", "validation_command",
 ]
 
 
@@ -151,20 +151,23 @@ def auxiliary_for(spec: JobSpec, checkpoint_hashes: Mapping[int, str], round_: i
     checkpoint f, the job's initial weights. A 'checkpoint' rule with
     roundsAgo k for round r (which trains from checkpoint r-1) picks
     checkpoint max(f, r-1-k), so a retried or reassigned attempt of the
-    round plays against the same version.
+    round plays against the same version. A checkpoint the job does not
+    hold (its save was refused, so a reopened job never read it back)
+    gives way to the newest held one before it (:func:`held_round`).
     """
     out: dict[str, ArtifactRef] = {}
     for slot in spec.info.auxiliary_weights:
         if slot.id in spec.auxiliary_files:
             out[slot.id] = spec.auxiliary_files[slot.id]
             continue
-        target = snapshot_round(slot, min(checkpoint_hashes), round_)
-        sha = checkpoint_hashes.get(target)
-        if sha is None:  # the coordinator writes every checkpoint down: a gap is a bug, not input
-            raise UsageError("snapshot-missing", f"slot {slot.id!r} of round {round_} names checkpoint {target}, "
-                                                 f"which this job does not hold")
-        out[slot.id] = ArtifactRef("snapshot", sha, spec.weight_bytes)
+        target = held_round(checkpoint_hashes, snapshot_round(slot, min(checkpoint_hashes), round_))
+        out[slot.id] = ArtifactRef("snapshot", checkpoint_hashes[target], spec.weight_bytes)
     return out
+
+
+def held_round(checkpoint_hashes: Mapping[int, str], target: int) -> int:
+    """``target``, or the newest checkpoint held before it (the first checkpoint is always held)."""
+    return max(r for r in checkpoint_hashes if r <= target)
 
 
 def snapshot_round(slot: AuxiliarySlot, first: int, round_: int) -> int:
