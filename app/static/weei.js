@@ -221,7 +221,10 @@
   // methods, call_sync(name, argsJson) for synchronous ones; each returns an
   // envelope {ok, json | file | error}. Files become ArrayBuffers here (their
   // names kept), after every size was checked.
-  const MAX_FILE_BYTES = 256 * 1000 * 1000; // the spec's limit for every file
+  // The spec's limits (weei.core.limits): checkpoints and modules (and every other file) 256 MB,
+  // an auxiliary weights file 2 GiB.
+  const MAX_FILE_BYTES = 256 * 1000 * 1000;
+  const MAX_AUXILIARY_BYTES = 2 * 1024 ** 3;
   const TRAINING_STATE_FIELDS = () => ({
     ready: true, myPeerId: '', busy: true, preparing: false, transitioning: false, evaluating: false,
     peers: [], invitations: [], progress: {}, liveMetrics: {}, transfers: [], transferErrors: {},
@@ -384,12 +387,24 @@
       return typeof blob.name === 'string' && blob.name ? blob.name : fallback;
     }
 
-    function requireFile(value, what) {
+    function requireFile(value, what, limit = MAX_FILE_BYTES) {
       if (!(value instanceof Blob)) throw weeiError('missing-file', `${what}: a File is required`, 'ManifestError');
-      if (value.size > MAX_FILE_BYTES) {
-        throw weeiError('file-too-large', `${fileName(value, what)}: ${value.size} bytes is over the 256 MB limit`, 'ManifestError');
+      if (value.size > limit) {
+        const label = limit === MAX_AUXILIARY_BYTES ? '2 GiB' : '256 MB';
+        throw weeiError('file-too-large', `${fileName(value, what)}: ${value.size} bytes is over the ${label} limit`, 'ManifestError');
       }
       return value;
+    }
+
+    // The file names a package lists as auxiliary weights slots: they may be up to 2 GiB.
+    // A manifest that does not parse lists none; Python reports why it does not parse.
+    async function auxiliaryNames(manifest) {
+      try {
+        const slots = JSON.parse(await manifest.text()).auxiliaryWeights;
+        return new Set(Array.isArray(slots) ? slots.map((s) => s && s.fileName).filter((n) => typeof n === 'string') : []);
+      } catch (err) {
+        return new Set();
+      }
     }
 
     async function read(blob) {
@@ -408,7 +423,9 @@
       const manifest = requireFile(job.manifest, 'manifest');
       const files = job.files === undefined ? [] : job.files;
       if (!files || typeof files[Symbol.iterator] !== 'function') throw weeiError('invalid-argument', 'files must be a list of Files');
-      const list = Array.from(files, (f, i) => requireFile(f, `files[${i}]`));
+      const auxiliary = await auxiliaryNames(manifest);
+      const list = Array.from(files, (f, i) => requireFile(f, `files[${i}]`,
+        f instanceof Blob && auxiliary.has(fileName(f, '')) ? MAX_AUXILIARY_BYTES : MAX_FILE_BYTES));
       const names = list.map((f, i) => fileName(f, `file-${i}`));
       const duplicate = names.find((n, i) => names.indexOf(n) !== i);
       if (duplicate !== undefined) throw weeiError('duplicate-file', `${duplicate}: selected twice`, 'ManifestError');

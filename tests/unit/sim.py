@@ -35,7 +35,7 @@ from typing import Any, Callable
 import numpy as np
 
 from weei.core.checkpoint import Checkpoint, read_checkpoint
-from weei.core.commands import LoadModule, Log, RunValidation, SaveCheckpoint, Send, Train
+from weei.core.commands import LoadModule, Log, Phase, RunValidation, SaveCheckpoint, Send, Train
 from weei.core.coordinator import Coordinator
 from weei.core.job import ChunkInfo, JobSpec, ModuleInfo
 from weei.core.messages import (
@@ -210,6 +210,7 @@ class Sim:
     saved: list[SaveCheckpoint] = field(default_factory=list)
     validations: list[RunValidation] = field(default_factory=list)
     logs: list[tuple[str, Log]] = field(default_factory=list)
+    phases: list[Phase] = field(default_factory=list)
     trained: list[tuple[str, Assign]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -330,6 +331,8 @@ class Sim:
                 self.validations.append(command)
             elif isinstance(command, Log):
                 self.logs.append((self.coordinator.my_peer_id, command))
+            elif isinstance(command, Phase):
+                self.phases.append(command)
             else:  # pragma: no cover
                 raise AssertionError(f"unexpected coordinator command {command!r}")
 

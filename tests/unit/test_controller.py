@@ -83,6 +83,12 @@ def test_run_a_job_from_your_own_interface_completes_with_improving_metrics() ->
         log = c.get_debug_log()
         assert log["schemaVersion"] == 2 and any(e["event"] == "checkpoint.saved" for e in log["events"])
         assert "indexeddb.checkpoint-save" in log["baseline"]["phases"]
+        # 30 rounds: each its training, its aggregation (after aggregation.started) and its save.
+        phases = log["baseline"]["phases"]
+        assert phases["fedavg"]["count"] == 30 and phases["round.training"]["count"] == 30
+        assert sum(e["event"] == "aggregation.started" for e in log["events"]) == 30
+        idle = log["baseline"]["idle"]
+        assert idle["samples"] == 60 and idle["totalMs"] >= 0 and idle["avgMs"] == idle["totalMs"] / 60
 
     asyncio.run(main())
 

@@ -249,3 +249,61 @@ def test_clear_deletes_events_and_baseline() -> None:
     assert log.to_file(T0)["events"] == [] and log.baseline()["phases"] == {}
     log.phase_finished("inflight", 4, T0)  # a phase in flight still finishes
     assert log.baseline()["phases"]["inflight"]["count"] == 1
+
+
+# ------------------------------------------------------------ a coordinator's rounds
+
+
+def test_round_phases_measure_the_gaps_between_training_aggregation_and_save() -> None:
+    log = DebugLog()
+    log.round_phase(1, "round.training", 0, 100, T0)
+    log.round_phase(1, "fedavg", 103, 110, T0)  # idle 3
+    log.round_phase(1, "indexeddb.checkpoint-save", 125, 140, T0)  # idle 15
+    log.round_finished(140, 1)
+    log.round_phase(2, "round.training", 150, 300, T0)  # a new round: the 10 ms before it are not idle
+    log.round_finished(300, 1)  # another round's end does not end round 2
+    log.round_phase(2, "fedavg", 302, 304, T0)  # idle 2
+    base = log.baseline()
+    assert base["idle"] == {"samples": 3, "totalMs": 20.0, "avgMs": 20.0 / 3}
+    assert base["phases"]["fedavg"]["count"] == 2 and base["phases"]["fedavg"]["maxMs"] == 7.0
+    assert base["phases"]["round.training"]["avgMs"] == 125.0
+    with pytest.raises(UsageError) as err:
+        log.round_phase(2, "fedavg", 310, 305, T0)
+    assert err.value.reason == "bad-duration"
+
+
+@pytest.mark.parametrize("method", ["fedavg", "fedavgm", "fedadam"])
+def test_a_coordinator_times_training_and_aggregation_on_the_hosts_stopwatch(method: str) -> None:
+    from sim import Sim, dataset_spec
+
+    spec, store = dataset_spec(4, settings={"epochs": 1, "aggregation": {"method": method}})
+    sim = Sim.start_job(spec, store, ["p1"], start=False)
+    sim.auto_train = False
+    clock = [1000.0]
+
+    def stopwatch() -> float:  # simulated time: every reading is 1 ms after the last
+        clock[0] += 1
+        return clock[0]
+
+    sim.coordinator.stopwatch = stopwatch
+    sim.coordinator.start(sim.now)
+    sim.pump()
+    log = DebugLog()
+    for round_ in (1, 2):
+        clock[0] += 500  # the participant trains for half a second
+        sim.finish()
+        phases = [p for p in sim.phases if p.round == round_]
+        assert [p.name for p in phases] == ["round.training", method]
+        training, aggregation = phases
+        assert training.finished - training.started == 501  # from the hand-out to the last update
+        assert aggregation.started == training.finished + 1 and aggregation.finished == aggregation.started + 1
+        # What the host does with it: replay into the debug log, then its own save of the checkpoint.
+        for phase in phases:
+            log.round_phase(phase.round, phase.name, phase.started, phase.finished, T0)
+        log.round_phase(round_, "indexeddb.checkpoint-save", aggregation.finished + 4, aggregation.finished + 9, T0)
+        log.round_finished(aggregation.finished + 9, round_)
+    started = [l.details for _, l in sim.logs if l.event == "aggregation.started"]
+    assert started == [{"round": 1, "method": method, "updates": 1}, {"round": 2, "method": method, "updates": 1}]
+    base = log.baseline()
+    assert base["phases"][method]["count"] == 2 and base["phases"][method]["avgMs"] == 1.0
+    assert base["idle"] == {"samples": 4, "totalMs": 2 * (1 + 4), "avgMs": 2.5}

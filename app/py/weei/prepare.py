@@ -16,6 +16,7 @@ from typing import Any, Mapping
 
 from .core.errors import ManifestError
 from .core.job import ChunkInfo, JobSpec, ModuleInfo
+from .core.limits import check_file_size, check_selection_sizes
 from .core.manifest import (
     DatasetManifest, ModelPackage, check_dataset_files, check_loaded_model, check_plain_manifest, check_selection,
     parse_manifest_file,
@@ -26,10 +27,7 @@ from .core.seeds import job_seed_from_bytes
 from .core.settings import TrainingSettings
 from .runtime import ModelRuntime
 
-__all__ = ["PreparedJob", "prepare_job", "MAX_FILE_BYTES"]
-
-# The spec accepts checkpoint and module files of up to 256 MB.
-MAX_FILE_BYTES = 256 * 1000 * 1000
+__all__ = ["PreparedJob", "prepare_job"]
 
 
 @dataclass(frozen=True)
@@ -57,11 +55,15 @@ def prepare_job(engine: Any, *, job_id: str, wasm_name: str, wasm: bytes, manife
     Raises:
         SettingsError, ManifestError, ModelError: the named problem.
     """
-    if len(wasm) > MAX_FILE_BYTES:
-        raise ManifestError("file-too-large", f"{wasm_name}: {len(wasm)} bytes is over the 256 MB limit")
+    check_file_size("module", wasm_name, len(wasm))
     parsed_settings = TrainingSettings.from_json(settings)
     parsed = parse_manifest_file(manifest)
     package = parsed if isinstance(parsed, ModelPackage) else None
+    # Sizes first, per kind: a module 256 MB, an auxiliary weights file 2 GiB.
+    check_selection_sizes({name: len(data) for name, data in files.items()},
+                          [s.file_name for s in package.auxiliary_weights if s.file_name] if package else [])
+    if validation is not None:
+        check_file_size("validation", validation[0], len(validation[1]))
     dataset: DatasetManifest = package.dataset_manifest if package is not None else parsed  # type: ignore[assignment]
     if package is not None:
         check_selection(package, wasm_name, wasm, files, validation[0] if validation else None)

@@ -33,11 +33,12 @@ from ..core.coordinator import Coordinator
 from ..core.debuglog import DebugLog
 from ..core.diagnostics import DiagnosticsRecorder
 from ..core.errors import CheckpointError, ManifestError, UsageError, WeeiError
+from ..core.limits import max_bytes
 from ..core.job import JobSpec
 from ..core.messages import Message
 from ..core.participant import Participant
 from ..core.settings import TrainingSettings
-from ..prepare import MAX_FILE_BYTES, prepare_job
+from ..prepare import prepare_job
 from ..runtime.engine import Engine
 from .compute import ComputeBackend, CpuWorkerBackend
 from .executor import Executor
@@ -169,7 +170,7 @@ class TrainingController:
         self._require_no_active_job()
         if dataset_mode not in ("new", "resume"):
             raise UsageError("bad-dataset-mode", "datasetMode must be 'new' or 'resume'")
-        if len(checkpoint) > MAX_FILE_BYTES:
+        if len(checkpoint) > max_bytes("checkpoint"):
             raise CheckpointError("file-too-large", f"the checkpoint is {len(checkpoint)} bytes, over the 256 MB limit")
         s = self.session
         async with _BusyScope(self, preparing=True):
@@ -414,6 +415,7 @@ class TrainingController:
             s.participant.paused = s.paused_contribution
         s.book.set_job(s.coordinator.spec.job_id)
         s.coordinator.diagnostics_sink = self.executor.diagnostics.accept
+        s.coordinator.stopwatch = s.monotonic  # times the rounds' phases for the debug log
 
     def _require_coordinator(self, what: str) -> Coordinator:
         s = self.session

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Coroutine
 
-from ..core.commands import Command, LoadModule, Log, RunValidation, SaveCheckpoint, Send, Train
+from ..core.commands import Command, LoadModule, Log, Phase, RunValidation, SaveCheckpoint, Send, Train
 from ..core.errors import UsageError, WeeiError
 from ..core.messages import Assign
 from .compute import ComputeBackend
@@ -135,6 +135,8 @@ class Executor:
             self.spawn(self._validate(command))
         elif isinstance(command, Log):
             s.record(command.event, command.details)
+        elif isinstance(command, Phase):
+            s.debug_log.round_phase(command.round, command.name, command.started, command.finished, s.clock())
         elif isinstance(command, LoadModule):
             self._load_module(command)
         elif isinstance(command, Train):
@@ -182,7 +184,10 @@ class Executor:
             assert coordinator is not None
             started = s.monotonic()
             await self.store.save_checkpoint(coordinator.spec.job_id, command)
-            s.debug_log.add_phase("indexeddb.checkpoint-save", s.monotonic() - started, s.clock())
+            finished = s.monotonic()
+            # The round's last phase (after its training and aggregation): the round ends with it.
+            s.debug_log.round_phase(command.round, "indexeddb.checkpoint-save", started, finished, s.clock())
+            s.debug_log.round_finished(finished, command.round)
         except StorageError as exc:
             self.storage_refused(exc, f"the checkpoint of round {command.round}")
         finally:

@@ -272,7 +272,19 @@ class JobStore:
         self.latest_checkpoint = (summaries[-1]["artifact"]["fileName"], file)
         self.saved_round[job_id] = read.metadata.round
         self.remember(coordinator.weights_sha256, bytes(read.weights))
+        await self._load_snapshots(job_id, coordinator)
         await self.load_artifacts([spec.module.sha256, *(c.sha256 for c in spec.chunks),
                                    *(r.sha256 for r in spec.auxiliary_files.values())])
         unavailable = bool(await self.load_artifacts([validation_sha])) if validation_sha is not None else False
         return Reopened(coordinator, validation_sha, unavailable)
+
+    async def _load_snapshots(self, job_id: str, coordinator: Coordinator) -> None:
+        """Read back the weights of the earlier checkpoints snapshot slots (initial, roundsAgo) may name."""
+        for round_, sha in coordinator.snapshot_checkpoints().items():
+            if sha in self.artifacts:
+                continue
+            stored = await self.storage.get("checkpoints", checkpoint_key(job_id, round_))
+            if stored is None:
+                raise CheckpointError("no-checkpoint", f"job {job_id}: checkpoint {round_}, which a snapshot slot "
+                                                       f"names, is not in storage")
+            self.remember(sha, bytes(read_checkpoint(bytes(stored["file"])).weights))

@@ -1,8 +1,8 @@
 """Which artifacts stay in memory: what the active job may still ask this device for.
 
 The coordinator side needs its job's files, the current weights and the
-snapshot weights (``initial``, ``roundsAgo``) that the next round and the
-attempts still open name. The participant side needs its module, the
+snapshot weights (``initial``, ``roundsAgo``) that the next rounds and the
+attempts still open may name (``Coordinator.snapshot_checkpoints``). The participant side needs its module, the
 artifacts of its current and pending assignments and the weights it was
 sent in the last rounds: the coordinator does not send again what it sent
 this device, and a snapshot slot may name them. A task that was handed
@@ -15,7 +15,6 @@ from ..core.errors import WeeiError
 from ..core.messages import Assign
 from ..core.modelinfo import ModelInfo
 from ..core.participant import Participant
-from ..core.rounds import auxiliary_for
 from .session import Session
 
 __all__ = ["Residency", "assign_refs"]
@@ -70,11 +69,8 @@ class Residency:
                      *(ref.sha256 for ref in spec.auxiliary_files.values())}
             if session.validation_sha256 is not None:
                 keep.add(session.validation_sha256)
-            if coordinator.checkpoint_hashes:
-                # Snapshot slots (initial, roundsAgo) of the next round and of attempts still open.
-                rounds = {coordinator.checkpoint_round + 1, *(attempt.round for attempt in coordinator.attempts.open())}
-                for round_ in rounds:
-                    keep |= {ref.sha256 for ref in auxiliary_for(coordinator.spec, coordinator.checkpoint_hashes, round_).values()}
+            # Snapshot slots (initial, roundsAgo): every checkpoint the next rounds and open attempts may name.
+            keep |= set(coordinator.snapshot_checkpoints().values())
         participant = session.participant
         if participant is not None and participant.job_id is not None:
             keep |= self.module_refs

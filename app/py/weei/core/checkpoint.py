@@ -28,6 +28,7 @@ from . import _check
 from .errors import CheckpointError, ManifestError, SettingsError
 from .floats import first_non_finite
 from .jsonfmt import stringify
+from .limits import MAX_FILE_BYTES
 from .modelinfo import ModelInfo, check_weight_size
 from .settings import TrainingSettings
 
@@ -47,9 +48,8 @@ __all__ = [
     "MAX_METADATA_BYTES",
 ]
 
-#: "Weei accepts checkpoint and module files of up to 256 MB" (decimal MB:
-#: the spec writes MiB and GiB where it means binary units).
-MAX_CHECKPOINT_FILE_BYTES = 256_000_000
+#: "Weei accepts checkpoint and module files of up to 256 MB" (see weei.core.limits).
+MAX_CHECKPOINT_FILE_BYTES = MAX_FILE_BYTES
 #: "The metadata length ... is at most 1 MiB".
 MAX_METADATA_BYTES = 1024 * 1024
 _STATE_COPIES = {"fedavgm": 1, "fedadam": 2}

@@ -17,6 +17,7 @@ __all__ = [
     "SaveCheckpoint",
     "RunValidation",
     "Log",
+    "Phase",
     "LoadModule",
     "Train",
     "Command",
@@ -70,6 +71,20 @@ class Log:
 
 
 @dataclass(frozen=True)
+class Phase:
+    """A finished phase of a round for the debug log's baseline (``DebugLog.round_phase``).
+
+    ``started`` and ``finished`` are readings of the host's monotonic clock
+    (ms), which the coordinator reads through its ``stopwatch`` port.
+    """
+
+    round: int
+    name: str  # 'round.training', or the aggregation method: 'fedavg', 'fedavgm', 'fedadam'
+    started: float
+    finished: float
+
+
+@dataclass(frozen=True)
 class LoadModule:
     """Participant: load the module and auxiliary files that arrived with Deliver."""
 
@@ -84,4 +99,4 @@ class Train:
     assign: Assign
 
 
-Command = Send | SaveCheckpoint | RunValidation | Log | LoadModule | Train
+Command = Send | SaveCheckpoint | RunValidation | Log | Phase | LoadModule | Train

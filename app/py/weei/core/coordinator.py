@@ -43,7 +43,7 @@ from .messages import (
 )
 from .peers import PeerRecord, loading
 from .roundloop import MAX_EMPTY_ROUNDS, RejectedUpdate, RoundLoop
-from .rounds import Kernel, check_can_validate, check_method, check_units
+from .rounds import Kernel, check_can_validate, check_method, check_units, held_round, snapshot_rounds
 from .schedule import DatasetSchedule, ExperienceSchedule
 from .seeds import rounds_to_train
 from .settings import TrainingSettings
@@ -55,6 +55,11 @@ DEFAULT_ROUND_TIMEOUT_MS = 10 * 60 * 1000
 # After start(), participants still loading the module get this long to be
 # ready, so the first round is not trained by whoever happened to be first.
 JOIN_GRACE_MS = 10_000
+
+
+def _no_stopwatch() -> float:
+    """A host that sets no stopwatch gets phases of zero length."""
+    return 0.0
 
 
 class Coordinator(RoundLoop):
@@ -90,6 +95,8 @@ class Coordinator(RoundLoop):
         self._grace_until = None
         self._commands = []
         self.diagnostics_sink: Callable[[str, dict[str, Any], float], None] | None = None
+        self.stopwatch = _no_stopwatch  # the host sets its monotonic clock: phases get their durations
+        self._round_opened = None
         if spec.settings.coordinator_participates:
             self._add_local_participant()
 
@@ -220,8 +227,23 @@ class Coordinator(RoundLoop):
 
     def restore_checkpoints(self, summaries: list[dict[str, Any]]) -> None:
         """The summaries of checkpoints saved before this coordinator existed, oldest first
-        (a reopened job's history, or the checkpoint a new job continues from)."""
+        (a reopened job's history, or the checkpoint a new job continues from).
+
+        Their weight hashes come back too: snapshot slots (``initial``,
+        ``roundsAgo``) name earlier checkpoints by rule.
+        """
         self.checkpoints = [dict(s) for s in summaries]
+        for summary in self.checkpoints:
+            artifact = summary["artifact"]
+            self.checkpoint_hashes.setdefault(int(artifact["round"]), str(artifact["sha256"]))
+
+    def snapshot_checkpoints(self) -> dict[int, str]:
+        """The checkpoints (round -> weights SHA-256) a snapshot slot may still name: the host keeps their weights."""
+        if not self.checkpoint_hashes:
+            return {}
+        rounds = snapshot_rounds(self.spec, min(self.checkpoint_hashes), self.checkpoint_round)
+        held = sorted({held_round(self.checkpoint_hashes, r) for r in rounds})
+        return {r: self.checkpoint_hashes[r] for r in held}
 
     def update_settings(self, settings: TrainingSettings, now: float) -> None:
         """New settings apply from the next round (aggregation method changes restart its state).

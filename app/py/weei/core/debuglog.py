@@ -22,6 +22,14 @@ Besides events, the log keeps a *baseline* of how long things take:
   start of the next. Time before the round's first phase and after its last
   is not idle: it is not *between* phases.
 
+A coordinator's round is three phases in a row (``round_phase``): its
+training (``round.training``, from the hand-out to the last update), its
+aggregation (named by the method: ``fedavg``, ``fedavgm`` or ``fedadam``,
+announced by an ``aggregation.started`` event), which the coordinator times
+with the host's monotonic clock, and the host's
+``indexeddb.checkpoint-save``, after which the round ends. The gaps are the
+work between them: bookkeeping, messages sent before the save.
+
 Wall-clock milliseconds (``now_ms``) stamp events; monotonic milliseconds
 (``now_mono``) measure phases and gaps. Neither is read here.
 """
@@ -163,6 +171,7 @@ class DebugLog:
         # Not persisted: phases in flight and the round's last phase end die with the page.
         self._running: dict[str, float] = {}
         self._in_round = False
+        self._round: int | None = None  # the round round_phase() is timing
         self._last_phase_end: float | None = None
         self._revision = 0
 
@@ -201,10 +210,35 @@ class DebugLog:
         self._in_round = True
         self._last_phase_end = None
 
-    def round_finished(self, now_mono: float) -> None:
-        """End the round: the time until the next round's first phase is not idle."""
+    def round_finished(self, now_mono: float, round_: int | None = None) -> None:
+        """End the round (``round_``: only if it is the one being timed): the time until the next
+        round's first phase is not idle."""
+        if round_ is not None and round_ != self._round:
+            return
         self._in_round = False
         self._last_phase_end = None
+
+    def round_phase(self, round_: int, name: str, started_mono: float, finished_mono: float, now_ms: float) -> float:
+        """A phase of round ``round_`` timed elsewhere on the same monotonic clock; returns its duration.
+
+        The first phase of another round starts that round. When no other
+        phase is running, the gap since the round's last phase ended is idle.
+        Raises ``UsageError`` for a bad name or a phase that ends before it starts.
+        """
+        self._check_name(name)
+        duration = finished_mono - started_mono
+        if not _is_duration(duration):
+            raise UsageError("bad-duration", f"phase {name!r} of round {round_} ends before it starts")
+        if round_ != self._round:
+            self._round = round_
+            self.round_started(started_mono)
+        if not self._running and self._in_round and self._last_phase_end is not None:
+            self._idle_samples += 1
+            self._idle_total_ms += max(0.0, started_mono - self._last_phase_end)
+        self.add_phase(name, duration, now_ms)
+        if not self._running:
+            self._last_phase_end = max(finished_mono, self._last_phase_end or finished_mono)
+        return duration
 
     def phase_started(self, name: str, now_mono: float) -> None:
         """Begin phase ``name``. If no other phase was running inside a round, the gap since the last one ended is idle.

@@ -28,6 +28,7 @@ from typing import Any, Literal
 
 from . import _check
 from .errors import ManifestError, ModelInfoReason, SettingsError
+from .limits import MAX_AUXILIARY_BYTES
 from .settings import AGGREGATION_METHODS, TrainingSettings
 
 __all__ = [
@@ -48,7 +49,6 @@ __all__ = [
 ]
 
 MAX_AUXILIARY_SLOTS = 8
-MAX_AUXILIARY_BYTES = 2 * 1024**3  # "up to 2 GiB"
 MAX_AVERAGE_ONLY_RANGES = 4096
 
 

@@ -21,8 +21,9 @@ from typing import Any
 from .aggregate import AggregationState
 from .attempts import Attempt
 from .checkpoint import Checkpoint
-from .errors import UsageError
+from .errors import ManifestError, UsageError
 from .job import JobSpec
+from .manifest import check_recorded_auxiliary
 from .schedule import DatasetSchedule, ExperienceSchedule
 from .seeds import rounds_to_train
 
@@ -77,11 +78,10 @@ def restore(spec: JobSpec, checkpoint: Checkpoint, *, mode: str, new_job_seed: i
     # Reopening a saved (possibly completed) job is not a request to train more.
     if spec.is_experience and not reopening:
         rounds_to_train(round_, spec.settings.epochs)
-    recorded_aux = meta.get("auxiliaryWeights") or {}
-    for slot_id, ref in spec.auxiliary_files.items():
-        if slot_id in recorded_aux and recorded_aux[slot_id] != ref.sha256:
-            raise UsageError("auxiliary-mismatch", f"auxiliary weights file for slot {slot_id!r} differs from "
-                                                   f"the one this checkpoint was trained with")
+    try:  # "continuing from a checkpoint with other files is rejected"
+        check_recorded_auxiliary(checkpoint.metadata.auxiliary_weights, spec.info.auxiliary_weights)
+    except ManifestError as exc:
+        raise UsageError(exc.reason, exc.message) from exc
     job_seed: int | None = None
     next_unit = 0
     if spec.is_experience:

@@ -32,13 +32,13 @@ events. The state both share is declared here.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from . import checkpoint as ckpt
 from . import progress
 from .aggregate import AggregationState
 from .attempts import Attempt, RoundAttempts, check_update
-from .commands import Command, Log, RunValidation, SaveCheckpoint, Send
+from .commands import Command, Log, Phase, RunValidation, SaveCheckpoint, Send
 from .errors import AggregationError, SettingsError
 from .job import JobSpec
 from .messages import ArtifactRef, JobFinished, Message, Update, UpdateReceipt
@@ -95,6 +95,9 @@ class RoundLoop:
     _saved_incomplete: bool
     _grace_until: float | None
     _commands: list[Command]
+    # The host's monotonic clock (ms), read only to time phases for the debug log.
+    stopwatch: Callable[[], float]
+    _round_opened: float | None  # the stopwatch when the open round's work went out
 
     def _job(self, event: str) -> None:
         self.status = move("job", JOB_TRANSITIONS, self.status, event)
@@ -120,6 +123,7 @@ class RoundLoop:
         for peer in peers:
             if not self._hand_out(peer, round_, now):
                 break
+        self._round_opened = self.stopwatch()
         if not self.attempts.current:
             # Nothing could be handed out: every remaining chunk was dropped.
             self._close_round(now)
@@ -222,6 +226,12 @@ class RoundLoop:
             self._empty_round(now)
             return
         self._empty_rounds = 0
+        method = self.spec.settings.aggregation.method
+        training_ended = self.stopwatch()
+        if self._round_opened is not None:
+            self._commands.append(Phase(round_, "round.training", self._round_opened, training_ended))
+        self._log("aggregation.started", round=round_, method=method, updates=len(received))
+        started = self.stopwatch()
         try:
             record = close_round(self.kernel, round_, self.weights, self.aggregation_state, self.spec.settings,
                                  self.spec.info, received)
@@ -232,6 +242,7 @@ class RoundLoop:
             self.error = f"round {round_} failed: {exc.message}"
             self._log("round.failed", round=round_, error=exc.message)
             return
+        self._commands.append(Phase(round_, method, started, self.stopwatch()))
         self._take_round(record, now)
 
     def _empty_round(self, now: float) -> None:

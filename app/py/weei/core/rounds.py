@@ -27,13 +27,13 @@ from .commands import RunValidation
 from .errors import SettingsError, UsageError
 from .job import JobSpec
 from .messages import ArtifactRef, Assign, ChunkRef, UnitRange
-from .modelinfo import ModelInfo
+from .modelinfo import AuxiliarySlot, ModelInfo
 from .seeds import evaluation_seed
 from .settings import TrainingSettings
 
 __all__ = [
     "Kernel", "RoundRecord", "close_round", "weighted_metrics", "check_method", "check_units", "chunk_seed",
-    "make_assign", "assignment_settings", "auxiliary_for", "check_can_validate", "validation_due", "validation_command",
+    "make_assign", "assignment_settings", "auxiliary_for", "snapshot_round", "snapshot_rounds", "held_round", "check_can_validate", "validation_due", "validation_command",
 ]
 
 
@@ -144,24 +144,53 @@ def assignment_settings(settings: TrainingSettings) -> dict[str, Any]:
 def auxiliary_for(spec: JobSpec, checkpoint_hashes: Mapping[int, str], round_: int) -> dict[str, ArtifactRef]:
     """Each auxiliary slot's weights for a round: files, or the snapshot its rule picks.
 
-    A 'checkpoint' rule with roundsAgo k for round r (which trains from
-    checkpoint r-1) picks checkpoint max(0, r-1-k), so a retried or
-    reassigned attempt of the round plays against the same version.
+    ``checkpoint_hashes`` holds every checkpoint of the job (a reopened
+    job restores them from its saved summaries). The job's first checkpoint
+    f is 0, or the checkpoint a continued job started from: checkpoints
+    before it belong to another job and are not held. An 'initial' slot is
+    checkpoint f, the job's initial weights. A 'checkpoint' rule with
+    roundsAgo k for round r (which trains from checkpoint r-1) picks
+    checkpoint max(f, r-1-k), so a retried or reassigned attempt of the
+    round plays against the same version. A checkpoint the job does not
+    hold (its save was refused, so a reopened job never read it back)
+    gives way to the newest held one before it (:func:`held_round`).
     """
     out: dict[str, ArtifactRef] = {}
     for slot in spec.info.auxiliary_weights:
         if slot.id in spec.auxiliary_files:
             out[slot.id] = spec.auxiliary_files[slot.id]
             continue
+        target = held_round(checkpoint_hashes, snapshot_round(slot, min(checkpoint_hashes), round_))
+        out[slot.id] = ArtifactRef("snapshot", checkpoint_hashes[target], spec.weight_bytes)
+    return out
+
+
+def held_round(checkpoint_hashes: Mapping[int, str], target: int) -> int:
+    """``target``, or the newest checkpoint held before it (the first checkpoint is always held)."""
+    return max(r for r in checkpoint_hashes if r <= target)
+
+
+def snapshot_round(slot: AuxiliarySlot, first: int, round_: int) -> int:
+    """The checkpoint a snapshot slot names for ``round_`` in a job whose first checkpoint is ``first``."""
+    if slot.source_kind == "initial":
+        return first
+    return max(first, round_ - 1 - (slot.rounds_ago or 0))
+
+
+def snapshot_rounds(spec: JobSpec, first: int, checkpoint_round: int) -> set[int]:
+    """The checkpoints a snapshot slot may still name, now or in a later round (at checkpoint ``checkpoint_round``).
+
+    The host keeps their weights in memory, and a reopened job reads them
+    back from storage: the rule moves forward one checkpoint per round.
+    """
+    out: set[int] = set()
+    for slot in spec.info.auxiliary_weights:
+        if slot.id in spec.auxiliary_files:
+            continue
         if slot.source_kind == "initial":
-            target = 0
+            out.add(first)
         else:
-            target = max(0, round_ - 1 - (slot.rounds_ago or 0))
-        sha = checkpoint_hashes.get(target)
-        if sha is None:  # continued jobs only know checkpoints from where they started
-            target = min(checkpoint_hashes)
-            sha = checkpoint_hashes[target]
-        out[slot.id] = ArtifactRef("snapshot", sha, spec.weight_bytes)
+            out.update(range(snapshot_round(slot, first, checkpoint_round + 1), checkpoint_round + 1))
     return out
 
 

@@ -7,6 +7,12 @@ corruption of the framing itself (``ChannelBroken``) means the two ends no
 longer agree on the stream and the host must close the channel. ``feed``
 never raises on peer input. Memory is bounded by reserving each transfer's
 announced size against ``max_buffered_bytes`` at its begin frame.
+
+Sizes follow ``weei.core.limits``: an auxiliary weights file may be 2 GiB,
+every other artifact 256 MB, and the default buffer holds one of each. An
+artifact is kept as the received frames (views of immutable frames cost
+nothing) and joined once when it completes: the join is its one copy, and
+the frames go right after it, so a 2 GiB file briefly needs twice its size.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import UsageError, WeeiError
+from ..limits import MAX_AUXILIARY_BYTES, MAX_FILE_BYTES
 from ..messages import Message, decode_message
 from ..transfers import RateMeter, TransferDone, TransferFailed, progress_of
 from .frames import (HARD_MAX_FRAME_BYTES, MAX_ATTACHMENTS, MIN_FRAME_BYTES, Abort, ArtifactBegin, ChannelBroken,
@@ -26,12 +33,13 @@ from .frames import (HARD_MAX_FRAME_BYTES, MAX_ATTACHMENTS, MIN_FRAME_BYTES, Abo
                      referenced_artifacts)
 from .writer import DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_PROGRESS_INTERVAL_MS
 
-__all__ = ["DEFAULT_MAX_ARTIFACT_BYTES", "DEFAULT_MAX_TRANSFERS", "DEFAULT_MAX_BUFFERED_BYTES", "ReaderLimits",
+__all__ = ["DEFAULT_MAX_ARTIFACT_BYTES", "DEFAULT_MAX_AUXILIARY_BYTES", "DEFAULT_MAX_TRANSFERS", "DEFAULT_MAX_BUFFERED_BYTES", "ReaderLimits",
            "FrameReader"]
 
-DEFAULT_MAX_ARTIFACT_BYTES = 256_000_000  # the spec's 256 MB limit for checkpoints and modules
+DEFAULT_MAX_ARTIFACT_BYTES = MAX_FILE_BYTES  # the spec's 256 MB limit for checkpoints and modules
+DEFAULT_MAX_AUXILIARY_BYTES = MAX_AUXILIARY_BYTES  # an auxiliary weights file: up to 2 GiB
 DEFAULT_MAX_TRANSFERS = 16
-DEFAULT_MAX_BUFFERED_BYTES = 512 * 1024 * 1024  # two maximal artifacts at once
+DEFAULT_MAX_BUFFERED_BYTES = MAX_AUXILIARY_BYTES + 2 * MAX_FILE_BYTES  # the largest file and two others at once
 
 
 @dataclass(frozen=True)
@@ -39,7 +47,8 @@ class ReaderLimits:
     """What a reader accepts from a peer; every field bounds memory or work."""
 
     max_frame_bytes: int = HARD_MAX_FRAME_BYTES
-    max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES
+    max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES  # every kind but auxiliary
+    max_auxiliary_bytes: int = DEFAULT_MAX_AUXILIARY_BYTES
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     max_transfers: int = DEFAULT_MAX_TRANSFERS  # in flight + complete artifacts awaiting their message
     max_buffered_bytes: int = DEFAULT_MAX_BUFFERED_BYTES  # reserved at each begin frame
@@ -47,7 +56,8 @@ class ReaderLimits:
     def __post_init__(self) -> None:
         if not MIN_FRAME_BYTES <= self.max_frame_bytes <= HARD_MAX_FRAME_BYTES:
             raise UsageError("bad-limit", f"max_frame_bytes must be {MIN_FRAME_BYTES}..{HARD_MAX_FRAME_BYTES}")
-        if min(self.max_artifact_bytes, self.max_message_bytes, self.max_transfers, self.max_buffered_bytes) < 1:
+        if min(self.max_artifact_bytes, self.max_auxiliary_bytes, self.max_message_bytes, self.max_transfers,
+               self.max_buffered_bytes) < 1:
             raise UsageError("bad-limit", "reader limits must be positive")
 
 
@@ -156,7 +166,8 @@ class FrameReader:
         lim = self.limits
         if isinstance(frame, ArtifactBegin):
             sha: str | None = frame.sha256
-            total, kind, refs, limit = frame.total, frame.kind, (), lim.max_artifact_bytes
+            total, kind, refs = frame.total, frame.kind, ()
+            limit = lim.max_auxiliary_bytes if kind == "auxiliary" else lim.max_artifact_bytes
         else:
             sha, total, kind, refs, limit = None, frame.json_bytes, "message", frame.attachments, lim.max_message_bytes
         t = _Incoming(frame.transfer_id, sha, kind, total, [], refs, RateMeter(now), now, now)

@@ -1,0 +1,52 @@
+"""How large each kind of file may be: one table, one check.
+
+The spec gives two limits. "Weei accepts checkpoint and module files of up
+to 256 MB" (decimal MB: the spec writes MiB and GiB where it means binary
+units), and an auxiliary weights slot is "up to 2 GiB". Everything else a
+job shares (dataset chunks, the validation file, updates, snapshots, which
+are checkpoint weights) keeps the checkpoint and module limit, as before.
+Each check runs on sizes alone, before a byte is read or shared.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Mapping
+
+from .errors import ManifestError
+
+__all__ = ["MAX_FILE_BYTES", "MAX_AUXILIARY_BYTES", "max_bytes", "check_file_size", "check_selection_sizes"]
+
+#: Checkpoints and modules (and every kind without its own limit).
+MAX_FILE_BYTES = 256_000_000
+#: One auxiliary weights file: "up to 2 GiB".
+MAX_AUXILIARY_BYTES = 2 * 1024**3
+
+_BY_KIND = {"auxiliary": MAX_AUXILIARY_BYTES}
+
+
+def max_bytes(kind: str) -> int:
+    """The most bytes a file of ``kind`` (an ArtifactRef kind: module, checkpoint, auxiliary, ...) may have."""
+    return _BY_KIND.get(kind, MAX_FILE_BYTES)
+
+
+def check_file_size(kind: str, name: str, size: int) -> None:
+    """Raises ManifestError ``file-too-large`` when a ``kind`` file of ``size`` bytes is over its limit."""
+    limit = max_bytes(kind)
+    if size > limit:
+        raise ManifestError("file-too-large", f"{name}: {size} bytes is over the {_label(limit)} limit of a {kind} file")
+
+
+def check_selection_sizes(files: Mapping[str, int], auxiliary_names: Iterable[str]) -> None:
+    """The size check of a job's selected files (the module is checked on its own, first).
+
+    Takes: every selected file's size by name, and the file names the
+    package lists as auxiliary weights slots; the others are dataset chunks.
+    Raises: ManifestError ``file-too-large`` naming the first file over its limit.
+    """
+    auxiliary = set(auxiliary_names)
+    for name, size in files.items():
+        check_file_size("auxiliary" if name in auxiliary else "chunk", name, size)
+
+
+def _label(limit: int) -> str:
+    return "2 GiB" if limit == MAX_AUXILIARY_BYTES else f"{limit // 1_000_000} MB"
