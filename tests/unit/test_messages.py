@@ -43,8 +43,8 @@ SAMPLES = [
     Leave("job-1"),
     JobFinished("job-1", False),
     DiagnosticsReport("job-1", {"schemaVersion": 1, "sequence": 3}),
-    Progress("job-1", "r1-c0-a1", 5, 12, {"loss": 0.5}),
-    Progress("job-1", "r1-c0-a1", 12, 12),
+    Progress("job-1", "r1-c0-a1", 5, 12, 40, {"loss": 0.5}),
+    Progress("job-1", "r1-c0-a1", 12, 12, 90),
 ]
 
 
@@ -154,6 +154,8 @@ BAD = [
     (_with(Progress, metrics={"loss": None}), "non-finite-metric"),
     (_with(Progress, metrics={f"m{i}": 1 for i in range(65)}), "bad-field"),
     (_with(Progress, metrics=[1]), "bad-field"),
+    (_with(Progress, elapsedMs=-5), "bad-field"),
+    (_with(Progress, elapsedMs=_DROP), "bad-field"),
 ]
 
 

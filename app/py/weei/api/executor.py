@@ -315,7 +315,8 @@ class Executor:
         metrics = {k: float(v) for k, v in (payload.get("metrics") or {}).items()}
         current = s.participant.current if s.participant is not None else None
         s.live.report(s.my_peer_id, processed, total, metrics, now,
-                      attempt_id=current.attempt_id if current is not None else None)
+                      attempt_id=current.attempt_id if current is not None else None,
+                      elapsed_ms=s.participant.training_elapsed_ms(now) if s.participant is not None else None)
         if s.participant is not None and total is not None and \
                 s.participant.report_progress(processed, int(total), metrics, now):
             self.spawn(self.drain())  # the Progress message leaves (the participant rate-limits it)
@@ -328,7 +329,8 @@ class Executor:
     def on_peer_progress(self, peer: str, message: Progress, now: float) -> bool:
         """The coordinator accepted ``peer``'s Progress for an open attempt: keep it (bounded)."""
         kept = self.session.live.report(peer, message.processed_examples, message.total_examples,
-                                        message.metrics, now, attempt_id=message.attempt_id)
+                                        message.metrics, now, attempt_id=message.attempt_id,
+                                        elapsed_ms=message.elapsed_ms)
         self.view.notify_soon()
         return kept
 

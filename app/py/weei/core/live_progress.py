@@ -7,7 +7,9 @@ completes it (``ProgressThrottle``). The coordinator keeps one
 ``PeerProgress`` per training peer and at most ``LIVE_METRICS_KEPT``
 metric samples per peer (``LiveProgress``), so a peer that floods cannot
 grow its memory. From these it derives each peer's ``recordsPerSecond``
-and the job's ``estimatedRemainingMs`` (docs/api.md gives the formula).
+(examples processed over the attempt's training time, as the peer measured
+it, so a burst of late messages does not fake a rate) and the job's
+``estimatedRemainingMs`` (docs/api.md gives the formula).
 
 Sans-I/O: time comes in as ``now`` (ms).
 """
@@ -55,8 +57,6 @@ class _Entry:
     total: int | None
     metrics: dict[str, float]
     updated_at: float
-    first_at: float  # the first report of this attempt: the rate is measured from it
-    first_processed: int
     records_per_second: float | None = None
 
 
@@ -67,23 +67,24 @@ class LiveProgress:
     kept: int = LIVE_METRICS_KEPT
     _entries: dict[str, _Entry] = field(default_factory=dict)
     _series: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    _rates: dict[str, float] = field(default_factory=dict)  # each peer's last known rate
 
     def report(self, peer: str, processed: int, total: int | None, metrics: Mapping[str, float], now: float, *,
-               attempt_id: str | None = None) -> bool:
-        """Record a report; returns False (and records nothing) when it is older than the one kept
-        for the same attempt (a duplicate or a reordered message)."""
+               attempt_id: str | None = None, elapsed_ms: float | None = None) -> bool:
+        """Record a report (``elapsed_ms``: the attempt's training time so far); returns False, and
+        records nothing, when it is older than the one kept for the same attempt (a duplicate or
+        a reordered message)."""
         entry = self._entries.get(peer)
         if entry is not None and entry.attempt_id == attempt_id:
-            if processed < entry.processed or now < entry.updated_at:
+            if processed < entry.processed:
                 return False
             entry.processed, entry.total, entry.updated_at = processed, total, now
             if metrics:
                 entry.metrics = dict(metrics)
-            elapsed = now - entry.first_at
-            if elapsed > 0:
-                entry.records_per_second = (processed - entry.first_processed) * 1000.0 / elapsed
         else:
-            entry = self._entries[peer] = _Entry(attempt_id, processed, total, dict(metrics), now, now, processed)
+            entry = self._entries[peer] = _Entry(attempt_id, processed, total, dict(metrics), now)
+        if elapsed_ms is not None and elapsed_ms > 0 and processed > 0:
+            entry.records_per_second = self._rates[peer] = processed * 1000.0 / elapsed_ms
         if metrics:
             series = self._series.setdefault(peer, [])
             series.append({"at": now, "values": dict(metrics)})
@@ -103,16 +104,17 @@ class LiveProgress:
     def clear(self) -> None:
         self._entries.clear()
         self._series.clear()
+        self._rates.clear()
 
     def reports(self, peer: str, attempt_id: str) -> bool:
         """Whether the progress kept for ``peer`` is of ``attempt_id``."""
         entry = self._entries.get(peer)
         return entry is not None and entry.attempt_id == attempt_id
 
-    @property
-    def records_per_second(self) -> float | None:
-        """The training peers' rates added up, once any is known."""
-        rates = [e.records_per_second for e in self._entries.values() if e.records_per_second is not None]
+    def records_per_second(self, peers: Iterable[str]) -> float | None:
+        """The last known rates of ``peers`` added up (None when none is known): a peer between
+        two assignments keeps the rate of its last one."""
+        rates = [self._rates[p] for p in set(peers) if p in self._rates]
         return sum(rates) if rates else None
 
     def unprocessed(self) -> int:
@@ -136,10 +138,10 @@ class LiveProgress:
                 for peer, series in self._series.items()}
 
 
-def estimate_remaining_ms(unassigned: int, live: LiveProgress) -> int | None:
-    """``1000 * (unassigned + live.unprocessed()) / live.records_per_second``, or None while no rate
-    is known (or it is 0)."""
-    rate = live.records_per_second
+def estimate_remaining_ms(unassigned: int, live: LiveProgress, peers: Iterable[str]) -> int | None:
+    """``1000 * (unassigned + live.unprocessed()) / live.records_per_second(peers)``, or None while
+    no rate of those peers is known."""
+    rate = live.records_per_second(peers)
     if rate is None or rate <= 0:
         return None
     return round(1000.0 * (unassigned + live.unprocessed()) / rate)

@@ -485,6 +485,7 @@ class Progress(_Message):
     attempt_id: str
     processed_examples: int
     total_examples: int
+    elapsed_ms: int  # since training of the attempt started, on the participant's clock
     metrics: dict[str, float] = field(default_factory=dict)
 
     @classmethod
@@ -493,7 +494,7 @@ class Progress(_Message):
         if processed > total:
             _AT.at("processedExamples")("must not exceed totalExamples")
         metrics = _metrics(obj, "metrics") if obj.get("metrics") is not None else {}
-        return cls(_str(obj, "jobId"), _str(obj, "attemptId"), processed, total, metrics)
+        return cls(_str(obj, "jobId"), _str(obj, "attemptId"), processed, total, _int(obj, "elapsedMs"), metrics)
 
 
 Message = (

@@ -69,6 +69,7 @@ class Participant:
         self.incomplete: bool | None = None
         self.last_error: str | None = None
         self._throttle = ProgressThrottle()
+        self._training_since: float | None = None  # when the current attempt started training
         self._commands: list[Command] = []
 
     @classmethod
@@ -220,6 +221,7 @@ class Participant:
         if self.current is None or self.current.attempt_id != attempt_id:
             return
         self._move("train_started")
+        self._training_since = now
         assert self.job_id is not None
         self._send(TrainingStarted(self.job_id, attempt_id))
 
@@ -234,8 +236,15 @@ class Participant:
         if not self._throttle.due(self.current.attempt_id, processed, total, now):
             return False
         finite = {k[:64]: float(v) for k, v in list(metrics.items())[:64] if math.isfinite(v)}
-        self._send(Progress(self.job_id, self.current.attempt_id, processed, int(total), finite))
+        self._send(Progress(self.job_id, self.current.attempt_id, processed, int(total),
+                            self.training_elapsed_ms(now) or 0, finite))
         return True
+
+    def training_elapsed_ms(self, now: float) -> int | None:
+        """How long the current attempt has trained (None when none trains)."""
+        if self.current is None or self._training_since is None or self.state != P.TRAINING:
+            return None
+        return max(0, round(now - self._training_since))
 
     def training_finished(self, attempt_id: str, outcome: TrainOutcome, now: float) -> None:
         """The host trained ``attempt_id``; send the update (or say why it cannot count)."""
