@@ -168,12 +168,14 @@ def test_the_coordinator_sees_a_remote_participants_progress_and_estimates_the_t
             helper.pause_contribution(False)
             await network.settle()
 
-            seen: list[dict[str, Any]] = []
-            coordinator.subscribe(seen.append)
+            told: list[dict[str, Any]] = []
+            coordinator.subscribe(told.append)
             await coordinator.start()
-            assert any(s["busy"] for s in seen) and not coordinator.get_state()["busy"]
-            while coordinator.get_state()["job"]["status"] != "completed":
-                await asyncio.sleep(0.005)
+            assert any(s["busy"] for s in told) and not coordinator.get_state()["busy"]
+            seen: list[dict[str, Any]] = []  # polled: subscribers hear of progress at most every 100 ms
+            while (state := coordinator.get_state())["job"]["status"] != "completed":
+                seen.append(state)
+                await asyncio.sleep(0.001)
             await network.settle()
 
             remote = [s["progress"]["helper"] for s in seen if "helper" in s["progress"]]

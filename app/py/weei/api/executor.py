@@ -57,8 +57,11 @@ class Executor:
 
     # ---------------------------------------------------------------- drain
 
-    async def drain(self) -> None:
+    async def drain(self, *, quiet: bool = False) -> None:
         """Carry out every pending command of the state machines, persisting first.
+
+        ``quiet`` (after a peer's progress report): subscribers hear of it at most every
+        PROGRESS_NOTIFY_MS, so a flood of reports does not build a state for each.
 
         Commands are taken again after each one is carried out (in the same
         order as batch by batch): a command that changes a state machine
@@ -88,7 +91,10 @@ class Executor:
         self.arm_timer()
         self.diagnostics.report()
         self.log_writer.write()
-        self.view.notify()
+        if quiet:
+            self.view.notify_soon()
+        else:
+            self.view.notify()
 
     def _take_commands(self) -> list[tuple[str, Command]]:
         s = self.session
