@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from weei.api import TrainingController
-from weei.core.live_progress import LIVE_METRICS_KEPT, PROGRESS_INTERVAL_MS, LiveProgress, estimate_remaining_ms
+from weei.core.live_progress import LIVE_METRICS_KEPT, LiveProgress, estimate_remaining_ms
 from weei.core.messages import MessageError, Progress, decode_message, encode_message
 from weei.demo.network import MemoryNetwork
 from weei.host.memory_storage import MemoryKeyValue, MemoryStorage
