@@ -67,6 +67,9 @@ def test_three_browsers_train_digits_together_and_compare_diagnostics(weei_serve
     })""", ids)
     rows = coordinator.evaluate("""async () => {
       const training = T.api();
+      // Whose live progress the coordinator hears of while they train (state.progress, by peer ID).
+      window.progressSeen = new Set();
+      training.subscribe((s) => Object.keys(s.progress).forEach((peer) => window.progressSeen.add(peer)));
       await training.start();
       await T.waitFor('the job to finish', () => T.done(training.getState()), 180000);
       // The spec's "Example: compare participants".
@@ -96,6 +99,9 @@ def test_three_browsers_train_digits_together_and_compare_diagnostics(weei_serve
     assert accepted == {state["myPeerId"], *ids}, (accepted, trouble)
     assert all(job["participants"][peer]["state"] == "stopped" for peer in ids)  # the job finished
     assert {r["peer"] for r in rows} == {state["myPeerId"], *ids}
+    # The coordinator saw the remote participants' live progress and metrics (the progress message).
+    assert set(ids) <= set(coordinator.evaluate("[...window.progressSeen]")), ids
+    assert set(ids) <= set(state["liveMetrics"]) and state["progress"] == {}
     assert all(r["browser"].startswith("Chrome") and r["model"] == "digits-mlp" for r in rows)
     accuracy = [c["validationMetrics"]["values"]["accuracy"] for c in job["checkpoints"] if "validationMetrics" in c]
     assert accuracy[-1] > 0.8

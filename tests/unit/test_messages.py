@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from weei.core.messages import (
     _TYPES, ArtifactRef, Assign, AssignmentFailed, ChunkRef, Deliver, DiagnosticsReport, Direction, Invitation,
     InvitationDecision, JobFinished, Leave, MessageError, MessageReason, ModuleStatus, PauseContribution,
-    TrainingStarted, UnitRange, Update, UpdateReceipt, decode_message, encode_message,
+    Progress, TrainingStarted, UnitRange, Update, UpdateReceipt, decode_message, encode_message,
 )
 
 H1, H2, H3 = "a" * 64, "b" * 64, "0123456789abcdef" * 4
@@ -43,6 +43,8 @@ SAMPLES = [
     Leave("job-1"),
     JobFinished("job-1", False),
     DiagnosticsReport("job-1", {"schemaVersion": 1, "sequence": 3}),
+    Progress("job-1", "r1-c0-a1", 5, 12, 40, {"loss": 0.5}),
+    Progress("job-1", "r1-c0-a1", 12, 12, 90),
 ]
 
 
@@ -54,7 +56,7 @@ def test_each_type_knows_its_direction() -> None:
     # Written out by hand (the spec's message flow), not derived from the classes.
     to_participant = {"invitation", "deliver", "assign", "updateReceipt", "jobFinished"}
     to_coordinator = {"invitationDecision", "moduleStatus", "trainingStarted", "update", "assignmentFailed",
-                      "pauseContribution", "leave", "diagnostics"}
+                      "pauseContribution", "leave", "diagnostics", "progress"}
     assert to_participant | to_coordinator == set(_TYPES)
     for kind, cls in _TYPES.items():
         want = Direction.TO_PARTICIPANT if kind in to_participant else Direction.TO_COORDINATOR
@@ -143,6 +145,17 @@ BAD = [
     (_with(UpdateReceipt, accepted=1), "bad-field"),
     (_with(JobFinished, incomplete=None), "bad-field"),
     (_with(DiagnosticsReport, snapshot=[]), "bad-field"),
+    (_with(Progress, processedExamples=13), "bad-field"),  # more than the total
+    (_with(Progress, processedExamples=-1), "bad-field"),
+    (_with(Progress, totalExamples=_DROP), "bad-field"),
+    (_with(Progress, totalExamples=2**53), "bad-field"),
+    (_with(Progress, attemptId="a" * 257), "bad-field"),
+    (_with(Progress, metrics={"loss": 1e400}), "non-finite-metric"),
+    (_with(Progress, metrics={"loss": None}), "non-finite-metric"),
+    (_with(Progress, metrics={f"m{i}": 1 for i in range(65)}), "bad-field"),
+    (_with(Progress, metrics=[1]), "bad-field"),
+    (_with(Progress, elapsedMs=-5), "bad-field"),
+    (_with(Progress, elapsedMs=_DROP), "bad-field"),
 ]
 
 

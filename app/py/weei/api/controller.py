@@ -23,9 +23,10 @@ that was running is trained again, nothing saved is lost.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
-from typing import Any, Callable, Mapping
+from typing import Any, Awaitable, Callable, Mapping, TypeVar
 
 from ..core.aggregate import AggregationKernel
 from ..core.checkpoint import checkpoint_summary, read_checkpoint
@@ -34,7 +35,6 @@ from ..core.debuglog import DebugLog
 from ..core.diagnostics import DiagnosticsRecorder
 from ..core.errors import CheckpointError, ManifestError, UsageError, WeeiError
 from ..core.limits import max_bytes
-from ..core.job import JobSpec
 from ..core.messages import Message
 from ..core.participant import Participant
 from ..core.settings import TrainingSettings
@@ -47,9 +47,21 @@ from .log_writer import DEBUG_LOG_KEY
 from .peer_events import PeerEvents
 from .ports import KeyValue, Storage, StorageError, Transport, WorkerPool
 from .session import Session
-from .state_view import StateView
+from .state_view import StateView, job_module
 
 __all__ = ["TrainingController", "DEBUG_LOG_KEY"]
+
+
+_T = TypeVar("_T")
+
+
+def _busy(method: Callable[..., Awaitable[_T]]) -> Callable[..., Awaitable[_T]]:
+    """``state.busy`` while this API command runs (its refusals are thrown, not shown)."""
+    @functools.wraps(method)
+    async def run(self: TrainingController, *args: Any, **kwargs: Any) -> _T:
+        async with _BusyScope(self, preparing=False):
+            return await method(self, *args, **kwargs)
+    return run
 
 
 class TrainingController:
@@ -209,6 +221,7 @@ class TrainingController:
         coordinator.invite(peer_id, self.clock())
         self.executor.spawn(self._drain())
 
+    @_busy
     async def decide_invitation(self, job_id: str, accepted: bool) -> None:
         s = self.session
         if job_id not in s.invitations or s.participant is None:
@@ -225,18 +238,21 @@ class TrainingController:
             s.participant = None
             self.view.notify()
 
+    @_busy
     async def start(self) -> None:
         coordinator = self._require_coordinator("start the job")
         coordinator.start(self.clock())
         await self.executor.save_job_record(status="running")
         await self._drain()
 
+    @_busy
     async def pause(self) -> None:
         coordinator = self._require_coordinator("pause the job")
         coordinator.pause(self.clock())
         await self.executor.save_job_record(status="paused")
         await self._drain()
 
+    @_busy
     async def resume(self) -> None:
         coordinator = self._require_coordinator("resume the job")
         coordinator.resume_running(self.clock())
@@ -245,17 +261,20 @@ class TrainingController:
         await self.executor.save_job_record(status="running")
         await self._drain()
 
+    @_busy
     async def stop(self) -> None:
         coordinator = self._require_coordinator("stop the job")
         coordinator.stop(self.clock())
         await self._drain()
 
+    @_busy
     async def update_settings(self, settings: Mapping[str, Any]) -> None:
         coordinator = self._require_coordinator("change the settings")
         coordinator.update_settings(TrainingSettings.from_json(settings), self.clock())
         await self.executor.save_job_record()
         await self._drain()
 
+    @_busy
     async def run_validation(self) -> None:
         coordinator = self._require_coordinator("run validation")
         if self.session.validation_unavailable:
@@ -263,6 +282,7 @@ class TrainingController:
         coordinator.request_validation(self.clock())
         await self._drain()
 
+    @_busy
     async def shuffle_chunks(self) -> None:
         coordinator = self._require_coordinator("shuffle the chunks")
         coordinator.shuffle_chunks(int.from_bytes(self.random_bytes(8), "little"), self.clock())
@@ -275,13 +295,15 @@ class TrainingController:
         return self.store.latest_checkpoint
 
     def export_module(self) -> tuple[str, bytes] | None:
-        """exportModule(): the job's model module, if this browser keeps it."""
-        spec = self._spec()
-        if spec is None:
+        """exportModule(): the job's model module, if this browser keeps it (a participant
+        keeps the one its coordinator delivered)."""
+        module = job_module(self.session)
+        if module is None:
             raise UsageError("no-job", "there is no job")
-        data = self.store.artifacts.get(spec.module.sha256)
-        return (spec.module.file_name, data) if data is not None else None
+        data = self.store.artifacts.get(module["sha256"])
+        return (module["fileName"], data) if data is not None else None
 
+    @_busy
     async def leave(self) -> None:
         """leave(): the job stops here and stays in Saved jobs."""
         s = self.session
@@ -301,6 +323,7 @@ class TrainingController:
         self.executor.log_writer.write(now=True)
         self.view.notify()
 
+    @_busy
     async def open_saved_job(self, job_id: str) -> None:
         """Make a saved job active again (from its last checkpoint)."""
         self._require_no_active_job()
@@ -310,6 +333,7 @@ class TrainingController:
         await self.executor.save_job_record(active=True)
         self.view.notify()
 
+    @_busy
     async def delete_saved_job(self, job_id: str) -> None:
         """deleteSavedJob(): the job's record, checkpoints and the files no other job names go."""
         coordinator = self.session.coordinator
@@ -328,18 +352,21 @@ class TrainingController:
         else:
             self.view.notify()
 
+    @_busy
     async def set_max_local_workers(self, count: int) -> None:
         if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 64:
             raise UsageError("bad-worker-count", "the number of local Workers must be a whole number from 1 to 64")
         self.session.device.max_local_workers = count
         await self._save_device_settings()
 
+    @_busy
     async def set_gpu_memory_budget_mib(self, mib: int) -> None:
         if isinstance(mib, bool) or not isinstance(mib, int) or not 0 <= mib <= 1 << 20:
             raise UsageError("bad-gpu-budget", "the GPU memory budget must be a whole number of MiB from 0")
         self.session.device.gpu_memory_budget_mib = mib
         await self._save_device_settings()
 
+    @_busy
     async def set_backend_preference(self, preference: str) -> None:
         if preference not in ("auto", "cpu", "gpu", "hybrid"):
             raise UsageError("bad-backend", "the backend preference is 'auto', 'cpu', 'gpu' or 'hybrid'")
@@ -395,10 +422,6 @@ class TrainingController:
     def _on_local_progress(self, payload: dict[str, Any]) -> None:
         self.executor.on_local_progress(payload)
 
-    def _spec(self) -> JobSpec | None:
-        coordinator = self.session.coordinator
-        return coordinator.spec if coordinator is not None else None
-
     async def _put_job_files(self, artifacts: Mapping[str, bytes], validation: bytes | None) -> None:
         files = dict(artifacts)
         if validation is not None:
@@ -416,6 +439,7 @@ class TrainingController:
         s.book.set_job(s.coordinator.spec.job_id)
         s.coordinator.diagnostics_sink = self.executor.diagnostics.accept
         s.coordinator.stopwatch = s.monotonic  # times the rounds' phases for the debug log
+        s.coordinator.progress_sink = self.executor.on_peer_progress
 
     def _require_coordinator(self, what: str) -> Coordinator:
         s = self.session
@@ -443,8 +467,7 @@ class TrainingController:
         self.store.latest_checkpoint = None
         s.validation_sha256 = None
         s.validation_unavailable = False
-        s.progress.clear()
-        s.live_metrics.clear()
+        s.live.clear()
         s.error = None
         s.recorder.leave_job()
         s.book.set_job(None)
@@ -469,7 +492,8 @@ class TrainingController:
 
 
 class _BusyScope:
-    """``busy`` (and ``preparing``) while an API method works; a WeeiError it raises becomes state.error."""
+    """``busy`` (and ``preparing``) while an API method works; a WeeiError that preparing a job
+    raises becomes state.error."""
 
     def __init__(self, controller: TrainingController, preparing: bool) -> None:
         self.session = controller.session
@@ -486,7 +510,7 @@ class _BusyScope:
         self.session.busy -= 1
         if self.preparing:
             self.session.preparing = False
-        if exc[1] is not None and isinstance(exc[1], WeeiError):
+        if self.preparing and exc[1] is not None and isinstance(exc[1], WeeiError):
             self.session.error = str(exc[1])
         self.view.notify()
 

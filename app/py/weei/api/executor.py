@@ -24,7 +24,7 @@ from typing import Any, Coroutine
 
 from ..core.commands import Command, LoadModule, Log, Phase, RunValidation, SaveCheckpoint, Send, Train
 from ..core.errors import UsageError, WeeiError
-from ..core.messages import Assign
+from ..core.messages import Assign, Progress
 from .compute import ComputeBackend
 from .job_store import JobStore
 from .local_training import effective_workers
@@ -33,12 +33,9 @@ from .peer_diagnostics import DiagnosticsLink
 from .ports import KeyValue, StorageError, TaskCancelled, WorkerTask
 from .residency import Residency, assign_refs
 from .session import Session
-from .state_view import StateView
+from .state_view import StateView, job_settings, requested_workers
 
 __all__ = ["Executor"]
-
-_LIVE_METRICS_KEPT = 200
-
 
 class Executor:
     """Drains commands, runs training and validation on a backend, keeps timers and the debug log's copy."""
@@ -60,8 +57,11 @@ class Executor:
 
     # ---------------------------------------------------------------- drain
 
-    async def drain(self) -> None:
+    async def drain(self, *, quiet: bool = False) -> None:
         """Carry out every pending command of the state machines, persisting first.
+
+        ``quiet`` (after a peer's progress report): subscribers hear of it at most every
+        PROGRESS_NOTIFY_MS, so a flood of reports does not build a state for each.
 
         Commands are taken again after each one is carried out (in the same
         order as batch by batch): a command that changes a state machine
@@ -89,12 +89,17 @@ class Executor:
         participant = self.session.participant
         current = participant.current if participant is not None else None
         if self.backend.follow(current.attempt_id if current is not None else None):
-            self.session.progress.pop(self.session.my_peer_id, None)
+            self.session.live.drop(self.session.my_peer_id)
         self.store.evict(self.residency.referenced(self.session))
+        if self.session.coordinator is not None:  # progress of attempts that ended goes
+            self.session.live.retain(a.attempt_id for a in self.session.coordinator.attempts.open())
         self.arm_timer()
         self.diagnostics.report()
         self.log_writer.write()
-        self.view.notify()
+        if quiet:
+            self.view.notify_soon()
+        else:
+            self.view.notify()
 
     def _take_commands(self) -> list[tuple[str, Command]]:
         s = self.session
@@ -233,7 +238,7 @@ class Executor:
             result = await self.backend.evaluate(module_sha256=spec.module.sha256,
                                                  module=self.store.artifact(spec.module.sha256), task=task)
             s.debug_log.add_phase("validation", s.monotonic() - started, s.clock())
-            coordinator.validation_finished(command.round, result.metrics, None, s.clock())
+            coordinator.validation_finished(command.round, result.metrics, None, s.clock(), examples=result.count)
         except WeeiError as exc:
             coordinator.validation_finished(command.round, None, str(exc), s.clock())
         finally:
@@ -285,7 +290,9 @@ class Executor:
                 self.residency.unpin(pinned)
             info = participant.model_info or {}
             units = assign.experience.unit_count if assign.experience is not None else None
-            workers = effective_workers(requested=device.max_local_workers, device_limit=self.backend.device_limit,
+            # settings.workers asks, this device's setMaxLocalWorkers() caps it.
+            requested = min(requested_workers(job_settings(s), device.max_local_workers), device.max_local_workers)
+            workers = effective_workers(requested=requested, device_limit=self.backend.device_limit,
                                         model_max=int(info.get("maxWorkers", 1)),
                                         experience=assign.experience is not None, unit_count=units)
             s.recorder.start_assignment(_assignment_record(assign), s.monotonic())
@@ -311,7 +318,7 @@ class Executor:
             s.recorder.set_stage("uploading", s.monotonic())
             participant.weight_bytes = participant.weight_bytes or len(weights)
             participant.training_finished(assign.attempt_id, outcome, s.clock())
-        s.progress.pop(s.my_peer_id, None)
+        s.live.drop(s.my_peer_id)
         s.recorder.update_execution({"activeWorkers": 0})
         await self.drain()
         if s.recorder.stage == "uploading":
@@ -324,17 +331,26 @@ class Executor:
         processed = int(payload.get("processedExamples", 0))
         total = payload.get("totalExamples")
         metrics = {k: float(v) for k, v in (payload.get("metrics") or {}).items()}
-        s.progress[s.my_peer_id] = {"processedExamples": processed, "totalExamples": total,
-                                    "metrics": metrics, "updatedAt": now}
-        if metrics:
-            series = s.live_metrics.setdefault(s.my_peer_id, [])
-            series.append({"at": now, "values": metrics})
-            del series[:-_LIVE_METRICS_KEPT]
+        current = s.participant.current if s.participant is not None else None
+        s.live.report(s.my_peer_id, processed, total, metrics, now,
+                      attempt_id=current.attempt_id if current is not None else None,
+                      elapsed_ms=s.participant.training_elapsed_ms(now) if s.participant is not None else None)
+        if s.participant is not None and total is not None and \
+                s.participant.report_progress(processed, int(total), metrics, now):
+            self.spawn(self.drain())  # the Progress message leaves (the participant rate-limits it)
         try:
             s.recorder.progress(processed, now, s.monotonic(), total=total)
         except WeeiError:
             pass  # a progress report outside an assignment carries no figures
         self.view.notify_soon()
+
+    def on_peer_progress(self, peer: str, message: Progress, now: float) -> bool:
+        """The coordinator accepted ``peer``'s Progress for an open attempt: keep it (bounded)."""
+        kept = self.session.live.report(peer, message.processed_examples, message.total_examples,
+                                        message.metrics, now, attempt_id=message.attempt_id,
+                                        elapsed_ms=message.elapsed_ms)
+        self.view.notify_soon()
+        return kept
 
     # ------------------------------------------------------- timers and tasks
 

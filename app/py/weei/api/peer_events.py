@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from ..core.errors import WeeiError
-from ..core.messages import Direction, Invitation, Message, decode_message
+from ..core.messages import Direction, Invitation, Message, Progress, decode_message
 from ..core.participant import Participant
 from .executor import Executor
 from .job_store import PARTICIPATION_KEY, JobStore
@@ -44,7 +44,7 @@ class PeerEvents:
             s.participant.receive(peer, message, now)
             if s.participant.state == "stopped":
                 await self.store.delete_setting(PARTICIPATION_KEY)
-        await self.executor.drain()
+        await self.executor.drain(quiet=isinstance(message, Progress))
 
     def rejoin(self, record: Any) -> None:
         s = self.session

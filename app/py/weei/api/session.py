@@ -13,6 +13,7 @@ from typing import Any, Callable, Mapping
 from ..core.coordinator import Coordinator
 from ..core.debuglog import DebugLog
 from ..core.diagnostics import DiagnosticsBook, DiagnosticsRecorder
+from ..core.live_progress import LiveProgress
 from ..core.participant import Participant
 from .ports import Transport
 
@@ -54,8 +55,7 @@ class Session:
     saving: int = 0  # SaveCheckpoint commands taken and not yet written
     error: str | None = None
     paused_contribution: bool = False
-    progress: dict[str, dict[str, Any]] = field(default_factory=dict)
-    live_metrics: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    live: LiveProgress = field(default_factory=LiveProgress)  # state.progress and liveMetrics
     actual: str = "unknown"  # the mode this device trained in, once it has
 
     def record(self, event: str, details: Mapping[str, Any] | None = None) -> None:

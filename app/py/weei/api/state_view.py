@@ -6,13 +6,17 @@ import asyncio
 import json
 from typing import Any, Callable
 
-from ..core.job import JobSpec
+from ..core.coordinator import Coordinator
+from ..core.errors import WeeiError
+from ..core.live_progress import estimate_remaining_ms
+from ..core.settings import TrainingSettings
+from ..core.states import JobStatus
 from .compute import ComputeBackend
 from .job_store import JobStore
 from .local_training import effective_workers
 from .session import Session
 
-__all__ = ["StateView", "PROGRESS_NOTIFY_MS"]
+__all__ = ["StateView", "PROGRESS_NOTIFY_MS", "job_settings", "job_module", "requested_workers"]
 
 PROGRESS_NOTIFY_MS = 100
 
@@ -85,8 +89,8 @@ class StateView:
             "evaluating": s.evaluating > 0,
             "peers": s.transport.peers() if s.transport is not None else [],
             "invitations": [[job_id, json.loads(json.dumps(inv))] for job_id, inv in s.invitations.items()],
-            "progress": json.loads(json.dumps(s.progress)),
-            "liveMetrics": json.loads(json.dumps(s.live_metrics)),
+            "progress": s.live.progress_json(),
+            "liveMetrics": s.live.live_metrics_json(),
             **self._transfers(),
             "pausedContribution": s.paused_contribution,
             "activeWorkers": self.backend.active,
@@ -108,24 +112,35 @@ class StateView:
             job = coordinator.view(now)
             job["validationUnavailable"] = s.validation_unavailable
             job["hasModuleFile"] = coordinator.spec.module.sha256 in self.store.artifacts
-            job["localWorkers"] = self._local_workers(coordinator.spec)
+            job["localWorkers"] = self._local_workers(info=coordinator.spec.info.raw,
+                                                      settings=coordinator.spec.settings)
+            estimate = self._estimate(coordinator)
+            if estimate is not None:
+                state["estimatedRemainingMs"] = estimate
+                if "progress" in job:
+                    job["progress"]["estimatedRemainingMs"] = estimate
             if coordinator.error and "error" not in state:
                 state["error"] = coordinator.error
             state["job"] = job
         elif participant is not None and participant.job_id is not None and \
                 participant.state not in ("invited", "declined"):
             info = participant.model_info or {}
+            settings = job_settings(s)
+            module = job_module(s) or {}
             state["job"] = {
                 "id": participant.job_id, "role": "participant",
-                "status": "completed" if participant.state == "stopped" else "running",
-                "owner": participant.coordinator, "info": info, "settings": {},
+                # What this device knows of the job: finished, its own contribution paused, or running.
+                "status": "completed" if participant.state == "stopped" else
+                          "paused" if s.paused_contribution else "running",
+                "owner": participant.coordinator, "info": json.loads(json.dumps(info)),
+                "settings": settings.to_json() if settings is not None else {},
                 "participants": {s.my_peer_id: {"connected": True, "approved": True,
                                                 "paused": s.paused_contribution,
                                                 "state": participant.state}},
                 "queue": [], "checkpoints": [], "slots": [], "incomplete": bool(participant.incomplete),
-                "shuffled": False, "validationUnavailable": False, "module": {}, "hasModuleFile": False,
-                "localWorkers": {"requested": device.max_local_workers, "capacity": 1, "effective": 1,
-                                 "active": self.backend.active},
+                "shuffled": False, "validationUnavailable": False, "module": module,
+                "hasModuleFile": bool(module) and module["sha256"] in self.store.artifacts,
+                "localWorkers": self._local_workers(info=info, settings=settings),
             }
         return state
 
@@ -135,20 +150,40 @@ class StateView:
             return {"transfers": [], "transferErrors": {}}
         return json.loads(json.dumps(transport.transfers_state()))
 
-    def _local_workers(self, spec: JobSpec) -> dict[str, Any]:
+    def _local_workers(self, *, info: dict[str, Any], settings: TrainingSettings | None) -> dict[str, Any]:
+        """localWorkers from the model's raw ModelInfo (a participant's came from its coordinator)
+        and the job's settings."""
         device = self.session.device
-        requested = spec.settings.workers or device.max_local_workers
-        experience = spec.is_experience
+        requested = requested_workers(settings, device.max_local_workers)
+        work_source = info.get("workSource") if isinstance(info.get("workSource"), dict) else None
+        experience = work_source is not None
+        model_max = _whole(info.get("maxWorkers")) or 1
         capacity = effective_workers(requested=10**6, device_limit=self.backend.device_limit,
-                                     model_max=spec.info.max_workers, experience=experience, unit_count=None)
+                                     model_max=model_max, experience=experience, unit_count=None)
         units = None
         if experience:
-            units = spec.settings.experience.units_per_assignment if spec.settings.experience else \
-                spec.info.work_source.default_units
+            units = settings.experience.units_per_assignment if settings is not None and settings.experience \
+                else _whole(work_source.get("defaultUnits")) if work_source is not None else None
         effective = effective_workers(requested=min(requested, device.max_local_workers),
-                                      device_limit=self.backend.device_limit, model_max=spec.info.max_workers,
+                                      device_limit=self.backend.device_limit, model_max=model_max,
                                       experience=experience, unit_count=units)
         return {"requested": requested, "capacity": capacity, "effective": effective, "active": self.backend.active}
+
+    def _estimate(self, coordinator: Coordinator) -> int | None:
+        """estimatedRemainingMs of a running dataset job (docs/api.md gives the formula)."""
+        dataset = coordinator.dataset
+        if dataset is None or coordinator.status != JobStatus.RUNNING or dataset.finished:
+            return None
+        live = self.session.live
+        counts = {c.id: c.example_count for c in coordinator.spec.chunks}
+        unassigned = sum(counts.get(c, 0) for c in dataset.queue)
+        for attempt in coordinator.attempts.open():  # in flight, no progress heard of it yet
+            if attempt.chunk_id is not None and not live.reports(attempt.peer, attempt.attempt_id):
+                unassigned += counts.get(attempt.chunk_id, 0)
+        unassigned += max(0, dataset.planned_epochs - dataset.epoch - 1) * sum(counts.values())
+        # The peers that can train now (loaded, connected, not paused) at their last known rates.
+        working = [p for p, r in coordinator.peers.items() if r.loaded and r.connected and not r.paused]
+        return estimate_remaining_ms(unassigned, live, working)
 
     def _diagnostics(self, now: float) -> dict[str, Any]:
         s = self.session
@@ -164,3 +199,40 @@ class StateView:
         return {"id": record["id"], "model": record["modelInfo"].get("name", record["modelInfo"].get("id")),
                 "status": record.get("status", "ready"), "round": record.get("lastRound", 0),
                 "updatedAt": record.get("updatedAt", 0), "active": bool(record.get("active"))}
+
+
+def _whole(value: Any) -> int | None:
+    """A whole number ≥ 1 from a peer's JSON, or None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 2**53 - 1 else None
+
+
+def job_settings(session: Session) -> TrainingSettings | None:
+    """The active job's settings: the coordinator's, or those the invitation showed a participant
+    (checked as the coordinator checks them; None when they do not parse)."""
+    if session.coordinator is not None:
+        return session.coordinator.spec.settings
+    participant = session.participant
+    if participant is None or participant.invitation is None:
+        return None
+    try:
+        return TrainingSettings.from_json(participant.invitation.settings)
+    except WeeiError:
+        return None
+
+
+def job_module(session: Session) -> dict[str, Any] | None:
+    """The active job's module {fileName, bytes, sha256} (a participant's from its invitation)."""
+    if session.coordinator is not None:
+        return session.coordinator.spec.module.descriptor()
+    participant = session.participant
+    if participant is None or participant.invitation is None or participant.job_id is None:
+        return None
+    module = participant.invitation.module  # sha256 and bytes were checked when it arrived
+    name = module.get("fileName")
+    return {"fileName": name if isinstance(name, str) and 0 < len(name) <= 256 else "model.wasm",
+            "bytes": module["bytes"], "sha256": module["sha256"]}
+
+
+def requested_workers(settings: TrainingSettings | None, device_max: int) -> int:
+    """localWorkers.requested: settings.workers, or this device's maximum when the job sets none."""
+    return settings.workers if settings is not None and settings.workers is not None else device_max

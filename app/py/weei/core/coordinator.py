@@ -39,7 +39,7 @@ from .errors import UsageError
 from .job import JobSpec
 from .messages import (
     AssignmentFailed, Deliver, DiagnosticsReport, Invitation, InvitationDecision, Leave, Message, ModuleStatus,
-    PauseContribution, TrainingStarted, Update,
+    PauseContribution, Progress, TrainingStarted, Update,
 )
 from .peers import PeerRecord, loading
 from .roundloop import MAX_EMPTY_ROUNDS, RejectedUpdate, RoundLoop
@@ -97,6 +97,9 @@ class Coordinator(RoundLoop):
         self.diagnostics_sink: Callable[[str, dict[str, Any], float], None] | None = None
         self.stopwatch = _no_stopwatch  # the host sets its monotonic clock: phases get their durations
         self._round_opened = None
+        # Live progress of an open attempt goes to the host's LiveProgress book (bounded per peer);
+        # it answers False for a report older than the one it holds.
+        self.progress_sink: Callable[[str, Progress, float], bool] | None = None
         if spec.settings.coordinator_participates:
             self._add_local_participant()
 
@@ -368,19 +371,26 @@ class Coordinator(RoundLoop):
         elif isinstance(message, DiagnosticsReport):
             if self.diagnostics_sink is not None:
                 self.diagnostics_sink(peer, message.snapshot, now)
+        elif isinstance(message, Progress):
+            attempt = self.attempts.open_one(message.attempt_id)
+            if attempt is None or attempt.peer != peer:
+                self._log("message.ignored", peer=peer, reason="stale-attempt", type=message.TYPE)
+            elif self.progress_sink is not None and not self.progress_sink(peer, message, now):
+                self._log("message.ignored", peer=peer, reason="stale-progress", type=message.TYPE)
         else:
             self._log("message.ignored", peer=peer, reason="unexpected-type", type=message.TYPE)
 
     def validation_finished(self, round_: int, metrics: Mapping[str, float] | None, error: str | None,
-                            now: float) -> None:
-        """The host ran RunValidation; attach the result to that checkpoint's summary."""
+                            now: float, *, examples: int = 0) -> None:
+        """The host ran RunValidation (over ``examples`` examples or units); attach the result
+        to that checkpoint's summary."""
         for summary in self.checkpoints:
             if summary["artifact"]["round"] == round_:
                 if error is not None:
                     summary["validationError"] = error
                     summary.pop("validationMetrics", None)
                 else:
-                    summary["validationMetrics"] = {"values": dict(metrics or {}), "examplesProcessed": 0}
+                    summary["validationMetrics"] = {"values": dict(metrics or {}), "examplesProcessed": examples}
                     summary.pop("validationError", None)
                 self._log("validation.finished", round=round_, error=error)
                 return

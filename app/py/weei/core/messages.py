@@ -43,6 +43,7 @@ __all__ = [
     "Leave",
     "JobFinished",
     "DiagnosticsReport",
+    "Progress",
     "Message",
     "decode_message",
     "encode_message",
@@ -63,7 +64,7 @@ class MessageReason(str, Enum):
     BAD_FIELD = "bad-field"
     """A field is missing, of the wrong type, or out of its range."""
     NON_FINITE_METRIC = "non-finite-metric"
-    """A metric of an update is not a finite number."""
+    """A metric of an update or a progress report is not a finite number."""
 
 
 class Direction(str, Enum):
@@ -473,15 +474,38 @@ class DiagnosticsReport(_Message):
         return cls(_str(obj, "jobId"), _obj(obj, "snapshot"))
 
 
+@dataclass(frozen=True)
+class Progress(_Message):
+    """A participant's live progress on one attempt (sent at most every
+    ``live_progress.PROGRESS_INTERVAL_MS``, and on completion)."""
+
+    TYPE: ClassVar[str] = "progress"
+    DIRECTION: ClassVar[Direction] = Direction.TO_COORDINATOR
+    job_id: str
+    attempt_id: str
+    processed_examples: int
+    total_examples: int
+    elapsed_ms: int  # since training of the attempt started, on the participant's clock
+    metrics: dict[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def _parse(cls, obj: dict[str, Any]) -> Progress:
+        processed, total = _int(obj, "processedExamples"), _int(obj, "totalExamples")
+        if processed > total:
+            _AT.at("processedExamples")("must not exceed totalExamples")
+        metrics = _metrics(obj, "metrics") if obj.get("metrics") is not None else {}
+        return cls(_str(obj, "jobId"), _str(obj, "attemptId"), processed, total, _int(obj, "elapsedMs"), metrics)
+
+
 Message = (
     Invitation | InvitationDecision | Deliver | ModuleStatus | Assign | TrainingStarted | Update | AssignmentFailed
-    | UpdateReceipt | PauseContribution | Leave | JobFinished | DiagnosticsReport
+    | UpdateReceipt | PauseContribution | Leave | JobFinished | DiagnosticsReport | Progress
 )
 
 _TYPES: dict[str, Any] = {
     cls.TYPE: cls
     for cls in (Invitation, InvitationDecision, Deliver, ModuleStatus, Assign, TrainingStarted, Update, AssignmentFailed,
-                UpdateReceipt, PauseContribution, Leave, JobFinished, DiagnosticsReport)
+                UpdateReceipt, PauseContribution, Leave, JobFinished, DiagnosticsReport, Progress)
 }
 
 

@@ -29,8 +29,9 @@ from .errors import UsageError
 from .floats import first_non_finite
 from .messages import (
     ArtifactRef, Assign, AssignmentFailed, Deliver, Invitation, InvitationDecision, JobFinished, Leave, Message,
-    ModuleStatus, PauseContribution, TrainingStarted, Update, UpdateReceipt,
+    ModuleStatus, PauseContribution, Progress, TrainingStarted, Update, UpdateReceipt,
 )
+from .live_progress import ProgressThrottle
 from .states import (
     PARTICIPANT_ANYWHERE, PARTICIPANT_TRANSITIONS, PeerState, allowed, has_job, is_free, is_member, is_working, move,
     takes_part,
@@ -67,6 +68,8 @@ class Participant:
         self.pending: Assign | None = None
         self.incomplete: bool | None = None
         self.last_error: str | None = None
+        self._throttle = ProgressThrottle()
+        self._training_since: float | None = None  # when the current attempt started training
         self._commands: list[Command] = []
 
     @classmethod
@@ -218,8 +221,30 @@ class Participant:
         if self.current is None or self.current.attempt_id != attempt_id:
             return
         self._move("train_started")
+        self._training_since = now
         assert self.job_id is not None
         self._send(TrainingStarted(self.job_id, attempt_id))
+
+    def report_progress(self, processed: int, total: int, metrics: dict[str, float], now: float) -> bool:
+        """The host's progress on the current attempt: it goes to a remote coordinator at most every
+        PROGRESS_INTERVAL_MS, and once on completion (our own coordinator reads the host directly).
+        Returns whether a Progress message was queued."""
+        if self.current is None or self.job_id is None or self.coordinator in (None, self.my_peer_id) \
+                or self.state != P.TRAINING:
+            return False
+        processed = max(0, min(int(processed), int(total)))
+        if not self._throttle.due(self.current.attempt_id, processed, total, now):
+            return False
+        finite = {k[:64]: float(v) for k, v in list(metrics.items())[:64] if math.isfinite(v)}
+        self._send(Progress(self.job_id, self.current.attempt_id, processed, int(total),
+                            self.training_elapsed_ms(now) or 0, finite))
+        return True
+
+    def training_elapsed_ms(self, now: float) -> int | None:
+        """How long the current attempt has trained (None when none trains)."""
+        if self.current is None or self._training_since is None or self.state != P.TRAINING:
+            return None
+        return max(0, round(now - self._training_since))
 
     def training_finished(self, attempt_id: str, outcome: TrainOutcome, now: float) -> None:
         """The host trained ``attempt_id``; send the update (or say why it cannot count)."""
