@@ -82,15 +82,30 @@ def host_origin() -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def browser() -> Iterator[Any]:
+def playwright() -> Iterator[Any]:
+    # One Playwright per session: its sync API refuses to start a second one
+    # while the first one's loop runs, so every browser is launched from here.
     from playwright.sync_api import sync_playwright
 
     if not Path(CHROMIUM).exists():
         pytest.fail(f"no Chromium at {CHROMIUM} (apt-get install chromium, or set WEEI_CHROMIUM)")
     with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield b
-        b.close()
+        yield pw
+
+
+@pytest.fixture(scope="session")
+def browser(playwright: Any) -> Iterator[Any]:
+    b = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    yield b
+    b.close()
+
+
+@pytest.fixture(scope="session")
+def webgpu_browser(playwright: Any) -> Iterator[Any]:
+    """Chromium with a WebGPU adapter (SwiftShader, software)."""
+    b = playwright.chromium.launch(executable_path=CHROMIUM, args=[*CHROMIUM_ARGS, "--enable-unsafe-webgpu"])
+    yield b
+    b.close()
 
 
 @dataclass

@@ -41,7 +41,8 @@ def test_the_next_job_trains_within_seconds_after_stopping_an_endless_chunk(weei
       let listening = false;
       const unsubscribe = training.subscribe((s) => listening && seen.push({
         t: performance.now(), job: s.job && s.job.id, status: s.job && s.job.status,
-        progress: s.progress[me] || null, activeWorkers: s.activeWorkers }));
+        progress: s.progress[me] || null, activeWorkers: s.activeWorkers,
+        checkpoints: s.job ? s.job.checkpoints.length : 0 }));
       const stopAt = performance.now();
       await training.stop();
       listening = true;
@@ -53,11 +54,12 @@ def test_the_next_job_trains_within_seconds_after_stopping_an_endless_chunk(weei
       const newJob = training.getState().job.id;
       const started = performance.now();
       await training.start();
-      await T.waitFor('the new job to train', () => training.getState().progress[me], 120000);
-      const firstRoundMs = performance.now() - started;
-      await T.waitFor('the first round of the new job', () => training.getState().job.checkpoints.length > 1, 60000);
-      await T.waitFor('the new job to complete', () => T.done(training.getState()), 120000);
+      await T.waitFor('the new job to complete', () => T.done(training.getState()), 240000);
       unsubscribe();
+      // A short round can start and end between two polls: the first state told
+      // with training under way (progress, or a round already merged) says when.
+      const training1 = seen.find((e) => e.job === newJob && (e.progress || e.checkpoints > 1));
+      const firstRoundMs = training1 ? training1.t - started : null;
       const s = training.getState();
       return { oldJob, newJob, freedMs, coldStartMs, firstRoundMs, seen, error: s.error,
                afterStop: { status: afterStop.job.status, progress: afterStop.progress[me] || null },
@@ -69,7 +71,7 @@ def test_the_next_job_trains_within_seconds_after_stopping_an_endless_chunk(weei
     assert out["freedMs"] < 5000, out["freedMs"]
     # The respawned Worker loads Pyodide and the module again: seconds, not the minutes the old chunk had left.
     limit = max(10000, 1.5 * out["coldStartMs"])
-    assert out["firstRoundMs"] < limit, (out["firstRoundMs"], out["coldStartMs"])
+    assert out["firstRoundMs"] is not None and out["firstRoundMs"] < limit, (out["firstRoundMs"], out["coldStartMs"])
     assert out["rounds"] == list(range(16))
     # Progress shown after stop() belongs to the new job only, while it runs.
     shown = [s for s in out["seen"] if s["progress"] is not None]

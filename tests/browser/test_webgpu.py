@@ -8,11 +8,9 @@ adapter, and one digits-mlp step on the GPU is compared with the CPU WASM
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
-from site_helpers import CHROMIUM, CHROMIUM_ARGS, JS_FROM_B64, ROOT, TIMEOUT_MS, b64
+from site_helpers import JS_FROM_B64, ROOT, TIMEOUT_MS, b64
 
 DIGITS = ROOT / "app" / "static" / "models" / "digits-mlp"
 
@@ -64,16 +62,6 @@ def one_step(gpu_api, engine, wasm, archive_bytes, chunk):
         out["broken"] = exc.reason
     return out
 '''
-
-
-@pytest.fixture(scope="module")
-def webgpu_browser() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, args=[*CHROMIUM_ARGS, "--enable-unsafe-webgpu"])
-        yield b
-        b.close()
 
 
 def test_the_executor_through_the_shim(weei_server: Any, webgpu_browser: Any) -> None:
