@@ -413,9 +413,8 @@
       const duplicate = names.find((n, i) => names.indexOf(n) !== i);
       if (duplicate !== undefined) throw weeiError('duplicate-file', `${duplicate}: selected twice`, 'ManifestError');
       const validation = job.validation == null ? null : requireFile(job.validation, 'validation');
-      // executionFiles: the package's WGSL archive (createJob only; checked in Python against shaderArchive).
+      // executionFiles: the package's WGSL archive (checked in Python against its shaderArchive).
       const execution = job.executionFiles == null ? [] : Array.from(job.executionFiles, (f, i) => requireFile(f, `executionFiles[${i}]`));
-      if (execution.length && method !== 'createJob') throw weeiError('invalid-argument', `${method}() takes no executionFiles`);
       const [wasmBuffer, manifestBuffer, validationBuffer, ...rest] = await Promise.all([
         read(wasm), read(manifest), validation ? read(validation) : null, ...list.map(read), ...execution.map(read),
       ]);

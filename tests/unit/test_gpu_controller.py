@@ -182,3 +182,22 @@ def test_a_gate_failure_falls_back_for_the_job() -> None:
     assert fallback_of(state) == "gate-mismatch"
     fallbacks = [e["details"]["reason"] for e in state["log"] if e["event"] == "gpu.fallback"]
     assert fallbacks and set(fallbacks) == {"gate-mismatch"}
+
+
+def test_continue_from_checkpoint_takes_the_archive_too() -> None:
+    async def main() -> dict[str, Any]:
+        first = controller()
+        await first.init()
+        await first.create_job(**package("digits-mlp"), settings=SETTINGS)
+        _, checkpoint = first.export_checkpoint()
+        c = controller()
+        await c.init()
+        await c.set_backend_preference("gpu")
+        await c.continue_from_checkpoint(checkpoint=checkpoint, **package("digits-mlp"), settings=SETTINGS,
+                                         dataset_mode="new", execution_files={ARCHIVE_NAME: ARCHIVE})
+        await c.start()
+        await run_until_done(c, timeout=300)
+        return c.get_state()
+
+    state = asyncio.run(main())
+    assert state["execution"]["actual"] == "gpu" and state["execution"]["fallback"] == "none"

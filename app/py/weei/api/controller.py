@@ -173,7 +173,8 @@ class TrainingController:
 
     async def continue_from_checkpoint(self, *, checkpoint: bytes, wasm_name: str, wasm: bytes, manifest: bytes,
                                        files: Mapping[str, bytes], settings: Mapping[str, Any], dataset_mode: str,
-                                       validation: tuple[str, bytes] | None = None) -> str:
+                                       validation: tuple[str, bytes] | None = None,
+                                       execution_files: Mapping[str, bytes] | None = None) -> str:
         """continueFromCheckpoint(): a new job that starts from a checkpoint file's weights."""
         self._require_no_active_job()
         if dataset_mode not in ("new", "resume"):
@@ -186,7 +187,8 @@ class TrainingController:
             job_id = "job-" + self.random_bytes(8).hex()
             prepared = prepare_job(self.engine, job_id=job_id, wasm_name=wasm_name, wasm=wasm,
                                    manifest=_parse_json(manifest, "manifest"), files=files, settings=settings,
-                                   random_bytes=self.random_bytes(16), validation=validation)
+                                   random_bytes=self.random_bytes(16), validation=validation,
+                                   execution_files=execution_files)
             # The module decides compatibility: its loadModel must take the weights.
             prepared.runtime.load_model(read.weights)
             async with _NewJobScope(self):
@@ -194,6 +196,7 @@ class TrainingController:
                                                  kernel=self.kernel, now=self.clock(),
                                                  new_job_seed=prepared.job_seed)
                 await self._put_job_files(prepared.artifacts, prepared.validation)
+                self._set_backend_job(prepared)
                 s.coordinator = coordinator
                 s.job_seed = coordinator.job_seed
                 summary = checkpoint_summary(read.metadata.to_json(), self.clock())

@@ -228,7 +228,8 @@ class PageApi:
         await self.engine.precompile(package["wasm"])
         return await self.controller.continue_from_checkpoint(
             checkpoint=checkpoint, **package, settings=args.get("settings"),
-            dataset_mode=args.get("datasetMode"))  # type: ignore[arg-type]
+            dataset_mode=args.get("datasetMode"),  # type: ignore[arg-type]
+            execution_files=self._execution_files(args, blobs))
 
     def _export_checkpoint(self, _args: dict[str, Any]) -> tuple[str, bytes]:
         name, data = self.controller.export_checkpoint()
