@@ -468,7 +468,6 @@ class TrainingController:
         s.error = None
         s.recorder.leave_job()
         s.book.set_job(None)
-        s.fallback = None
         self.executor.job_cleared()
         self._set_backend_job(None)
 

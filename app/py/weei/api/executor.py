@@ -286,10 +286,8 @@ class Executor:
                                         experience=assign.experience is not None, unit_count=units)
             s.recorder.start_assignment(_assignment_record(assign), s.monotonic())
             # The backend says where the assignment trains (and why not on the GPU, if so).
-            s.fallback = None
             s.recorder.update_execution({"requested": device.backend_preference, "actual": self.backend.kind,
-                                         "backend": self.backend.id, "fallbackReason": None,
-                                         "activeWorkers": workers, "workerLimit": device.max_local_workers})
+                                         "backend": self.backend.id, "activeWorkers": workers, "workerLimit": device.max_local_workers})
             s.recorder.set_stage("training", s.monotonic())
             s.actual = self.backend.kind
             participant.training_started(assign.attempt_id, now)

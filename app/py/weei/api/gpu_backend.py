@@ -118,7 +118,9 @@ class GpuComputeBackend:
         self.id, self.kind = self._cpu_id, "cpu"
         self.job = None if files is None else _JobGpu(files, GpuBackendSpec.from_backend(files.backend),
                                                       self._cpu_id)
+        self.session.fallback = None
         self.session.recorder.update_gpu({"initializationError": None})
+        self.session.recorder.update_execution({"fallbackReason": None})
         self.wgsl = {"present": files is not None,
                      "sha256": list(files.archive.module_sha256s) if files is not None else []}
 
@@ -136,9 +138,12 @@ class GpuComputeBackend:
                 self._fell_back(job, preference, budget, exc)
             else:
                 self.kind, self.id = "gpu", job.spec.id
-                s.actual = "gpu"
+                s.actual, s.fallback = "gpu", None
                 s.recorder.update_execution({"actual": "gpu", "backend": job.spec.id, "fallbackReason": None})
                 return outcome
+        else:  # nothing to fall back from
+            s.fallback = None
+            s.recorder.update_execution({"fallbackReason": None})
         self.kind, self.id = "cpu", self._cpu_id
         s.actual = "cpu"
         s.recorder.update_execution({"actual": "cpu", "backend": self._cpu_id})
