@@ -45,7 +45,7 @@ from ..gpu.session import GpuBackendSpec, run_gate, train_on_gpu
 from ..prepare import GpuFiles
 from ..runtime import Engine, ModelRuntime
 from .compute import CpuWorkerBackend
-from .ports import TaskCancelled, WorkerPool, WorkerResult, WorkerTask
+from .ports import TaskCancelled, WorkerResult, WorkerTask
 from .session import Session
 
 __all__ = ["GpuComputeBackend", "RunBlocking"]
@@ -63,7 +63,6 @@ async def _to_thread(fn: Callable[[], Any]) -> Any:
 class _JobGpu:
     files: GpuFiles
     spec: GpuBackendSpec
-    cpu_backend_id: str
     device: GpuDevice | None = None
     device_key: tuple[str, int] | None = None
     gate: GateResult | None = None
@@ -101,10 +100,6 @@ class GpuComputeBackend:
     # ------------------------------------------------------------ the seam
 
     @property
-    def pool(self) -> WorkerPool:
-        return self.cpu.pool
-
-    @property
     def device_limit(self) -> int:
         return self.cpu.device_limit
 
@@ -116,8 +111,7 @@ class GpuComputeBackend:
         """The active job's WGSL archive and GPU backend (None: the job trains on the CPU only)."""
         self._cpu_id = cpu_backend_id or self.cpu.id
         self.id, self.kind = self._cpu_id, "cpu"
-        self.job = None if files is None else _JobGpu(files, GpuBackendSpec.from_backend(files.backend),
-                                                      self._cpu_id)
+        self.job = None if files is None else _JobGpu(files, GpuBackendSpec.from_backend(files.backend))
         self.session.fallback = None
         self.session.recorder.update_gpu({"initializationError": None})
         self.session.recorder.update_execution({"fallbackReason": None})
