@@ -92,14 +92,15 @@ def test_a_digits_job_trains_on_the_gpu_and_matches_the_cpu() -> None:
     assert own["execution"]["actual"] == "gpu" and own["execution"]["backend"] == "gpu-webgpu"
     assert own["execution"]["fallbackReason"] is None
     assert own["gpu"]["webgpu"] == "available" and own["gpu"]["initializationError"] is None
-    assert "llvmpipe" in json.dumps(own["gpu"]["adapter"]).lower() or own["gpu"]["adapter"]["vendor"]
+    assert own["gpu"]["adapter"] != "unknown" and "llvmpipe" in own["gpu"]["adapter"]["device"].lower()
     modules = json.loads(ARCHIVE)["modules"]
     assert own["model"]["wgsl"] == {"present": True, "sha256": [m["sha256"] for m in modules]}
     compilation = own["timings"]["compilationMs"]
     assert compilation is not None and compilation >= 0
     trained = [e for e in on_gpu["log"] if e["event"] == "gpu.trained"]
-    assert len(trained) == 15 and "weights differ" in trained[0]["details"]["gate"] or \
-        trained[0]["details"]["gate"] == "bit-identical"
+    assert len(trained) == 15  # every assignment on the GPU; the gate ran once and passed
+    gate = trained[0]["details"]["gate"]
+    assert gate == "bit-identical" or "weights differ" in gate
 
     on_cpu = asyncio.run(train("cpu", package("digits-mlp")))
     assert on_cpu["execution"]["actual"] == "cpu" and on_cpu["diagnostics"]["me"]["execution"]["backend"] == "cpu-wasm-simd"
