@@ -430,18 +430,18 @@
       const duplicate = names.find((n, i) => names.indexOf(n) !== i);
       if (duplicate !== undefined) throw weeiError('duplicate-file', `${duplicate}: selected twice`, 'ManifestError');
       const validation = job.validation == null ? null : requireFile(job.validation, 'validation');
-      const execution = job.executionFiles == null ? [] : Array.from(job.executionFiles);
-      if (execution.length) {
-        throw weeiError('execution-files-unsupported', 'executionFiles: GPU training (WGSL archives) is not available in this build; leave them out to train on the CPU');
-      }
-      const [wasmBuffer, manifestBuffer, validationBuffer, ...fileBuffers] = await Promise.all([
-        read(wasm), read(manifest), validation ? read(validation) : null, ...list.map(read),
+      // executionFiles: the package's WGSL archive (checked in Python against its shaderArchive).
+      const execution = job.executionFiles == null ? [] : Array.from(job.executionFiles, (f, i) => requireFile(f, `executionFiles[${i}]`));
+      const [wasmBuffer, manifestBuffer, validationBuffer, ...rest] = await Promise.all([
+        read(wasm), read(manifest), validation ? read(validation) : null, ...list.map(read), ...execution.map(read),
       ]);
+      const fileBuffers = rest.slice(0, list.length);
       const args = {
         wasmName: fileName(wasm, 'model.wasm'), fileNames: names, settings: job.settings,
         validationName: validation ? fileName(validation, 'validation') : null,
+        executionNames: execution.map((f, i) => fileName(f, `execution-${i}`)),
       };
-      const buffers = { wasm: wasmBuffer, manifest: manifestBuffer, files: fileBuffers };
+      const buffers = { wasm: wasmBuffer, manifest: manifestBuffer, files: fileBuffers, execution: rest.slice(list.length) };
       if (validationBuffer) buffers.validation = validationBuffer;
       return { args, buffers };
     }

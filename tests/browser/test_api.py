@@ -335,7 +335,7 @@ def test_bad_inputs_are_refused_by_name_and_nothing_saved_changes(weei_server: A
     expected = {
         "startWithoutJob": "no-job", "exportWithoutJob": "no-checkpoint", "secondJob": "job-active",
         "wrongHash": "file-sha256-mismatch", "missingFile": "missing-file", "malformedManifest": "invalid-json",
-        "noWasm": "missing-file", "badSettings": "invalid-setting", "gpu": "execution-files-unsupported",
+        "noWasm": "missing-file", "badSettings": "invalid-setting", "gpu": "not-shader-archive",
         "corruptCheckpoint": "weights-sha256-mismatch", "badMode": "bad-dataset-mode",
         "hugeCheckpoint": "file-too-large", "hugeWasm": "file-too-large", "hugeDataFile": "file-too-large",
         "setWorkers": "bad-worker-count", "backend": "bad-backend", "unknownSaved": "unknown-job",

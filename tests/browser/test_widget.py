@@ -52,6 +52,8 @@ def test_widget_runs_the_digits_demo(weei_server: Any, page: Any) -> None:
 
     pg.get_by_role("button", name="Digits MLP demo").click()
     pg.get_by_text("Digits MLP demo:").wait_for()
+    # The demo brings the package's WGSL archive (createJob's executionFiles).
+    assert "WGSL archive model.wgsl.json (GPU)" in pg.get_by_text("Digits MLP demo:").inner_text()
     fill(pg, "Epochs", "30")
     fill(pg, "Local epochs", "1")
     fill(pg, "Batch size", "50")
@@ -89,6 +91,9 @@ def test_widget_runs_the_digits_demo(weei_server: Any, page: Any) -> None:
     row = pg.locator(f"table.diagnostics tr[data-peer='{me}']")
     row.wait_for()
     assert "this browser" in row.inner_text()
+    # Which backend this peer trains on: headless Chromium without --enable-unsafe-webgpu has no adapter,
+    # so 'auto' trains on the package's CPU backend and says why.
+    assert "cpu-wasm-simd" in row.inner_text() and "fallback: no-adapter" in row.inner_text()
     assert "unknown" not in pg.locator("table.diagnostics").inner_text().lower(), "'unknown' is shown as —"
 
     SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)

@@ -222,8 +222,9 @@ def test_gpu_backend_needs_shader_archive() -> None:
     # An archive on execution serves too.
     obj["execution"]["shaderArchive"] = {"fileName": "model.wgsl", "bytes": len(WGSL), "sha256": sha(WGSL)}
     assert parse_package(obj).shader_archive is not None
-    # Dataset packages may list a GPU backend, but it is not usable (inputs are not "none").
-    assert not parse_package(package(experience=False, gpu=True)).gpu_usable
+    # Dataset packages may list a GPU backend and train over their chunks on it (docs/gpu.md).
+    assert parse_package(package(experience=False, gpu=True)).gpu_usable
+    assert not parse_package(package(experience=False)).gpu_usable
 
 
 def test_package_file_names_are_unique() -> None:
@@ -262,7 +263,7 @@ def test_selection_refusals() -> None:
     no_gpu = parse_package(package(aux=package_aux()))
     assert reason_of(check_selection, no_gpu, "model.wasm", WASM, files, None, {"model.wgsl": WGSL}) == "not-shader-archive"
     d = parse_package(package(experience=False, chunks=chunks(), gpu=True))
-    assert reason_of(check_selection, d, "model.wasm", WASM, CHUNK_DATA, None, {"model.wgsl": WGSL}) == "gpu-unavailable"
+    assert check_selection(d, "model.wasm", WASM, CHUNK_DATA, None, {"model.wgsl": WGSL}).gpu
 
 
 # --------------------------------------------------------------------------- package: after loading the module

@@ -25,9 +25,20 @@ from .core.messages import ArtifactRef
 from .core.modelinfo import ModelInfo, check_settings_for_model, check_weight_size
 from .core.seeds import job_seed_from_bytes
 from .core.settings import TrainingSettings
+from .gpu.archive import ShaderArchive, check_descriptor, parse_archive
+from .gpu.errors import GpuError
 from .runtime import ModelRuntime
 
-__all__ = ["PreparedJob", "prepare_job"]
+__all__ = ["GpuFiles", "PreparedJob", "prepare_job"]
+
+
+@dataclass(frozen=True)
+class GpuFiles:
+    """The selected WGSL archive, checked module by module, and the package's GPU backend entry."""
+
+    archive_sha256: str
+    archive: ShaderArchive
+    backend: Mapping[str, Any]  # the manifest's GPU backend object (weei.gpu.session.GpuBackendSpec.from_backend)
 
 
 @dataclass(frozen=True)
@@ -41,16 +52,22 @@ class PreparedJob:
     artifacts: dict[str, bytes]  # sha256 -> bytes: module, chunks, auxiliary files
     validation: bytes | None
     package: ModelPackage | None
+    gpu: GpuFiles | None = None  # executionFiles were selected: the job may train on a GPU
 
 
 def prepare_job(engine: Any, *, job_id: str, wasm_name: str, wasm: bytes, manifest: Any,
                 files: Mapping[str, bytes], settings: Any, random_bytes: bytes,
-                validation: tuple[str, bytes] | None = None) -> PreparedJob:
+                validation: tuple[str, bytes] | None = None,
+                execution_files: Mapping[str, bytes] | None = None) -> PreparedJob:
     """Check everything and create the job's initial weights.
 
     ``manifest`` is the parsed JSON of the selected manifest file,
     ``settings`` the TrainingSettings JSON, ``random_bytes`` 16 bytes from
-    the host's random source (job seed, initial weights seed).
+    the host's random source (job seed, initial weights seed),
+    ``execution_files`` the selected WGSL archive (name -> bytes): it must
+    be the package's ``shaderArchive`` (name, size, SHA-256) and pass the
+    module-by-module checks of ``weei.gpu.archive`` (a GpuError's reason
+    becomes the ManifestError's); compiling is checked on the device.
 
     Raises:
         SettingsError, ManifestError, ModelError: the named problem.
@@ -65,9 +82,20 @@ def prepare_job(engine: Any, *, job_id: str, wasm_name: str, wasm: bytes, manife
     if validation is not None:
         check_file_size("validation", validation[0], len(validation[1]))
     dataset: DatasetManifest = package.dataset_manifest if package is not None else parsed  # type: ignore[assignment]
+    execution_files = dict(execution_files or {})
+    for name, data in execution_files.items():
+        check_file_size("shader-archive", name, len(data))
+    gpu = None
     if package is not None:
-        check_selection(package, wasm_name, wasm, files, validation[0] if validation else None)
+        _check_archive_descriptor(package, execution_files)
+        selection = check_selection(package, wasm_name, wasm, files, validation[0] if validation else None,
+                                    execution_files)
+        if selection.gpu:
+            gpu = _gpu_files(package, execution_files)
     else:
+        if execution_files:
+            raise ManifestError("not-shader-archive", f"{next(iter(execution_files))}: only a model package "
+                                                      "with a GPU backend takes executionFiles")
         check_dataset_files(dataset, files)
 
     runtime = ModelRuntime.load(wasm, engine)
@@ -108,6 +136,8 @@ def prepare_job(engine: Any, *, job_id: str, wasm_name: str, wasm: bytes, manife
                 data = files[slot.file_name]
                 artifacts[slot.sha256] = bytes(data)
                 aux_files[slot.id] = ArtifactRef("auxiliary", slot.sha256, len(data))
+    if gpu is not None:
+        artifacts[gpu.archive_sha256] = bytes(next(iter(execution_files.values())))
 
     job_seed = job_seed_from_bytes(random_bytes[:8]) if info.is_experience else None
     spec = JobSpec(job_id=job_id, info=info, module=ModuleInfo(wasm_name, len(wasm), wasm_sha),
@@ -115,4 +145,26 @@ def prepare_job(engine: Any, *, job_id: str, wasm_name: str, wasm: bytes, manife
                    auxiliary_files=aux_files, has_validation=validation is not None,
                    validation_format=validation_format)
     return PreparedJob(spec, initial, job_seed, runtime, artifacts,
-                       bytes(validation[1]) if validation else None, package)
+                       bytes(validation[1]) if validation else None, package, gpu)
+
+
+def _check_archive_descriptor(package: ModelPackage, execution_files: Mapping[str, bytes]) -> None:
+    """The package's archive by name with another size or SHA-256 is named as such (not just 'not ours')."""
+    want = package.shader_archive
+    for name, data in execution_files.items():
+        if want is not None and name == want.file_name:
+            try:
+                check_descriptor(bytes(data), want.bytes, want.sha256)
+            except GpuError as exc:
+                raise ManifestError(exc.reason, f"{name}: {exc.message}") from None
+
+
+def _gpu_files(package: ModelPackage, execution_files: Mapping[str, bytes]) -> GpuFiles:
+    """The archive (already the package's shaderArchive by name, size and SHA-256), module by module."""
+    (name, data), = execution_files.items()
+    backend = next(b for b in package.backends if b.kind == "gpu")
+    try:
+        archive = parse_archive(bytes(data))
+    except GpuError as exc:
+        raise ManifestError(exc.reason, f"{name}: {exc.message}") from None
+    return GpuFiles(hashlib.sha256(data).hexdigest(), archive, dict(backend.raw))

@@ -24,7 +24,12 @@ async function loadDemo(modelId) {
   if (entries.length) {
     try { validation = await fetchFile(base + 'data/validation.bin', 'validation.bin'); } catch { validation = null; }
   }
-  return { wasm, manifest: manifestFile, manifestJson: manifest, files, validation };
+  // A package with a GPU backend brings its WGSL archive: the job may then train on the GPU (backend setting).
+  const execution = manifest.execution || {};
+  const gpu = (execution.backends || []).find((b) => b.kind === 'gpu');
+  const archive = (gpu && gpu.shaderArchive) || execution.shaderArchive;
+  const executionFiles = archive ? [await fetchFile(base + archive.fileName, archive.fileName, 'application/json')] : [];
+  return { wasm, manifest: manifestFile, manifestJson: manifest, files, validation, executionFiles };
 }
 
 export class Setup {
@@ -123,6 +128,7 @@ export class Setup {
       const file = f.manifest.files[0] || null;
       this.selection.manifest = file;
       this.selection.manifestJson = null;
+      this.selection.executionFiles = [];
       this.selection.label = '';
       if (file) {
         try { this.selection.manifestJson = JSON.parse(await file.text()); } catch { /* createJob names the problem */ }
@@ -153,6 +159,7 @@ export class Setup {
     if (exp) parts.push(`experience model (${exp.unit && exp.unit.label || 'units'}), no dataset`);
     else parts.push(`${sel.files.length} dataset file${sel.files.length === 1 ? '' : 's'} (${fmtBytes(sel.files.reduce((a, x) => a + x.size, 0))})`);
     if (sel.validation) parts.push(`validation ${sel.validation.name}`);
+    if (sel.executionFiles && sel.executionFiles.length) parts.push(`WGSL archive ${sel.executionFiles[0].name} (GPU)`);
     if (f.checkpoint.files[0]) parts.push(`from checkpoint ${f.checkpoint.files[0].name}`);
     f.selection.textContent = (sel.label ? `${sel.label}: ` : '') + parts.join(' · ');
     f.selection.classList.remove('muted');
@@ -241,6 +248,7 @@ export class Setup {
     if (checkpoint) {
       await this.api.continueFromCheckpoint({ ...request, checkpoint, datasetMode: this.f.restore.checked ? 'resume' : 'new' });
     } else {
+      if (sel.executionFiles && sel.executionFiles.length) request.executionFiles = sel.executionFiles;
       await this.api.createJob(request);
     }
   }

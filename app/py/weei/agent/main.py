@@ -75,6 +75,7 @@ class AgentOptions:
     accept_models: tuple[str, ...] = ()
     interactive: bool = False
     workers: int | None = None  # local Workers; default: every core
+    backend: str = "auto"  # backendPreference: auto (a hardware GPU only), cpu, gpu (any adapter)
 
 
 def restrict_host_addresses(addresses: tuple[str, ...]) -> None:
@@ -137,10 +138,11 @@ class Agent:
             my_peer_id=welcome.peer_id, storage=self.storage, kv=self.kv,
             pool=ThreadWorkerPool(engine, device_limit=opts.workers), kernel=NativeKernel(), engine=engine,
             clock=lambda: time.time() * 1000.0, monotonic=lambda: time.monotonic() * 1000.0,
-            random_bytes=os.urandom, transport=self.transport, environment=agent_environment())
+            random_bytes=os.urandom, transport=self.transport, environment=agent_environment(), gpu=_wgpu())
         await controller.init()
         if opts.workers is not None:
             await controller.set_max_local_workers(opts.workers)
+        await controller.set_backend_preference(opts.backend)
         self.controller = controller
         self.transport.attach(self, has=lambda sha: sha in controller.artifacts)
         controller.subscribe(self._on_state)
@@ -268,6 +270,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dir", type=Path, default=None,
                         help=f"where records and artifacts are kept (default {default_data_dir()})")
     parser.add_argument("--workers", type=int, default=None, help="local training Workers (default: every core)")
+    parser.add_argument("--backend", choices=("auto", "cpu", "gpu"), default="auto",
+                        help="train jobs that have a WGSL archive on this machine's GPU (wgpu: Vulkan, Metal, D3D12): "
+                             "auto uses a hardware adapter only, gpu any adapter (lavapipe too), cpu never "
+                             "(default: auto)")
     parser.add_argument("--ice-host", action="append", default=[], metavar="ADDRESS",
                         help="offer WebRTC host candidates on these local addresses only (repeatable; "
                              "default: every interface)")
@@ -292,7 +298,8 @@ def run_cli(args: argparse.Namespace, out: TextIO | None = None) -> int:
     if args.ice_host:
         restrict_host_addresses(tuple(args.ice_host))
     options = AgentOptions(server=args.server, room=args.room, data_dir=args.data_dir or default_data_dir(),
-                           accept_models=models, interactive=args.interactive, workers=args.workers)
+                           accept_models=models, interactive=args.interactive, workers=args.workers,
+                           backend=args.backend)
     return asyncio.run(_run(options, out))
 
 
@@ -332,3 +339,12 @@ class _suppress_all:
 
     def __exit__(self, kind: Any, value: Any, tb: Any) -> bool:
         return kind is not None and issubclass(kind, BaseException) and not issubclass(kind, KeyboardInterrupt)
+
+
+def _wgpu() -> Any:
+    """wgpu-py's ``gpu`` object, or None where wgpu (or its native library) is missing."""
+    try:
+        import wgpu
+    except Exception:  # not installed, or no wgpu-native for this platform
+        return None
+    return wgpu.gpu

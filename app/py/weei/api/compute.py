@@ -1,10 +1,10 @@
 """Compute backends: where this device trains assignments and runs validations.
 
 The executor hands every training and validation to one ``ComputeBackend``.
-Today there is one, :class:`CpuWorkerBackend`: the model's WebAssembly
-module in a pool of Workers (threads in CPython). A second backend (WebGPU,
-running the model's WGSL kernels) implements the same protocol and is chosen
-by the device's backend preference; nothing else in the controller changes.
+:class:`CpuWorkerBackend` runs the model's WebAssembly module in a pool of
+Workers (threads in CPython); ``gpu_backend.GpuComputeBackend`` wraps it and
+trains a job's assignments on a WebGPU device when the job has a WGSL
+archive and the device's backend preference allows, falling back to it.
 """
 
 from __future__ import annotations

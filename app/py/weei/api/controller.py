@@ -38,10 +38,11 @@ from ..core.limits import max_bytes
 from ..core.messages import Message
 from ..core.participant import Participant
 from ..core.settings import TrainingSettings
-from ..prepare import prepare_job
+from ..prepare import PreparedJob, prepare_job
 from ..runtime.engine import Engine
 from .compute import ComputeBackend, CpuWorkerBackend
 from .executor import Executor
+from .gpu_backend import GpuComputeBackend
 from .job_store import PARTICIPATION_KEY, JobStore
 from .log_writer import DEBUG_LOG_KEY
 from .peer_events import PeerEvents
@@ -75,7 +76,7 @@ class TrainingController:
                  kernel: AggregationKernel, engine: Engine, clock: Callable[[], float],
                  monotonic: Callable[[], float], random_bytes: Callable[[int], bytes],
                  transport: Transport | None = None, environment: Mapping[str, Any] | None = None,
-                 backend: ComputeBackend | None = None) -> None:
+                 backend: ComputeBackend | None = None, gpu: Any = None) -> None:
         self.pool = pool
         self.kernel = kernel
         self.engine = engine
@@ -86,8 +87,11 @@ class TrainingController:
                                debug_log=DebugLog.from_json(kv.get(DEBUG_LOG_KEY), clock()),
                                recorder=DiagnosticsRecorder(sequence_base=int(clock()), environment=environment))
         self.store = JobStore(storage)
-        self.backend: ComputeBackend = backend or CpuWorkerBackend(pool, kernel,
-                                                                   on_progress=self._on_local_progress)
+        # The GPU backend trains jobs created with executionFiles on ``gpu`` (wgpu.gpu, the browser shim;
+        # None: no WebGPU) and everything else on the CPU Workers.
+        self.backend: ComputeBackend = backend or GpuComputeBackend(
+            CpuWorkerBackend(pool, kernel, on_progress=self._on_local_progress), engine=engine,
+            session=self.session, gpu=gpu)
         self.view = StateView(self.session, self.store, self.backend)
         self.executor = Executor(self.session, self.store, self.backend, kv, self.view)
         self.peer_events = PeerEvents(self.session, self.store, self.executor)
@@ -152,8 +156,11 @@ class TrainingController:
     # ------------------------------------------------------------ API methods
 
     async def create_job(self, *, wasm_name: str, wasm: bytes, manifest: bytes, files: Mapping[str, bytes],
-                         settings: Mapping[str, Any], validation: tuple[str, bytes] | None = None) -> str:
-        """createJob(): check everything, save the job and checkpoint 0. Returns the job id."""
+                         settings: Mapping[str, Any], validation: tuple[str, bytes] | None = None,
+                         execution_files: Mapping[str, bytes] | None = None) -> str:
+        """createJob(): check everything, save the job and checkpoint 0. Returns the job id.
+
+        ``execution_files``: the package's WGSL archive (name -> bytes), to train on the GPU."""
         self._require_no_active_job()
         s = self.session
         async with _BusyScope(self, preparing=True):
@@ -161,9 +168,11 @@ class TrainingController:
             job_id = "job-" + self.random_bytes(8).hex()
             prepared = prepare_job(self.engine, job_id=job_id, wasm_name=wasm_name, wasm=wasm,
                                    manifest=manifest_json, files=files, settings=settings,
-                                   random_bytes=self.random_bytes(16), validation=validation)
+                                   random_bytes=self.random_bytes(16), validation=validation,
+                                   execution_files=execution_files)
             async with _NewJobScope(self):
                 await self._put_job_files(prepared.artifacts, prepared.validation)
+                self._set_backend_job(prepared)
                 s.job_seed = prepared.job_seed
                 s.coordinator = Coordinator.create(prepared.spec, prepared.initial_weights, my_peer_id=s.my_peer_id,
                                                    kernel=self.kernel, now=self.clock(), job_seed=prepared.job_seed)
@@ -177,7 +186,8 @@ class TrainingController:
 
     async def continue_from_checkpoint(self, *, checkpoint: bytes, wasm_name: str, wasm: bytes, manifest: bytes,
                                        files: Mapping[str, bytes], settings: Mapping[str, Any], dataset_mode: str,
-                                       validation: tuple[str, bytes] | None = None) -> str:
+                                       validation: tuple[str, bytes] | None = None,
+                                       execution_files: Mapping[str, bytes] | None = None) -> str:
         """continueFromCheckpoint(): a new job that starts from a checkpoint file's weights."""
         self._require_no_active_job()
         if dataset_mode not in ("new", "resume"):
@@ -190,7 +200,8 @@ class TrainingController:
             job_id = "job-" + self.random_bytes(8).hex()
             prepared = prepare_job(self.engine, job_id=job_id, wasm_name=wasm_name, wasm=wasm,
                                    manifest=_parse_json(manifest, "manifest"), files=files, settings=settings,
-                                   random_bytes=self.random_bytes(16), validation=validation)
+                                   random_bytes=self.random_bytes(16), validation=validation,
+                                   execution_files=execution_files)
             # The module decides compatibility: its loadModel must take the weights.
             prepared.runtime.load_model(read.weights)
             async with _NewJobScope(self):
@@ -198,6 +209,7 @@ class TrainingController:
                                                  kernel=self.kernel, now=self.clock(),
                                                  new_job_seed=prepared.job_seed)
                 await self._put_job_files(prepared.artifacts, prepared.validation)
+                self._set_backend_job(prepared)
                 s.coordinator = coordinator
                 s.job_seed = coordinator.job_seed
                 summary = checkpoint_summary(read.metadata.to_json(), self.clock())
@@ -364,6 +376,7 @@ class TrainingController:
         if isinstance(mib, bool) or not isinstance(mib, int) or not 0 <= mib <= 1 << 20:
             raise UsageError("bad-gpu-budget", "the GPU memory budget must be a whole number of MiB from 0")
         self.session.device.gpu_memory_budget_mib = mib
+        self.session.recorder.update_gpu({"memoryBudgetMiB": mib})
         await self._save_device_settings()
 
     @_busy
@@ -429,6 +442,15 @@ class TrainingController:
             files[self.session.validation_sha256] = validation
         await self.store.put_artifacts(files)
 
+    def _set_backend_job(self, prepared: PreparedJob | None) -> None:
+        """Tell the GPU backend the job's archive and the package's CPU backend id (None: no job)."""
+        set_job = getattr(self.backend, "set_job", None)
+        if set_job is None:
+            return
+        package = prepared.package if prepared is not None else None
+        cpu_id = next((b.id for b in package.backends if b.kind == "cpu"), None) if package is not None else None
+        set_job(prepared.gpu if prepared is not None else None, cpu_id)
+
     def _setup_local_participant(self) -> None:
         s = self.session
         assert s.coordinator is not None
@@ -472,6 +494,7 @@ class TrainingController:
         s.recorder.leave_job()
         s.book.set_job(None)
         self.executor.job_cleared()
+        self._set_backend_job(None)
 
     async def _reopen(self, job_id: str, *, restart: bool) -> None:
         s = self.session

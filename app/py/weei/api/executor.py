@@ -261,7 +261,8 @@ class Executor:
         info = participant.model_info or {}
         s.recorder.join_job(participant.job_id or "", s.monotonic())
         s.recorder.set_model({"id": info.get("id", "unknown"), "version": info.get("version", "unknown"),
-                              "wasmSha256": command.module.sha256, "wgsl": {"present": False, "sha256": []}})
+                              "wasmSha256": command.module.sha256,
+                              "wgsl": getattr(self.backend, "wgsl", {"present": False, "sha256": []})})
         self.module_sha = command.module.sha256
         self.residency.module_refs = {command.module.sha256, *(ref.sha256 for ref in command.auxiliary.values())}
         # A remote participant learns the weight size from the first checkpoint it is sent.
@@ -296,12 +297,9 @@ class Executor:
                                         model_max=int(info.get("maxWorkers", 1)),
                                         experience=assign.experience is not None, unit_count=units)
             s.recorder.start_assignment(_assignment_record(assign), s.monotonic())
-            # This build trains on the CPU only: 'gpu' or 'hybrid' requests fall back, and say so.
-            fallback = None if device.backend_preference in ("auto", "cpu") else \
-                "no GPU backend in this build: WGSL archives are not supported yet"
+            # The backend says where the assignment trains (and why not on the GPU, if so).
             s.recorder.update_execution({"requested": device.backend_preference, "actual": self.backend.kind,
-                                         "backend": self.backend.id, "fallbackReason": fallback,
-                                         "activeWorkers": workers, "workerLimit": device.max_local_workers})
+                                         "backend": self.backend.id, "activeWorkers": workers, "workerLimit": device.max_local_workers})
             s.recorder.set_stage("training", s.monotonic())
             s.actual = self.backend.kind
             participant.training_started(assign.attempt_id, now)
@@ -315,6 +313,7 @@ class Executor:
             s.recorder.set_stage("error", s.monotonic(), str(exc)[:500])
             participant.training_failed(assign.attempt_id, str(exc), s.clock())
         else:
+            s.actual = self.backend.kind
             s.recorder.set_stage("uploading", s.monotonic())
             participant.weight_bytes = participant.weight_bytes or len(weights)
             participant.training_finished(assign.attempt_id, outcome, s.clock())

@@ -57,6 +57,7 @@ class Session:
     paused_contribution: bool = False
     live: LiveProgress = field(default_factory=LiveProgress)  # state.progress and liveMetrics
     actual: str = "unknown"  # the mode this device trained in, once it has
+    fallback: str | None = None  # the GpuError reason the last assignment fell back to the CPU with
 
     def record(self, event: str, details: Mapping[str, Any] | None = None) -> None:
         """Add an event to the debug log, stamped now."""

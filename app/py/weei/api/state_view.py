@@ -97,8 +97,7 @@ class StateView:
             "backendPreference": device.backend_preference,
             "execution": {"requested": device.backend_preference, "actual": s.actual,
                           "phase": s.recorder.stage,
-                          "fallback": "none" if device.backend_preference in ("auto", "cpu") else
-                          "cpu: no GPU backend in this build"},
+                          "fallback": "none" if s.fallback is None else f"cpu: {s.fallback}"},
             "maxLocalWorkers": device.max_local_workers,
             "gpuMemoryBudgetMiB": device.gpu_memory_budget_mib,
             "diagnostics": self._diagnostics(now),

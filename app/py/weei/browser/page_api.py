@@ -205,12 +205,22 @@ class PageApi:
         return {"wasm_name": str(args.get("wasmName") or "model.wasm"), "wasm": js_bytes(blobs.wasm),
                 "manifest": js_bytes(blobs.manifest), "files": files, "validation": validation}
 
+    @staticmethod
+    def _execution_files(args: dict[str, Any], blobs: Any) -> dict[str, bytes]:
+        """createJob's executionFiles (the WGSL archive) by name."""
+        names = args.get("executionNames") or []
+        buffers = list(blobs.execution) if not is_nullish(getattr(blobs, "execution", None)) else []
+        if len(names) != len(buffers):
+            raise UsageError("invalid-argument", "execution file names and contents do not match")
+        return {str(n): js_bytes(b) for n, b in zip(names, buffers, strict=True)}
+
     async def _create_job(self, args: dict[str, Any], blobs: Any) -> str:
         package = self._package(args, blobs)
         # prepare_job compiles the module synchronously; the main thread
         # may only compile large modules asynchronously: compile first.
         await self.engine.precompile(package["wasm"])
-        return await self.controller.create_job(**package, settings=args.get("settings"))
+        return await self.controller.create_job(**package, settings=args.get("settings"),
+                                                execution_files=self._execution_files(args, blobs))
 
     async def _continue_from_checkpoint(self, args: dict[str, Any], blobs: Any) -> str:
         package = self._package(args, blobs)
@@ -218,7 +228,8 @@ class PageApi:
         await self.engine.precompile(package["wasm"])
         return await self.controller.continue_from_checkpoint(
             checkpoint=checkpoint, **package, settings=args.get("settings"),
-            dataset_mode=args.get("datasetMode"))  # type: ignore[arg-type]
+            dataset_mode=args.get("datasetMode"),  # type: ignore[arg-type]
+            execution_files=self._execution_files(args, blobs))
 
     def _export_checkpoint(self, _args: dict[str, Any]) -> tuple[str, bytes]:
         name, data = self.controller.export_checkpoint()

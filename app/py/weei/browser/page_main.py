@@ -36,6 +36,7 @@ from weei.api.controller import TrainingController
 from weei.core.aggregate import AggregationState, aggregate_round
 from weei.kernel.wasm_kernel import WasmKernel
 
+from . import webgpu
 from .convert import is_nullish
 from .engine import BrowserEngine, PageEngine, to_uint8array
 from .idb import IndexedDBStorage
@@ -148,7 +149,7 @@ class PageSession:
             my_peer_id=peer_id, storage=storage, kv=LocalStorageKeyValue(),
             pool=BrowserWorkerPool(hooks.createWorker), kernel=kernel, engine=engine,
             clock=lambda: float(date_now()), monotonic=lambda: float(performance.now()),
-            random_bytes=random_bytes, transport=transport, environment=environment())
+            random_bytes=random_bytes, transport=transport, environment=environment(), gpu=webgpu.gpu)
         await controller.init()
         if transport is not None and room is not None:
             transport.on_change = controller.changed

@@ -131,8 +131,6 @@ class ManifestReason(str, Enum):
     """Validation was asked of a model without evaluation."""
     NOT_SHADER_ARCHIVE = "not-shader-archive"
     """The selected WGSL file is not the package's archive."""
-    GPU_UNAVAILABLE = "gpu-unavailable"
-    """GPU training over dataset inputs is not available yet."""
     MODEL_ID_MISMATCH = "model-id-mismatch"
     """The loaded module is another model than the package says."""
     WEIGHT_SIZE_MISMATCH = "weight-size-mismatch"

@@ -299,8 +299,8 @@ class ModelPackage:
 
     @property
     def gpu_usable(self) -> bool:
-        """True when a selected shader archive may enable GPU training."""
-        return self.shader_archive is not None and self.work_source is not None
+        """True when a selected shader archive may enable GPU training (dataset and experience packages)."""
+        return self.shader_archive is not None
 
 
 def parse_package(obj: Any) -> ModelPackage:
@@ -488,7 +488,7 @@ def check_selection(
     selected execution files (the WGSL archive).
     Returns: a Selection. Raises: ManifestError ``wasm-name-mismatch``,
     ``wasm-size-mismatch``, ``wasm-sha256-mismatch``, ``validation-not-allowed``,
-    ``not-shader-archive``, ``gpu-unavailable`` or as :func:`check_dataset_files`.
+    ``not-shader-archive`` or as :func:`check_dataset_files`.
     """
     w = _facts(wasm_name, wasm)
     if w.name != package.wasm.file_name:
@@ -504,8 +504,6 @@ def check_selection(
     for facts in _selection_items(wgsl):
         if package.shader_archive is None or not package.shader_archive.matches(facts):
             raise ManifestError(ManifestReason.NOT_SHADER_ARCHIVE, f"{facts.name}: is not the package's shaderArchive")
-        if not package.is_experience:
-            raise ManifestError(ManifestReason.GPU_UNAVAILABLE, f"{facts.name}: GPU training over dataset inputs is not available yet")
         gpu = True
     return Selection(
         gpu,

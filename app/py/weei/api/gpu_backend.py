@@ -1,0 +1,257 @@
+"""The GPU compute backend: a job's assignments on a WebGPU device, the CPU Workers otherwise.
+
+Theory of operation
+-------------------
+``GpuComputeBackend`` implements the ``compute.ComputeBackend`` seam around
+the CPU backend. For each assignment of a job created with ``executionFiles``
+(``prepare.GpuFiles``), when the device's backend preference allows it
+(``auto`` a hardware adapter, ``gpu``/``hybrid`` any adapter, ``cpu`` never):
+
+1. the budget (the backend's ``estimatedWorkingBytes`` against
+   ``gpuMemoryBudgetMiB``) is checked before anything is allocated;
+2. the device is opened (``weei.gpu.executor.GpuDevice.open``) and the archive
+   compiled module by module: stage ``compiling``, whose time is the
+   diagnostics' ``compilationMs``;
+3. once per job and device, the admission gate (``session.run_gate``);
+4. the assignment trains on the GPU (``session.train_on_gpu``).
+
+Any ``GpuError`` on the way is a named fallback: ``execution.fallbackReason``
+and ``diagnostics.gpu.initializationError`` say why, and the assignment
+restarts on the CPU Workers from its checkpoint weights (the package's
+``cpuFallback: restart-assignment``): nothing is lost. A reason that would
+recur (no adapter, a refused archive, the gate) is remembered for the job
+until the preference or the budget changes, so later assignments go to the
+CPU at once.
+
+The device work is blocking (wgpu-py's ``*_sync`` calls, the shim's
+``run_sync``); ``run_blocking`` runs it off the event loop (a thread in
+CPython; inline in Pyodide, where the page's Python runs it: see docs/gpu.md). Progress reports cross back with ``call_soon_threadsafe``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable, Mapping
+
+from ..core.messages import Assign
+from ..core.participant import TrainOutcome
+from ..gpu.adapter import check_budget
+from ..gpu.errors import GpuError
+from ..gpu.executor import GpuDevice
+from ..gpu.gate import GateResult, require_pass
+from ..gpu.session import GpuBackendSpec, run_gate, train_on_gpu
+from ..prepare import GpuFiles
+from ..runtime import Engine, ModelRuntime
+from .compute import CpuWorkerBackend
+from .ports import TaskCancelled, WorkerResult, WorkerTask
+from .session import Session
+
+__all__ = ["GpuComputeBackend", "RunBlocking"]
+
+RunBlocking = Callable[[Callable[[], Any]], Awaitable[Any]]
+
+
+async def _to_thread(fn: Callable[[], Any]) -> Any:
+    if sys.platform == "emscripten":  # Pyodide has no threads: the shim blocks on promises with run_sync
+        return fn()
+    return await asyncio.to_thread(fn)
+
+
+@dataclass
+class _JobGpu:
+    files: GpuFiles
+    spec: GpuBackendSpec
+    device: GpuDevice | None = None
+    device_key: tuple[str, int] | None = None
+    gate: GateResult | None = None
+    refused: tuple[tuple[str, int], GpuError] | None = None  # (preference, budget) -> the recurring reason
+
+
+# Reasons that come back on every assignment of the job (the device, the package, the gate).
+_STICKY = frozenset({
+    "webgpu-unavailable", "no-adapter", "software-adapter", "missing-feature", "adapter-limits", "device-failed",
+    "over-memory-budget", "module-compile-failed", "module-missing", "entry-point-missing", "program-invalid",
+    "program-over-budget", "program-over-estimate", "gate-mismatch",
+})
+
+
+class GpuComputeBackend:
+    """Trains on the GPU where the job, the preference and the device allow; the CPU Workers otherwise."""
+
+    def __init__(self, cpu: CpuWorkerBackend, *, engine: Engine, session: Session, gpu: Any,
+                 run_blocking: RunBlocking = _to_thread) -> None:
+        self.cpu = cpu
+        self.engine = engine
+        self.session = session
+        self.gpu = gpu  # wgpu.gpu in CPython, weei.browser.webgpu.gpu in Pyodide, None without WebGPU
+        self.run_blocking = run_blocking
+        self.job: _JobGpu | None = None
+        self.kind = "cpu"  # what the last assignment trained on (execution.actual)
+        self.id = cpu.id
+        self._cpu_id = cpu.id
+        self._gpu_attempt: str | None = None
+        self._current: str | None = None
+        self.wgsl: dict[str, Any] = {"present": False, "sha256": []}  # diagnostics' model.wgsl
+        session.recorder.update_gpu({"webgpu": "available" if gpu is not None else "unavailable",
+                                     "memoryBudgetMiB": session.device.gpu_memory_budget_mib})
+
+    # ------------------------------------------------------------ the seam
+
+    @property
+    def device_limit(self) -> int:
+        return self.cpu.device_limit
+
+    @property
+    def active(self) -> int:
+        return self.cpu.active + (1 if self._gpu_attempt is not None else 0)
+
+    def set_job(self, files: GpuFiles | None, cpu_backend_id: str | None) -> None:
+        """The active job's WGSL archive and GPU backend (None: the job trains on the CPU only)."""
+        self._cpu_id = cpu_backend_id or self.cpu.id
+        self.id, self.kind = self._cpu_id, "cpu"
+        self.job = None if files is None else _JobGpu(files, GpuBackendSpec.from_backend(files.backend))
+        self.session.fallback = None
+        self.session.recorder.update_gpu({"initializationError": None})
+        self.session.recorder.update_execution({"fallbackReason": None})
+        self.wgsl = {"present": files is not None,
+                     "sha256": list(files.archive.module_sha256s) if files is not None else []}
+
+    async def train(self, assign: Assign, *, module_sha256: str, module: bytes, weights: bytes,
+                    auxiliary: Mapping[str, bytes], chunk: bytes | None, workers: int) -> TrainOutcome:
+        s = self.session
+        preference = s.device.backend_preference
+        budget = s.device.gpu_memory_budget_mib
+        s.recorder.update_gpu({"memoryBudgetMiB": budget})
+        job = self.job
+        if job is not None and preference != "cpu":
+            try:
+                outcome = await self._train_gpu(job, assign, preference, budget, module, weights, auxiliary, chunk)
+            except GpuError as exc:
+                self._fell_back(job, preference, budget, exc)
+            else:
+                self.kind, self.id = "gpu", job.spec.id
+                s.actual, s.fallback = "gpu", None
+                s.recorder.update_execution({"actual": "gpu", "backend": job.spec.id, "fallbackReason": None})
+                return outcome
+        else:  # nothing to fall back from
+            s.fallback = None
+            s.recorder.update_execution({"fallbackReason": None})
+        self.kind, self.id = "cpu", self._cpu_id
+        s.actual = "cpu"
+        s.recorder.update_execution({"actual": "cpu", "backend": self._cpu_id})
+        return await self.cpu.train(assign, module_sha256=module_sha256, module=module, weights=weights,
+                                    auxiliary=auxiliary, chunk=chunk, workers=workers)
+
+    async def evaluate(self, *, module_sha256: str, module: bytes, task: WorkerTask) -> WorkerResult:
+        return await self.cpu.evaluate(module_sha256=module_sha256, module=module, task=task)
+
+    def follow(self, attempt_id: str | None) -> bool:
+        # A GPU step cannot be interrupted: a dropped attempt's result is discarded when it returns.
+        self._current = attempt_id
+        stale_gpu = self._gpu_attempt is not None and self._gpu_attempt != attempt_id
+        return self.cpu.follow(attempt_id) or stale_gpu
+
+    def cancel(self) -> None:
+        self.cpu.cancel()
+
+    # ------------------------------------------------------------ the GPU path
+
+    async def _train_gpu(self, job: _JobGpu, assign: Assign, preference: str, budget: int, module: bytes,
+                         weights: bytes, auxiliary: Mapping[str, bytes], chunk: bytes | None) -> TrainOutcome:
+        s = self.session
+        key = (preference, budget)
+        if job.refused is not None and job.refused[0] == key:
+            raise job.refused[1]
+        if assign.attempt_id != self._current:
+            raise TaskCancelled(f"attempt {assign.attempt_id} is no longer the participant's")
+        spec = job.spec
+        check_budget(spec.estimated_working_bytes, budget)  # before the device and any allocation
+        s.recorder.set_stage("compiling", s.monotonic())
+        if job.device is None or job.device_key != key:
+            job.device, job.device_key, job.gate = None, None, None
+            try:
+                job.device = await self.run_blocking(lambda: self._open(spec, preference))
+            except GpuError:
+                raise
+            except Exception as exc:  # the host's WebGPU failed in a way it does not name
+                raise GpuError("device-failed", f"{type(exc).__name__}: {exc}"[:500]) from exc
+            job.device_key = key
+        device = job.device
+        s.recorder.update_gpu({"adapter": device.facts.as_diagnostics(), "initializationError": None})
+        await self.run_blocking(lambda: device.compile(job.files.archive))
+        s.recorder.set_stage("training", s.monotonic())
+        work = _work(assign, chunk)
+        loop = asyncio.get_running_loop()
+        tag = assign.attempt_id
+        total = assign.chunk.example_count if assign.chunk is not None else assign.experience.unit_count
+
+        def report(progress: Any) -> None:
+            payload = {"processedExamples": progress.processed_examples, "totalExamples": total,
+                       "metrics": dict(progress.metrics)}
+            loop.call_soon_threadsafe(self._progress, tag, payload)
+
+        def run() -> Any:
+            runtime = ModelRuntime.load(module, self.engine)
+            gate = job.gate
+            if gate is None:
+                gate, _, _ = run_gate(runtime, device, job.files.archive, spec, weights, budget_mib=budget, **work)
+            require_pass(gate)
+            job.gate = gate
+            runtime.load_model(weights)
+            if auxiliary:
+                runtime.load_auxiliary(auxiliary)
+            runtime.on_progress = report
+            return train_on_gpu(runtime, device, job.files.archive, spec, budget_mib=budget, **work)
+
+        self._gpu_attempt = tag
+        try:
+            try:
+                result = await self.run_blocking(run)
+            except GpuError as exc:
+                if exc.reason in ("device-lost", "gpu-timeout"):
+                    job.device = None  # open a fresh device next time
+                raise
+            except Exception as exc:  # the host's WebGPU or the model's GPU operations: still the CPU's turn
+                job.device = None
+                raise GpuError("gpu-error", f"{type(exc).__name__}: {exc}"[:500]) from exc
+        finally:
+            self._gpu_attempt = None
+        if tag != self._current:
+            raise TaskCancelled(f"attempt {tag} was dropped while it trained on the GPU")
+        trained = result.train
+        s.record("gpu.trained", {"attempt": tag, "steps": result.stats.steps, "trainingMs": round(result.training_ms, 1),
+                                 "gate": job.gate.detail if job.gate is not None else None})
+        return TrainOutcome(trained.weights, trained.metrics, trained.examples, trained.optimizer_steps)
+
+    def _open(self, spec: GpuBackendSpec, preference: str) -> GpuDevice:
+        return GpuDevice.open(self.gpu, preference=preference, required_features=spec.required_features,
+                              minimum_limits=spec.minimum_device_limits)
+
+    def _progress(self, tag: str, payload: dict[str, Any]) -> None:
+        if tag == self._gpu_attempt and self.cpu.local.on_progress is not None:
+            self.cpu.local.on_progress(payload)
+
+    def _fell_back(self, job: _JobGpu, preference: str, budget: int, exc: GpuError) -> None:
+        s = self.session
+        reason = f"{exc.reason}: {exc.message}"[:500]
+        if exc.reason in _STICKY:
+            job.refused = ((preference, budget), exc)
+        s.fallback = exc.reason
+        s.recorder.update_gpu({"initializationError": reason})
+        s.recorder.update_execution({"fallbackReason": reason})
+        s.record("gpu.fallback", {"reason": exc.reason, "error": exc.message[:500],
+                                  "cpuFallback": "restart-assignment"})
+        s.recorder.set_stage("training", s.monotonic())
+
+
+def _work(assign: Assign, chunk: bytes | None) -> dict[str, Any]:
+    """train's input for the assignment (as the CPU Workers get it)."""
+    if assign.chunk is not None:
+        return {"data": chunk, "format": assign.chunk.format, "seed": assign.seed,
+                "settings": dict(assign.settings)}
+    exp = assign.experience
+    assert exp is not None
+    return {"experience": (exp.unit_start, exp.unit_count, exp.seed), "settings": dict(assign.settings)}
+
