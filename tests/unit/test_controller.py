@@ -284,17 +284,28 @@ def test_participants_report_diagnostics_and_a_declined_invitation_reaches_the_c
             await helper.decide_invitation(job_id, True)
             await network.settle()
             assert coordinator.get_state()["job"]["participants"]["refuser"]["state"] == "declined"
+            # Every stage the helper enters, in order (the recorder's own method, observed).
+            recorder, stages = helper.session.recorder, []
+            enter = recorder.set_stage
+            recorder.set_stage = lambda stage, *a, **k: (stages.append(stage), enter(stage, *a, **k))[1]
             await coordinator.start()
             await run_until_done(coordinator)
             await network.settle()
             await asyncio.sleep(0.1)
+            # Each assignment: prepared (module and weights into the Worker), trained, sent, and
+            # awaited until the next one or the job's end, after which the helper waits with none.
+            seen = [st for st in stages if st != "receiving"]
+            one = ["preparing", "training", "uploading", "awaitingAggregation"]
+            rounds = (len(seen) - 1) // len(one)
+            assert rounds >= 1 and seen == one * rounds + ["waiting"], stages
             diagnostics = coordinator.get_state()["diagnostics"]
             assert set(diagnostics) == {"coord", "helper"}
             remote = diagnostics["helper"]
             assert remote["environment"]["browser"] == "agent" and remote["connected"] is True
             assert remote["model"]["id"] == "digits-mlp" and remote["sequence"] >= 2
             assert remote["execution"]["actual"] == "cpu" and remote["execution"]["backend"] == "cpu-wasm"
-            assert remote["stage"] == "awaitingAggregation" and remote["timings"]["trainingMs"] > 0
+            assert remote["stage"] == "waiting" and remote["assignment"] is None
+            assert remote["timings"]["trainingMs"] > 0 and remote["timings"]["preparationMs"] > 0
             assert "weights" not in json.dumps(remote)
         finally:
             await network.close()

@@ -151,8 +151,14 @@ def test_timings_and_performance_reset_with_the_next_assignment() -> None:
         "processedExamples": 0, "totalExamples": "unknown", "optimizerSteps": "unknown",
         "currentExamplesPerSecond": None, "averageExamplesPerSecond": None, "lastProgressAt": None,
     }
+    rec.set_stage("training", 5000)
+    rec.progress(32, WALL0 + 5050, 5050, total=64)
+    rec.set_stage("waiting", 5100)
     rec.finish_assignment()
-    assert rec.snapshot(WALL0 + 5100, 5100)["assignment"] is None
+    done = rec.snapshot(WALL0 + 5100, 5100)
+    assert done["assignment"] is None
+    # The finished assignment's figures stay until the next one starts.
+    assert done["timings"]["trainingMs"] == 100 and done["performance"]["processedExamples"] == 32
 
 
 def test_current_speed_uses_the_last_five_seconds() -> None:

@@ -49,7 +49,7 @@ class Executor:
         self.view = view
         self.module_sha = ""  # the module this device's participant loaded
         self.residency = Residency()
-        self.diagnostics = DiagnosticsLink(session)
+        self.diagnostics = DiagnosticsLink(session, self._settle_stage)
         self.log_writer = DebugLogWriter(session.debug_log, kv, session.monotonic)
         self.tasks: set[asyncio.Task[Any]] = set()
         self.timer: asyncio.Task[Any] | None = None
@@ -90,6 +90,7 @@ class Executor:
         current = participant.current if participant is not None else None
         if self.backend.follow(current.attempt_id if current is not None else None):
             self.session.live.drop(self.session.my_peer_id)
+        self._settle_stage()
         self.store.evict(self.residency.referenced(self.session))
         if self.session.coordinator is not None:  # progress of attempts that ended goes
             self.session.live.retain(a.attempt_id for a in self.session.coordinator.attempts.open())
@@ -300,7 +301,9 @@ class Executor:
             # The backend says where the assignment trains (and why not on the GPU, if so).
             s.recorder.update_execution({"requested": device.backend_preference, "actual": self.backend.kind,
                                          "backend": self.backend.id, "activeWorkers": workers, "workerLimit": device.max_local_workers})
-            s.recorder.set_stage("training", s.monotonic())
+            # Preparing lasts until the first progress report: the Worker instantiates the module and
+            # loads the weights first, which trainingMs must not count (the spec's measuring rules).
+            s.recorder.set_stage("preparing", s.monotonic())
             s.actual = self.backend.kind
             participant.training_started(assign.attempt_id, now)
             await self.drain()
@@ -323,6 +326,36 @@ class Executor:
         if s.recorder.stage == "uploading":
             s.recorder.set_stage("awaitingAggregation", s.monotonic())
 
+    def _settle_stage(self) -> None:
+        """The stages between assignments, from what the participant holds and what is arriving.
+
+        ``awaitingAggregation`` lasts until the round's outcome reaches this
+        peer: a next assignment (Train starts it over) or the job's end, after
+        which the assignment is cleared and the stage is ``waiting``. Without
+        an assignment, ``receiving`` shows while the coordinator's files for
+        this job are on their way here.
+        """
+        s = self.session
+        participant, recorder = s.participant, s.recorder
+        if participant is None or recorder.job_id is None or participant.current is not None:
+            return
+        stage, mono = recorder.stage, s.monotonic()
+        if participant.state == "stopped":
+            if stage != "waiting" or recorder.has_assignment:
+                recorder.finish_assignment()
+                recorder.set_stage("waiting", mono)
+                self.diagnostics.report(final=True)  # the coordinator sees the end, not a stale stage
+            return
+        if stage in ("waiting", "receiving"):
+            recorder.set_stage("receiving" if self._receiving_from(participant.coordinator) else "waiting", mono)
+
+    def _receiving_from(self, coordinator: str | None) -> bool:
+        s = self.session
+        if s.transport is None or coordinator in (None, s.my_peer_id):
+            return False
+        return any(t.get("peerId") == coordinator and t.get("direction") == "receive"
+                   for t in s.transport.transfers_state().get("transfers", []))
+
     def on_local_progress(self, payload: dict[str, Any]) -> None:
         """A Worker's progress report (many a second)."""
         s = self.session
@@ -337,6 +370,8 @@ class Executor:
         if s.participant is not None and total is not None and \
                 s.participant.report_progress(processed, int(total), metrics, now):
             self.spawn(self.drain())  # the Progress message leaves (the participant rate-limits it)
+        if s.recorder.stage in ("preparing", "compiling") and current is not None:
+            s.recorder.set_stage("training", s.monotonic())
         try:
             s.recorder.progress(processed, now, s.monotonic(), total=total)
         except WeeiError:

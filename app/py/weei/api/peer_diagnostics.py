@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, Callable
 
 from ..core.commands import Send
 from ..core.errors import WeeiError
@@ -14,8 +14,9 @@ __all__ = ["DiagnosticsLink"]
 
 
 class DiagnosticsLink:
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: Session, settle: Callable[[], None] = lambda: None) -> None:
         self.session = session
+        self.settle = settle  # brings the stage up to date (receiving shows between messages)
         self.task: asyncio.Task[Any] | None = None
 
     def accept(self, peer: str, snapshot: dict[str, Any], now: float) -> None:
@@ -30,12 +31,14 @@ class DiagnosticsLink:
         except WeeiError as exc:
             s.record("diagnostics.refused", {"peer": peer, "reason": exc.reason, "error": str(exc)[:200]})
 
-    def report(self) -> None:
-        """Participants send a snapshot every 2 s while they have a job, and at once on a stage change."""
+    def report(self, *, final: bool = False) -> None:
+        """Participants send a snapshot every 2 s while they have a job, and at once on a stage change;
+        ``final``: the one snapshot that tells the coordinator this peer's job ended."""
         s = self.session
         participant = s.participant
+        quiet = ("declined", "disconnected") if final else ("stopped", "declined", "disconnected")
         if participant is None or participant.job_id is None or participant.coordinator in (None, s.my_peer_id) \
-                or s.recorder.job_id is None or participant.state in ("stopped", "declined", "disconnected"):
+                or s.recorder.job_id is None or participant.state in quiet:
             return
         mono = s.monotonic()
         if not s.recorder.due(mono):
@@ -57,7 +60,8 @@ class DiagnosticsLink:
     async def _loop(self) -> None:
         s = self.session
         while s.participant is not None and s.participant.state not in ("stopped", "declined"):
+            self.settle()
             self.report()
             due = s.recorder.next_due_at()
             wait = 2.0 if due is None else max(0.05, (due - s.monotonic()) / 1000.0)
-            await asyncio.sleep(min(wait, 2.0))
+            await asyncio.sleep(min(wait, 0.5))  # a transfer of a few hundred ms still shows as receiving

@@ -337,6 +337,11 @@ class Coordinator(RoundLoop):
                 self._log("message.ignored", peer=peer, reason="wrong-job", type=message.TYPE)
             return
         record = self.peers.get(peer)
+        if record is not None and isinstance(message, DiagnosticsReport):
+            # Also from a stopped peer: its last snapshot says its assignment ended with the job.
+            if self.diagnostics_sink is not None:
+                self.diagnostics_sink(peer, message.snapshot, now)
+            return
         if record is None or record.state == PeerState.STOPPED:
             self._log("message.ignored", peer=peer, reason="not-a-participant", type=message.TYPE)
             return
@@ -368,9 +373,6 @@ class Coordinator(RoundLoop):
                 self._end_attempt(attempt, "participant left", now, failed=False, reassign=True)
             self._log("participant.left", peer=peer)
             self._maybe_close_round(now)
-        elif isinstance(message, DiagnosticsReport):
-            if self.diagnostics_sink is not None:
-                self.diagnostics_sink(peer, message.snapshot, now)
         elif isinstance(message, Progress):
             attempt = self.attempts.open_one(message.attempt_id)
             if attempt is None or attempt.peer != peer:

@@ -123,6 +123,11 @@ class DiagnosticsRecorder:
         return self._job_id
 
     @property
+    def has_assignment(self) -> bool:
+        """Whether an assignment is shown (set by start_assignment, cleared by finish_assignment)."""
+        return self._assignment is not None
+
+    @property
     def stage(self) -> str:
         """The current stage."""
         return self._stage
@@ -168,9 +173,9 @@ class DiagnosticsRecorder:
         self._stage_since = now_mono
 
     def finish_assignment(self) -> None:
-        """End the assignment: ``assignment`` becomes null and its figures are dropped."""
+        """End the assignment: ``assignment`` becomes null. Its timings and performance stay on
+        show: the spec resets them "when the next assignment starts"."""
         self._assignment = None
-        self._reset_assignment_figures()
 
     def set_stage(self, stage: str, now_mono: float, error: str | None = None) -> None:
         """Enter ``stage`` (``error`` needs a message); a real change makes a snapshot due at once.
