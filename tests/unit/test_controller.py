@@ -306,6 +306,9 @@ def test_participants_report_diagnostics_and_a_declined_invitation_reaches_the_c
             assert remote["execution"]["actual"] == "cpu" and remote["execution"]["backend"] == "cpu-wasm"
             assert remote["stage"] == "waiting" and remote["assignment"] is None
             assert remote["timings"]["trainingMs"] > 0 and remote["timings"]["preparationMs"] > 0
+            # digits-mlp counts its steps: one per batch of the last chunk the helper trained.
+            steps = remote["performance"]["optimizerSteps"]
+            assert isinstance(steps, int) and steps >= 1
             assert "weights" not in json.dumps(remote)
         finally:
             await network.close()

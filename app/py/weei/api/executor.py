@@ -317,6 +317,8 @@ class Executor:
             participant.training_failed(assign.attempt_id, str(exc), s.clock())
         else:
             s.actual = self.backend.kind
+            if outcome.optimizer_steps is not None:
+                s.recorder.optimizer_steps_taken(outcome.optimizer_steps)
             s.recorder.set_stage("uploading", s.monotonic())
             participant.weight_bytes = participant.weight_bytes or len(weights)
             participant.training_finished(assign.attempt_id, outcome, s.clock())

@@ -222,6 +222,10 @@ class DiagnosticsRecorder:
         self._processed = processed
         self._last_progress_at = now_wall
 
+    def optimizer_steps_taken(self, steps: int) -> None:
+        """The assignment's optimizer steps, as the model counted them when it finished."""
+        self._optimizer_steps = check_count(steps, _OWN_INPUT.at("optimizer_steps"))
+
     # -- snapshots --------------------------------------------------------------------
 
     def next_due_at(self) -> float | None:
