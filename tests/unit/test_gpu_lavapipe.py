@@ -155,5 +155,9 @@ def test_the_abi_order_of_gpu_calls(runtime: ModelRuntime) -> None:
         runtime.gpu_end([b"\0" * 19240], None)
     with pytest.raises(ModelError, match="no step ran"):
         runtime.gpu_next([b"\0" * 32])
+    # cartpole-reinforce (an experience model) has them too, and refuses a dataset input.
     cartpole = ModelRuntime.load((ROOT / "app/static/models/cartpole-reinforce/model.wasm").read_bytes(), WasmtimeEngine())
-    assert not cartpole.has_gpu_operations
+    assert cartpole.has_gpu_operations
+    cartpole.load_model(cartpole.create_initial_weights(1))
+    with pytest.raises(ModelError, match="experience"):
+        cartpole.gpu_begin(data=_chunk(4), format=FORMAT)
