@@ -12,7 +12,9 @@ override IN: u32;
 override OUT: u32;
 override W_OFF: u32 = 0u;
 override B_OFF: u32 = 0u;
-// forward: 0 = identity, 1 = ReLU. input_grad: 1 = mask by mask[] > 0 (ReLU backward).
+// forward: 0 = identity, 1 = ReLU, 2 = tanh (weei_tanhf). input_grad: 1 = mask
+// by mask[] > 0 (ReLU backward), 2 = times 1 - mask^2 (tanh backward, mask = the
+// tanh output).
 override ACT: u32 = 0u;
 
 @group(0) @binding(0) var<storage, read> a: array<f32>;
@@ -20,6 +22,35 @@ override ACT: u32 = 0u;
 @group(0) @binding(2) var<storage, read_write> out: array<f32>;
 @group(0) @binding(3) var<storage, read> step: array<u32>;
 @group(0) @binding(4) var<storage, read> mask: array<f32>;
+
+// weei_expf and weei_tanhf of c/sdk/weei_math.h, operation by operation
+// (constants are the bits of the C float literals; weei_expf as in
+// softmax_xent.wgsl).
+fn weei_expf(x_in: f32) -> f32 {
+    var x = x_in;
+    if (x > 88.0) { x = 88.0; }
+    if (x < -87.0) { x = -87.0; }
+    let fn_ = x * bitcast<f32>(0x3fb8aa3bu);
+    let n = i32(select(fn_ + 0.5, fn_ - 0.5, fn_ < 0.0));
+    var r = x - f32(n) * bitcast<f32>(0x3f317200u);
+    r = r - f32(n) * bitcast<f32>(0x35bfbe8eu);
+    let p = 1.0 + r * (1.0 + r * (0.5 + r * (bitcast<f32>(0x3e2aaaabu) + r * (bitcast<f32>(0x3d2aaaabu)
+        + r * (bitcast<f32>(0x3c088889u) + r * bitcast<f32>(0x3ab60b61u))))));
+    return p * bitcast<f32>(u32(n + 127) << 23u);
+}
+
+fn weei_tanhf(x: f32) -> f32 {
+    let a = abs(x);
+    var t: f32;
+    if (a < bitcast<f32>(0x3c23d70au)) {
+        t = a - a * a * a * bitcast<f32>(0x3eaaaaabu);
+    } else if (a > 9.0) {
+        t = 1.0;
+    } else {
+        t = 1.0 - 2.0 / (weei_expf(2.0 * a) + 1.0);
+    }
+    return select(t, -t, x < 0.0);
+}
 
 // out[r][o] = bias[o] + sum_i x[r][i] * W[i][o], i ascending from the bias
 // (a = x, b = weights, out = y).
@@ -34,6 +65,7 @@ fn forward(@builtin(global_invocation_id) gid: vec3<u32>) {
         acc = acc + a[r * IN + i] * b[W_OFF + i * OUT + o];
     }
     if (ACT == 1u) { acc = select(0.0, acc, acc > 0.0); }
+    if (ACT == 2u) { acc = weei_tanhf(acc); }
     out[k] = acc;
 }
 
@@ -56,8 +88,8 @@ fn weight_grad(@builtin(global_invocation_id) gid: vec3<u32>) {
 // dx[r][i] = sum_o W[i][o] * dy[r][o] in the CPU's lane order: lane l sums
 // o = l, l+4, ... below OUT & ~3 from +0.0, lanes combine as (l0 + l1) +
 // (l2 + l3), then the remaining o one by one. ACT 1 then keeps dx only
-// where mask (the layer input's activation) is > 0, else +0.0
-// (a = dy, b = weights, out = dx, mask = activation).
+// where mask (the layer input's activation) is > 0, else +0.0; ACT 2
+// multiplies by 1 - mask^2 (weei_tanh_backward) (a = dy, b = weights, out = dx, mask = activation).
 @compute @workgroup_size(64)
 fn input_grad(@builtin(global_invocation_id) gid: vec3<u32>) {
     let k = gid.x;
@@ -82,5 +114,6 @@ fn input_grad(@builtin(global_invocation_id) gid: vec3<u32>) {
         s = s + b[w + o] * a[d + o];
     }
     if (ACT == 1u) { s = select(0.0, s, mask[k] > 0.0); }
+    if (ACT == 2u) { s = s * (1.0 - mask[k] * mask[k]); }
     out[k] = s;
 }

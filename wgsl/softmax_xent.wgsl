@@ -7,6 +7,10 @@
 // scale = bitcast<f32>(step[1]); stats[2r] = the row's loss
 // (log(sum) + max - logit[label], float32), stats[2r+1] = 1.0 when the
 // first maximal logit is the label, else 0.0. The model sums the losses.
+//
+// weighted_backward (the policy gradient, weei_softmax then the model's
+// product): dlogits[r][k] = (softmax_k - [k == label]) * row_scale[r], no
+// stats; label = the action taken, row_scale = its return-based weight.
 
 override CLASSES: u32;
 
@@ -15,6 +19,7 @@ override CLASSES: u32;
 @group(0) @binding(2) var<storage, read_write> dlogits: array<f32>;
 @group(0) @binding(3) var<storage, read> step: array<u32>;
 @group(0) @binding(4) var<storage, read_write> stats: array<f32>;
+@group(0) @binding(5) var<storage, read> row_scale: array<f32>;
 
 fn weei_expf(x_in: f32) -> f32 {
     var x = x_in;
@@ -70,6 +75,29 @@ fn forward_backward(@builtin(global_invocation_id) gid: vec3<u32>) {
     stats[2u * r + 1u] = select(0.0, 1.0, best == y);
     let inv = 1.0 / s;
     let scale = bitcast<f32>(step[1]);
+    for (var k = 0u; k < CLASSES; k = k + 1u) {
+        let p = weei_expf(logits[base + k] - mx);
+        dlogits[base + k] = (p * inv - select(0.0, 1.0, k == y)) * scale;
+    }
+}
+
+@compute @workgroup_size(64)
+fn weighted_backward(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let r = gid.x;
+    if (r >= step[0]) { return; }
+    let base = r * CLASSES;
+    let y = labels[r];
+    var mx = logits[base];
+    for (var k = 1u; k < CLASSES; k = k + 1u) {
+        let l = logits[base + k];
+        if (l > mx) { mx = l; }
+    }
+    var s = 0.0;
+    for (var k = 0u; k < CLASSES; k = k + 1u) {
+        s = s + weei_expf(logits[base + k] - mx);
+    }
+    let inv = 1.0 / s;
+    let scale = row_scale[r];
     for (var k = 0u; k < CLASSES; k = k + 1u) {
         let p = weei_expf(logits[base + k] - mx);
         dlogits[base + k] = (p * inv - select(0.0, 1.0, k == y)) * scale;

@@ -237,4 +237,27 @@ void weei_adam_step(weei_adam *a, float *w, const float *g);
 /* Initialisation: uniform(-limit, limit) with limit = sqrt(6 / (in + out)) (Glorot). */
 void weei_init_dense(weei_rng *r, float *W, float *bias, uint32_t in, uint32_t out);
 
+/* ---- GPU backends (docs/gpu.md) -------------------------------------------- */
+
+/* Pieces of a weei-device-program-v1 program, written with jw_*: a buffer,
+ * a pipeline with integer override constants (names NULL-terminated), a
+ * dispatch binding buffers[k] at binding k (NULL skips a number) over
+ * `workgroups` x 1 x 1 groups, a one-range readback list. */
+uint32_t weei_gpu_groups(uint64_t invocations); /* workgroups of 64 covering `invocations` */
+void weei_gpu_buffer(const char *id, uint64_t bytes, const char *init);
+void weei_gpu_pipeline(const char *id, const char *module, const char *entry, const char *const *names,
+                       const uint32_t *values);
+void weei_gpu_dispatch(const char *pipeline_id, const char *const *buffers, int count, uint32_t workgroups);
+void weei_gpu_readback(const char *id, uint64_t bytes);
+/* Reads {"readback": [region, ...]} into r (at most cap): the count or weei_fail. */
+int weei_gpu_read_regions(const wj_doc *in, weei_region *r, int cap);
+
+/* The step buffer of wgsl/optimizer.wgsl's adam: weei_adam_step's scalars
+ * (betas 0.9 / 0.999, eps 1e-8, its float64 bias corrections), computed
+ * in the WASM step by step: [count, grad_scale, size, b1, b2, 1-b1, 1-b2, eps]. */
+#define WEEI_GPU_STEP_WORDS 8
+typedef struct { float lr; uint32_t t; double b1t, b2t; } weei_gpu_adam;
+void weei_gpu_adam_init(weei_gpu_adam *a, float lr);
+void weei_gpu_adam_step(weei_gpu_adam *a, uint32_t count, float grad_scale, uint32_t step[WEEI_GPU_STEP_WORDS]);
+
 #endif

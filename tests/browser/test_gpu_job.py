@@ -1,7 +1,8 @@
 """A digits job with executionFiles in the page on Chromium's SwiftShader
 (--enable-unsafe-webgpu, as test_webgpu.py launches it): with 'gpu' it trains
-on the GPU through the shim in the page's Python; with 'auto' SwiftShader is
-refused by name and the job completes on the CPU Workers.
+on the GPU through the shim in the page's Python; a CartPole job runs hybrid
+(episodes in the WASM, the updates on SwiftShader); with 'auto' SwiftShader
+is refused by name and the job completes on the CPU Workers.
 """
 
 from __future__ import annotations
@@ -13,11 +14,14 @@ from test_api import PRELUDE, ready
 
 # Small shapes: SwiftShader is slow. 15 chunks, one pass: 15 assignments.
 SETTINGS = {"epochs": 1, "localEpochs": 1, "batchSize": 32, "coordinatorParticipates": True}
+# 2 rounds of 8 episodes: one update of at most 4000 steps per assignment.
+CARTPOLE_SETTINGS = {"epochs": 2, "localEpochs": 1, "batchSize": 16, "coordinatorParticipates": True,
+                     "experience": {"unitsPerAssignment": 8}}
 
-RUN = """async ([preference, settings]) => {
+RUN = """async ([preference, settings, model]) => {
   const training = T.api();
-  const pkg = await T.pkg('digits-mlp');
-  const archive = await T.fetchFile('models/digits-mlp/model.wgsl.json', 'model.wgsl.json', 'application/json');
+  const pkg = await T.pkg(model);
+  const archive = await T.fetchFile(`models/${model}/model.wgsl.json`, 'model.wgsl.json', 'application/json');
   await training.setBackendPreference(preference);
   await training.createJob({ wasm: pkg.wasm, manifest: pkg.manifest, files: pkg.files, settings,
                              executionFiles: [archive] });
@@ -30,13 +34,14 @@ RUN = """async ([preference, settings]) => {
 }"""
 
 
-def _run(browser: Any, url: str, preference: str) -> dict[str, Any]:
+def _run(browser: Any, url: str, preference: str, model: str = "digits-mlp",
+         settings: dict[str, Any] = SETTINGS) -> dict[str, Any]:
     pg = browser.new_page()
     pg.set_default_timeout(TIMEOUT_MS * 4)
     errors: list[str] = []
     pg.on("pageerror", lambda e: errors.append(str(e)))
     ready(pg, url)
-    out = pg.evaluate(RUN, [preference, SETTINGS])
+    out = pg.evaluate(RUN, [preference, settings, model])
     pg.close()
     assert not errors, errors
     return out
@@ -55,6 +60,21 @@ def test_a_digits_job_trains_on_the_gpu_in_the_page(weei_server: Any, webgpu_bro
     assert len(trained) == 15
     print("gate:", trained[0]["details"]["gate"], "| step ms:",
           [round(e["details"]["trainingMs"] / max(1, e["details"]["steps"]), 1) for e in trained[:3]],
+          "| compilationMs:", own["timings"]["compilationMs"])
+
+
+def test_a_cartpole_job_runs_hybrid_in_the_page(weei_server: Any, webgpu_browser: Any) -> None:
+    out = _run(webgpu_browser, weei_server.url, "gpu", "cartpole-reinforce", CARTPOLE_SETTINGS)
+    assert out["error"] is None and out["status"] == "completed"
+    assert out["execution"]["actual"] == "hybrid" and out["execution"]["fallback"] == "none", out["events"][:3]
+    own = out["own"]
+    assert own["execution"]["actual"] == "hybrid" and own["execution"]["backend"] == "gpu-webgpu"
+    assert own["execution"]["fallbackReason"] is None and own["gpu"]["adapter"] != "unknown"
+    trained = [e["details"] for e in out["events"] if e["event"] == "gpu.trained"]
+    assert len(trained) == 2 and all(t["hybrid"] and t["steps"] == 1 for t in trained)
+    gate = trained[0]["gate"]
+    assert gate == "bit-identical" or "weights differ" in gate
+    print("cartpole hybrid gate:", gate, "| update ms:", [t["trainingMs"] for t in trained],
           "| compilationMs:", own["timings"]["compilationMs"])
 
 

@@ -18,7 +18,7 @@ STEP = r'''
 import hashlib, json
 from weei.gpu import GpuError, pack_archive, parse_archive
 from weei.gpu.executor import GpuDevice
-from weei.gpu.session import GpuBackendSpec, run_gate, train_on_gpu
+from weei.gpu.session import GpuBackendSpec, GpuWork, run_gate, train_on_gpu
 from weei.runtime import ModelRuntime
 
 def one_step(gpu_api, engine, wasm, archive_bytes, chunk):
@@ -36,20 +36,20 @@ def one_step(gpu_api, engine, wasm, archive_bytes, chunk):
     runtime = ModelRuntime.load(wasm, engine)
     weights = runtime.create_initial_weights(7)
     gate, cpu, gpu = run_gate(runtime, device, archive, GpuBackendSpec("gpu-webgpu", 16 << 20, "fp32-standard"),
-                              weights, budget_mib=64, data=chunk, format="weei-digits-v1", seed=42,
-                              settings={"batchSize": 32})
+                              weights, GpuWork(data=chunk, format="weei-digits-v1", seed=42,
+                                               settings={"batchSize": 32}), budget_mib=64)
     out["gate"] = [gate.passed, gate.bit_identical, gate.max_abs_diff, gate.detail]
     out["cpu"] = hashlib.sha256(cpu.weights).hexdigest()
     out["gpu"] = hashlib.sha256(gpu.train.weights).hexdigest()
     out["gpuWeights"] = gpu.train.weights.hex()
     out["metricsEqual"] = cpu.metrics == gpu.train.metrics
     # A whole assignment (2 passes, 10 steps) on the GPU against train.
-    work = {"data": chunk, "format": "weei-digits-v1", "seed": 9, "settings": {"batchSize": 24, "localEpochs": 2}}
+    work = GpuWork(data=chunk, format="weei-digits-v1", seed=9, settings={"batchSize": 24, "localEpochs": 2})
     runtime.load_model(weights)
-    full_cpu = runtime.train(**work)
+    full_cpu = runtime.train(**work.inputs())
     runtime.load_model(weights)
     full_gpu = train_on_gpu(runtime, device, archive, GpuBackendSpec("gpu-webgpu", 16 << 20, "fp32-standard"),
-                            budget_mib=64, **work)
+                            work, budget_mib=64)
     out["full"] = [full_cpu.optimizer_steps, full_cpu.weights == full_gpu.train.weights,
                    full_cpu.metrics == full_gpu.train.metrics]
     # A module that does not compile, through this API's error reporting.

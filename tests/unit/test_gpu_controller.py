@@ -1,6 +1,7 @@
 """The GPU backend through the controller on lavapipe (docs/gpu.md, "How it is wired").
 
-A digits job created with executionFiles trains on the GPU with 'gpu';
+A digits job created with executionFiles trains on the GPU with 'gpu', a
+CartPole job hybrid (episodes in the CPU WASM, the updates on the device);
 'auto' refuses the software adapter; every refusal or fallback is named and
 the job still completes on the CPU.
 """
@@ -35,6 +36,10 @@ ARCHIVE_NAME = "model.wgsl.json"
 ARCHIVE = (ROOT / "app" / "static" / "models" / "digits-mlp" / ARCHIVE_NAME).read_bytes()
 SOURCES = {p.name: p.read_text(encoding="utf-8") for p in sorted((ROOT / "wgsl").glob("*.wgsl"))}
 SETTINGS = {"epochs": 1, "localEpochs": 1, "batchSize": 16, "coordinatorParticipates": True}
+CARTPOLE = "cartpole-reinforce"
+CARTPOLE_ARCHIVE = (ROOT / "app" / "static" / "models" / CARTPOLE / ARCHIVE_NAME).read_bytes()
+CARTPOLE_SETTINGS = {"epochs": 3, "localEpochs": 1, "batchSize": 16, "coordinatorParticipates": True,
+                     "experience": {"unitsPerAssignment": 24}}
 
 
 def controller() -> TrainingController:
@@ -45,9 +50,9 @@ def controller() -> TrainingController:
                               random_bytes=fixed_random, gpu=wgpu.gpu)
 
 
-def with_archive(archive: bytes, **backend: Any) -> dict[str, Any]:
-    """The digits package whose GPU backend declares ``archive`` (and ``backend``'s fields)."""
-    pkg = package("digits-mlp")
+def with_archive(archive: bytes, model: str = "digits-mlp", **backend: Any) -> dict[str, Any]:
+    """The model's package whose GPU backend declares ``archive`` (and ``backend``'s fields)."""
+    pkg = package(model)
     manifest = json.loads(pkg["manifest"])
     descriptor = {"fileName": ARCHIVE_NAME, "bytes": len(archive), "sha256": hashlib.sha256(archive).hexdigest()}
     gpu = next(b for b in manifest["execution"]["backends"] if b["kind"] == "gpu")
@@ -56,13 +61,16 @@ def with_archive(archive: bytes, **backend: Any) -> dict[str, Any]:
     return {**pkg, "execution_files": {ARCHIVE_NAME: archive}}
 
 
-async def train(preference: str, pkg: dict[str, Any], budget: int | None = None) -> dict[str, Any]:
+async def train(preference: str, pkg: dict[str, Any], budget: int | None = None,
+                settings: dict[str, Any] = SETTINGS, workers: int | None = None) -> dict[str, Any]:
     c = controller()
     await c.init()
+    if workers is not None:
+        await c.set_max_local_workers(workers)
     await c.set_backend_preference(preference)
     if budget is not None:
         await c.set_gpu_memory_budget_mib(budget)
-    await c.create_job(**pkg, settings=SETTINGS)
+    await c.create_job(**pkg, settings=settings)
     await c.start()
     await run_until_done(c, timeout=300)
     state = c.get_state()
@@ -112,6 +120,45 @@ def test_a_digits_job_trains_on_the_gpu_and_matches_the_cpu() -> None:
     worst = max(abs(a - b) for a, b in zip(gpu_w, cpu_w, strict=True))
     print(f"final weights: {sum(a != b for a, b in zip(gpu_w, cpu_w))} of {n} differ, max |diff| {worst:.3g}")
     assert worst < 2e-3  # measured on lavapipe: 4.0e-4
+
+
+def test_a_cartpole_job_runs_hybrid() -> None:
+    pkg = {**package(CARTPOLE), "execution_files": {ARCHIVE_NAME: CARTPOLE_ARCHIVE}}
+    hybrid = asyncio.run(train("gpu", pkg, settings=CARTPOLE_SETTINGS))
+    assert hybrid["job"]["status"] == "completed"
+    assert hybrid["execution"] == {"requested": "gpu", "actual": "hybrid", "phase": hybrid["execution"]["phase"],
+                                   "fallback": "none"}
+    own = hybrid["diagnostics"]["me"]
+    assert own["execution"]["actual"] == "hybrid" and own["execution"]["backend"] == "gpu-webgpu"
+    assert own["execution"]["fallbackReason"] is None and own["gpu"]["initializationError"] is None
+    trained = [e["details"] for e in hybrid["log"] if e["event"] == "gpu.trained"]
+    assert len(trained) == 3 and all(t["hybrid"] for t in trained)
+    assert all(t["steps"] == 2 for t in trained)  # 24 episodes: groups of 16 and 8, one update on the device each
+    assert trained[0]["gate"] == "bit-identical"  # lavapipe: tanh, the weighted softmax gradient and Adam are exact
+    assert all(cp["metrics"]["examplesProcessed"] == 24 for cp in hybrid["job"]["checkpoints"][1:])
+
+    # The same job on one CPU Worker (two would split each assignment's episodes between them):
+    # lavapipe computes the CPU's bits, so the episodes and the weights are the same.
+    on_cpu = asyncio.run(train("cpu", package(CARTPOLE), settings=CARTPOLE_SETTINGS, workers=1))
+    assert on_cpu["execution"]["actual"] == "cpu"
+    n = len(on_cpu["weights"]) // 4
+    worst = max(abs(a - b) for a, b in zip(struct.unpack(f"<{n}f", hybrid["weights"]),
+                                           struct.unpack(f"<{n}f", on_cpu["weights"]), strict=True))
+    print(f"cartpole, 3 rounds hybrid on lavapipe vs CPU: max |diff| {worst:.3g}")
+    assert worst < 1e-4
+
+
+def test_a_hybrid_gate_failure_restarts_on_the_cpu() -> None:
+    wrong = dict(SOURCES)
+    wrong["matmul.wgsl"] = wrong["matmul.wgsl"].replace("(1.0 - mask[k] * mask[k])", "(1.0 - mask[k])")
+    state = asyncio.run(train("gpu", with_archive(pack_archive(wrong), CARTPOLE), settings=CARTPOLE_SETTINGS))
+    assert fallback_of(state) == "gate-mismatch"
+    fallbacks = [e["details"] for e in state["log"] if e["event"] == "gpu.fallback"]
+    # Refused once, remembered for the job: the later assignments go to the CPU at once, from their checkpoints.
+    assert fallbacks and {f["reason"] for f in fallbacks} == {"gate-mismatch"}
+    assert {f["cpuFallback"] for f in fallbacks} == {"restart-assignment"}
+    assert not any(e["event"] == "gpu.trained" for e in state["log"])
+    assert all(cp["metrics"]["examplesProcessed"] == 24 for cp in state["job"]["checkpoints"][1:])
 
 
 def test_auto_does_not_pick_lavapipe_and_says_why() -> None:

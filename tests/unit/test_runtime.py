@@ -616,3 +616,11 @@ def test_reference_cartpole_model_trains_through_the_runtime(engine: WasmtimeEng
     rt.load_model(weights)
     result = rt.train(experience=(0, 2, 11), settings={"localEpochs": 1, "batchSize": 16})
     assert len(result.weights) == len(weights) and result.completed_units == 2
+
+
+def test_a_module_without_gpu_operations(rt: ModelRuntime) -> None:
+    # The echo model exports no gpuBegin/gpuNext/gpuEnd: gpuBegin is a named usage error.
+    assert not rt.has_gpu_operations
+    with pytest.raises(UsageError) as info:
+        loaded(rt).gpu_begin(experience=(0, 1, 1))
+    assert info.value.reason == "no-gpu-operations"

@@ -6,8 +6,6 @@
  * computes. */
 #include "digits.h"
 
-#define STEP_WORDS 8
-
 static struct {
     int active;
     uint32_t n, batch, epochs, epoch, start, step_limit, steps, pending;
@@ -15,11 +13,9 @@ static struct {
     uint32_t *order;
     float *x;
     uint32_t *labels;
-    uint32_t step[STEP_WORDS];
+    uint32_t step[WEEI_GPU_STEP_WORDS];
     weei_rng rng;
-    float lr;
-    uint32_t t;
-    double b1t, b2t;
+    weei_gpu_adam adam;
     double loss_sum;
     uint32_t correct;
     uint64_t processed, total;
@@ -28,62 +24,6 @@ static struct {
 static void end_session(void) {
     weei_mfree(G.records); weei_mfree(G.order); weei_mfree(G.x); weei_mfree(G.labels);
     weei_memzero(&G, sizeof G);
-}
-
-static uint32_t f32_bits(float f) { return weei_f32_bits(f); }
-
-static uint32_t groups(uint64_t invocations) { return (uint32_t)((invocations + 63) / 64); }
-
-static void buffer(const char *id, uint64_t bytes, const char *init) {
-    jw_obj_begin();
-    jw_key("id"); jw_str(id);
-    jw_key("bytes"); jw_uint(bytes);
-    jw_key("init"); jw_str(init);
-    jw_obj_end();
-}
-
-/* A pipeline with up to 5 integer override constants (names NULL-terminated). */
-static void pipeline(const char *id, const char *module, const char *entry, const char *const *names,
-                     const uint32_t *values) {
-    jw_obj_begin();
-    jw_key("id"); jw_str(id);
-    jw_key("module"); jw_str(module);
-    jw_key("entryPoint"); jw_str(entry);
-    jw_key("constants");
-    jw_obj_begin();
-    for (int k = 0; names[k]; k++) { jw_key(names[k]); jw_uint(values[k]); }
-    jw_obj_end();
-    jw_obj_end();
-}
-
-/* A dispatch binding buffers[k] at binding k (NULL skips a binding number). */
-static void dispatch(const char *pipeline_id, const char *const *buffers, int count, uint32_t workgroups) {
-    jw_obj_begin();
-    jw_key("op"); jw_str("dispatch");
-    jw_key("pipeline"); jw_str(pipeline_id);
-    jw_key("bindings");
-    jw_arr_begin();
-    for (int k = 0; k < count; k++) {
-        if (!buffers[k]) continue;
-        jw_obj_begin();
-        jw_key("binding"); jw_uint((uint64_t)k);
-        jw_key("buffer"); jw_str(buffers[k]);
-        jw_obj_end();
-    }
-    jw_arr_end();
-    jw_key("workgroups");
-    jw_arr_begin(); jw_uint(workgroups); jw_uint(1); jw_uint(1); jw_arr_end();
-    jw_obj_end();
-}
-
-static void readback(const char *id, uint64_t bytes) {
-    jw_arr_begin();
-    jw_obj_begin();
-    jw_key("buffer"); jw_str(id);
-    jw_key("offset"); jw_uint(0);
-    jw_key("bytes"); jw_uint(bytes);
-    jw_obj_end();
-    jw_arr_end();
 }
 
 static void write_program(uint32_t B) {
@@ -101,31 +41,31 @@ static void write_program(uint32_t B) {
     jw_key("format"); jw_str("weei-device-program-v1");
     jw_key("buffers");
     jw_arr_begin();
-    buffer("weights", WEIGHT_BYTES, "weights");
-    buffer("grad", WEIGHT_BYTES, "zeros");
-    buffer("adam_m", WEIGHT_BYTES, "zeros");
-    buffer("adam_v", WEIGHT_BYTES, "zeros");
-    buffer("x", (uint64_t)B * IN * 4, "batch");
-    buffer("labels", (uint64_t)B * 4, "batch");
-    buffer("step", STEP_WORDS * 4, "batch");
-    buffer("h", (uint64_t)B * HID * 4, "zeros");
-    buffer("logits", (uint64_t)B * OUT * 4, "zeros");
-    buffer("dlogits", (uint64_t)B * OUT * 4, "zeros");
-    buffer("dh", (uint64_t)B * HID * 4, "zeros");
-    buffer("stats", (uint64_t)B * 8, "zeros");
+    weei_gpu_buffer("weights", WEIGHT_BYTES, "weights");
+    weei_gpu_buffer("grad", WEIGHT_BYTES, "zeros");
+    weei_gpu_buffer("adam_m", WEIGHT_BYTES, "zeros");
+    weei_gpu_buffer("adam_v", WEIGHT_BYTES, "zeros");
+    weei_gpu_buffer("x", (uint64_t)B * IN * 4, "batch");
+    weei_gpu_buffer("labels", (uint64_t)B * 4, "batch");
+    weei_gpu_buffer("step", WEEI_GPU_STEP_WORDS * 4, "batch");
+    weei_gpu_buffer("h", (uint64_t)B * HID * 4, "zeros");
+    weei_gpu_buffer("logits", (uint64_t)B * OUT * 4, "zeros");
+    weei_gpu_buffer("dlogits", (uint64_t)B * OUT * 4, "zeros");
+    weei_gpu_buffer("dh", (uint64_t)B * HID * 4, "zeros");
+    weei_gpu_buffer("stats", (uint64_t)B * 8, "zeros");
     jw_arr_end();
 
     jw_key("pipelines");
     jw_arr_begin();
-    pipeline("l1_forward", "matmul.wgsl", "forward", dense, l1);
-    pipeline("l2_forward", "matmul.wgsl", "forward", dense, l2);
-    pipeline("xent", "softmax_xent.wgsl", "forward_backward", classes, cls);
-    pipeline("l2_wgrad", "matmul.wgsl", "weight_grad", wgrad, l2g);
-    pipeline("l2_bgrad", "reduce.wgsl", "column_sum", colsum, l2b);
-    pipeline("l2_xgrad", "matmul.wgsl", "input_grad", dense, l2x);
-    pipeline("l1_wgrad", "matmul.wgsl", "weight_grad", wgrad, l1g);
-    pipeline("l1_bgrad", "reduce.wgsl", "column_sum", colsum, l1b);
-    pipeline("adam", "optimizer.wgsl", "adam", n_params, np);
+    weei_gpu_pipeline("l1_forward", "matmul.wgsl", "forward", dense, l1);
+    weei_gpu_pipeline("l2_forward", "matmul.wgsl", "forward", dense, l2);
+    weei_gpu_pipeline("xent", "softmax_xent.wgsl", "forward_backward", classes, cls);
+    weei_gpu_pipeline("l2_wgrad", "matmul.wgsl", "weight_grad", wgrad, l2g);
+    weei_gpu_pipeline("l2_bgrad", "reduce.wgsl", "column_sum", colsum, l2b);
+    weei_gpu_pipeline("l2_xgrad", "matmul.wgsl", "input_grad", dense, l2x);
+    weei_gpu_pipeline("l1_wgrad", "matmul.wgsl", "weight_grad", wgrad, l1g);
+    weei_gpu_pipeline("l1_bgrad", "reduce.wgsl", "column_sum", colsum, l1b);
+    weei_gpu_pipeline("adam", "optimizer.wgsl", "adam", n_params, np);
     jw_arr_end();
 
     /* The order of model_train: forward, loss, backward (db, dW, dx per layer), Adam. */
@@ -140,18 +80,18 @@ static void write_program(uint32_t B) {
     static const char *const s9[] = { "weights", "grad", "adam_m", "adam_v", "step" };
     jw_key("steps");
     jw_arr_begin();
-    dispatch("l1_forward", s1, 4, groups((uint64_t)B * HID));
-    dispatch("l2_forward", s2, 4, groups((uint64_t)B * OUT));
-    dispatch("xent", s3, 5, groups(B));
-    dispatch("l2_wgrad", s4, 4, groups(HID * OUT));
-    dispatch("l2_bgrad", s5, 4, groups(OUT));
-    dispatch("l2_xgrad", s6, 5, groups((uint64_t)B * HID));
-    dispatch("l1_wgrad", s7, 4, groups(IN * HID));
-    dispatch("l1_bgrad", s8, 4, groups(HID));
-    dispatch("adam", s9, 5, groups(N_PARAMS));
+    weei_gpu_dispatch("l1_forward", s1, 4, weei_gpu_groups((uint64_t)B * HID));
+    weei_gpu_dispatch("l2_forward", s2, 4, weei_gpu_groups((uint64_t)B * OUT));
+    weei_gpu_dispatch("xent", s3, 5, weei_gpu_groups(B));
+    weei_gpu_dispatch("l2_wgrad", s4, 4, weei_gpu_groups(HID * OUT));
+    weei_gpu_dispatch("l2_bgrad", s5, 4, weei_gpu_groups(OUT));
+    weei_gpu_dispatch("l2_xgrad", s6, 5, weei_gpu_groups((uint64_t)B * HID));
+    weei_gpu_dispatch("l1_wgrad", s7, 4, weei_gpu_groups(IN * HID));
+    weei_gpu_dispatch("l1_bgrad", s8, 4, weei_gpu_groups(HID));
+    weei_gpu_dispatch("adam", s9, 5, weei_gpu_groups(N_PARAMS));
     jw_arr_end();
-    jw_key("stepReadback"); readback("stats", (uint64_t)B * 8);
-    jw_key("finalReadback"); readback("weights", WEIGHT_BYTES);
+    jw_key("stepReadback"); weei_gpu_readback("stats", (uint64_t)B * 8);
+    jw_key("finalReadback"); weei_gpu_readback("weights", WEIGHT_BYTES);
 }
 
 static void shuffle_epoch(void) {
@@ -177,8 +117,7 @@ static int gpu_begin(const wj_doc *in) {
     G.batch = s.batch_size < G.n ? s.batch_size : G.n;
     G.epochs = s.local_epochs;
     G.step_limit = step_limit;
-    G.lr = s.learning_rate;
-    G.b1t = G.b2t = 1.0;
+    weei_gpu_adam_init(&G.adam, s.learning_rate);
     G.total = (uint64_t)G.n * s.local_epochs;
     G.records = weei_malloc((size_t)G.n * RECORD);
     G.order = weei_malloc((size_t)G.n * 4);
@@ -233,18 +172,7 @@ static void pack_batch(void) {
         for (int k = 0; k < IN; k++) G.x[b * IN + k] = digits_pixel(rec[k]);
         G.labels[b] = rec[IN];
     }
-    const float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
-    G.t++;
-    if (G.t <= 100000) { G.b1t *= beta1; G.b2t *= beta2; }
-    float step = (float)((double)G.lr * __builtin_sqrt(1.0 - G.b2t) / (1.0 - G.b1t));
-    G.step[0] = count;
-    G.step[1] = f32_bits(1.0f / (float)count);
-    G.step[2] = f32_bits(step);
-    G.step[3] = f32_bits(beta1);
-    G.step[4] = f32_bits(beta2);
-    G.step[5] = f32_bits(1.0f - beta1);
-    G.step[6] = f32_bits(1.0f - beta2);
-    G.step[7] = f32_bits(eps);
+    weei_gpu_adam_step(&G.adam, count, 1.0f / (float)count, G.step);
     G.start += count;
     G.pending = count;
     jw_obj_begin();
@@ -252,28 +180,15 @@ static void pack_batch(void) {
     jw_arr_begin();
     jw_obj_begin(); jw_key("buffer"); jw_str("x"); jw_key("data"); jw_region(G.x, count * IN * 4); jw_obj_end();
     jw_obj_begin(); jw_key("buffer"); jw_str("labels"); jw_key("data"); jw_region(G.labels, count * 4); jw_obj_end();
-    jw_obj_begin(); jw_key("buffer"); jw_str("step"); jw_key("data"); jw_region(G.step, STEP_WORDS * 4); jw_obj_end();
+    jw_obj_begin(); jw_key("buffer"); jw_str("step"); jw_key("data"); jw_region(G.step, WEEI_GPU_STEP_WORDS * 4); jw_obj_end();
     jw_arr_end();
     jw_obj_end();
-}
-
-/* Reads {"readback": [region, ...]} into r (at most `cap`); the count or weei_fail. */
-static int read_regions(const wj_doc *in, weei_region *r, int cap) {
-    int arr = wj_get(in, 0, "readback");
-    if (arr < 0 || in->toks[arr].type != WJ_ARRAY) return weei_fail("a readback array is required");
-    int count = (int)in->toks[arr].count;
-    if (count > cap) return weei_fail("readback has more regions than the program reads");
-    for (int k = 0; k < count; k++) {
-        const char *error;
-        if (wj_region(in, wj_at(in, arr, (uint32_t)k), &r[k], &error) != 0) return weei_fail(error);
-    }
-    return count;
 }
 
 static int gpu_next(const wj_doc *in) {
     if (!G.active) return weei_fail("gpuNext called without gpuBegin");
     weei_region r[1];
-    int count = read_regions(in, r, 1);
+    int count = weei_gpu_read_regions(in, r, 1);
     if (count < 0) return -1;
     if (G.pending) {
         if (count != 1) return weei_fail("gpuNext: expected the step's stats readback");
@@ -299,7 +214,7 @@ static int gpu_end(const wj_doc *in) {
     if (G.pending || (G.steps < G.step_limit && (G.start < G.n || G.epoch + 1 < G.epochs)))
         return weei_fail("gpuEnd called before gpuNext answered done");
     weei_region r[1];
-    int count = read_regions(in, r, 1);
+    int count = weei_gpu_read_regions(in, r, 1);
     if (count < 0) return -1;
     if (count != 1 || r[0].bytes != WEIGHT_BYTES) return weei_fail("gpuEnd: expected the weights readback");
     if (digits_buffers() != 0) return -1;

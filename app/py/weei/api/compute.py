@@ -29,7 +29,7 @@ class ComputeBackend(Protocol):
     def id(self) -> str: ...  # diagnostics' execution.backend
 
     @property
-    def kind(self) -> str: ...  # 'cpu' | 'gpu': what execution.actual reports
+    def kind(self) -> str: ...  # 'cpu' | 'gpu' | 'hybrid': what execution.actual reports
 
     @property
     def device_limit(self) -> int: ...  # how many tasks can run at once on this device

@@ -13,7 +13,10 @@ the CPU backend. For each assignment of a job created with ``executionFiles``
    compiled module by module: stage ``compiling``, whose time is the
    diagnostics' ``compilationMs``;
 3. once per job and device, the admission gate (``session.run_gate``);
-4. the assignment trains on the GPU (``session.train_on_gpu``).
+4. the assignment trains on the GPU (``session.train_on_gpu``). An
+   experience assignment runs hybrid: the model's WASM plays the episodes on
+   the CPU and the device makes each policy update, so ``execution.actual``
+   is ``hybrid`` (``gpu`` for a dataset assignment).
 
 Any ``GpuError`` on the way is a named fallback: ``execution.fallbackReason``
 and ``diagnostics.gpu.initializationError`` say why, and the assignment
@@ -41,7 +44,7 @@ from ..gpu.adapter import check_budget
 from ..gpu.errors import GpuError
 from ..gpu.executor import GpuDevice
 from ..gpu.gate import GateResult, require_pass
-from ..gpu.session import GpuBackendSpec, run_gate, train_on_gpu
+from ..gpu.session import GpuBackendSpec, GpuWork, run_gate, train_on_gpu
 from ..prepare import GpuFiles
 from ..runtime import Engine, ModelRuntime
 from .compute import CpuWorkerBackend
@@ -88,7 +91,7 @@ class GpuComputeBackend:
         self.gpu = gpu  # wgpu.gpu in CPython, weei.browser.webgpu.gpu in Pyodide, None without WebGPU
         self.run_blocking = run_blocking
         self.job: _JobGpu | None = None
-        self.kind = "cpu"  # what the last assignment trained on (execution.actual)
+        self.kind = "cpu"  # what the last assignment trained on (execution.actual: cpu, gpu or hybrid)
         self.id = cpu.id
         self._cpu_id = cpu.id
         self._gpu_attempt: str | None = None
@@ -131,9 +134,10 @@ class GpuComputeBackend:
             except GpuError as exc:
                 self._fell_back(job, preference, budget, exc)
             else:
-                self.kind, self.id = "gpu", job.spec.id
-                s.actual, s.fallback = "gpu", None
-                s.recorder.update_execution({"actual": "gpu", "backend": job.spec.id, "fallbackReason": None})
+                mode = "hybrid" if assign.experience is not None else "gpu"
+                self.kind, self.id = mode, job.spec.id
+                s.actual, s.fallback = mode, None
+                s.recorder.update_execution({"actual": mode, "backend": job.spec.id, "fallbackReason": None})
                 return outcome
         else:  # nothing to fall back from
             s.fallback = None
@@ -196,14 +200,14 @@ class GpuComputeBackend:
             runtime = ModelRuntime.load(module, self.engine)
             gate = job.gate
             if gate is None:
-                gate, _, _ = run_gate(runtime, device, job.files.archive, spec, weights, budget_mib=budget, **work)
+                gate, _, _ = run_gate(runtime, device, job.files.archive, spec, weights, work, budget_mib=budget)
             require_pass(gate)
             job.gate = gate
             runtime.load_model(weights)
             if auxiliary:
                 runtime.load_auxiliary(auxiliary)
             runtime.on_progress = report
-            return train_on_gpu(runtime, device, job.files.archive, spec, budget_mib=budget, **work)
+            return train_on_gpu(runtime, device, job.files.archive, spec, work, budget_mib=budget)
 
         self._gpu_attempt = tag
         try:
@@ -221,7 +225,8 @@ class GpuComputeBackend:
         if tag != self._current:
             raise TaskCancelled(f"attempt {tag} was dropped while it trained on the GPU")
         trained = result.train
-        s.record("gpu.trained", {"attempt": tag, "steps": result.stats.steps, "trainingMs": round(result.training_ms, 1),
+        s.record("gpu.trained", {"attempt": tag, "hybrid": work.hybrid, "steps": result.stats.steps,
+                                 "trainingMs": round(result.training_ms, 1),
                                  "gate": job.gate.detail if job.gate is not None else None})
         return TrainOutcome(trained.weights, trained.metrics, trained.examples, trained.optimizer_steps)
 
@@ -246,12 +251,11 @@ class GpuComputeBackend:
         s.recorder.set_stage("training", s.monotonic())
 
 
-def _work(assign: Assign, chunk: bytes | None) -> dict[str, Any]:
+def _work(assign: Assign, chunk: bytes | None) -> GpuWork:
     """train's input for the assignment (as the CPU Workers get it)."""
     if assign.chunk is not None:
-        return {"data": chunk, "format": assign.chunk.format, "seed": assign.seed,
-                "settings": dict(assign.settings)}
+        return GpuWork(data=chunk, format=assign.chunk.format, seed=assign.seed, settings=dict(assign.settings))
     exp = assign.experience
     assert exp is not None
-    return {"experience": (exp.unit_start, exp.unit_count, exp.seed), "settings": dict(assign.settings)}
+    return GpuWork(experience=(exp.unit_start, exp.unit_count, exp.seed), settings=dict(assign.settings))
 

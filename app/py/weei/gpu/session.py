@@ -4,6 +4,10 @@ The WASM stays the model: ``gpuBegin`` emits the program, each ``gpuNext``
 packs the next step's batch (and reads the previous step's results), and
 ``gpuEnd`` turns the final readback (the weights) into train's result. This
 module only moves bytes between the model and the executor.
+
+An experience model runs hybrid (docs/gpu.md): its ``gpuNext`` plays the
+episodes in the WASM, on the CPU, with the weights the previous update read
+back, so the same loop serves both kinds of work.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from .executor import GpuDevice, ProgramRun, RunStats
 from .gate import GateResult, compare_step
 from .program import parse_program
 
-__all__ = ["GpuBackendSpec", "GpuTrainResult", "train_on_gpu", "run_gate", "MAX_GPU_STEPS"]
+__all__ = ["GpuBackendSpec", "GpuWork", "GpuTrainResult", "train_on_gpu", "run_gate", "MAX_GPU_STEPS"]
 
 MAX_GPU_STEPS = 1_000_000
 
@@ -50,6 +54,28 @@ class GpuBackendSpec:
 
 
 @dataclass(frozen=True)
+class GpuWork:
+    """train's input for one assignment: a chunk (``data`` + ``format``,
+    shuffled by ``seed``) or ``experience`` = (unit_start, unit_count, seed)."""
+
+    data: bytes | None = None
+    format: str | None = None
+    experience: tuple[int, int, int] | None = None
+    seed: int = 0
+    settings: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def hybrid(self) -> bool:
+        """Experience work: episodes on the CPU, the updates on the device."""
+        return self.experience is not None
+
+    def inputs(self) -> dict[str, Any]:
+        """The keyword arguments of ``train`` / ``gpu_begin``."""
+        return {"data": self.data, "format": self.format, "experience": self.experience, "seed": self.seed,
+                "settings": dict(self.settings)}
+
+
+@dataclass(frozen=True)
 class GpuTrainResult:
     train: TrainResult
     stats: RunStats
@@ -61,21 +87,15 @@ def train_on_gpu(
     gpu: GpuDevice,
     archive: ShaderArchive,
     backend: GpuBackendSpec,
+    work: GpuWork,
     *,
     budget_mib: float,
-    data: bytes | None = None,
-    format: str | None = None,
-    experience: tuple[int, int, int] | None = None,
-    seed: int = 0,
-    settings: Mapping[str, Any] | None = None,
     step_limit: int | None = None,
     max_steps: int = MAX_GPU_STEPS,
 ) -> GpuTrainResult:
     """Train one assignment on the GPU from the runtime's loaded weights."""
     check_budget(backend.estimated_working_bytes, budget_mib)
-    begin, weights, unit_count = runtime.gpu_begin(
-        data=data, format=format, experience=experience, seed=seed, settings=settings, step_limit=step_limit
-    )
+    begin, weights, unit_count = runtime.gpu_begin(**work.inputs(), step_limit=step_limit)
     program = parse_program(
         begin.get("program"),
         archive=archive,
@@ -109,20 +129,16 @@ def run_gate(
     archive: ShaderArchive,
     backend: GpuBackendSpec,
     weights: bytes,
+    work: GpuWork,
     *,
     budget_mib: float,
-    data: bytes | None = None,
-    format: str | None = None,
-    experience: tuple[int, int, int] | None = None,
-    seed: int = 0,
-    settings: Mapping[str, Any] | None = None,
 ) -> tuple[GateResult, TrainResult, GpuTrainResult]:
-    """The admission gate: the first step in the CPU WASM and on the GPU from
-    the same weights and batch, compared (docs/gpu.md). Leaves the runtime
-    needing a fresh load_model, as train does."""
-    work: dict[str, Any] = {"data": data, "format": format, "experience": experience, "seed": seed, "settings": settings}
+    """The admission gate: the first step (for experience work, the first
+    update, from the same episodes) in the CPU WASM and on the GPU from the
+    same weights, compared (docs/gpu.md). Leaves the runtime needing a fresh
+    load_model, as train does."""
     runtime.load_model(weights)
-    cpu = runtime.train(**work, step_limit=1)
+    cpu = runtime.train(**work.inputs(), step_limit=1)
     runtime.load_model(weights)
-    on_gpu = train_on_gpu(runtime, gpu, archive, backend, budget_mib=budget_mib, step_limit=1, **work)
+    on_gpu = train_on_gpu(runtime, gpu, archive, backend, work, budget_mib=budget_mib, step_limit=1)
     return compare_step(cpu.weights, on_gpu.train.weights, backend.numerical_mode), cpu, on_gpu
