@@ -134,7 +134,7 @@ def test_engine_lists_imports_and_exports(echo_wasm: bytes, engine: WasmtimeEngi
     [
         '(import "env" "foo" (func))',
         '(import "weei" "other" (func (param i32 i32)))',
-        '(import "weei" "onProgress" (memory 1))',
+        '(import "weei" "onProgress" (global i32))',
         '(import "weei" "onProgress" (func (param i32)))',
         '(import "wasi_snapshot_preview1" "fd_write" (func (param i32 i32 i32 i32) (result i32)))',
     ],
@@ -164,7 +164,7 @@ def test_missing_export_is_named(engine: WasmtimeEngine, missing: str) -> None:
         {"alloc": '(func (export "alloc") (result i32) i32.const 0)'},
         {"train": '(func (export "train") (param i32) (result i32) i32.const 0)'},
         {"memory": '(memory 1) (global (export "memory") i32 (i32.const 0))'},
-        {"free": '(memory (export "free") 1)'},
+        {"free": '(table (export "free") 1 funcref)'},
     ],
 )
 def test_export_of_wrong_kind_or_signature_is_refused(engine: WasmtimeEngine, override: dict[str, str]) -> None:

@@ -38,8 +38,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from weei.core.errors import ModelError, UsageError
+from weei.core.limits import MAX_FILE_BYTES
 
-from .engine import CompileError, Engine, EngineError, Instance, InstantiateError, Interrupted, Trap
+from .engine import CompileError, DeadlineExceeded, Engine, EngineError, Instance, InstantiateError, Interrupted, Trap
 from .results import EvalResult, Progress, TrainResult, field_count, field_metrics, parse_result_json
 
 __all__ = ["ABI_VERSION", "OPERATIONS", "REQUIRED_EXPORTS", "ProgressCallback", "ModelRuntime"]
@@ -74,6 +75,8 @@ _PROGRESS_IMPORT = ("weei", "onProgress")
 _U64_LIMIT = 1 << 64
 _U32_LIMIT = 1 << 32
 _MAX_REJECTIONS = 32
+_MAX_JSON_BYTES = 1 << 20  # a result or progress JSON: metrics and counts, never weights
+_MAX_REGION_BYTES = MAX_FILE_BYTES  # a region the module hands back (weights): the checkpoint limit
 
 ProgressCallback = Callable[[Progress], None]
 Buffer = bytes | bytearray | memoryview
@@ -523,10 +526,10 @@ class ModelRuntime:
     def _call(self, op: str, export: str, *args: int) -> int | None:
         try:
             return self._instance.call(export, *args)
-        except Interrupted as exc:
-            # Stopped from outside mid-operation: as unusable as after a trap, named by the reason.
-            self._broken = f"{export} interrupted ({exc.reason})"
-            raise ModelError(exc.reason, f"{op}: {export} was interrupted ({exc.reason})") from None
+        except (DeadlineExceeded, Interrupted) as exc:
+            # Stopped from outside or by its deadline: as unusable as after a trap, named by the reason.
+            self._broken = f"{export} stopped ({exc.reason})"
+            raise ModelError(exc.reason, f"{op}: {exc}") from None
         except EngineError as exc:
             self._broken = f"{export} trapped"
             raise ModelError("trap", f"{op}: the module trapped in {export}: {exc}") from None
@@ -548,6 +551,9 @@ class ModelRuntime:
         return {"ptr": ptr, "bytes": size}
 
     def _read(self, op: str, what: str, ptr: int, size: int) -> bytes:
+        limit = _MAX_JSON_BYTES if what in ("result", "progress") else _MAX_REGION_BYTES
+        if size > limit:  # refused before a byte is copied into the host
+            raise ModelError("result-too-large", f"{op}: {what} of {size} bytes is over the {limit:,}-byte limit")
         memory = self._instance.memory_size()
         if ptr + size > memory or (ptr == 0 and size > 0):
             raise ModelError(

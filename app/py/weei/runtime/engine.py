@@ -54,6 +54,7 @@ __all__ = [
     "CompileError",
     "InstantiateError",
     "Trap",
+    "DeadlineExceeded",
     "Interrupted",
     "Interruptible",
 ]
@@ -100,6 +101,12 @@ class Trap(EngineError):
     After a trap the instance's own state (its allocator, globals) is
     unknown; hosts must not call it again.
     """
+
+
+class DeadlineExceeded(Trap):
+    """The call ran past the deadline its host set (a hung or far too slow module)."""
+
+    reason = "deadline-exceeded"
 
 
 class Interrupted(Trap):

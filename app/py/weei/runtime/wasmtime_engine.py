@@ -14,17 +14,36 @@ after the deadline is set, so a call that starts at the same moment either
 sees the reason or traps: none runs on. The epoch is per engine: a pool
 gives each Worker its own :meth:`~WasmtimeEngine.fork` so interrupting one
 Worker touches no other.
+
+The module is untrusted, so each instance is bounded (issue: a hostile
+module must never hang or exhaust its host):
+
+* Features outside the ABI (memory64, threads and shared memory, multiple
+  memories, GC, exceptions, components) are off: such a module does not
+  compile, by name.
+* A store limit caps linear memory (``memory_limit_bytes``, 1 GiB by
+  default): ``memory.grow`` past it fails inside the module, and a module
+  whose declared minimum is larger does not instantiate.
+* Every call (and the start function) has a deadline: a shared ticker
+  advances each busy engine's epoch every :data:`TICK_S`, and a store's
+  deadline is that many ticks ahead. A call that overruns traps and raises
+  :class:`DeadlineExceeded`. :meth:`WasmtimeEngine.interrupt` advances the
+  epoch past every deadline it has given, so stopping stays immediate.
 """
 
 from __future__ import annotations
 
 import ctypes
+import math
 import threading
+import time
+import weakref
 
 import wasmtime
 
 from .engine import (
     CompileError,
+    DeadlineExceeded,
     ExternInfo,
     ExternKind,
     InstantiateError,
@@ -33,7 +52,43 @@ from .engine import (
     Trap,
 )
 
-__all__ = ["WasmtimeEngine", "WasmtimeModule", "WasmtimeInstance"]
+__all__ = ["WasmtimeEngine", "WasmtimeModule", "WasmtimeInstance", "DEFAULT_MEMORY_LIMIT", "DEFAULT_CALL_DEADLINE_S"]
+
+#: Linear memory one instance may have (the ABI's models need a few MB to a few hundred).
+DEFAULT_MEMORY_LIMIT = 1 << 30
+#: How long one call may run unless the host sets another deadline: generous, but finite.
+DEFAULT_CALL_DEADLINE_S = 900.0
+#: A start function's deadline: instantiation does no training.
+START_DEADLINE_S = 30.0
+#: The deadline clock's resolution.
+TICK_S = 0.1
+
+
+class _Ticker:
+    """One daemon thread that advances the epoch of every engine with a call under way."""
+
+    def __init__(self) -> None:
+        self._engines: weakref.WeakSet[WasmtimeEngine] = weakref.WeakSet()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def add(self, engine: WasmtimeEngine) -> None:
+        with self._lock:
+            self._engines.add(engine)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="weei-wasm-deadlines", daemon=True)
+                self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(TICK_S)
+            with self._lock:
+                engines = list(self._engines)
+            for engine in engines:
+                engine._tick()
+
+
+_TICKER = _Ticker()
 
 _PROGRESS_MODULE = "weei"
 _PROGRESS_NAME = "onProgress"
@@ -66,22 +121,45 @@ class WasmtimeEngine:
     It is :class:`~weei.runtime.engine.Interruptible`.
     """
 
-    def __init__(self, config: wasmtime.Config | None = None) -> None:
-        config = config if config is not None else wasmtime.Config()
+    def __init__(self, *, memory_limit_bytes: int = DEFAULT_MEMORY_LIMIT,
+                 call_deadline_s: float = DEFAULT_CALL_DEADLINE_S, start_deadline_s: float = START_DEADLINE_S) -> None:
+        config = wasmtime.Config()
         config.epoch_interruption = True
+        for feature in ("wasm_memory64", "wasm_threads", "shared_memory", "wasm_multi_memory", "wasm_gc",
+                        "wasm_exceptions", "wasm_component_model", "wasm_stack_switching", "wasm_custom_page_sizes"):
+            setattr(config, feature, False)  # (write-only properties: hasattr() says False)
         self._engine = wasmtime.Engine(config)
         self._lock = threading.Lock()
         self._reason: str | None = None  # set by interrupt(), cleared by resume()
+        self.memory_limit_bytes = memory_limit_bytes
+        self.call_deadline_s = call_deadline_s
+        self.start_deadline_s = start_deadline_s
+        self._busy = 0  # calls under way: the ticker advances the epoch only then
+        self._furthest = 1  # the most ticks ahead any deadline was set
+        _TICKER.add(self)
 
     def fork(self) -> WasmtimeEngine:
-        """A new engine with its own epoch (the default configuration)."""
-        return WasmtimeEngine()
+        """A new engine with its own epoch and the same limits."""
+        return WasmtimeEngine(memory_limit_bytes=self.memory_limit_bytes, call_deadline_s=self.call_deadline_s,
+                              start_deadline_s=self.start_deadline_s)
 
     def interrupt(self, reason: str) -> None:
         """Stop running calls and refuse new ones with :class:`Interrupted` until :meth:`resume`."""
         with self._lock:
             self._reason = reason
-        self._engine.increment_epoch()
+            ahead = self._furthest
+        for _ in range(ahead):  # past every deadline given out (at most deadline / TICK_S steps)
+            self._engine.increment_epoch()
+
+    def _tick(self) -> None:
+        if self._busy:
+            self._engine.increment_epoch()
+
+    def _deadline_ticks(self, seconds: float) -> int:
+        ticks = max(2, math.ceil(seconds / TICK_S) + 1)
+        with self._lock:
+            self._furthest = max(self._furthest, ticks)
+        return ticks
 
     def resume(self) -> None:
         with self._lock:
@@ -143,8 +221,10 @@ class WasmtimeInstance:
     ) -> None:
         self._engine = engine
         self._store = wasmtime.Store(engine._engine)
+        self._store.set_limits(memory_size=engine.memory_limit_bytes, memories=1, tables=4, instances=1)
+        self.deadline_s = engine.call_deadline_s
         # A start function runs during instantiation: it needs a deadline too.
-        self._store.set_epoch_deadline(1)
+        self._store.set_epoch_deadline(engine._deadline_ticks(engine.start_deadline_s))
         # While the progress hook runs, memory must be reached through the
         # Caller (the store is borrowed by the running call).
         self._caller: wasmtime.Caller | None = None
@@ -155,10 +235,17 @@ class WasmtimeInstance:
                 raise InstantiateError(f"no host value for import {imp.module}.{imp.name}")
             ty = wasmtime.FuncType([wasmtime.ValType.i32(), wasmtime.ValType.i32()], [])
             externs.append(wasmtime.Func(self._store, ty, self._progress, access_caller=True))
+        engine._busy += 1
         try:
             self._instance = wasmtime.Instance(self._store, module, externs)
-        except (wasmtime.WasmtimeError, wasmtime.Trap) as exc:
+        except wasmtime.Trap as exc:
+            if exc.trap_code == wasmtime.TrapCode.INTERRUPT and engine.interrupted() is None:
+                raise InstantiateError(f"the start function ran past its {engine.start_deadline_s:g} s deadline") from exc
             raise InstantiateError(str(exc)) from exc
+        except wasmtime.WasmtimeError as exc:
+            raise InstantiateError(str(exc)) from exc
+        finally:
+            engine._busy -= 1
         exports = self._instance.exports(self._store)
         self._funcs: dict[str, wasmtime.Func] = {}
         self._memory: wasmtime.Memory | None = None
@@ -185,21 +272,29 @@ class WasmtimeInstance:
         func = self._funcs.get(name)
         if func is None:
             raise Trap(f"no exported function {name!r}")
-        self._store.set_epoch_deadline(1)
-        reason = self._engine.interrupted()
+        engine = self._engine
+        nested = self._caller is not None  # the progress hook calls back in: the outer deadline holds
+        if not nested:
+            self._store.set_epoch_deadline(engine._deadline_ticks(self.deadline_s))
+        reason = engine.interrupted()
         if reason is not None:
             raise Interrupted(reason, f"{name}: interrupted ({reason}) before it started")
+        engine._busy += 1
         try:
             result = func(self._store, *args)
         except wasmtime.Trap as exc:
-            reason = self._engine.interrupted()
-            if exc.trap_code == wasmtime.TrapCode.INTERRUPT and reason is not None:
-                raise Interrupted(reason, f"{name}: interrupted ({reason})") from exc
+            reason = engine.interrupted()
+            if exc.trap_code == wasmtime.TrapCode.INTERRUPT:
+                if reason is not None:
+                    raise Interrupted(reason, f"{name}: interrupted ({reason})") from exc
+                raise DeadlineExceeded(f"{name}: ran past its {self.deadline_s:g} s deadline") from exc
             raise Trap(str(exc)) from exc
         except wasmtime.WasmtimeError as exc:
             # WasmtimeError also covers argument/type mismatches and
             # wasmtime's own resource limits: all "the call did not complete".
             raise Trap(str(exc)) from exc
+        finally:
+            engine._busy -= 1
         if result is None or isinstance(result, int):
             return result
         raise Trap(f"export {name!r} returned {type(result).__name__}, expected one i32")
