@@ -331,6 +331,8 @@
           room,
           createWorker: () => new core.WorkerClient(),
           onState: (text) => deliver(JSON.parse(text)),
+          // Tests shorten the Worker task deadlines (never set on a page without the test hooks).
+          taskDeadlinesMs: window.__weeiTestHooks ? window.WEEI_TASK_DEADLINES_MS : undefined,
         });
         bridge.api = api;
         bridge.seconds = (performance.now() - t0) / 1000;

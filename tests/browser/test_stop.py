@@ -80,3 +80,34 @@ def test_the_next_job_trains_within_seconds_after_stopping_an_endless_chunk(weei
         [s for s in shown if s["job"] != out["newJob"]][:3]
     assert all(s["progress"]["processedExamples"] <= s["progress"]["totalExamples"] for s in shown)
     assert not log.errors, log.errors
+
+
+def test_a_worker_task_past_its_deadline_fails_by_name_and_the_page_goes_on(weei_server: Any, page: Any) -> None:
+    """A chunk that never ends (a hung module, as far as the page can tell) runs into the train
+    deadline, shortened here to 3 s: the Worker is terminated and replaced, the assignment fails as
+    `deadline-exceeded`, and the page trains the next job."""
+    pg, log = page
+    pg.add_init_script("window.WEEI_TASK_DEADLINES_MS = { train: 3000 }")
+    ready(pg, weei_server.url)
+    out = pg.evaluate("""async (settings) => {
+      const training = T.api();
+      const pkg = await T.pkg('digits-mlp');
+      const quiet = { ...settings, validationSchedule: { enabled: false, unit: 'round', every: 1 } };
+      await training.createJob({ ...pkg, settings: { ...quiet, localEpochs: 1000000 } });
+      const started = performance.now();
+      await training.start();
+      const named = () => JSON.stringify(training.getDebugLog().events).includes('deadline-exceeded');
+      await T.waitFor('the deadline to fail the chunk by name', named, 180000);
+      const failedAfterMs = performance.now() - started;
+      await training.stop();
+      await T.waitFor('the Worker to be free', () => training.getState().activeWorkers === 0, 5000);
+      await training.createJob({ ...pkg, settings: quiet });
+      await training.start();
+      await T.waitFor('the next job to complete', () => T.done(training.getState()), 240000);
+      const s = training.getState();
+      return { failedAfterMs, error: s.error, status: s.job.status, rounds: T.rounds(s) };
+    }""", DIGITS)
+    assert out["failedAfterMs"] >= 3000, out
+    assert out["error"] is None and out["status"] == "completed", out
+    assert out["rounds"] == list(range(16))
+    assert not log.errors, log.errors

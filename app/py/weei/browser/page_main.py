@@ -37,7 +37,7 @@ from weei.core.aggregate import AggregationState, aggregate_round
 from weei.kernel.wasm_kernel import WasmKernel
 
 from . import webgpu
-from .convert import is_nullish
+from .convert import from_js_value, is_nullish
 from .engine import BrowserEngine, PageEngine, to_uint8array
 from .idb import IndexedDBStorage
 from .local_storage import LocalStorageKeyValue
@@ -147,7 +147,9 @@ class PageSession:
         transport, peer_id = await self._connect(room)
         controller = TrainingController(
             my_peer_id=peer_id, storage=storage, kv=LocalStorageKeyValue(),
-            pool=BrowserWorkerPool(hooks.createWorker), kernel=kernel, engine=engine,
+            pool=BrowserWorkerPool(hooks.createWorker,
+                                   deadlines_ms=from_js_value(getattr(hooks, "taskDeadlinesMs", None))),
+            kernel=kernel, engine=engine,
             clock=lambda: float(date_now()), monotonic=lambda: float(performance.now()),
             random_bytes=random_bytes, transport=transport, environment=environment(), gpu=webgpu.gpu)
         await controller.init()

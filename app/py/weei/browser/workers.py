@@ -30,10 +30,17 @@ raises ``TaskCancelled``) and starts a new one in its place right away, so
 Pyodide is loading while the next job is set up; it gets the module again
 with its first task. A cancelled task still waiting for its Worker leaves
 the queue without running.
+
+Deadlines: a request that runs past its deadline (:data:`TASK_DEADLINES_S`;
+a hung or hostile module) is treated the same way, the Worker terminated
+and replaced, and fails with ``ModelError('deadline-exceeded')``: the
+assignment fails like any failure and goes to another participant.
 """
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Mapping
 from typing import Any, Callable
 
 import js  # type: ignore[import-not-found]
@@ -47,7 +54,12 @@ from .convert import from_js_value, is_nullish
 from .engine import to_uint8array
 from .worker_main import js_object
 
-__all__ = ["BrowserWorkerPool"]
+__all__ = ["BrowserWorkerPool", "TASK_DEADLINES_S"]
+
+#: How long one Worker request may take (s): generous, but finite. loadModel includes a new
+#: Worker's Pyodide start, which takes minutes on a loaded machine; training and validation
+#: match the CPython host's call deadline.
+TASK_DEADLINES_S = {"loadModel": 300.0, "train": 900.0, "evaluate": 900.0}
 
 
 def _error(exc: JsException) -> WeeiError:
@@ -77,8 +89,15 @@ def _count(reply: Any, op: str) -> int:
 class BrowserWorkerPool:
     """:class:`weei.api.ports.WorkerPool` over ``WorkerClient``s made by ``create_worker()``."""
 
-    def __init__(self, create_worker: Callable[[], Any], device_limit: int | None = None) -> None:
+    def __init__(self, create_worker: Callable[[], Any], device_limit: int | None = None,
+                 deadlines_ms: Mapping[str, Any] | None = None) -> None:
         self._create = create_worker
+        # A Worker's synchronous wasm call cannot be interrupted: a request that overruns its deadline
+        # terminates the Worker (the next task starts a new one) and fails by name.
+        self._deadlines = dict(TASK_DEADLINES_S)
+        for op, ms in (deadlines_ms or {}).items():
+            if op in self._deadlines and isinstance(ms, (int, float)) and not isinstance(ms, bool) and ms > 0:
+                self._deadlines[op] = float(ms) / 1000
         if device_limit is None:
             cores = getattr(js.navigator, "hardwareConcurrency", None)
             device_limit = int(cores) if not is_nullish(cores) and int(cores) > 0 else 1
@@ -144,8 +163,13 @@ class BrowserWorkerPool:
 
             proxy = create_proxy(progress)
             options["onProgress"] = proxy
+        deadline = self._deadlines[op]
         try:
-            return await client.request(op, js_object(fields), js_object(options))
+            return await asyncio.wait_for(client.request(op, js_object(fields), js_object(options)), deadline)
+        except asyncio.TimeoutError:
+            self._drop(index, client)
+            raise ModelError("deadline-exceeded", f"{op} ran past its {deadline:g} s deadline: "
+                                                  "the Worker was stopped and is replaced") from None
         except JsException as exc:
             error = _error(exc)
             if error.reason == "worker-failed" or error.reason == "worker-start-failed":
