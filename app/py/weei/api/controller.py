@@ -34,11 +34,11 @@ from ..core.coordinator import Coordinator
 from ..core.debuglog import DebugLog
 from ..core.diagnostics import DiagnosticsRecorder
 from ..core.errors import CheckpointError, ManifestError, UsageError, WeeiError
+from ..core.job import JobSpec
 from ..core.limits import max_bytes
 from ..core.messages import Message
 from ..core.participant import Participant
 from ..core.settings import TrainingSettings
-from ..core.job import JobSpec
 from ..gpu.archive import check_descriptor, parse_archive
 from ..gpu.errors import GpuError
 from ..prepare import GpuFiles, PreparedJob, prepare_job

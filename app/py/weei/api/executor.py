@@ -262,8 +262,8 @@ class Executor:
         # A remote job's WGSL archive: the backend says whether this device will train on its GPU
         # (and so fetches the archive); our own job's archive the controller set already.
         offer = getattr(self.backend, "offer", None)
-        fetch = bool(offer(participant.gpu_offer)) if offer is not None and participant.coordinator != s.my_peer_id \
-            else False
+        remote = participant.coordinator != s.my_peer_id
+        fetch = bool(offer(participant.gpu_offer)) if offer is not None and remote else False
         s.recorder.join_job(participant.job_id or "", s.monotonic())
         self.module_sha = command.module.sha256
         self._set_model()

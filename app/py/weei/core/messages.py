@@ -148,7 +148,7 @@ def _metrics(obj: Mapping[str, Any], key: str) -> dict[str, float]:
     return out
 
 
-_LIMIT_NAME = 64
+_MAX_NAME = 64  # characters of a backend id, feature or limit name
 
 
 def check_gpu_offer(value: Any, at: Where = _AT.at("gpu")) -> dict[str, Any]:
@@ -167,18 +167,18 @@ def check_gpu_offer(value: Any, at: Where = _AT.at("gpu")) -> dict[str, Any]:
         "shaderArchive": {"fileName": _str(archive, "fileName", at=a_at),
                           "bytes": as_int(archive.get("bytes"), a_at.at("bytes"), 1, MAX_SHADER_ARCHIVE_BYTES),
                           "sha256": _sha(archive, "sha256", a_at)},
-        "backend": {"id": _str(backend, "id", limit=_LIMIT_NAME, at=b_at),
+        "backend": {"id": _str(backend, "id", limit=_MAX_NAME, at=b_at),
                     "estimatedWorkingBytes": _int(backend, "estimatedWorkingBytes", at=b_at),
                     "numericalMode": as_choice(backend.get("numericalMode"), b_at.at("numericalMode"),
                                                ("fp32-exact", "fp32-standard")),
-                    "requiredFeatures": [as_str(f, b_at.at("requiredFeatures").at(i), max_chars=_LIMIT_NAME)
+                    "requiredFeatures": [as_str(f, b_at.at("requiredFeatures").at(i), max_chars=_MAX_NAME)
                                          for i, f in enumerate(features)],
-                    "minimumDeviceLimits": {as_str(k, b_at.at("minimumDeviceLimits"), max_chars=_LIMIT_NAME):
-                                            as_int(v, b_at.at("minimumDeviceLimits").at(k[:_LIMIT_NAME]), 0)
+                    "minimumDeviceLimits": {as_str(k, b_at.at("minimumDeviceLimits"), max_chars=_MAX_NAME):
+                                            as_int(v, b_at.at("minimumDeviceLimits").at(k[:_MAX_NAME]), 0)
                                             for k, v in limits.items()}},
     }
     if obj.get("cpuBackend") is not None:
-        out["cpuBackend"] = _str(obj, "cpuBackend", limit=_LIMIT_NAME, at=at)
+        out["cpuBackend"] = _str(obj, "cpuBackend", limit=_MAX_NAME, at=at)
     return out
 
 
