@@ -303,6 +303,10 @@ def test_too_large_refused_at_the_begin_frame_without_buffering() -> None:
     reader = FrameReader("p", limits=limits)
     assert failures(reader.feed(artifact_begin_frame(1, "chunk", H0, 1001), 0.0)) == ["too-large"]
     assert failures(reader.feed(message_begin_frame(2, 101, []), 0.0)) == ["too-large"]
+    # A WGSL shader archive has its own limit, 4 MiB (docs/gpu.md), under the artifact limit.
+    reader = FrameReader("p")
+    assert failures(reader.feed(artifact_begin_frame(1, "wgsl", H0, 4 * 2**20 + 1), 0.0)) == ["too-large"]
+    assert failures(reader.feed(artifact_begin_frame(2, "wgsl", H0, 4 * 2**20), 0.0)) == []
 
 
 def test_too_many_transfers() -> None:

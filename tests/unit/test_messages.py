@@ -18,6 +18,10 @@ from weei.core.messages import (
 
 H1, H2, H3 = "a" * 64, "b" * 64, "0123456789abcdef" * 4
 REF = ArtifactRef("checkpoint", H1, 64)
+GPU_OFFER = {"shaderArchive": {"fileName": "model.wgsl.json", "bytes": 9708, "sha256": H3},
+             "backend": {"id": "gpu-webgpu", "estimatedWorkingBytes": 16777216, "numericalMode": "fp32-standard",
+                         "requiredFeatures": [], "minimumDeviceLimits": {"maxStorageBuffersPerShaderStage": 5}},
+             "cpuBackend": "cpu-wasm-simd"}
 
 SAMPLES = [
     Invitation("job-1", "coord", {"id": "m", "metrics": []}, {"fileName": "m.wasm", "bytes": 10, "sha256": H1}, 0,
@@ -45,6 +49,11 @@ SAMPLES = [
     DiagnosticsReport("job-1", {"schemaVersion": 1, "sequence": 3}),
     Progress("job-1", "r1-c0-a1", 5, 12, 40, {"loss": 0.5}),
     Progress("job-1", "r1-c0-a1", 12, 12, 90),
+    # The WGSL archive for remote participants (docs/wire.md): announced, asked for, sent with an Assign.
+    Deliver("job-1", ArtifactRef("module", H1, 10), {"id": "m"}, {}, GPU_OFFER),
+    ModuleStatus("job-1", True, None, (H1,), True),
+    Assign("job-1", 2, "r2-c1", "r2-c1-a1", REF, {"localEpochs": 1, "batchSize": 2}, 3,
+           ChunkRef("c1", "syn", 12, ArtifactRef("chunk", H2, 100)), shader_archive=ArtifactRef("wgsl", H3, 9708)),
 ]
 
 
@@ -137,6 +146,18 @@ BAD = [
     (_with(Assign, chunk=_DROP), "bad-field"),  # neither
     (_with(Assign, auxiliary={str(i): REF.to_json() for i in range(9)}), "bad-field"),
     (_with(Assign, chunk={"id": "c", "format": "f", "exampleCount": 1, "data": "x"}), "bad-field"),
+    (_with(Assign, shaderArchive=ArtifactRef("chunk", H3, 10).to_json()), "bad-field"),  # not a wgsl artifact
+    (_with(Assign, shaderArchive=ArtifactRef("wgsl", H3, 4 * 2**20 + 1).to_json()), "bad-field"),  # over 4 MiB
+    (_with(Deliver, gpu=[]), "bad-field"),
+    (_with(Deliver, gpu={**GPU_OFFER, "shaderArchive": {**GPU_OFFER["shaderArchive"], "sha256": "x"}}), "bad-field"),
+    (_with(Deliver, gpu={**GPU_OFFER, "shaderArchive": {**GPU_OFFER["shaderArchive"], "bytes": 0}}), "bad-field"),
+    (_with(Deliver, gpu={**GPU_OFFER, "backend": {**GPU_OFFER["backend"], "numericalMode": "fp16"}}), "bad-field"),
+    (_with(Deliver, gpu={**GPU_OFFER, "backend": {**GPU_OFFER["backend"], "requiredFeatures": ["f"] * 33}}),
+     "bad-field"),
+    (_with(Deliver, gpu={**GPU_OFFER, "backend": {**GPU_OFFER["backend"], "minimumDeviceLimits": {"x": -1}}}),
+     "bad-field"),
+    (_with(Deliver, gpu={**GPU_OFFER, "backend": _DROP}), "bad-field"),
+    (_with(ModuleStatus, fetchShaderArchive="yes"), "bad-field"),
     (_with(ModuleStatus, held="abc"), "bad-field"),
     (_with(ModuleStatus, held=["abc"]), "bad-field"),
     (_with(ModuleStatus, loaded="yes"), "bad-field"),

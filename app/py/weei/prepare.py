@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from .core.errors import ManifestError
-from .core.job import ChunkInfo, JobSpec, ModuleInfo
+from .core.job import ChunkInfo, GpuOffer, JobSpec, ModuleInfo
 from .core.limits import check_file_size, check_selection_sizes
 from .core.manifest import (
     DatasetManifest, ModelPackage, check_dataset_files, check_loaded_model, check_plain_manifest, check_selection,
@@ -140,10 +140,11 @@ def prepare_job(engine: Any, *, job_id: str, wasm_name: str, wasm: bytes, manife
         artifacts[gpu.archive_sha256] = bytes(next(iter(execution_files.values())))
 
     job_seed = job_seed_from_bytes(random_bytes[:8]) if info.is_experience else None
+    offer = _gpu_offer(package, execution_files, gpu) if gpu is not None and package is not None else None
     spec = JobSpec(job_id=job_id, info=info, module=ModuleInfo(wasm_name, len(wasm), wasm_sha),
                    settings=parsed_settings, weight_bytes=len(initial), chunks=tuple(chunks),
                    auxiliary_files=aux_files, has_validation=validation is not None,
-                   validation_format=validation_format)
+                   validation_format=validation_format, gpu=offer)
     return PreparedJob(spec, initial, job_seed, runtime, artifacts,
                        bytes(validation[1]) if validation else None, package, gpu)
 
@@ -168,3 +169,16 @@ def _gpu_files(package: ModelPackage, execution_files: Mapping[str, bytes]) -> G
     except GpuError as exc:
         raise ManifestError(exc.reason, f"{name}: {exc.message}") from None
     return GpuFiles(hashlib.sha256(data).hexdigest(), archive, dict(backend.raw))
+
+
+def _gpu_offer(package: ModelPackage, execution_files: Mapping[str, bytes], gpu: GpuFiles) -> GpuOffer:
+    """What the job's record keeps and its Deliver announces of the archive and the GPU backend."""
+    (name, data), = execution_files.items()
+    backend = gpu.backend
+    cpu_id = next((b.id for b in package.backends if b.kind == "cpu"), None)
+    return GpuOffer.from_json({
+        "shaderArchive": {"fileName": name, "bytes": len(data), "sha256": gpu.archive_sha256},
+        "backend": {k: backend[k] for k in ("id", "estimatedWorkingBytes", "numericalMode", "requiredFeatures",
+                                            "minimumDeviceLimits") if k in backend},
+        **({"cpuBackend": cpu_id} if cpu_id is not None else {}),
+    })

@@ -34,11 +34,14 @@ from ..core.coordinator import Coordinator
 from ..core.debuglog import DebugLog
 from ..core.diagnostics import DiagnosticsRecorder
 from ..core.errors import CheckpointError, ManifestError, UsageError, WeeiError
+from ..core.job import JobSpec
 from ..core.limits import max_bytes
 from ..core.messages import Message
 from ..core.participant import Participant
 from ..core.settings import TrainingSettings
-from ..prepare import PreparedJob, prepare_job
+from ..gpu.archive import check_descriptor, parse_archive
+from ..gpu.errors import GpuError
+from ..prepare import GpuFiles, PreparedJob, prepare_job
 from ..runtime.engine import Engine
 from .compute import ComputeBackend, CpuWorkerBackend
 from .executor import Executor
@@ -451,6 +454,25 @@ class TrainingController:
         cpu_id = next((b.id for b in package.backends if b.kind == "cpu"), None) if package is not None else None
         set_job(prepared.gpu if prepared is not None else None, cpu_id)
 
+    def _set_reopened_backend_job(self, spec: JobSpec) -> None:
+        """A saved job reopened: its WGSL archive comes back from the job store (checked again)."""
+        set_job = getattr(self.backend, "set_job", None)
+        if set_job is None:
+            return
+        offer = spec.gpu
+        data = self.store.artifacts.get(offer.archive.sha256) if offer is not None else None
+        files = None
+        if offer is not None and data is not None:
+            try:
+                check_descriptor(data, offer.archive.bytes, offer.archive.sha256)
+                files = GpuFiles(offer.archive.sha256, parse_archive(data), offer.backend)
+            except GpuError as exc:  # storage gave back other bytes: the job trains on the CPU
+                self.session.record("gpu.archive-refused", {"reason": exc.reason, "error": exc.message[:500]})
+        elif offer is not None:
+            self.session.record("gpu.archive-refused", {"reason": "archive-malformed",
+                                                        "error": "the WGSL archive is not in storage"})
+        set_job(files, offer.cpu_backend if offer is not None else None)
+
     def _setup_local_participant(self) -> None:
         s = self.session
         assert s.coordinator is not None
@@ -503,6 +525,7 @@ class TrainingController:
         s.job_seed = coordinator.job_seed
         s.validation_sha256 = reopened.validation_sha256
         s.validation_unavailable = reopened.validation_unavailable
+        self._set_reopened_backend_job(coordinator.spec)
         self._setup_local_participant()
         s.record("job.reopened", {"jobId": job_id, "round": coordinator.checkpoint_round})
         if restart and coordinator.status != "completed":

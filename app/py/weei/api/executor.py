@@ -260,17 +260,28 @@ class Executor:
             participant.module_failed(str(exc), s.clock())
             return
         info = participant.model_info or {}
+        # A remote job's WGSL archive: the backend says whether this device will train on its GPU
+        # (and so fetches the archive); our own job's archive the controller set already.
+        offer = getattr(self.backend, "offer", None)
+        remote = participant.coordinator != s.my_peer_id
+        fetch = bool(offer(participant.gpu_offer)) if offer is not None and remote else False
         s.recorder.join_job(participant.job_id or "", s.monotonic())
-        s.recorder.set_model({"id": info.get("id", "unknown"), "version": info.get("version", "unknown"),
-                              "wasmSha256": command.module.sha256,
-                              "wgsl": getattr(self.backend, "wgsl", {"present": False, "sha256": []})})
         self.module_sha = command.module.sha256
+        self._set_model()
         self.residency.module_refs = {command.module.sha256, *(ref.sha256 for ref in command.auxiliary.values())}
         # A remote participant learns the weight size from the first checkpoint it is sent.
         weight_bytes = s.coordinator.spec.weight_bytes if s.coordinator is not None else None
-        participant.module_loaded(weight_bytes, tuple(self.store.artifacts), s.clock())
+        participant.module_loaded(weight_bytes, tuple(self.store.artifacts), s.clock(), fetch_shader_archive=fetch)
         if participant.coordinator != s.my_peer_id:
             self.diagnostics.start()
+
+    def _set_model(self) -> None:
+        """The diagnostics' model: the participant's module and the WGSL archive the backend holds."""
+        s = self.session
+        info = (s.participant.model_info if s.participant is not None else None) or {}
+        s.recorder.set_model({"id": info.get("id", "unknown"), "version": info.get("version", "unknown"),
+                              "wasmSha256": self.module_sha,
+                              "wgsl": getattr(self.backend, "wgsl", {"present": False, "sha256": []})})
 
     async def _train(self, command: Train) -> None:
         s = self.session
@@ -288,6 +299,11 @@ class Executor:
                 weights = self.store.artifact(assign.checkpoint.sha256)
                 aux = {slot: self.store.artifact(ref.sha256) for slot, ref in assign.auxiliary.items()}
                 chunk = self.store.artifact(assign.chunk.data.sha256) if assign.chunk is not None else None
+                receive = getattr(self.backend, "receive_archive", None)
+                if assign.shader_archive is not None and receive is not None:
+                    # Checked (size, SHA-256, module by module) once per job; a bad one is a named fallback.
+                    receive(assign.shader_archive.sha256, self.store.artifacts.get(assign.shader_archive.sha256))
+                    self._set_model()
             finally:
                 self.residency.unpin(pinned)
             info = participant.model_info or {}

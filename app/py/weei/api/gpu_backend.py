@@ -29,6 +29,13 @@ CPU at once.
 The device work is blocking (wgpu-py's ``*_sync`` calls, the shim's
 ``run_sync``); ``run_blocking`` runs it off the event loop (a thread in
 CPython; inline in Pyodide, where the page's Python runs it: see docs/gpu.md). Progress reports cross back with ``call_soon_threadsafe``.
+
+Where the archive comes from: the coordinator's own job sets it
+(``set_job``, from ``prepare`` or the job store on a reopen); a remote job
+announces it in Deliver (``offer``: this device asks for it only when it
+would train on a GPU), and it arrives with the first Assign
+(``receive_archive``: size and SHA-256 against the announcement, then
+module by module). A bad one leaves the job on the CPU with its reason.
 """
 
 from __future__ import annotations
@@ -38,9 +45,11 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Mapping
 
+from ..core.job import GpuOffer
 from ..core.messages import Assign
 from ..core.participant import TrainOutcome
 from ..gpu.adapter import check_budget
+from ..gpu.archive import check_descriptor, parse_archive
 from ..gpu.errors import GpuError
 from ..gpu.executor import GpuDevice
 from ..gpu.gate import GateResult, require_pass
@@ -97,6 +106,8 @@ class GpuComputeBackend:
         self._gpu_attempt: str | None = None
         self._current: str | None = None
         self.wgsl: dict[str, Any] = {"present": False, "sha256": []}  # diagnostics' model.wgsl
+        self._offer: GpuOffer | None = None  # a remote job's announced archive
+        self._archive_error: GpuError | None = None  # the announced archive arrived bad: the job stays on the CPU
         session.recorder.update_gpu({"webgpu": "available" if gpu is not None else "unavailable",
                                      "memoryBudgetMiB": session.device.gpu_memory_budget_mib})
 
@@ -112,6 +123,40 @@ class GpuComputeBackend:
 
     def set_job(self, files: GpuFiles | None, cpu_backend_id: str | None) -> None:
         """The active job's WGSL archive and GPU backend (None: the job trains on the CPU only)."""
+        self._offer, self._archive_error = None, None
+        self._use(files, cpu_backend_id)
+
+    def offer(self, offer: Mapping[str, Any] | None) -> bool:
+        """A remote job's Deliver announced ``offer`` (checked JSON, None: no archive). Returns whether
+        this device fetches the archive: only if it would train on a GPU (a WebGPU ``gpu`` object and a
+        preference that allows one)."""
+        parsed = GpuOffer.from_json(offer) if offer is not None else None
+        if parsed is None or parsed != self._offer:  # the same job delivered again (a reconnect) keeps its archive
+            self.set_job(None, parsed.cpu_backend if parsed is not None else None)
+            self._offer = parsed
+        wants = parsed is not None and self.gpu is not None and self.session.device.backend_preference != "cpu"
+        return wants and self.job is None and self._archive_error is None
+
+    def receive_archive(self, sha256: str, data: bytes | None) -> None:
+        """The announced archive arrived with an Assign: checked against the announcement, then module by
+        module, once per job. A bad one is remembered and named when the next assignment falls back."""
+        offer = self._offer
+        if offer is None or self._archive_error is not None or \
+                (self.job is not None and self.job.files.archive_sha256 == sha256):
+            return
+        try:
+            if data is None:
+                raise GpuError("archive-malformed", "the WGSL archive did not arrive with the assignment")
+            check_descriptor(bytes(data), offer.archive.bytes, offer.archive.sha256)
+            archive = parse_archive(bytes(data))
+        except GpuError as exc:
+            self._archive_error = exc
+            self.session.record("gpu.archive-refused", {"reason": exc.reason, "error": exc.message[:500]})
+            return
+        self._use(GpuFiles(offer.archive.sha256, archive, offer.backend), offer.cpu_backend)
+        self.session.record("gpu.archive-received", {"sha256": offer.archive.sha256, "bytes": len(data)})
+
+    def _use(self, files: GpuFiles | None, cpu_backend_id: str | None) -> None:
         self._cpu_id = cpu_backend_id or self.cpu.id
         self.id, self.kind = self._cpu_id, "cpu"
         self.job = None if files is None else _JobGpu(files, GpuBackendSpec.from_backend(files.backend))
@@ -128,7 +173,9 @@ class GpuComputeBackend:
         budget = s.device.gpu_memory_budget_mib
         s.recorder.update_gpu({"memoryBudgetMiB": budget})
         job = self.job
-        if job is not None and preference != "cpu":
+        if job is None and self._archive_error is not None and preference != "cpu":
+            self._fell_back(None, preference, budget, self._archive_error)
+        elif job is not None and preference != "cpu":
             try:
                 outcome = await self._train_gpu(job, assign, preference, budget, module, weights, auxiliary, chunk)
             except GpuError as exc:
@@ -238,10 +285,10 @@ class GpuComputeBackend:
         if tag == self._gpu_attempt and self.cpu.local.on_progress is not None:
             self.cpu.local.on_progress(payload)
 
-    def _fell_back(self, job: _JobGpu, preference: str, budget: int, exc: GpuError) -> None:
+    def _fell_back(self, job: _JobGpu | None, preference: str, budget: int, exc: GpuError) -> None:
         s = self.session
         reason = f"{exc.reason}: {exc.message}"[:500]
-        if exc.reason in _STICKY:
+        if job is not None and exc.reason in _STICKY:
             job.refused = ((preference, budget), exc)
         s.fallback = exc.reason
         s.recorder.update_gpu({"initializationError": reason})

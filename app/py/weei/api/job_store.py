@@ -8,7 +8,8 @@ What is durable (docs/architecture.md, Persistence):
 * ``checkpoints/<jobId>/<round, 8 digits>``: ``{"summary", "file"}``. The
   checkpoint file holds the round's weights; they are stored nowhere else.
 * ``artifacts/<sha256>``: the bytes job records name (module, chunks,
-  auxiliary files, validation), once each, whichever jobs name them.
+  auxiliary files, validation, the WGSL archive of a job created with
+  executionFiles), once each, whichever jobs name them.
 * ``settings/device`` and ``settings/participation``.
 
 In memory, :attr:`JobStore.artifacts` holds what the active job needs now:
@@ -274,7 +275,8 @@ class JobStore:
         self.remember(coordinator.weights_sha256, bytes(read.weights))
         await self._load_snapshots(job_id, coordinator)
         await self.load_artifacts([spec.module.sha256, *(c.sha256 for c in spec.chunks),
-                                   *(r.sha256 for r in spec.auxiliary_files.values())])
+                                   *(r.sha256 for r in spec.auxiliary_files.values()),
+                                   *([spec.gpu.archive.sha256] if spec.gpu is not None else [])])
         unavailable = bool(await self.load_artifacts([validation_sha])) if validation_sha is not None else False
         return Reopened(coordinator, validation_sha, unavailable)
 

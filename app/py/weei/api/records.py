@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..core.job import ChunkInfo, JobSpec, ModuleInfo
+from ..core.job import ChunkInfo, GpuOffer, JobSpec, ModuleInfo
 from ..core.messages import ArtifactRef
 from ..core.modelinfo import ModelInfo
 from ..core.settings import TrainingSettings
@@ -14,7 +14,7 @@ __all__ = ["spec_to_record", "spec_from_record", "record_artifacts"]
 
 def spec_to_record(spec: JobSpec, *, job_seed: int | None, validation_sha256: str | None) -> dict[str, Any]:
     """The JSON record of a checked job (no bytes: artifacts are stored by SHA-256)."""
-    return {
+    record = {
         "id": spec.job_id,
         "modelInfo": spec.info.raw,
         "module": {"fileName": spec.module.file_name, "bytes": spec.module.bytes, "sha256": spec.module.sha256},
@@ -26,6 +26,9 @@ def spec_to_record(spec: JobSpec, *, job_seed: int | None, validation_sha256: st
         "validation": {"sha256": validation_sha256, "format": spec.validation_format} if spec.has_validation else None,
         "jobSeed": str(job_seed) if job_seed is not None else None,
     }
+    if spec.gpu is not None:  # executionFiles: the WGSL archive is one of the job's stored files
+        record["gpu"] = spec.gpu.to_json()
+    return record
 
 
 def spec_from_record(record: dict[str, Any]) -> tuple[JobSpec, int | None, str | None]:
@@ -42,13 +45,15 @@ def spec_from_record(record: dict[str, Any]) -> tuple[JobSpec, int | None, str |
         auxiliary_files={k: ArtifactRef.from_json(v) for k, v in record.get("auxiliaryFiles", {}).items()},
         has_validation=validation is not None,
         validation_format=validation["format"] if validation else None,
+        gpu=GpuOffer.from_json(record["gpu"]) if record.get("gpu") is not None else None,
     )
     seed = record.get("jobSeed")
     return spec, int(seed) if seed is not None else None, validation["sha256"] if validation else None
 
 
 def record_artifacts(record: dict[str, Any]) -> set[str]:
-    """The SHA-256 of every artifact a job record names (module, chunks, auxiliary files, validation).
+    """The SHA-256 of every artifact a job record names (module, chunks, auxiliary files, validation,
+    the WGSL archive).
 
     Checkpoint weights are not among them: they live inside the checkpoint files.
     A record too damaged to name anything names nothing.
@@ -61,6 +66,9 @@ def record_artifacts(record: dict[str, Any]) -> set[str]:
         validation = record.get("validation")
         if validation and validation.get("sha256"):
             named.add(str(validation["sha256"]))
+        gpu = record.get("gpu")
+        if gpu:
+            named.add(str(gpu["shaderArchive"]["sha256"]))
     except (KeyError, TypeError, AttributeError):
         pass
     return named

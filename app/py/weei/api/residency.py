@@ -21,10 +21,13 @@ __all__ = ["Residency", "assign_refs"]
 
 
 def assign_refs(assign: Assign) -> set[str]:
-    """The artifacts an assignment names: the weights it trains from, its auxiliary weights, its chunk."""
+    """The artifacts an assignment names: the weights it trains from, its auxiliary weights, its chunk,
+    the WGSL archive it brought."""
     refs = {assign.checkpoint.sha256, *(ref.sha256 for ref in assign.auxiliary.values())}
     if assign.chunk is not None:
         refs.add(assign.chunk.data.sha256)
+    if assign.shader_archive is not None:
+        refs.add(assign.shader_archive.sha256)
     return refs
 
 
@@ -69,6 +72,8 @@ class Residency:
                      *(ref.sha256 for ref in spec.auxiliary_files.values())}
             if session.validation_sha256 is not None:
                 keep.add(session.validation_sha256)
+            if spec.gpu is not None:  # sent to the participants that ask for it
+                keep.add(spec.gpu.archive.sha256)
             # Snapshot slots (initial, roundsAgo): every checkpoint the next rounds and open attempts may name.
             keep |= set(coordinator.snapshot_checkpoints().values())
         participant = session.participant

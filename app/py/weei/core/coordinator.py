@@ -413,7 +413,8 @@ class Coordinator(RoundLoop):
 
     def _deliver(self, peer: str) -> None:
         aux = dict(self.spec.auxiliary_files)
-        self._send(peer, Deliver(self.spec.job_id, self.spec.module.ref, self.spec.info.raw, aux),
+        gpu = self.spec.gpu.to_json() if self.spec.gpu is not None else None  # announced, not sent
+        self._send(peer, Deliver(self.spec.job_id, self.spec.module.ref, self.spec.info.raw, aux, gpu),
                    (self.spec.module.ref, *aux.values()))
 
     def _add_local_participant(self) -> None:
@@ -434,6 +435,8 @@ class Coordinator(RoundLoop):
             return
         files = {self.spec.module.sha256, *(r.sha256 for r in self.spec.auxiliary_files.values())}
         record.held = set(message.held) | files
+        # Only a participant that will train on its GPU asks for the WGSL archive: it comes with its next Assign.
+        record.wants_shader_archive = message.fetch_shader_archive and self.spec.gpu is not None
         self._maybe_open_round(now)
 
     # ------------------------------------------------------------------ view

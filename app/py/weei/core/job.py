@@ -11,11 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .messages import ArtifactRef
+from .messages import ArtifactRef, check_gpu_offer
 from .modelinfo import ModelInfo
 from .settings import TrainingSettings
 
-__all__ = ["ChunkInfo", "ModuleInfo", "JobSpec"]
+__all__ = ["ChunkInfo", "ModuleInfo", "GpuOffer", "JobSpec"]
 
 
 @dataclass(frozen=True)
@@ -56,6 +56,36 @@ class ModuleInfo:
 
 
 @dataclass(frozen=True)
+class GpuOffer:
+    """A job created with executionFiles: its WGSL archive and the package's GPU backend (docs/gpu.md).
+
+    The coordinator announces it in Deliver (``to_json``, checked by
+    ``messages.check_gpu_offer``) and keeps it in the job record, so the
+    archive is named, stored once by SHA-256 and deleted with the job."""
+
+    archive: ModuleInfo  # the shaderArchive: fileName, bytes, sha256
+    backend: dict[str, Any]  # id, estimatedWorkingBytes, numericalMode, requiredFeatures, minimumDeviceLimits
+    cpu_backend: str | None = None  # the package's CPU backend id (execution.backend on the CPU)
+
+    @property
+    def ref(self) -> ArtifactRef:
+        return ArtifactRef("wgsl", self.archive.sha256, self.archive.bytes)
+
+    def to_json(self) -> dict[str, Any]:
+        out = {"shaderArchive": self.archive.descriptor(), "backend": dict(self.backend)}
+        if self.cpu_backend is not None:
+            out["cpuBackend"] = self.cpu_backend
+        return out
+
+    @classmethod
+    def from_json(cls, obj: Any) -> GpuOffer:
+        """From a record or a message; raises MessageError naming the bad field."""
+        checked = check_gpu_offer(obj)
+        a = checked["shaderArchive"]
+        return cls(ModuleInfo(a["fileName"], a["bytes"], a["sha256"]), checked["backend"], checked.get("cpuBackend"))
+
+
+@dataclass(frozen=True)
 class JobSpec:
     """A checked job: what the coordinator needs to run it."""
 
@@ -68,6 +98,7 @@ class JobSpec:
     auxiliary_files: dict[str, ArtifactRef] = field(default_factory=dict)  # slot id -> file
     has_validation: bool = False
     validation_format: str | None = None
+    gpu: GpuOffer | None = None  # executionFiles were selected
 
     @property
     def is_experience(self) -> bool:

@@ -14,14 +14,17 @@ from typing import Iterable, Mapping
 
 from .errors import ManifestError
 
-__all__ = ["MAX_FILE_BYTES", "MAX_AUXILIARY_BYTES", "max_bytes", "check_file_size", "check_selection_sizes"]
+__all__ = ["MAX_FILE_BYTES", "MAX_AUXILIARY_BYTES", "MAX_SHADER_ARCHIVE_BYTES", "max_bytes", "check_file_size", "check_selection_sizes"]
 
 #: Checkpoints and modules (and every kind without its own limit).
 MAX_FILE_BYTES = 256_000_000
 #: One auxiliary weights file: "up to 2 GiB".
 MAX_AUXILIARY_BYTES = 2 * 1024**3
 
-_BY_KIND = {"auxiliary": MAX_AUXILIARY_BYTES}
+#: One WGSL shader archive (docs/gpu.md): 4 MiB, checked before it is parsed or shared.
+MAX_SHADER_ARCHIVE_BYTES = 4 << 20
+
+_BY_KIND = {"auxiliary": MAX_AUXILIARY_BYTES, "wgsl": MAX_SHADER_ARCHIVE_BYTES}
 
 
 def max_bytes(kind: str) -> int:
@@ -49,4 +52,6 @@ def check_selection_sizes(files: Mapping[str, int], auxiliary_names: Iterable[st
 
 
 def _label(limit: int) -> str:
+    if limit == MAX_SHADER_ARCHIVE_BYTES:
+        return "4 MiB"
     return "2 GiB" if limit == MAX_AUXILIARY_BYTES else f"{limit // 1_000_000} MB"

@@ -19,8 +19,9 @@ from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any, ClassVar
 
-from ._check import Where, as_bool, as_int, as_list, as_object, as_sha256, as_str
+from ._check import Where, as_bool, as_choice, as_int, as_list, as_object, as_sha256, as_str
 from .errors import WeeiError
+from .limits import MAX_SHADER_ARCHIVE_BYTES
 from .seeds import parse_seed
 
 __all__ = [
@@ -45,6 +46,7 @@ __all__ = [
     "DiagnosticsReport",
     "Progress",
     "Message",
+    "check_gpu_offer",
     "decode_message",
     "encode_message",
 ]
@@ -146,15 +148,50 @@ def _metrics(obj: Mapping[str, Any], key: str) -> dict[str, float]:
     return out
 
 
+_MAX_NAME = 64  # characters of a backend id, feature or limit name
+
+
+def check_gpu_offer(value: Any, at: Where = _AT.at("gpu")) -> dict[str, Any]:
+    """A job's GPU offer (docs/wire.md, Deliver.gpu): its WGSL archive by name, size and SHA-256, and what
+    a participant needs of the package's GPU backend. Returns the checked JSON (unknown keys dropped)."""
+    obj = as_object(value, at)
+    a_at = at.at("shaderArchive")
+    archive = as_object(obj.get("shaderArchive"), a_at)
+    b_at = at.at("backend")
+    backend = as_object(obj.get("backend"), b_at)
+    features = as_list(backend.get("requiredFeatures", []), b_at.at("requiredFeatures"), 32)
+    limits = as_object(backend.get("minimumDeviceLimits", {}), b_at.at("minimumDeviceLimits"))
+    if len(limits) > 32:
+        b_at.at("minimumDeviceLimits")("must have at most 32 limits")
+    out: dict[str, Any] = {
+        "shaderArchive": {"fileName": _str(archive, "fileName", at=a_at),
+                          "bytes": as_int(archive.get("bytes"), a_at.at("bytes"), 1, MAX_SHADER_ARCHIVE_BYTES),
+                          "sha256": _sha(archive, "sha256", a_at)},
+        "backend": {"id": _str(backend, "id", limit=_MAX_NAME, at=b_at),
+                    "estimatedWorkingBytes": _int(backend, "estimatedWorkingBytes", at=b_at),
+                    "numericalMode": as_choice(backend.get("numericalMode"), b_at.at("numericalMode"),
+                                               ("fp32-exact", "fp32-standard")),
+                    "requiredFeatures": [as_str(f, b_at.at("requiredFeatures").at(i), max_chars=_MAX_NAME)
+                                         for i, f in enumerate(features)],
+                    "minimumDeviceLimits": {as_str(k, b_at.at("minimumDeviceLimits"), max_chars=_MAX_NAME):
+                                            as_int(v, b_at.at("minimumDeviceLimits").at(k[:_MAX_NAME]), 0)
+                                            for k, v in limits.items()}},
+    }
+    if obj.get("cpuBackend") is not None:
+        out["cpuBackend"] = _str(obj, "cpuBackend", limit=_MAX_NAME, at=at)
+    return out
+
+
 @dataclass(frozen=True)
 class ArtifactRef:
     """A content-addressed artifact: the bytes travel beside the message."""
 
-    kind: str  # module | chunk | checkpoint | update | auxiliary | snapshot
+    kind: str  # module | chunk | checkpoint | update | auxiliary | snapshot | wgsl (a WGSL shader archive)
     sha256: str
     bytes: int
 
-    KINDS: ClassVar[frozenset[str]] = frozenset({"module", "chunk", "checkpoint", "update", "auxiliary", "snapshot"})
+    KINDS: ClassVar[frozenset[str]] = frozenset({"module", "chunk", "checkpoint", "update", "auxiliary", "snapshot",
+                                                 "wgsl"})
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "sha256": self.sha256, "bytes": self.bytes}
@@ -276,7 +313,11 @@ class InvitationDecision(_Message):
 
 @dataclass(frozen=True)
 class Deliver(_Message):
-    """After acceptance: the module and the auxiliary weights files travel beside this."""
+    """After acceptance: the module and the auxiliary weights files travel beside this.
+
+    ``gpu`` (a job created with executionFiles) announces the WGSL archive
+    without sending it (:func:`check_gpu_offer`): a participant that will
+    train on its GPU asks for it in its ModuleStatus."""
 
     TYPE: ClassVar[str] = "deliver"
     DIRECTION: ClassVar[Direction] = Direction.TO_PARTICIPANT
@@ -284,11 +325,13 @@ class Deliver(_Message):
     module: ArtifactRef
     model_info: dict[str, Any]
     auxiliary: dict[str, ArtifactRef] = field(default_factory=dict)
+    gpu: dict[str, Any] | None = None
 
     @classmethod
     def _parse(cls, obj: dict[str, Any]) -> Deliver:
+        gpu = check_gpu_offer(obj["gpu"]) if obj.get("gpu") is not None else None
         return cls(_str(obj, "jobId"), ArtifactRef.from_json(obj.get("module"), _AT.at("module")),
-                   _obj(obj, "modelInfo"), _auxiliary(obj))
+                   _obj(obj, "modelInfo"), _auxiliary(obj), gpu)
 
     def _body(self) -> dict[str, Any]:
         body = super()._body()
@@ -306,16 +349,21 @@ class ModuleStatus(_Message):
     loaded: bool
     error: str | None = None
     held: tuple[str, ...] = ()  # artifact hashes the participant already holds
+    fetch_shader_archive: bool = False  # send the announced WGSL archive with the next assignment
 
     @classmethod
     def _parse(cls, obj: dict[str, Any]) -> ModuleStatus:
         at = _AT.at("held")
         held = [as_sha256(h, at.at(i)) for i, h in enumerate(as_list(obj.get("held", []), at, 10_000))]
-        return cls(_str(obj, "jobId"), _bool(obj, "loaded"), _str(obj, "error", optional=True, limit=MAX_TEXT), tuple(held))
+        fetch = _bool(obj, "fetchShaderArchive") if "fetchShaderArchive" in obj else False
+        return cls(_str(obj, "jobId"), _bool(obj, "loaded"), _str(obj, "error", optional=True, limit=MAX_TEXT),
+                   tuple(held), fetch)
 
     def _body(self) -> dict[str, Any]:
         body = super()._body()
         body["held"] = list(self.held)
+        if not self.fetch_shader_archive:
+            del body["fetchShaderArchive"]  # only a participant that asks says so
         return body
 
 
@@ -335,6 +383,7 @@ class Assign(_Message):
     chunk: ChunkRef | None = None
     experience: UnitRange | None = None
     auxiliary: dict[str, ArtifactRef] = field(default_factory=dict)
+    shader_archive: ArtifactRef | None = None  # to a participant that asked for the job's WGSL archive
 
     @classmethod
     def _parse(cls, obj: dict[str, Any]) -> Assign:
@@ -342,12 +391,17 @@ class Assign(_Message):
         experience = obj.get("experience")
         if (chunk is None) == (experience is None):
             _AT("an assignment has a chunk or an experience range, not both")
+        archive = None
+        if obj.get("shaderArchive") is not None:
+            archive = ArtifactRef.from_json(obj["shaderArchive"], _AT.at("shaderArchive"))
+            if archive.kind != "wgsl" or not 0 < archive.bytes <= MAX_SHADER_ARCHIVE_BYTES:
+                _AT.at("shaderArchive")(f"must be a wgsl artifact of 1 to {MAX_SHADER_ARCHIVE_BYTES} bytes")
         return cls(
             _str(obj, "jobId"), _int(obj, "round", minimum=1), _str(obj, "assignmentId"), _str(obj, "attemptId"),
             ArtifactRef.from_json(obj.get("checkpoint"), _AT.at("checkpoint")), _obj(obj, "settings"), _seed(obj, "seed"),
             ChunkRef.from_json(chunk) if chunk is not None else None,
             UnitRange.from_json(experience) if experience is not None else None,
-            _auxiliary(obj),
+            _auxiliary(obj), archive,
         )
 
     def _body(self) -> dict[str, Any]:

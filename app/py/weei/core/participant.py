@@ -62,6 +62,7 @@ class Participant:
         self.job_id: str | None = None
         self.coordinator: str | None = None
         self.model_info: dict[str, Any] | None = None
+        self.gpu_offer: dict[str, Any] | None = None  # Deliver's WGSL archive announcement (checked JSON)
         self.weight_bytes = weight_bytes
         self.paused = False
         self.current: Assign | None = None
@@ -138,6 +139,7 @@ class Participant:
                 return
             self._move("deliver")
             self.model_info = message.model_info
+            self.gpu_offer = message.gpu
             self._commands.append(LoadModule(message.module, dict(message.auxiliary)))
         elif isinstance(message, Assign):
             self._on_assign(message)
@@ -205,11 +207,14 @@ class Participant:
 
     # ----------------------------------------------------------- host events
 
-    def module_loaded(self, weight_bytes: int | None, held: tuple[str, ...], now: float) -> None:
+    def module_loaded(self, weight_bytes: int | None, held: tuple[str, ...], now: float, *,
+                      fetch_shader_archive: bool = False) -> None:
+        """The host loaded the module; ``fetch_shader_archive``: it will train on its GPU and asks for the
+        announced WGSL archive (a host that will not never downloads it)."""
         self.weight_bytes = weight_bytes
         self._move("module_loaded")
         assert self.job_id is not None
-        self._send(ModuleStatus(self.job_id, True, None, held))
+        self._send(ModuleStatus(self.job_id, True, None, held, fetch_shader_archive and self.gpu_offer is not None))
 
     def module_failed(self, error: str, now: float) -> None:
         self._move("module_failed")

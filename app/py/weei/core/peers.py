@@ -31,6 +31,7 @@ class PeerRecord:
     paused: bool = False
     rejoins: bool = False  # meaningful while DISCONNECTED: it was a member when the channel closed
     held: set[str] = field(default_factory=set)  # artifact hashes the peer holds
+    wants_shader_archive: bool = False  # asked for the job's WGSL archive (its ModuleStatus)
 
     @property
     def approved(self) -> bool:

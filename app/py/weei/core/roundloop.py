@@ -147,7 +147,8 @@ class RoundLoop:
         record = self.peers[peer]
         record.move("assign")
         checkpoint_ref = ArtifactRef("checkpoint", self.weights_sha256, len(self.weights))
-        assign, attachments = make_assign(self.spec, attempt, checkpoint_ref, self.checkpoint_hashes, self.job_seed)
+        assign, attachments = make_assign(self.spec, attempt, checkpoint_ref, self.checkpoint_hashes, self.job_seed,
+                                          shader_archive=record.wants_shader_archive)
         needed: list[ArtifactRef] = []
         for a in attachments:
             # Once per version: the checkpoint and a snapshot may be the same bytes.

@@ -116,8 +116,9 @@ def chunk_seed(job_id: str, assignment_id: str) -> int:
 
 
 def make_assign(spec: JobSpec, attempt: Attempt, checkpoint: ArtifactRef, checkpoint_hashes: Mapping[int, str],
-                job_seed: int | None) -> tuple[Assign, list[ArtifactRef]]:
-    """The Assign message of ``attempt`` and every artifact it refers to (checkpoint, files, chunk)."""
+                job_seed: int | None, *, shader_archive: bool = False) -> tuple[Assign, list[ArtifactRef]]:
+    """The Assign message of ``attempt`` and every artifact it refers to (checkpoint, files, chunk, and
+    the WGSL archive for a participant that asked for it)."""
     chunk_ref = None
     if attempt.chunk_id is not None:
         chunk = spec.chunk(attempt.chunk_id)
@@ -125,9 +126,10 @@ def make_assign(spec: JobSpec, attempt: Attempt, checkpoint: ArtifactRef, checkp
     units = attempt.units
     unit_range = UnitRange(units.start, units.count, attempt.seed, job_seed or 0) if units is not None else None
     aux = auxiliary_for(spec, checkpoint_hashes, attempt.round)
+    archive = spec.gpu.ref if shader_archive and spec.gpu is not None else None
     assign = Assign(spec.job_id, attempt.round, attempt.assignment_id, attempt.attempt_id, checkpoint,
-                    assignment_settings(spec.settings), attempt.seed, chunk_ref, unit_range, aux)
-    attachments = [checkpoint, *aux.values()]
+                    assignment_settings(spec.settings), attempt.seed, chunk_ref, unit_range, aux, archive)
+    attachments = [checkpoint, *aux.values(), *([archive] if archive is not None else [])]
     if chunk_ref is not None:
         attachments.append(chunk_ref.data)
     return assign, attachments

@@ -117,7 +117,7 @@ class MemoryNetwork:
 
 def _attachments(message: object) -> list:  # type: ignore[type-arg]
     refs = []
-    for name in ("checkpoint", "module", "weights"):
+    for name in ("checkpoint", "module", "weights", "shader_archive"):
         ref = getattr(message, name, None)
         if ref is not None and hasattr(ref, "sha256"):
             refs.append(ref)

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..core.limits import MAX_SHADER_ARCHIVE_BYTES
 from .errors import GpuError
 
 __all__ = [
@@ -36,7 +37,7 @@ __all__ = [
 ]
 
 ARCHIVE_FORMAT = "weei-wgsl-archive-v1"
-MAX_ARCHIVE_BYTES = 4 << 20
+MAX_ARCHIVE_BYTES = MAX_SHADER_ARCHIVE_BYTES  # weei.core.limits: the same limit on the wire
 MAX_MODULES = 64
 MAX_ENTRY_POINTS = 32
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}\.wgsl")

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import UsageError, WeeiError
-from ..limits import MAX_AUXILIARY_BYTES, MAX_FILE_BYTES
+from ..limits import MAX_AUXILIARY_BYTES, MAX_FILE_BYTES, max_bytes
 from ..messages import Message, decode_message
 from ..transfers import RateMeter, TransferDone, TransferFailed, progress_of
 from .frames import (HARD_MAX_FRAME_BYTES, MAX_ATTACHMENTS, MIN_FRAME_BYTES, Abort, ArtifactBegin, ChannelBroken,
@@ -168,6 +168,7 @@ class FrameReader:
             sha: str | None = frame.sha256
             total, kind, refs = frame.total, frame.kind, ()
             limit = lim.max_auxiliary_bytes if kind == "auxiliary" else lim.max_artifact_bytes
+            limit = min(limit, max_bytes(kind)) if kind == "wgsl" else limit
         else:
             sha, total, kind, refs, limit = None, frame.json_bytes, "message", frame.attachments, lim.max_message_bytes
         t = _Incoming(frame.transfer_id, sha, kind, total, [], refs, RateMeter(now), now, now)

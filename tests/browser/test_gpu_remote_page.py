@@ -1,0 +1,84 @@
+"""A page invited to a job with executionFiles trains on its GPU (docs/gpu.md, "Remote participants").
+
+Two Chromium processes in one signaling room, over WebRTC: the coordinator
+creates a digits job with the WGSL archive and does not train itself; the
+participant (with --enable-unsafe-webgpu: SwiftShader, backendPreference
+'gpu') asks for the archive, checks it and trains every assignment on its
+GPU through the shim in its page's Python.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from site_helpers import CHROMIUM, CHROMIUM_ARGS, TIMEOUT_MS
+from test_api import ready
+
+SETTINGS = {"epochs": 1, "localEpochs": 1, "batchSize": 32, "coordinatorParticipates": False}
+
+
+@pytest.fixture
+def pages(browser: Any) -> Iterator[Any]:
+    opened: list[Any] = []
+
+    def open_page(url: str, *extra: str) -> Any:
+        process = browser.browser_type.launch(executable_path=CHROMIUM, args=[*CHROMIUM_ARGS, *extra])
+        opened.append(process)
+        pg = process.new_page()
+        pg.set_default_timeout(TIMEOUT_MS * 4)
+        ready(pg, url)
+        return pg
+
+    yield open_page
+    for process in opened:
+        process.close()
+
+
+def test_an_invited_page_fetches_the_archive_and_trains_on_its_gpu(weei_server: Any, pages: Any) -> None:
+    url = f"{weei_server.url}?room=gpu-{uuid.uuid4().hex[:8]}"
+    coordinator = pages(url)
+    helper = pages(url, "--enable-unsafe-webgpu")
+    helper_id = helper.evaluate("async () => { await T.api().setBackendPreference('gpu'); "
+                                "return T.api().getState().myPeerId; }")
+    coordinator.evaluate("(id) => T.waitFor('the helper connected', () => T.api().getState().peers.includes(id))",
+                         helper_id)
+    job_id = coordinator.evaluate("""async (settings) => {
+      const training = T.api();
+      const pkg = await T.pkg('digits-mlp');
+      const archive = await T.fetchFile('models/digits-mlp/model.wgsl.json', 'model.wgsl.json', 'application/json');
+      await training.createJob({ wasm: pkg.wasm, manifest: pkg.manifest, files: pkg.files, settings,
+                                 executionFiles: [archive] });
+      for (const peerId of training.getState().peers) training.invite(peerId);
+      return training.getState().job.id;
+    }""", SETTINGS)
+    helper.evaluate("""(jobId) => T.waitFor('the invitation',
+      () => T.api().getState().invitations.some(([id]) => id === jobId))""", job_id)
+    helper.evaluate("(jobId) => T.api().decideInvitation(jobId, true)", job_id)
+    coordinator.evaluate("""(id) => T.waitFor('the helper loaded the model', () => {
+      const p = T.api().getState().job.participants[id];
+      return p && p.approved && p.state !== 'approved';
+    })""", helper_id)
+    out = coordinator.evaluate("""async (id) => {
+      const training = T.api();
+      await training.start();
+      await T.waitFor('the job to complete', () => T.done(training.getState()), 240000);
+      // The helper's diagnostics come in its periodic reports: wait for one from after its training.
+      await T.waitFor('the helper diagnostics of a GPU assignment', () => {
+        const d = training.getState().diagnostics[id];
+        return d && d.execution.actual === 'gpu' && d.model !== 'unknown' && d.model.wgsl.present;
+      });
+      const state = training.getState();
+      return { status: state.job.status, error: state.error || null, remote: state.diagnostics[id] };
+    }""", helper_id)
+    events = helper.evaluate("T.api().getDebugLog().events.filter((e) => e.event.startsWith('gpu.'))")
+    assert out["error"] is None and out["status"] == "completed"
+    remote = out["remote"]
+    assert [e["event"] for e in events].count("gpu.archive-received") == 1, events[:3]
+    assert sum(e["event"] == "gpu.trained" for e in events) == 15, events[:3]
+    assert remote["execution"]["actual"] == "gpu" and remote["execution"]["backend"] == "gpu-webgpu"
+    assert remote["model"]["wgsl"]["present"] is True and len(remote["model"]["wgsl"]["sha256"]) == 4
+    assert remote["timings"]["compilationMs"] is not None
