@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     from weei.gpu import GpuError, compare_step, is_software, parse_archive
     from weei.gpu.executor import STORAGE_USAGE, GpuDevice
-    from weei.gpu.session import GpuBackendSpec, train_on_gpu
+    from weei.gpu.session import GpuBackendSpec, GpuWork, train_on_gpu
     from weei.runtime import ModelRuntime, WasmtimeEngine
 
     try:
@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     compile_ms = device.compile(archive)
     runtime.load_model(weights)
     t0 = time.perf_counter()
-    gpu = train_on_gpu(runtime, device, archive, backend, budget_mib=256, **work)
+    gpu = train_on_gpu(runtime, device, archive, backend, GpuWork(**work), budget_mib=256)
     gpu_s = time.perf_counter() - t0
     steps = cpu.optimizer_steps or 1
     st = gpu.stats
