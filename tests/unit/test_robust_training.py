@@ -138,3 +138,23 @@ def test_poisoners_with_and_without_the_robust_setting(attack: str, peers: int, 
     assert abs(robust - baseline) <= 0.02, (attack, robust, baseline)
     plain, _ = final_accuracy(None, ATTACKS[attack], peers=peers, attackers=attackers)
     assert plain < baseline - 0.02, (attack, plain, baseline)
+
+
+def test_a_repeated_outlier_is_named_in_the_log_and_its_peer_record() -> None:
+    _, sim = final_accuracy(ROBUST, ATTACKS["x100"], peers=4, attackers=1)
+    robust = [log.details for _, log in sim.logs if log.event == "aggregation.robust"]
+    assert len(robust) == len(sim.rounds) - 1  # every round after checkpoint 0
+    # p4 is clipped in every round it contributed to (a round short of chunks may leave it out).
+    assert all(d["clipped"] == d["outliers"] and d["clipped"] in ([], ["p4"]) for d in robust)
+    hit = sum(1 for d in robust if d["clipped"] == ["p4"])
+    assert hit >= 9
+    named = [log.details for _, log in sim.logs if log.event == "peer.outlier"]
+    assert named and {d["peer"] for d in named} == {"p4"}
+    assert named[0]["rounds"] == 3 and named[-1]["rounds"] == hit and len(named) == hit - 2
+    view = sim.coordinator.view(sim.now)["participants"]
+    assert view["p4"]["robust"] == {"outlierRounds": hit, "outliers": hit}
+    assert all("robust" not in view[p] for p in ("p1", "p2", "p3"))
+    # Off: no robust report, no outlier counts, the participants' view as before.
+    _, plain = final_accuracy(None, ATTACKS["x100"], peers=4, attackers=1)
+    assert not [log for _, log in plain.logs if log.event in ("aggregation.robust", "peer.outlier")]
+    assert all("robust" not in v for v in plain.coordinator.view(plain.now)["participants"].values())
