@@ -367,31 +367,60 @@ static inline int32_t weei_key(float v) {
  * updates[k][i] sorted by weei_key ascending into v[0..n), then
  *   acc = (double)v[trim];  acc = acc + (double)v[k]  (k = trim+1 .. n-trim-1)
  *   out[i] = (float)( acc / (double)(n - 2*trim) )
- * The median is trim = (n-1)/2. Unweighted: counts do not enter. `scratch`
- * holds n_updates int32 (insertion sort: n is a round's contributions).
+ * The median is trim = (n-1)/2. Unweighted: counts do not enter.
+ *
+ * The sort is by rank, a tile of WEEI_RANK_TILE elements at a time: value k's
+ * rank is the number of values below it plus the equal ones of lower index
+ * (a permutation; equal keys are equal bits, so ties cannot change a sum).
+ * The N^2 comparisons run branch-free across the tile and vectorise; an
+ * insertion sort per element was 3-5x slower, on branch mispredictions.
+ * `scratch` holds weei_trimmed_scratch(n_updates) bytes.
  */
+#define WEEI_RANK_TILE 256u
+
+WEEI_EXPORT(weei_trimmed_scratch)
+uint32_t weei_trimmed_scratch(uint32_t n_updates) {
+    return (2u * WEEI_RANK_TILE * n_updates + n_updates) * 4u;
+}
+
 WEEI_EXPORT(weei_trimmed_mean)
 void weei_trimmed_mean(const float *const *updates, uint32_t n_updates, uint32_t n_elems,
                        uint32_t trim, int32_t *scratch, float *out) {
-    if (n_updates == 0 || 2 * trim >= n_updates) return; /* the host refuses this */
-    double kept = (double)(n_updates - 2 * trim);
-    for (uint32_t i = 0; i < n_elems; i++) {
-        for (uint32_t k = 0; k < n_updates; k++) {
-            int32_t key = weei_key(updates[k][i]);
-            uint32_t p = k;
-            while (p > 0 && scratch[p - 1] > key) {
-                scratch[p] = scratch[p - 1];
-                p--;
+    const uint32_t n = n_updates, T = WEEI_RANK_TILE;
+    if (n == 0 || 2 * trim >= n) return; /* the host refuses this */
+    int32_t *keys = scratch, *rank = scratch + n * T, *sorted = scratch + 2 * n * T;
+    double kept = (double)(n - 2 * trim);
+    for (uint32_t base = 0; base < n_elems; base += T) {
+        uint32_t len = n_elems - base < T ? n_elems - base : T;
+        for (uint32_t k = 0; k < n; k++) {
+            const float *x = updates[k] + base;
+            int32_t *kk = keys + k * T, *rk = rank + k * T;
+            for (uint32_t t = 0; t < len; t++) {
+                kk[t] = weei_key(x[t]);
+                rk[t] = 0;
             }
-            scratch[p] = key;
         }
-        double acc = 0.0;
-        for (uint32_t k = trim; k < n_updates - trim; k++) {
-            int32_t b = scratch[k] ^ (int32_t)(((uint32_t)(scratch[k] >> 31)) >> 1);
-            float v;
-            __builtin_memcpy(&v, &b, 4);
-            acc = k == trim ? (double)v : acc + (double)v;
+        for (uint32_t k = 0; k < n; k++) {
+            const int32_t *kk = keys + k * T;
+            int32_t *restrict rk = rank + k * T;
+            for (uint32_t j = 0; j < n; j++) {
+                const int32_t *kj = keys + j * T;
+                if (j < k)
+                    for (uint32_t t = 0; t < len; t++) rk[t] += kj[t] <= kk[t];
+                else if (j > k)
+                    for (uint32_t t = 0; t < len; t++) rk[t] += kj[t] < kk[t];
+            }
         }
-        out[i] = (float)(acc / kept);
+        for (uint32_t t = 0; t < len; t++) {
+            for (uint32_t k = 0; k < n; k++) sorted[rank[k * T + t]] = keys[k * T + t];
+            double acc = 0.0;
+            for (uint32_t k = trim; k < n - trim; k++) {
+                int32_t b = sorted[k] ^ (int32_t)(((uint32_t)(sorted[k] >> 31)) >> 1);
+                float v;
+                __builtin_memcpy(&v, &b, 4);
+                acc = k == trim ? (double)v : acc + (double)v;
+            }
+            out[base + t] = (float)(acc / kept);
+        }
     }
 }

@@ -107,6 +107,8 @@ class NativeKernel:
         lib.weei_scale_delta.restype = None
         lib.weei_trimmed_mean.argtypes = [_c_p, _u32, _u32, _u32, _c_p, _c_p]
         lib.weei_trimmed_mean.restype = None
+        lib.weei_trimmed_scratch.argtypes = [_u32]
+        lib.weei_trimmed_scratch.restype = _u32
         self._lib = lib
 
     @staticmethod
@@ -204,7 +206,7 @@ class NativeKernel:
         self._check_size(n)
         out = np.empty(n, F32)
         ptrs = (ctypes.c_void_p * k)(*(_ptr(x) for x in xs))
-        scratch = (ctypes.c_int32 * k)()
+        scratch = ctypes.create_string_buffer(int(self._lib.weei_trimmed_scratch(k)))
         self._lib.weei_trimmed_mean(ptrs, k, n, trim, scratch, _ptr(out))
         return out.tobytes()
 

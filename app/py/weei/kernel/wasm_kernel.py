@@ -206,7 +206,8 @@ class WasmKernel:
         n = _nbytes(updates[0])
         ptrs = [self._put(u) for u in updates]
         ptrs_ptr = self._put(struct.pack(f"<{len(ptrs)}I", *ptrs))
-        scratch, out = self._alloc(4 * len(ptrs)), self._alloc(n)
+        size = (self._call("weei_trimmed_scratch", len(ptrs)) or 0) & 0xFFFFFFFF
+        scratch, out = self._alloc(size), self._alloc(n)
         self._call("weei_trimmed_mean", ptrs_ptr, len(ptrs), n // 4, trim, scratch, out)
         return self.read(out, n)
 
