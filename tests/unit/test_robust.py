@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import struct
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -169,6 +170,9 @@ def test_settings_parse_record_and_refuse() -> None:
         ({"method": "fedavg", "normClip": 0.5}, "aggregation.normClip", "out-of-range"),
         ({"method": "fedavg", "normClip": None}, "aggregation.normClip", "invalid-setting"),
         ({"method": "fedavg", "normClip": "3"}, "aggregation.normClip", "invalid-setting"),
+        ({"method": "fedavg", "normClip": True}, "aggregation.normClip", "invalid-setting"),
+        ({"method": "fedavg", "normClip": float("inf")}, "aggregation.normClip", "invalid-setting"),
+        ({"method": "fedavg", "combine": ["median"]}, "aggregation.combine", "invalid-setting"),
         ({"method": "fedavg", "combine": {}}, "aggregation.combine", "invalid-setting"),
         ({"method": "fedavg", "combine": "mode"}, "aggregation.combine", "invalid-setting"),
         ({"method": "fedavg", "trim": 0.2}, "aggregation.trim", "option-not-for-method"),
@@ -178,3 +182,11 @@ def test_settings_parse_record_and_refuse() -> None:
         with pytest.raises(SettingsError) as info:
             AggregationSettings.from_json(obj)
         assert (info.value.field, info.value.reason) == (field, reason), obj
+    # Settings objects that did not come through the parser are checked too (a named field, no crash).
+    for raw, field in (({"combine": {}}, "aggregation.combine"),
+                       ({"norm_clip": 0}, "aggregation.normClip"),
+                       ({"combine": "trimmedMean", "trim": 0.7}, "aggregation.trim")):
+        obj = SimpleNamespace(method="fedavg", **raw)
+        with pytest.raises(SettingsError) as info:
+            aggregate_round(NumpyKernel(), f32(START), [contribution("a", START, [0, 0, 0, 0])], obj, None)
+        assert info.value.field == field

@@ -24,7 +24,7 @@ from weei.core.job import ChunkInfo, JobSpec, ModuleInfo
 from weei.core.messages import Assign
 from weei.core.modelinfo import ModelInfo
 from weei.core.participant import TrainOutcome
-from weei.core.settings import TrainingSettings
+from weei.core.settings import AggregationSettings, TrainingSettings
 from weei.demo.run import models_dir
 from weei.runtime import ModelRuntime
 from weei.runtime.wasmtime_engine import WasmtimeEngine
@@ -155,6 +155,10 @@ def test_a_repeated_outlier_is_named_in_the_log_and_its_peer_record() -> None:
     view = sim.coordinator.view(sim.now)["participants"]
     assert view["p4"]["robust"] == {"outlierRounds": hit, "outliers": hit}
     assert all("robust" not in view[p] for p in ("p1", "p2", "p3"))
+    # The setting is recorded in every checkpoint's settings, so it applies again on continuing.
+    recorded = sim.checkpoint(sim.rounds[-1]).metadata.settings
+    assert recorded.aggregation == AggregationSettings(norm_clip=3, combine="trimmedMean")
+    assert recorded.to_json()["aggregation"] == ROBUST
     # Off: no robust report, no outlier counts, the participants' view as before.
     _, plain = final_accuracy(None, ATTACKS["x100"], peers=4, attackers=1)
     assert not [log for _, log in plain.logs if log.event in ("aggregation.robust", "peer.outlier")]

@@ -57,6 +57,7 @@ from typing import Protocol, Union
 
 from weei.core.errors import AggregationError, ManifestError, SettingsError
 from weei.core.robust import RobustReport, robust_average
+from weei.core.settings import COMBINES, DEFAULT_TRIM, MAX_NORM_CLIP
 
 __all__ = [
     "METHODS",
@@ -498,14 +499,14 @@ def _average(
     combine = _field(settings, "combine")
     if norm_clip is None and (combine is None or combine == "mean"):
         return fedavg(kernel, contributions, weight_bytes), None
-    if combine is not None and combine not in ("mean", "trimmedMean", "median"):
-        raise SettingsError("aggregation.combine", f"must be mean, trimmedMean or median, got {combine!r}")
+    if combine is not None and combine not in COMBINES:
+        raise SettingsError("aggregation.combine", f"must be one of {', '.join(COMBINES)}, got {combine!r}")
     if norm_clip is not None and (
-        isinstance(norm_clip, bool) or not isinstance(norm_clip, (int, float)) or not 1 <= norm_clip <= 1000
+        isinstance(norm_clip, bool) or not isinstance(norm_clip, (int, float)) or not 1 <= norm_clip <= MAX_NORM_CLIP
     ):
-        raise SettingsError("aggregation.normClip", f"must be a number from 1 to 1000, got {norm_clip!r}")
+        raise SettingsError("aggregation.normClip", f"must be a number from 1 to {MAX_NORM_CLIP:g}, got {norm_clip!r}")
     trim = _field(settings, "effective_trim", "trim")
-    trim = 0.25 if trim is None else trim
+    trim = DEFAULT_TRIM if trim is None else trim
     if isinstance(trim, bool) or not isinstance(trim, (int, float)) or not 0 < trim < 0.5:
         raise SettingsError("aggregation.trim", f"must be above 0 and below 0.5, got {trim!r}")
     if weight_bytes % 4:
