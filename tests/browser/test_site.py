@@ -199,6 +199,33 @@ def test_page_kernel_matches_cpython(weei_server: Any, page: Any, method: str) -
     assert not log.errors, log.errors
 
 
+def test_page_kernel_robust_matches_cpython(weei_server: Any, page: Any) -> None:
+    """Norm clipping, trimmed mean and median in the page's WebAssembly give CPython's bits."""
+    from weei.core.aggregate import aggregate_round
+    from weei.core.settings import AggregationSettings
+    from weei.kernel.native import NativeKernel
+    from weei.kernel.numpy_kernel import NumpyKernel
+
+    pg, log = page
+    pg.goto(weei_server.url)
+    rng = np.random.default_rng(20261201)
+    n = 40_003  # not a multiple of the SIMD width, the lanes or the rank tile
+    data = _round(rng, n, 5)
+    aid, count, w = data["updates"][0]
+    data["updates"][0] = (aid, count, (np.frombuffer(w, "<f4") * np.float32(100)).tobytes())  # clipped
+    for method, options in (("fedavg", {"normClip": 3}), ("fedavgm", {"normClip": 2.5, "combine": "trimmedMean", "trim": 0.3}),
+                            ("fedavg", {"combine": "median"})):
+        settings = AggregationSettings.from_json({"method": method, **options})
+        expected = [aggregate_round(k, data["start"], data["updates"], settings, None) for k in (NumpyKernel(), NativeKernel())]
+        assert expected[0] == expected[1]
+        out = pg.evaluate(AGGREGATE_JS, {
+            "start": b64(data["start"]), "updates": [[a, c, b64(x)] for a, c, x in data["updates"]],
+            "method": method, "options": options, "state": None, "stateStep": 0, "averageOnly": None,
+        })
+        assert out["weightsSha256"] == sha256(expected[0].weights), options
+    assert not log.errors, log.errors
+
+
 def test_cross_origin_embed_trains(weei_server: Any, host_origin: str, page: Any) -> None:
     pg, log = page
     pg.add_init_script(TEST_HOOKS)

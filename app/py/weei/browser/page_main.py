@@ -58,6 +58,9 @@ _SETTING_NAMES = {
     "beta1": "beta1",
     "beta2": "beta2",
     "epsilon": "epsilon",
+    "normClip": "norm_clip",
+    "combine": "combine",
+    "trim": "trim",
 }
 
 

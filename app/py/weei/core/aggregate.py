@@ -56,6 +56,8 @@ from dataclasses import dataclass
 from typing import Protocol, Union
 
 from weei.core.errors import AggregationError, ManifestError, SettingsError
+from weei.core.robust import RobustReport, robust_average
+from weei.core.settings import COMBINES, DEFAULT_TRIM, MAX_NORM_CLIP
 
 __all__ = [
     "METHODS",
@@ -149,6 +151,18 @@ class AggregationKernel(Protocol):
         """Returns the element index of the first NaN/infinity, or -1."""
         ...
 
+    def delta_sq_norms(self, start: BytesLike, updates: Sequence[BytesLike]) -> list[float]:
+        """Squared float64 norm of each ``update - start`` (weei.core.robust)."""
+        ...
+
+    def scale_delta(self, start: BytesLike, update: BytesLike, factor: float) -> bytes:
+        """``f32(f64(s) + factor*(f64(x) - f64(s)))`` per element (norm clipping)."""
+        ...
+
+    def trimmed_mean(self, updates: Sequence[BytesLike], trim: int) -> bytes:
+        """Per element: sort, drop ``trim`` values at each end, unweighted mean of the rest."""
+        ...
+
 
 class AggregationSettingsLike(Protocol):
     """What this module reads from ``weei.core.settings.AggregationSettings``.
@@ -181,10 +195,12 @@ class AggregationState:
 
 @dataclass(frozen=True)
 class RoundAggregate:
-    """The next checkpoint's weights and optimizer state (None for FedAvg)."""
+    """The next checkpoint's weights and optimizer state (None for FedAvg);
+    ``report`` says what robust aggregation did (None when it is off)."""
 
     weights: bytes
     state: AggregationState | None
+    report: RobustReport | None = None
 
 
 @dataclass(frozen=True)
@@ -448,9 +464,9 @@ def aggregate_round(
             reason="method-not-allowed",
         )
     weight_bytes = _byte_len(start_weights)
-    average = fedavg(kernel, contributions, weight_bytes)
+    average, report = _average(kernel, start_weights, contributions, settings, weight_bytes)
     if method == "fedavg":
-        return check_finite(kernel, RoundAggregate(average, None))
+        return check_finite(kernel, RoundAggregate(average, None, report))
     # Options are read before the arithmetic so a bad one costs nothing.
     lr = _option(settings, method, "server_learning_rate")
     segments = trainable_segments(weight_bytes // 4, rules.average_only)
@@ -468,4 +484,33 @@ def aggregate_round(
             _option(settings, method, "beta2"),
             _option(settings, method, "epsilon"),
         )
-    return check_finite(kernel, result)
+    return check_finite(kernel, RoundAggregate(result.weights, result.state, report))
+
+
+def _average(
+    kernel: AggregationKernel,
+    start: BytesLike,
+    contributions: Sequence[Contribution],
+    settings: object,
+    weight_bytes: int,
+) -> tuple[bytes, RobustReport | None]:
+    """FedAvg, or the robust average when ``normClip`` or ``combine`` is set."""
+    norm_clip = _field(settings, "norm_clip", "normClip")
+    combine = _field(settings, "combine")
+    if norm_clip is None and (combine is None or combine == "mean"):
+        return fedavg(kernel, contributions, weight_bytes), None
+    if combine is not None and combine not in COMBINES:
+        raise SettingsError("aggregation.combine", f"must be one of {', '.join(COMBINES)}, got {combine!r}")
+    if norm_clip is not None and (
+        isinstance(norm_clip, bool) or not isinstance(norm_clip, (int, float)) or not 1 <= norm_clip <= MAX_NORM_CLIP
+    ):
+        raise SettingsError("aggregation.normClip", f"must be a number from 1 to {MAX_NORM_CLIP:g}, got {norm_clip!r}")
+    trim = _field(settings, "effective_trim", "trim")
+    trim = DEFAULT_TRIM if trim is None else trim
+    if isinstance(trim, bool) or not isinstance(trim, (int, float)) or not 0 < trim < 0.5:
+        raise SettingsError("aggregation.trim", f"must be above 0 and below 0.5, got {trim!r}")
+    if weight_bytes % 4:
+        raise AggregationError("invalid-contribution", f"weight bytes {weight_bytes} is not a multiple of 4")
+    updates, counts = canonical_contributions(contributions, weight_bytes)
+    ids = sorted(c[0] for c in contributions)  # type: ignore[type-var]  # comparable: checked above
+    return robust_average(kernel, start, ids, updates, counts, norm_clip, combine or "mean", float(trim))

@@ -32,6 +32,10 @@ class PeerRecord:
     rejoins: bool = False  # meaningful while DISCONNECTED: it was a member when the channel closed
     held: set[str] = field(default_factory=set)  # artifact hashes the peer holds
     wants_shader_archive: bool = False  # asked for the job's WGSL archive (its ModuleStatus)
+    # Robust aggregation (core/robust.py): rounds in a row, and in all, whose
+    # update was an outlier (delta norm above the clip multiple of the median).
+    outlier_rounds: int = 0
+    outliers: int = 0
 
     @property
     def approved(self) -> bool:
@@ -57,7 +61,17 @@ class PeerRecord:
         out: dict[str, Any] = {"connected": self.connected, "approved": self.approved, "state": str(self.state)}
         if self.paused:
             out["paused"] = True
+        if self.outliers:
+            out["robust"] = {"outlierRounds": self.outlier_rounds, "outliers": self.outliers}
         return out
+
+    def note_round(self, outlier: bool) -> None:
+        """Count a round this peer contributed to under robust aggregation."""
+        if outlier:
+            self.outlier_rounds += 1
+            self.outliers += 1
+        else:
+            self.outlier_rounds = 0
 
 
 def loading(peers: Mapping[str, PeerRecord]) -> list[str]:

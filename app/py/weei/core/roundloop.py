@@ -50,11 +50,15 @@ from .schedule import DatasetSchedule, ExperienceSchedule
 from .seeds import assignment_seed
 from .states import JOB_TRANSITIONS, JobStatus, is_working, move
 
-__all__ = ["RoundLoop", "RejectedUpdate", "MAX_EMPTY_ROUNDS"]
+__all__ = ["RoundLoop", "RejectedUpdate", "MAX_EMPTY_ROUNDS", "REPEATED_OUTLIER_ROUNDS"]
 
 # Rounds in a row without a single valid update before the job pauses itself:
 # retrying forever would only burn the participants' machines.
 MAX_EMPTY_ROUNDS = 5
+
+# Rounds in a row whose update was an outlier before a peer is named in the
+# debug log (``peer.outlier``): one odd round is noise, three is a pattern.
+REPEATED_OUTLIER_ROUNDS = 3
 
 
 @dataclass(frozen=True)
@@ -244,7 +248,24 @@ class RoundLoop:
             self._log("round.failed", round=round_, error=exc.message)
             return
         self._commands.append(Phase(round_, method, started, self.stopwatch()))
+        self._report_robust(record)
         self._take_round(record, now)
+
+    def _report_robust(self, record: RoundRecord) -> None:
+        """Log what robust aggregation did and name peers that are outliers round after round."""
+        report = record.robust
+        if report is None:
+            return
+        self._log("aggregation.robust", round=record.round, medianNorm=report.median_norm,
+                  clipped=record.clipped, outliers=record.outliers, trimmed=report.trimmed)
+        for peer in sorted(set(record.contributors)):
+            peer_record = self.peers.get(peer)
+            if peer_record is None:
+                continue
+            peer_record.note_round(peer in record.outliers)
+            if peer_record.outlier_rounds >= REPEATED_OUTLIER_ROUNDS:
+                self._log("peer.outlier", peer=peer, round=record.round, rounds=peer_record.outlier_rounds,
+                          outliers=peer_record.outliers, clipped=peer in record.clipped)
 
     def _empty_round(self, now: float) -> None:
         self._empty_rounds += 1

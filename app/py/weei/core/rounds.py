@@ -18,7 +18,7 @@ is evaluated, :func:`validation_command` what the host runs.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol, Sequence
 
 from .aggregate import AggregationKernel, AggregationState, BytesLike, aggregate_round
@@ -28,6 +28,7 @@ from .errors import SettingsError, UsageError
 from .job import JobSpec
 from .messages import ArtifactRef, Assign, ChunkRef, UnitRange
 from .modelinfo import AuxiliarySlot, ModelInfo
+from .robust import RobustReport
 from .seeds import evaluation_seed
 from .settings import TrainingSettings
 
@@ -57,6 +58,9 @@ class RoundRecord:
     examples: int  # examples (or units) behind the checkpoint
     contributors: list[str]  # peers whose update counted, sorted
     trained_chunks: list[str]  # dataset chunks the round trained, canonical order
+    robust: RobustReport | None = None  # what robust aggregation did (None: off), by assignment id
+    outliers: list[str] = field(default_factory=list)  # peers whose delta norm was an outlier, sorted
+    clipped: list[str] = field(default_factory=list)  # peers whose update normClip scaled down, sorted
 
 
 def close_round(kernel: Kernel, round_: int, weights: bytes, state: AggregationState | None,
@@ -71,6 +75,8 @@ def close_round(kernel: Kernel, round_: int, weights: bytes, state: AggregationS
     contributions = [(r.attempt.assignment_id, r.update.count, r.weights) for r in received]
     result = aggregate_round(kernel, weights, contributions, settings.aggregation, state,
                              info.raw.get("aggregation"))
+    peer_of = {r.attempt.assignment_id: r.attempt.peer for r in received}
+    report = result.report
     return RoundRecord(
         round=round_,
         weights=result.weights,
@@ -80,6 +86,9 @@ def close_round(kernel: Kernel, round_: int, weights: bytes, state: AggregationS
         examples=sum(r.update.count for r in received),
         contributors=sorted(r.attempt.peer for r in received),
         trained_chunks=[r.attempt.chunk_id for r in received if r.attempt.chunk_id is not None],
+        robust=report,
+        outliers=sorted({peer_of[a] for a in report.outliers}) if report else [],
+        clipped=sorted({peer_of[a] for a in report.clipped}) if report else [],
     )
 
 

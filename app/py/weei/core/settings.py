@@ -31,6 +31,9 @@ __all__ = [
     "AggregationMethod",
     "AGGREGATION_METHODS",
     "AggregationSettings",
+    "COMBINES",
+    "DEFAULT_TRIM",
+    "MAX_NORM_CLIP",
     "ValidationSchedule",
     "ExperienceSettings",
     "TrainingSettings",
@@ -51,6 +54,13 @@ _METHOD_OPTIONS: dict[str, dict[str, str]] = {
     },
 }
 _ALL_OPTIONS = {"serverLearningRate", "momentum", "beta1", "beta2", "epsilon"}
+
+# Robust options (additive to the spec, any method; docs/api.md): absent means
+# off, so the spec's settings and every existing checkpoint keep their bits.
+COMBINES: tuple[str, ...] = ("mean", "trimmedMean", "median")
+_ROBUST_OPTIONS: dict[str, str] = {"normClip": "norm_clip", "combine": "combine", "trim": "trim"}
+MAX_NORM_CLIP = 1000.0
+DEFAULT_TRIM = 0.25
 
 
 def _failer(field_name: str) -> _check.Fail:
@@ -75,10 +85,12 @@ def _count(obj: dict[str, Any], key: str, path: str) -> int:
 
 @dataclass(frozen=True)
 class AggregationSettings:
-    """How a round's average is applied: FedAvg, FedAvgM or FedAdam.
+    """How a round's average is formed and applied: FedAvg, FedAvgM or FedAdam.
 
     Options are None when not given; the ``effective_*`` properties give the
-    value in force (the given one, else the method's default).
+    value in force (the given one, else the method's default). The robust
+    options (``norm_clip``, ``combine``, ``trim``; weei.core.robust) go with
+    any method and are off when None.
     """
 
     method: AggregationMethod = "fedavg"
@@ -87,6 +99,9 @@ class AggregationSettings:
     beta1: float | None = None
     beta2: float | None = None
     epsilon: float | None = None
+    norm_clip: float | None = None
+    combine: str | None = None
+    trim: float | None = None
 
     def __post_init__(self) -> None:
         # Constructed in Python too, so the same checks as from_json apply.
@@ -110,6 +125,21 @@ class AggregationSettings:
                 ok, text = 0 <= number < 1, "from 0 to below 1"
             if not ok:
                 raise SettingsError(path, f"must be {text}, not {number}", "out-of-range")
+        self._check_robust()
+
+    def _check_robust(self) -> None:
+        if self.norm_clip is not None:
+            number = _check.as_number(self.norm_clip, _failer("aggregation.normClip"))
+            if not 1 <= number <= MAX_NORM_CLIP:
+                raise SettingsError("aggregation.normClip", f"must be from 1 to {MAX_NORM_CLIP:g}, not {number}", "out-of-range")
+        if self.combine is not None:
+            _check.as_choice(self.combine, _failer("aggregation.combine"), COMBINES)
+        if self.trim is not None:
+            if self.combine != "trimmedMean":
+                raise SettingsError("aggregation.trim", "belongs to combine \"trimmedMean\" only", "option-not-for-method")
+            number = _check.as_number(self.trim, _failer("aggregation.trim"))
+            if not 0 < number < 0.5:
+                raise SettingsError("aggregation.trim", f"must be above 0 and below 0.5, not {number}", "out-of-range")
 
     @classmethod
     def from_json(cls, obj: Any) -> AggregationSettings:
@@ -127,6 +157,10 @@ class AggregationSettings:
         for key in obj:
             if key == "method":
                 continue
+            if key in _ROBUST_OPTIONS:  # any method; values checked by __post_init__
+                if obj[key] is None:
+                    raise SettingsError(f"aggregation.{key}", "must not be null (leave it out for the default)")
+                continue
             if key not in _ALL_OPTIONS:
                 raise SettingsError(f"aggregation.{key}", "is not a known setting", "unknown-setting")
             if key not in _METHOD_OPTIONS[method]:
@@ -139,11 +173,16 @@ class AggregationSettings:
     def to_json(self) -> dict[str, Any]:
         """The JSON form: method, then the options that were given."""
         out: dict[str, Any] = {"method": self.method}
-        for json_name, attr in _METHOD_OPTIONS[self.method].items():
+        for json_name, attr in (*_METHOD_OPTIONS[self.method].items(), *_ROBUST_OPTIONS.items()):
             value = getattr(self, attr)
             if value is not None:
                 out[json_name] = value
         return out
+
+    @property
+    def effective_trim(self) -> float:
+        """Fraction trimmed at each end by combine "trimmedMean": 0.25 unless given."""
+        return DEFAULT_TRIM if self.trim is None else float(self.trim)
 
     @property
     def effective_server_learning_rate(self) -> float:
@@ -179,7 +218,7 @@ class AggregationSettings:
 
 
 def _attr_of(json_name: str) -> str:
-    return {"serverLearningRate": "server_learning_rate"}.get(json_name, json_name)
+    return {"serverLearningRate": "server_learning_rate", "normClip": "norm_clip"}.get(json_name, json_name)
 
 
 FEDAVG = AggregationSettings()

@@ -101,6 +101,14 @@ class NativeKernel:
         lib.weei_fedadam.restype = None
         lib.weei_first_non_finite.argtypes = [_c_p, _u32]
         lib.weei_first_non_finite.restype = ctypes.c_int32
+        lib.weei_delta_sq_norm.argtypes = [_c_p, _c_p, _u32, _c_p]
+        lib.weei_delta_sq_norm.restype = None
+        lib.weei_scale_delta.argtypes = [_c_p, _c_p, _u32, _c_p, _c_p]
+        lib.weei_scale_delta.restype = None
+        lib.weei_trimmed_mean.argtypes = [_c_p, _u32, _u32, _u32, _c_p, _c_p]
+        lib.weei_trimmed_mean.restype = None
+        lib.weei_trimmed_scratch.argtypes = [_u32]
+        lib.weei_trimmed_scratch.restype = _u32
         self._lib = lib
 
     @staticmethod
@@ -170,6 +178,37 @@ class NativeKernel:
         params = (ctypes.c_double * 6)(float(lr), b1, 1.0 - b1, b2, 1.0 - b2, float(epsilon))
         self._lib.weei_fedadam(_ptr(s), _ptr(a), _ptr(m), _ptr(v), _ptr(out), segs, n_segs, params)
         return out.tobytes(), mv.tobytes()
+
+    def delta_sq_norms(self, start: BytesLike, updates: Sequence[BytesLike]) -> list[float]:
+        """See ``AggregationKernel.delta_sq_norms``."""
+        s = np.ascontiguousarray(as_f32(start))
+        self._check_size(s.shape[0])
+        result = (ctypes.c_double * 1)()
+        out: list[float] = []
+        for update in updates:
+            x = np.ascontiguousarray(as_f32(update))
+            self._lib.weei_delta_sq_norm(_ptr(s), _ptr(x), s.shape[0], result)
+            out.append(float(result[0]))
+        return out
+
+    def scale_delta(self, start: BytesLike, update: BytesLike, factor: float) -> bytes:
+        """See ``AggregationKernel.scale_delta``."""
+        s, x = np.ascontiguousarray(as_f32(start)), np.ascontiguousarray(as_f32(update))
+        self._check_size(s.shape[0])
+        out = np.empty(s.shape[0], F32)
+        self._lib.weei_scale_delta(_ptr(s), _ptr(x), s.shape[0], (ctypes.c_double * 1)(float(factor)), _ptr(out))
+        return out.tobytes()
+
+    def trimmed_mean(self, updates: Sequence[BytesLike], trim: int) -> bytes:
+        """See ``AggregationKernel.trimmed_mean``."""
+        xs = [np.ascontiguousarray(as_f32(u)) for u in updates]
+        n, k = xs[0].shape[0], len(xs)
+        self._check_size(n)
+        out = np.empty(n, F32)
+        ptrs = (ctypes.c_void_p * k)(*(_ptr(x) for x in xs))
+        scratch = ctypes.create_string_buffer(int(self._lib.weei_trimmed_scratch(k)))
+        self._lib.weei_trimmed_mean(ptrs, k, n, trim, scratch, _ptr(out))
+        return out.tobytes()
 
     def first_non_finite(self, data: BytesLike) -> int:
         """See ``AggregationKernel.first_non_finite``."""

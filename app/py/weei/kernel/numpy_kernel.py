@@ -19,10 +19,13 @@ import numpy.typing as npt
 
 from weei.core.aggregate import BytesLike, Segment
 
-__all__ = ["BLOCK", "NumpyKernel", "as_f32"]
+__all__ = ["BLOCK", "LANES", "NumpyKernel", "as_f32"]
 
 #: Elements per block: 64K float64 = 512 KiB per temporary, L2-sized.
 BLOCK = 65536
+
+#: Lanes of a delta's squared norm (c/kernel/aggregate.c, WEEI_LANES).
+LANES = 8
 
 F32 = np.dtype("<f4")
 F64 = np.float64
@@ -235,6 +238,75 @@ class NumpyKernel:
             as_f32(start), as_f32(average), mv[:n], mv[n:], out, segments, lr, beta1, beta2, epsilon
         )
         return out.tobytes(), mv.tobytes()
+
+    # ---------------------------------------------------- robust aggregation
+
+    def delta_sq_norms(self, start: BytesLike, updates: Sequence[BytesLike]) -> list[float]:
+        """See ``AggregationKernel.delta_sq_norms`` (eight lanes, each a
+        sequential sum: ``np.cumsum`` is strictly left to right)."""
+        s = as_f32(start)
+        n = s.shape[0]
+        block = max(LANES, self.block // LANES * LANES)
+        out: list[float] = []
+        for update in updates:
+            x = as_f32(update)
+            lanes = np.zeros(LANES, F64)
+            for lo in _blocks(0, n, block):
+                hi = min(n, lo + block)
+                d = x[lo:hi].astype(F64)
+                np.subtract(d, s[lo:hi], out=d)
+                np.multiply(d, d, out=d)
+                whole = (hi - lo) // LANES * LANES
+                if whole:
+                    rows = d[:whole].reshape(-1, LANES)
+                    rows[0] += lanes  # lane + first square, then the rest in order
+                    lanes = np.cumsum(rows, axis=0)[-1]
+                tail = d[whole:]
+                lanes[: tail.shape[0]] += tail
+            total = float(lanes[0])
+            for lane in lanes[1:]:
+                total = total + float(lane)
+            out.append(total)
+        return out
+
+    def scale_delta(self, start: BytesLike, update: BytesLike, factor: float) -> bytes:
+        """See ``AggregationKernel.scale_delta``."""
+        s32, x32 = as_f32(start), as_f32(update)
+        out = np.empty(s32.shape[0], F32)
+        f = float(factor)
+        for lo in _blocks(0, s32.shape[0], self.block):
+            hi = min(s32.shape[0], lo + self.block)
+            s = s32[lo:hi].astype(F64)
+            d = x32[lo:hi].astype(F64)
+            np.subtract(d, s, out=d)
+            np.multiply(d, f, out=d)
+            np.add(s, d, out=s)
+            out[lo:hi] = s
+        return out.tobytes()
+
+    def trimmed_mean(self, updates: Sequence[BytesLike], trim: int) -> bytes:
+        """See ``AggregationKernel.trimmed_mean``: sorted by a total-order
+        integer key (-0 before +0), as the C insertion sort does."""
+        xs = [as_f32(u) for u in updates]
+        k, n = len(xs), xs[0].shape[0]
+        kept = float(k - 2 * trim)
+        out = np.empty(n, F32)
+        block = max(1, self.block // k)
+        keys = np.empty((k, block), np.int32)
+        for lo in _blocks(0, n, block):
+            hi = min(n, lo + block)
+            rows = keys[:, : hi - lo]
+            for r, x in enumerate(xs):
+                b = x[lo:hi].view(np.int32)
+                np.bitwise_xor(b, (b >> 31) & 0x7FFFFFFF, out=rows[r])
+            rows.sort(axis=0)
+            vals = (rows ^ ((rows >> 31) & 0x7FFFFFFF)).view(F32)
+            acc = vals[trim].astype(F64)
+            for r in range(trim + 1, k - trim):
+                np.add(acc, vals[r], out=acc)
+            np.divide(acc, kept, out=acc)
+            out[lo:hi] = acc
+        return out.tobytes()
 
     # ----------------------------------------------------------- finiteness
 

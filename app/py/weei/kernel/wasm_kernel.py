@@ -178,6 +178,39 @@ class WasmKernel:
         self._call("weei_fedadam", s, a, mv, mv + n, out, segs, len(segments), prm)
         return self.read(out, n), self.read(mv, 2 * n)
 
+    # ---------------------------------------------------- robust aggregation
+
+    def delta_sq_norms(self, start: BytesLike, updates: Sequence[BytesLike]) -> list[float]:
+        """See ``AggregationKernel.delta_sq_norms``."""
+        n = _nbytes(start)
+        out: list[float] = []
+        for update in updates:
+            self._reset()
+            s, x, res = self._put(start), self._put(update), self._alloc(8)
+            self._call("weei_delta_sq_norm", s, x, n // 4, res)
+            out.append(struct.unpack("<d", self.read(res, 8))[0])
+        return out
+
+    def scale_delta(self, start: BytesLike, update: BytesLike, factor: float) -> bytes:
+        """See ``AggregationKernel.scale_delta``."""
+        self._reset()
+        n = _nbytes(start)
+        s, x = self._put(start), self._put(update)
+        prm, out = self._put(struct.pack("<d", float(factor))), self._alloc(n)
+        self._call("weei_scale_delta", s, x, n // 4, prm, out)
+        return self.read(out, n)
+
+    def trimmed_mean(self, updates: Sequence[BytesLike], trim: int) -> bytes:
+        """See ``AggregationKernel.trimmed_mean``."""
+        self._reset()
+        n = _nbytes(updates[0])
+        ptrs = [self._put(u) for u in updates]
+        ptrs_ptr = self._put(struct.pack(f"<{len(ptrs)}I", *ptrs))
+        size = (self._call("weei_trimmed_scratch", len(ptrs)) or 0) & 0xFFFFFFFF
+        scratch, out = self._alloc(size), self._alloc(n)
+        self._call("weei_trimmed_mean", ptrs_ptr, len(ptrs), n // 4, trim, scratch, out)
+        return self.read(out, n)
+
     # ----------------------------------------------------------- finiteness
 
     def first_non_finite(self, data: BytesLike) -> int:

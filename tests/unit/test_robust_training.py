@@ -1,0 +1,165 @@
+"""Robust aggregation against a poisoning participant, with real digits training.
+
+The real coordinator (through tests/unit/sim.py, simulated time) and real
+digits-mlp training in wasmtime, 3 epochs (13 rounds at 4 participants):
+1 of 4 or 2 of 7 participants poison their honestly trained weights (x100
+every round or once, x-10, zeros, x1e30: all finite, so none is refused).
+Without a robust setting the final validation accuracy falls more than 2
+points below the honest run (x1e30 makes honest peers diverge and the job
+pause); with ``normClip: 3`` plus ``combine: "trimmedMean"`` it stays within
+2 points. Fixed seeds (job seed, initial weights): every run is deterministic.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from typing import Any, Callable
+
+import numpy as np
+import pytest
+
+from weei.core.errors import ModelError
+from weei.core.job import ChunkInfo, JobSpec, ModuleInfo
+from weei.core.messages import Assign
+from weei.core.modelinfo import ModelInfo
+from weei.core.participant import TrainOutcome
+from weei.core.settings import AggregationSettings, TrainingSettings
+from weei.demo.run import models_dir
+from weei.runtime import ModelRuntime
+from weei.runtime.wasmtime_engine import WasmtimeEngine
+
+from sim import Sim, sha
+
+ROBUST = {"method": "fedavg", "normClip": 3, "combine": "trimmedMean"}  # the recommended setting (docs/api.md)
+
+
+@lru_cache(maxsize=1)
+def package() -> tuple[bytes, dict[str, Any], list[dict[str, Any]], bytes]:
+    base = models_dir() / "digits-mlp"
+    manifest = json.loads((base / "manifest.json").read_text())
+    return ((base / "model.wasm").read_bytes(), manifest, manifest["inlineJson"]["dataset-manifest.json"],
+            (base / "data" / "validation.bin").read_bytes())
+
+
+@lru_cache(maxsize=1)
+def runtime() -> ModelRuntime:
+    return ModelRuntime.load(package()[0], WasmtimeEngine())
+
+
+def digits_spec(aggregation: dict[str, Any] | None) -> tuple[JobSpec, dict[str, bytes], bytes]:
+    wasm, _, entries, _ = package()
+    rt = runtime()
+    store = {sha(wasm): wasm}
+    chunks = []
+    base = models_dir() / "digits-mlp" / "data"
+    for e in entries:
+        data = (base / e["fileName"]).read_bytes()
+        store[sha(data)] = data
+        chunks.append(ChunkInfo(e["id"], e["fileName"], len(data), sha(data), e["format"], e["exampleCount"]))
+    settings: dict[str, Any] = {"epochs": 3, "localEpochs": 1, "batchSize": 16, "coordinatorParticipates": False}
+    if aggregation is not None:
+        settings["aggregation"] = aggregation
+    weights = rt.create_initial_weights(1)
+    spec = JobSpec("job-robust", ModelInfo.from_json(rt.model_info()), ModuleInfo("model.wasm", len(wasm), sha(wasm)),
+                   TrainingSettings.from_json(settings), len(weights), tuple(chunks))
+    return spec, store, weights
+
+
+Poison = Callable[[np.ndarray, int], np.ndarray]  # (honest weights, round) -> sent weights
+
+
+def trainer(store: dict[str, bytes], poison: Poison | None):
+    def train(assign: Assign, start: bytes, _default: TrainOutcome) -> TrainOutcome:
+        rt = runtime()
+        rt.load_model(start)
+        assert assign.chunk is not None
+        try:
+            result = rt.train(data=store[assign.chunk.data.sha256], format=assign.chunk.format,
+                              seed=assign.seed & 0xFFFFFFFF, settings={"localEpochs": 1, "batchSize": 16})
+        except ModelError as exc:  # an honest peer diverging from poisoned weights, as in the browser
+            return exc.reason  # type: ignore[return-value]  # sim: a string fails the attempt
+        weights = result.weights
+        if poison is not None:
+            weights = poison(np.frombuffer(weights, "<f4"), assign.round).astype("<f4").tobytes()
+        return TrainOutcome(weights, dict(result.metrics), assign.chunk.example_count)
+
+    return train
+
+
+def final_accuracy(aggregation: dict[str, Any] | None, poison: Poison | None, *, peers: int = 4,
+                   attackers: int = 1) -> tuple[float, Sim]:
+    """Validation accuracy of the last checkpoint (0 when the job could not complete);
+    the last ``attackers`` of ``peers`` send ``poison`` of their honest update."""
+    spec, store, weights = digits_spec(aggregation)
+    sim = Sim.create(spec, store, weights=weights, job_seed=42)
+    for n in range(peers):
+        peer = f"p{n + 1}"
+        sim.behaviour[peer] = trainer(store, poison if n >= peers - attackers else None)
+        sim.join(peer)
+    sim.coordinator.start(sim.now)
+    sim.pump()
+    sim.run_to_end()
+    assert [r for r in sim.reasons() if r != "training-failed"] == []  # poisoned updates are finite: none refused
+    if sim.coordinator.status != "completed":
+        return 0.0, sim
+    rt = runtime()
+    rt.load_model(sim.checkpoint(sim.rounds[-1]).weights)
+    return float(rt.evaluate(data=package()[3], format="weei-digits-v1").metrics["accuracy"]), sim
+
+
+ATTACKS: dict[str, Poison] = {
+    "x100": lambda w, _r: w * np.float32(100),
+    "x100-once": lambda w, r: w * np.float32(100) if r == 1 else w,
+    "x-10": lambda w, _r: w * np.float32(-10),
+    "zeros": lambda w, _r: np.zeros_like(w),
+    "x1e30": lambda w, _r: w * np.float32(1e30),
+}
+
+
+@lru_cache(maxsize=None)
+def honest(peers: int) -> float:
+    return final_accuracy(None, None, peers=peers, attackers=0)[0]
+
+
+@pytest.mark.parametrize("peers,attackers", [(4, 1), (7, 2)])
+def test_robust_setting_costs_nothing_when_all_are_honest(peers: int, attackers: int) -> None:
+    baseline = honest(peers)
+    assert baseline > 0.85
+    robust, _ = final_accuracy(ROBUST, None, peers=peers, attackers=0)
+    assert abs(robust - baseline) <= 0.02
+
+
+@pytest.mark.parametrize("peers,attackers", [(4, 1), (7, 2)])
+@pytest.mark.parametrize("attack", sorted(ATTACKS))
+def test_poisoners_with_and_without_the_robust_setting(attack: str, peers: int, attackers: int) -> None:
+    baseline = honest(peers)
+    robust, _ = final_accuracy(ROBUST, ATTACKS[attack], peers=peers, attackers=attackers)
+    assert abs(robust - baseline) <= 0.02, (attack, robust, baseline)
+    plain, sim = final_accuracy(None, ATTACKS[attack], peers=peers, attackers=attackers)
+    assert plain < baseline - 0.02, (attack, plain, baseline)
+    assert sim.coordinator.status == ("paused" if attack == "x1e30" else "completed")
+
+
+def test_a_repeated_outlier_is_named_in_the_log_and_its_peer_record() -> None:
+    _, sim = final_accuracy(ROBUST, ATTACKS["x100"], peers=4, attackers=1)
+    robust = [log.details for _, log in sim.logs if log.event == "aggregation.robust"]
+    assert len(robust) == len(sim.rounds) - 1  # every round after checkpoint 0
+    # p4 is clipped in every round it contributed to (a round short of chunks may leave it out).
+    assert all(d["clipped"] == d["outliers"] and d["clipped"] in ([], ["p4"]) for d in robust)
+    hit = sum(1 for d in robust if d["clipped"] == ["p4"])
+    assert hit >= 9
+    named = [log.details for _, log in sim.logs if log.event == "peer.outlier"]
+    assert named and {d["peer"] for d in named} == {"p4"}
+    assert named[0]["rounds"] == 3 and named[-1]["rounds"] == hit and len(named) == hit - 2
+    view = sim.coordinator.view(sim.now)["participants"]
+    assert view["p4"]["robust"] == {"outlierRounds": hit, "outliers": hit}
+    assert all("robust" not in view[p] for p in ("p1", "p2", "p3"))
+    # The setting is recorded in every checkpoint's settings, so it applies again on continuing.
+    recorded = sim.checkpoint(sim.rounds[-1]).metadata.settings
+    assert recorded.aggregation == AggregationSettings(norm_clip=3, combine="trimmedMean")
+    assert recorded.to_json()["aggregation"] == ROBUST
+    # Off: no robust report, no outlier counts, the participants' view as before.
+    _, plain = final_accuracy(None, ATTACKS["x100"], peers=4, attackers=1)
+    assert not [log for _, log in plain.logs if log.event in ("aggregation.robust", "peer.outlier")]
+    assert all("robust" not in v for v in plain.coordinator.view(plain.now)["participants"].values())
