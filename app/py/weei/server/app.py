@@ -31,12 +31,16 @@ runner's cleanup closes open connections, so shutdown is clean.
 from __future__ import annotations
 
 import asyncio
+import logging
+import secrets
 import signal
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from urllib.parse import quote
 
 from aiohttp import web
 
+from .http_limits import ConnectionGate, GatedSite, HttpLimits
 from .signaling import SignalingConfig, add_signaling
 
 __all__ = ["MIME_TYPES", "SITE_DIR_KEY", "create_app", "default_site_dir", "serve", "run"]
@@ -57,6 +61,8 @@ MIME_TYPES: dict[str, str] = {
     ".ico": "image/x-icon",
 }
 _FALLBACK_TYPE = "application/octet-stream"
+
+log = logging.getLogger("weei.server")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -90,22 +96,60 @@ def _no_route(request: web.Request) -> bool:
     return isinstance(getattr(request.match_info, "http_exception", None), web.HTTPNotFound)
 
 
-def _site_file(root: Path, rel: str, request_path: str) -> Path:
-    """The file under ``root`` for URL path ``rel``. Raises HTTPNotFound
-    (missing, or outside ``root``) or a redirect (a directory without '/')."""
+#: The longest path segment served (a file name on every file system we
+#: serve from is at most 255 bytes); longer is 414, never an OS error.
+MAX_SEGMENT = 255
+
+
+def _segments(path: str) -> list[str]:
+    """The segments of the decoded URL path ``path``, empty ones (``//``)
+    dropped. Raises HTTPNotFound for a dot segment or a dotfile (any
+    segment starting with ``.``, so ``..`` too), a backslash or NUL, and
+    HTTPRequestURITooLong for a segment over :data:`MAX_SEGMENT`."""
+    segments = [s for s in path.split("/") if s]
+    for segment in segments:
+        if len(segment) > MAX_SEGMENT:
+            raise web.HTTPRequestURITooLong(text="path-segment-too-long")
+        if segment.startswith(".") or "\\" in segment or "\0" in segment:
+            raise web.HTTPNotFound()
+    return segments
+
+
+def _site_file(root: Path, request_path: str) -> Path:
+    """The file under ``root`` for the decoded URL path ``request_path``.
+    Raises HTTPNotFound (missing, hidden, or outside ``root``), 414 (a
+    segment too long) or a redirect (a directory without '/') whose
+    Location is a same-origin absolute path: one '/', then the segments."""
+    segments = _segments(request_path)
     try:
-        target = (root / rel).resolve()
+        target = root.joinpath(*segments).resolve()
+        if not target.is_relative_to(root):
+            raise web.HTTPNotFound()
+        if target.is_dir():
+            if segments and not request_path.endswith("/"):
+                location = "/" + "/".join(quote(s, safe="!$&'()*+,;=:@-._~") for s in segments) + "/"
+                raise web.HTTPMovedPermanently(location=location)
+            target = target / "index.html"
+        if not target.is_file():
+            raise web.HTTPNotFound()
     except (OSError, ValueError):
         raise web.HTTPNotFound() from None
-    if not target.is_relative_to(root):
-        raise web.HTTPNotFound()
-    if target.is_dir():
-        if rel and not rel.endswith("/"):
-            raise web.HTTPMovedPermanently(location=request_path + "/")
-        target = target / "index.html"
-    if not target.is_file():
-        raise web.HTTPNotFound()
     return target
+
+
+@web.middleware
+async def _no_tracebacks(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """An unexpected exception becomes a 500 that names only an error id
+    (the traceback goes to the server's log under that id), whatever
+    aiohttp's debug mode would show."""
+    try:
+        return await handler(request)
+    except web.HTTPException:
+        raise
+    except Exception:  # noqa: BLE001 (the boundary of every handler)
+        error_id = secrets.token_hex(6)
+        log.exception("internal error %s on %s %s", error_id, request.method, request.path[:200])
+        return web.Response(status=500, text=f"internal-error {error_id}\n")
 
 
 @web.middleware
@@ -121,7 +165,7 @@ async def _static_fallback(request: web.Request, handler: Handler) -> web.Stream
         })
     if request.method not in ("GET", "HEAD"):
         return await handler(request)
-    target = _site_file(request.app[SITE_DIR_KEY], request.path.lstrip("/"), request.path)
+    target = _site_file(request.app[SITE_DIR_KEY], request.path)
     content_type = MIME_TYPES.get(target.suffix.lower(), _FALLBACK_TYPE)
     return web.FileResponse(target, headers={"Content-Type": content_type})
 
@@ -133,7 +177,7 @@ def create_app(site_dir: Path) -> web.Application:
     root = Path(site_dir).resolve()
     if not root.is_dir():
         raise FileNotFoundError(f"{root} is not a directory (build it with: python build.py site)")
-    app = web.Application(middlewares=[_static_fallback])
+    app = web.Application(middlewares=[_no_tracebacks, _static_fallback])
     app[SITE_DIR_KEY] = root
     app.on_response_prepare.append(_add_headers)
     return app
@@ -154,14 +198,17 @@ async def serve(
     *,
     on_ready: Callable[[str], None] | None = None,
     stop: asyncio.Event | None = None,
+    limits: HttpLimits | None = None,
 ) -> None:
     """Serve ``app`` on ``host:port`` (port 0: any free port) until ``stop``
-    is set; call ``on_ready(url)`` once listening. Raises OSError when the
-    address cannot be bound."""
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    is set, with ``limits`` (timeouts, connection limits: :mod:`.http_limits`);
+    call ``on_ready(url)`` once listening. Raises OSError when the address
+    cannot be bound."""
+    limits = limits or HttpLimits()
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, keepalive_timeout=limits.header_timeout_s)
     await runner.setup()
     try:
-        site = web.TCPSite(runner, host, port)
+        site = GatedSite(runner, host, port, ConnectionGate(limits))
         await site.start()
         bound_port = runner.addresses[0][1]
         if on_ready is not None:
@@ -172,7 +219,8 @@ async def serve(
 
 
 def run(site_dir: Path, host: str = "127.0.0.1", port: int = 8000,
-        on_ready: Callable[[str], None] | None = None, signaling: SignalingConfig | None = None) -> int:
+        on_ready: Callable[[str], None] | None = None, signaling: SignalingConfig | None = None,
+        limits: HttpLimits | None = None) -> int:
     """Serve ``site_dir`` and the signaling endpoint until SIGINT or SIGTERM; return an exit status."""
     app = create_app(site_dir)
     add_signaling(app, signaling or SignalingConfig())
@@ -182,7 +230,7 @@ def run(site_dir: Path, host: str = "127.0.0.1", port: int = 8000,
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        await serve(app, host, port, on_ready=on_ready, stop=stop)
+        await serve(app, host, port, on_ready=on_ready, stop=stop, limits=limits)
 
     asyncio.run(main())
     return 0
