@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
-from typing import Any, Awaitable, Callable, Mapping, TypeVar
+from typing import Any, Awaitable, Callable, Mapping, NoReturn, TypeVar
 
+from ..core import _check
 from ..core.aggregate import AggregationKernel
 from ..core.checkpoint import checkpoint_summary, read_checkpoint
 from ..core.coordinator import Coordinator
@@ -580,8 +580,8 @@ class _NewJobScope:
 
 
 def _parse_json(data: bytes, what: str) -> Any:
-    try:
-        return json.loads(bytes(data).decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise ManifestError("invalid-json", f"{what}: not valid JSON ({exc})") from None
+    def fail(message: str) -> NoReturn:
+        raise ManifestError("invalid-json", f"{what}: {message}")
+
+    return _check.parse_json(data, fail)
 

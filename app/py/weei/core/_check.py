@@ -11,13 +11,20 @@ message can name the field in that error's terms.
 and reason to raise there (``Where(ManifestError, "invalid-package",
 "package").at("files")`` fails with ``package.files: <message>``). Its
 ``get``/``read`` take a field out of an object and check it in one step.
+
+Untrusted JSON passes ``parse_json`` (bytes or text) or ``check_depth`` (a
+value parsed elsewhere) before anything walks it recursively: deepcopy,
+json.dumps and the parsers recurse once per level, so a 100,000-deep array
+would otherwise escape as RecursionError. ``first_duplicate`` keeps
+duplicate checks linear (a set, never ``list.count`` per item).
 """
 
 from __future__ import annotations
 
+import json
 import math
 import re
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, NoReturn, TypeVar
 
@@ -38,6 +45,10 @@ __all__ = [
     "as_list",
     "require",
     "no_unknown_keys",
+    "MAX_JSON_DEPTH",
+    "check_depth",
+    "parse_json",
+    "first_duplicate",
 ]
 
 Fail = Callable[[str], NoReturn]
@@ -45,6 +56,10 @@ Fail = Callable[[str], NoReturn]
 #: JavaScript's Number.MAX_SAFE_INTEGER: larger counts are not exact there.
 SAFE_INTEGER = 2**53 - 1
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+#: The deepest nesting of arrays and objects accepted from outside. Every
+#: document of the spec nests under 16 levels; 64 leaves room and keeps any
+#: recursive walk (deepcopy, json.dumps) far from the interpreter's limit.
+MAX_JSON_DEPTH = 64
 
 T = TypeVar("T")
 
@@ -195,6 +210,61 @@ def no_unknown_keys(obj: dict[str, Any], allowed: frozenset[str] | set[str], fai
     for key in obj:
         if key not in allowed:
             fail(key)
+
+
+def check_depth(value: Any, fail: Fail, max_depth: int = MAX_JSON_DEPTH) -> None:
+    """``fail`` when arrays and objects in ``value`` nest deeper than ``max_depth``.
+
+    Iterative (an explicit stack), so it never recurses itself; it visits
+    each container once, so it is linear in the size of ``value``.
+    """
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, (list, tuple)):
+            children = item
+        else:
+            continue
+        if depth > max_depth:
+            fail(f"nests deeper than {max_depth} levels")
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list, tuple)))
+
+
+def parse_json(data: str | bytes | bytearray | memoryview, fail: Fail, max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """Parse untrusted JSON (UTF-8 bytes or text); ``fail`` for anything but JSON nesting at most ``max_depth``.
+
+    NaN and Infinity are refused, as JSON.parse refuses them. The C parser
+    raises RecursionError (not a crash) for nesting near the interpreter's
+    limit; that becomes ``fail`` like any other bad input.
+    """
+    try:
+        text = data if isinstance(data, str) else bytes(data).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        fail(f"is not UTF-8 ({exc.reason})")
+    try:
+        value = json.loads(text, parse_constant=_refuse_constant)
+    except RecursionError:
+        fail(f"nests deeper than {max_depth} levels")
+    except ValueError as exc:
+        fail(f"is not valid JSON ({exc})")
+    check_depth(value, fail, max_depth)
+    return value
+
+
+def first_duplicate(items: Iterable[T]) -> T | None:
+    """The first item seen twice in ``items`` (hashable), or None; linear time."""
+    seen: set[T] = set()
+    for item in items:
+        if item in seen:
+            return item
+        seen.add(item)
+    return None
+
+
+def _refuse_constant(name: str) -> NoReturn:
+    raise ValueError(f"{name} is not JSON")
 
 
 def _describe(value: Any) -> str:

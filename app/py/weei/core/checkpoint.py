@@ -73,8 +73,8 @@ def _string_list(value: Any, path: str) -> list[str]:
     items = _check.as_list(value, _fail("invalid-metadata", path))
     for item in items:
         _check.as_str(item, _fail("invalid-metadata", path), nonempty=False)
-    if len(set(items)) != len(items):
-        dup = next(i for i in items if items.count(i) > 1)
+    dup = _check.first_duplicate(items)
+    if dup is not None:
         raise CheckpointError("duplicate-chunk-id", f"checkpoint metadata {path}: {dup!r} is listed twice")
     return items
 
@@ -100,6 +100,7 @@ class CheckpointMetadata:
         """
         if not isinstance(obj, dict):
             raise CheckpointError("invalid-metadata", "checkpoint metadata: must be a JSON object")
+        _check.check_depth(obj, _fail("invalid-metadata", "document"))
         raw = copy.deepcopy(obj)
         version = raw.get("version")
         if not _check.is_integer(version) or version not in (1, 2):
@@ -131,7 +132,7 @@ class CheckpointMetadata:
                 raise CheckpointError("missing-aggregation-state", "checkpoint metadata aggregationState: version 2 needs it")
             state = _check.as_object(state, _fail("invalid-aggregation-state", "aggregationState"))
             method = state.get("method")
-            if method not in _STATE_COPIES:
+            if not isinstance(method, str) or method not in _STATE_COPIES:
                 raise CheckpointError("invalid-aggregation-state", f"checkpoint metadata aggregationState.method: must be fedavgm or fedadam, not {method!r}")
             _field(state, "step", _check.as_int, "aggregationState.step", "invalid-aggregation-state", minimum=1)
             state_bytes = _field(state, "bytes", _check.as_int, "aggregationState.bytes", "invalid-aggregation-state", minimum=0)
@@ -249,7 +250,10 @@ def _check_progress(raw: dict[str, Any]) -> None:
     if "experience" in raw:
         exp = _check.as_object(raw["experience"], _fail("invalid-metadata", "experience"))
         seed = _field(exp, "jobSeed", _check.as_str, "experience.jobSeed")
-        if not seed.isdigit() or not seed.isascii() or int(seed) >= 2**64 or (len(seed) > 1 and seed[0] == "0"):
+        # At most 20 digits before int(): 2**64-1 has 20, and int() of a long
+        # digit string is quadratic (Python refuses over 4300 digits).
+        if (len(seed) > 20 or not seed.isdigit() or not seed.isascii() or int(seed) >= 2**64
+                or (len(seed) > 1 and seed[0] == "0")):
             raise CheckpointError("invalid-metadata", "checkpoint metadata experience.jobSeed: must be an unsigned 64-bit decimal")
         _field(exp, "nextUnit", _check.as_int, "experience.nextUnit", minimum=0)
     if "auxiliaryWeights" in raw:
@@ -285,14 +289,10 @@ def read_checkpoint(data: bytes | bytearray | memoryview) -> Checkpoint:
         raise CheckpointError("metadata-too-large", f"checkpoint: metadata of {meta_len} bytes, at most {MAX_METADATA_BYTES}")
     if 4 + meta_len > total:
         raise CheckpointError("truncated-metadata", f"checkpoint: metadata of {meta_len} bytes does not fit the {total}-byte file")
-    try:
-        text = view[4 : 4 + meta_len].tobytes().decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise CheckpointError("invalid-metadata-json", f"checkpoint metadata: not UTF-8 ({exc.reason})") from exc
-    try:
-        obj = json.loads(text, parse_constant=_refuse_constant)
-    except (ValueError, RecursionError) as exc:
-        raise CheckpointError("invalid-metadata-json", f"checkpoint metadata: not valid JSON ({exc})") from exc
+    def not_json(message: str) -> NoReturn:
+        raise CheckpointError("invalid-metadata-json", f"checkpoint metadata: {message}")
+
+    obj = _check.parse_json(view[4 : 4 + meta_len], not_json)
     meta = CheckpointMetadata.from_json(obj)
 
     start = 4 + meta_len
@@ -322,11 +322,6 @@ def read_checkpoint(data: bytes | bytearray | memoryview) -> Checkpoint:
             raise CheckpointError("state-sha256-mismatch", "checkpoint: the state's SHA-256 differs from aggregationState.sha256")
         state = state_view.tobytes()
     return Checkpoint(meta, weights.tobytes(), state)
-
-
-def _refuse_constant(name: str) -> NoReturn:
-    # NaN and Infinity are not JSON; JSON.parse refuses them too.
-    raise ValueError(f"{name} is not JSON")
 
 
 def write_checkpoint(

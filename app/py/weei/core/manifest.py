@@ -137,6 +137,7 @@ def parse_dataset_manifest(obj: Any, path: str = "manifest") -> DatasetManifest:
     """
     r = ManifestReason.INVALID_DATASET_MANIFEST
     items = _check.as_list(obj, _at(r, path))
+    _check.check_depth(items, _at(r, path))
     entries: list[ChunkEntry] = []
     ids: set[str] = set()
     names: set[str] = set()
@@ -316,6 +317,7 @@ def parse_package(obj: Any) -> ModelPackage:
     """
     r = ManifestReason.INVALID_PACKAGE
     obj = _check.as_object(obj, _at(r, "package"))
+    _check.check_depth(obj, _at(r, "package"))
     if obj.get("schema") != PACKAGE_SCHEMA or not _check.is_integer(obj.get("schemaVersion")) or obj["schemaVersion"] != 1:
         raise ManifestError(
             ManifestReason.UNSUPPORTED_SCHEMA, f"package: schema must be {PACKAGE_SCHEMA!r} version 1, not {obj.get('schema')!r} {obj.get('schemaVersion')!r}"
@@ -380,7 +382,7 @@ def parse_package(obj: Any) -> ModelPackage:
     names = [wasm.file_name] + [e.file_name for e in dataset.entries] + [s.file_name for s in slots if s.file_name]
     if shader_archive is not None:
         names.append(shader_archive.file_name)
-    dup = next((n for n in names if names.count(n) > 1), None)
+    dup = _check.first_duplicate(names)
     if dup is not None:
         raise ManifestError(ManifestReason.DUPLICATE_FILE_NAME, f"{dup}: names two different package files")
     return ModelPackage(
@@ -393,13 +395,15 @@ def _parse_backends(ex: dict[str, Any], wasm: FileDescriptor) -> tuple[tuple[Bac
     items = _at(r, "package.execution").read(ex, "backends", _check.as_list)
     top_archive = _descriptor(ex["shaderArchive"], "package.execution.shaderArchive") if "shaderArchive" in ex else None
     backends: list[Backend] = []
+    backend_ids: set[str] = set()
     shader_archive: FileDescriptor | None = None
     for i, item in enumerate(items):
         p = f"package.execution.backends[{i}]"
         item = _check.as_object(item, _at(r, p))
         bid = _at(r, p).read(item, "id", _check.as_str)
-        if any(b.id == bid for b in backends):
+        if bid in backend_ids:
             raise ManifestError(r, f"{p}.id: duplicate backend {bid!r}")
+        backend_ids.add(bid)
         kind = _at(r, p).get(item, "kind")
         if kind not in ("cpu", "gpu"):
             raise ManifestError(r, f"{p}.kind: must be 'cpu' or 'gpu', not {kind!r}")
@@ -435,7 +439,7 @@ def _check_policy(ex: dict[str, Any], backends: tuple[Backend, ...]) -> None:
     policy = _check.as_object(ex["policy"], _at(ManifestReason.INVALID_PACKAGE, "package.execution.policy"))
     ids = {b.id for b in backends}
     for bid in _check.as_list(policy.get("preference", []), _at(ManifestReason.INVALID_PACKAGE, "package.execution.policy.preference")):
-        if bid not in ids:
+        if not isinstance(bid, str) or bid not in ids:
             raise ManifestError(ManifestReason.INVALID_PACKAGE, f"package.execution.policy.preference: unknown backend {bid!r}")
 
 

@@ -273,6 +273,7 @@ class ModelInfo:
         """
         r = ModelInfoReason.INVALID_MODEL_INFO
         obj = _check.as_object(obj, _at(r, "modelInfo"))
+        _check.check_depth(obj, _at(r, "modelInfo"))
         raw = copy.deepcopy(obj)
         model_id = _at(r, "modelInfo").read(obj, "id", _check.as_str)
         version = _at(r, "modelInfo").read(obj, "version", _check.as_str)
@@ -297,6 +298,7 @@ class ModelInfo:
             else:
                 raise ManifestError(r, f"modelInfo.{key}: is required of a dataset model")
         formats: list[DataFormat] = []
+        format_ids: set[str] = set()
         for i, item in enumerate(_at(r, "modelInfo").read(obj, "dataFormats", _check.as_list)):
             p = f"modelInfo.dataFormats[{i}]"
             item = _check.as_object(item, _at(r, p))
@@ -305,12 +307,14 @@ class ModelInfo:
             mimes = _check.as_list(item.get("acceptedMimeTypes", []), _at(r, f"{p}.acceptedMimeTypes"))
             for mime in mimes:
                 _check.as_str(mime, _at(r, f"{p}.acceptedMimeTypes"))
-            if any(f.id == fid for f in formats):
+            if fid in format_ids:
                 raise ManifestError(r, f"{p}.id: duplicate format {fid!r}")
+            format_ids.add(fid)
             formats.append(DataFormat(fid, label, tuple(mimes)))
         if not experience and not formats:
             raise ManifestError(r, "modelInfo.dataFormats: a dataset model needs at least one format")
         metrics: list[Metric] = []
+        metric_ids: set[str] = set()
         for i, item in enumerate(_at(r, "modelInfo").read(obj, "metrics", _check.as_list)):
             p = f"modelInfo.metrics[{i}]"
             item = _check.as_object(item, _at(r, p))
@@ -319,8 +323,9 @@ class ModelInfo:
             direction = _at(r, p).get(item, "direction")
             if direction not in ("minimize", "maximize"):
                 raise ManifestError(r, f"{p}.direction: must be 'minimize' or 'maximize', not {direction!r}")
-            if any(m.id == mid for m in metrics):
+            if mid in metric_ids:
                 raise ManifestError(r, f"{p}.id: duplicate metric {mid!r}")
+            metric_ids.add(mid)
             metrics.append(Metric(mid, label, direction))
         methods, average_only = (None, ())
         if "aggregation" in obj:

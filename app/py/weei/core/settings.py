@@ -152,7 +152,7 @@ class AggregationSettings:
         if "method" not in obj:
             raise SettingsError("aggregation.method", "is required", "missing-setting")
         method = obj["method"]
-        if method not in _METHOD_OPTIONS:
+        if not isinstance(method, str) or method not in _METHOD_OPTIONS:
             raise SettingsError("aggregation.method", f"must be one of {', '.join(AGGREGATION_METHODS)}, not {method!r}")
         for key in obj:
             if key == "method":
