@@ -12,10 +12,7 @@ Run: ``.venv/bin/python bench/bench_robust.py [--elems N] [--updates 4 7 16]``.
 from __future__ import annotations
 
 import argparse
-import gc
 import hashlib
-import time
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -26,6 +23,8 @@ from weei.kernel.native import NativeKernel
 from weei.kernel.numpy_kernel import NumpyKernel
 from weei.kernel.wasm_kernel import WasmKernel
 
+from bench_aggregate import best_of  # the same timing rule as the FedAvg benchmark
+
 __all__ = ["main", "SETTINGS"]
 
 SETTINGS: dict[str, AggregationSettings] = {
@@ -35,18 +34,6 @@ SETTINGS: dict[str, AggregationSettings] = {
     "median": AggregationSettings(combine="median"),
     "normClip 3 + trimmedMean": AggregationSettings(norm_clip=3, combine="trimmedMean"),
 }
-
-
-def best_of(fn: Callable[[], object], repeat: int) -> float:
-    """Seconds of the fastest of ``repeat`` calls (after one warm-up call)."""
-    fn()
-    best = float("inf")
-    for _ in range(repeat):
-        gc.collect()
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
 
 
 def bench(n_updates: int, n_elems: int, repeat: int, kernels: dict[str, Any]) -> bool:
