@@ -53,23 +53,34 @@ def assigns_by_round(sim: Sim) -> dict[int, Assign]:
     return {d.message.round: d.message for d in sim.delivered(Assign)}
 
 
-def test_a_reopened_job_names_the_snapshots_its_rule_picks() -> None:
-    original = original_job(5)
-    hashes = saved_hashes(original)
-    spec = original.coordinator.spec
-    # The page reloads: the job is rebuilt from its last checkpoint and its saved summaries.
-    reopened = Coordinator.resume(spec, original.checkpoint(5), mode="resume", my_peer_id=COORD,
-                                  kernel=NumpyKernel(), now=original.now, reopening=True)
-    reopened.restore_checkpoints(original.coordinator.checkpoints)
-    assert reopened.checkpoint_hashes == hashes
-    # Checkpoints 3..5 may still be named by roundsAgo 2, checkpoint 0 by initial.
-    assert reopened.snapshot_checkpoints() == {r: hashes[r] for r in (0, 3, 4, 5)}
+def reopen(original: Sim, summaries: list[dict]) -> Coordinator:
+    """The page reloads: the job is rebuilt from its last checkpoint and the summaries it saved."""
+    last = original.checkpoint(original.coordinator.checkpoint_round)
+    reopened = Coordinator.resume(original.coordinator.spec, last, mode="resume",
+                                  my_peer_id=COORD, kernel=NumpyKernel(), now=original.now, reopening=True)
+    reopened.restore_checkpoints(summaries)
+    return reopened
+
+
+def run_again(original: Sim, reopened: Coordinator) -> Sim:
+    """The reopened job, started with p1 back, up to its first hand-out."""
     sim = Sim(reopened, dict(original.coord_store), now=original.now)
     sim.auto_train = False
     sim.pump()
     sim.join("p1")
     reopened.start(sim.now)
     sim.pump()
+    return sim
+
+
+def test_a_reopened_job_names_the_snapshots_its_rule_picks() -> None:
+    original = original_job(5)
+    hashes = saved_hashes(original)
+    reopened = reopen(original, original.coordinator.checkpoints)
+    assert reopened.checkpoint_hashes == hashes
+    # Checkpoints 3..5 may still be named by roundsAgo 2, checkpoint 0 by initial.
+    assert reopened.snapshot_checkpoints() == {r: hashes[r] for r in (0, 3, 4, 5)}
+    sim = run_again(original, reopened)
     sim.finish()
     sim.finish()
     hashes = saved_hashes(original) | saved_hashes(sim)
@@ -154,16 +165,9 @@ def test_a_checkpoint_that_was_never_saved_gives_way_to_the_one_before_it() -> N
     original = original_job(5)
     hashes = saved_hashes(original)
     summaries = [s for s in original.coordinator.checkpoints if s["artifact"]["round"] != 3]  # its save was refused
-    reopened = Coordinator.resume(original.coordinator.spec, original.checkpoint(5), mode="resume",
-                                  my_peer_id=COORD, kernel=NumpyKernel(), now=original.now, reopening=True)
-    reopened.restore_checkpoints(summaries)
+    reopened = reopen(original, summaries)
     assert 3 not in reopened.checkpoint_hashes
     assert reopened.snapshot_checkpoints() == {r: hashes[r] for r in (0, 2, 4, 5)}
-    sim = Sim(reopened, dict(original.coord_store), now=original.now)
-    sim.auto_train = False
-    sim.pump()
-    sim.join("p1")
-    reopened.start(sim.now)
-    sim.pump()
+    sim = run_again(original, reopened)
     (assign,) = [d.message for d in sim.delivered(Assign)]
     assert assign.round == 6 and assign.auxiliary["old"].sha256 == hashes[2]
