@@ -133,3 +133,12 @@ def test_oversized_module_is_refused_before_it_is_compiled() -> None:
     with pytest.raises(ManifestError) as err:
         _prepare(bytes(256 * 1000 * 1000 + 1), manifest, files)
     assert err.value.reason == "file-too-large"
+
+
+def test_an_oversized_shader_archive_is_refused_by_its_size_before_it_is_read() -> None:
+    wasm, manifest, files, _ = _package("digits-mlp")
+    with pytest.raises(ManifestError) as err:
+        prepare_job(WasmtimeEngine(), job_id="job", wasm_name="model.wasm", wasm=wasm, manifest=manifest,
+                    files=files, settings=SETTINGS, random_bytes=bytes(range(16)),
+                    execution_files={"model.wgsl.json": bytes((4 << 20) + 1)})
+    assert err.value.reason == "file-too-large" and "4 MiB" in err.value.message

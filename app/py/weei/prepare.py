@@ -84,7 +84,7 @@ def prepare_job(engine: Any, *, job_id: str, wasm_name: str, wasm: bytes, manife
     dataset: DatasetManifest = package.dataset_manifest if package is not None else parsed  # type: ignore[assignment]
     execution_files = dict(execution_files or {})
     for name, data in execution_files.items():
-        check_file_size("shader-archive", name, len(data))
+        check_file_size("wgsl", name, len(data))  # the limit the archive has on the wire too
     gpu = None
     if package is not None:
         _check_archive_descriptor(package, execution_files)
