@@ -273,9 +273,7 @@ class WasmtimeInstance:
         if func is None:
             raise Trap(f"no exported function {name!r}")
         engine = self._engine
-        nested = self._caller is not None  # the progress hook calls back in: the outer deadline holds
-        if not nested:
-            self._store.set_epoch_deadline(engine._deadline_ticks(self.deadline_s))
+        self._store.set_epoch_deadline(engine._deadline_ticks(self.deadline_s))
         reason = engine.interrupted()
         if reason is not None:
             raise Interrupted(reason, f"{name}: interrupted ({reason}) before it started")
