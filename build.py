@@ -25,6 +25,14 @@ weei.runtime: getModelInfo for the id, workSource and auxiliaryWeights,
 createInitialWeights for the weight size, describeChunk for each dataset chunk
 (app/static/models/<id>/data/training-*.bin). Inline files are described by
 the size and SHA-256 of JSON.stringify(value, null, 2) + "\\n".
+
+A model directory may also hold ``gen.py``, a deterministic generator of its
+dataset: ``write_data(out_dir)`` writes the chunks and validation.bin. Then
+``wasm`` regenerates app/static/models/<id>/data before describing the
+chunks, and ``check`` compares the generated files with the committed ones
+too. byte-transformer (a byte-level transformer on synthetic reasoning text,
+c/models/byte-transformer/README.md) is built this way; digits-mlp's chunks
+are committed data (tools/export_digits.py).
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ from __future__ import annotations
 import argparse
 import filecmp
 import hashlib
+import importlib.util
 import json
 import os
 import shutil
@@ -90,6 +99,8 @@ SITE_DIRS = ("models", "kernel", "widget")
 _ZIP_DATE = (1980, 1, 1, 0, 0, 0)
 
 DIGITS_FORMAT = "weei-digits-v1"
+#: A model directory with this file generates its dataset chunks (write_data(out_dir)).
+DATA_GENERATOR = "gen.py"
 INIT_SEED = 0
 
 
@@ -241,6 +252,17 @@ def model_manifest(wasm: bytes, facts: ModelFacts, archive: bytes | None = None)
     return manifest
 
 
+def generate_data(model_dir: Path, out_dir: Path) -> list[Path]:
+    """Run the model's data generator (``gen.py``: ``write_data(out_dir)``)."""
+    spec = importlib.util.spec_from_file_location(f"weei_gen_{model_dir.name.replace('-', '_')}",
+                                                  model_dir / DATA_GENERATOR)
+    if spec is None or spec.loader is None:
+        raise BuildError(f"{model_dir / DATA_GENERATOR}: cannot be loaded")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return sorted(module.write_data(out_dir))
+
+
 def build_all(static_dir: Path, data_root: Path | None = None) -> list[Path]:
     """Build every model and kernel into ``static_dir``; return the written files.
 
@@ -257,7 +279,11 @@ def build_all(static_dir: Path, data_root: Path | None = None) -> list[Path]:
             tmp_wasm = Path(tmp) / f"{model_dir.name}.wasm"
             compile_model(model_dir.relative_to(ROOT), tmp_wasm)
             wasm = tmp_wasm.read_bytes()
-            facts = probe_model(wasm, data_root / "models" / model_dir.name / "data")
+            data_dir = data_root / "models" / model_dir.name / "data"
+            if (model_dir / DATA_GENERATOR).is_file():
+                data_dir = static_dir / "models" / model_dir.name / "data"
+                written += generate_data(model_dir, data_dir)
+            facts = probe_model(wasm, data_dir)
             model_id = facts.info["id"]
             if model_id != model_dir.name:
                 raise BuildError(f"{model_dir}: the module calls itself {model_id!r}; name the directory after it")
