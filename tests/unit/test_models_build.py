@@ -20,7 +20,7 @@ from weei.runtime import ModelRuntime, WasmtimeEngine
 
 ROOT = Path(__file__).resolve().parents[2]
 STATIC = ROOT / "app" / "static"
-MODEL_IDS = ["cartpole-reinforce", "digits-mlp"]
+MODEL_IDS = ["byte-transformer", "cartpole-reinforce", "digits-mlp"]
 OPERATIONS = ["getModelInfo", "createInitialWeights", "loadModel", "loadAuxiliary",
               "describeChunk", "train", "evaluate"]
 
