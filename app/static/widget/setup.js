@@ -47,6 +47,8 @@ export class Setup {
 
     f.demoDigits = h('button', { type: 'button', text: 'Digits MLP demo', title: 'A small dataset model: handwritten digits, 15 chunks and a validation file' });
     f.demoCartpole = h('button', { type: 'button', text: 'CartPole demo', title: 'A reinforcement learning model: no dataset, the model plays episodes' });
+    f.demoTransformer = h('button', { type: 'button', text: 'Transformer demo',
+      title: 'A 2.3 MB byte-level transformer on synthetic reasoning text: 55 chunks and a validation file' });
     f.selection = h('p', { class: 'small muted', text: 'Choose a model package, or load a built-in demo.' });
     f.demoError = h('div', { class: 'error hidden', role: 'alert' });
 
@@ -100,7 +102,7 @@ export class Setup {
     f.jobBox = h('div', { class: 'card jobbox' }, f.jobLine,
       h('div', { class: 'row' }, f.start, f.pause, f.resume, f.stop, f.shuffle, f.validate), f.controlError);
     f.choose = h('div', { class: 'choose' },
-      h('div', { class: 'row' }, h('span', { class: 'small muted', text: 'Built-in demos:' }), f.demoDigits, f.demoCartpole),
+      h('div', { class: 'row' }, h('span', { class: 'small muted', text: 'Built-in demos:' }), f.demoDigits, f.demoCartpole, f.demoTransformer),
       f.selection, f.demoError, files);
     f.settingsBox = h('details', { class: 'settings', open: true }, h('summary', { text: 'Settings' }), grid,
       h('div', { class: 'row' }, f.create, f.apply), f.formError);
@@ -119,6 +121,8 @@ export class Setup {
       validationSchedule: { enabled: true, unit: 'round', every: 5 } });
     demo(f.demoCartpole, 'cartpole-reinforce', { epochs: 20, localEpochs: 1, batchSize: 16, coordinatorParticipates: true,
       experience: { unitsPerAssignment: 32 }, validationSchedule: { enabled: true, unit: 'round', every: 5 } });
+    demo(f.demoTransformer, 'byte-transformer', { epochs: 1, localEpochs: 1, batchSize: 8, coordinatorParticipates: true,
+      validationSchedule: { enabled: true, unit: 'round', every: 1 } });
 
     f.wasm.addEventListener('change', () => { this.selection.wasm = f.wasm.files[0] || null; this.selection.label = ''; this.describeSelection(); });
     f.files.addEventListener('change', () => { this.selection.files = [...f.files.files]; this.selection.label = ''; this.describeSelection(); });
@@ -266,7 +270,7 @@ export class Setup {
     const busy = Boolean(state.preparing);
     setDisabled(f.create, busy || Boolean(active));
     f.create.textContent = state.preparing ? 'Preparing…' : (f.checkpoint.files[0] ? 'Continue from checkpoint' : 'Create job');
-    f.demoDigits.disabled = f.demoCartpole.disabled = busy;
+    f.demoDigits.disabled = f.demoCartpole.disabled = f.demoTransformer.disabled = busy;
     f.apply.classList.toggle('hidden', !(coordinator && active));
     setDisabled(f.start, !(coordinator && job.status === 'ready'));
     setDisabled(f.pause, !(coordinator && job.status === 'running'));
