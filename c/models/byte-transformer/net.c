@@ -18,6 +18,35 @@
 #define V TFM_V
 #define LN_EPS 1e-5f
 
+#if TFM_HD % 4 != 0 || TFM_D % 4 != 0
+#error "the head width and the width must be multiples of 4 (4-lane vectors)"
+#endif
+
+/* 4-lane vectors (SIMD128 in wasm) for the dot products of attention and
+ * the sums of layer norm; lanes combined as (l0 + l1) + (l2 + l3). */
+typedef float v4 __attribute__((vector_size(16)));
+static inline v4 ld4(const float *p) { v4 v; __builtin_memcpy(&v, p, 16); return v; }
+static inline void st4(float *p, v4 v) { __builtin_memcpy(p, &v, 16); }
+static inline float hsum4(v4 v) { return (v[0] + v[1]) + (v[2] + v[3]); }
+
+static inline float dot(const float *a, const float *b, uint32_t n) {
+    v4 acc = { 0.0f, 0.0f, 0.0f, 0.0f };
+    for (uint32_t c = 0; c < n; c += 4) acc += ld4(a + c) * ld4(b + c);
+    return hsum4(acc);
+}
+
+static inline float sum(const float *a, uint32_t n) {
+    v4 acc = { 0.0f, 0.0f, 0.0f, 0.0f };
+    for (uint32_t c = 0; c < n; c += 4) acc += ld4(a + c);
+    return hsum4(acc);
+}
+
+/* y += a * x */
+static inline void axpy(float *y, float a, const float *x, uint32_t n) {
+    v4 av = { a, a, a, a };
+    for (uint32_t c = 0; c < n; c += 4) st4(y + c, ld4(y + c) + av * ld4(x + c));
+}
+
 static float *fl(uint32_t n) { return weei_malloc((size_t)n * sizeof(float)); }
 
 void tfm_work_free(tfm_work *w) {
@@ -30,7 +59,7 @@ void tfm_work_free(tfm_work *w) {
     }
     weei_mfree(w->xhatf); weei_mfree(w->rstdf); weei_mfree(w->yf); weei_mfree(w->logits); weei_mfree(w->et);
     weei_mfree(w->dx); weei_mfree(w->dy); weei_mfree(w->dqkv); weei_mfree(w->datt); weei_mfree(w->dh);
-    weei_mfree(w->dlogits); weei_mfree(w->det);
+    weei_mfree(w->dlogits); weei_mfree(w->det); weei_mfree(w->wt); weei_mfree(w->zeros);
     weei_memzero(w, sizeof *w);
 }
 
@@ -50,7 +79,8 @@ int tfm_work_alloc(tfm_work *w, uint32_t batch) {
     }
     ok = ok && (w->xhatf = fl(n * D)) && (w->rstdf = fl(n)) && (w->yf = fl(n * D)) && (w->logits = fl(n * V))
         && (w->et = fl(D * V)) && (w->dx = fl(n * D)) && (w->dy = fl(n * D)) && (w->dqkv = fl(n * 3 * D))
-        && (w->datt = fl(n * D)) && (w->dh = fl(n * F)) && (w->dlogits = fl(n * V)) && (w->det = fl(D * V));
+        && (w->datt = fl(n * D)) && (w->dh = fl(n * F)) && (w->dlogits = fl(n * V)) && (w->det = fl(D * V))
+        && (w->wt = fl(TFM_WT_MAX)) && (w->zeros = weei_calloc(TFM_ZEROS * sizeof(float)));
     if (!ok) { tfm_work_free(w); return -1; }
     return 0;
 }
@@ -69,15 +99,12 @@ void tfm_gather(tfm_work *w, const uint8_t *records, const uint32_t *idx, uint32
 static void ln_forward(const float *x, uint32_t n, const float *g, const float *bias, float *xhat, float *rstd, float *y) {
     for (uint32_t r = 0; r < n; r++) {
         const float *xr = x + (size_t)r * D;
-        float mean = 0.0f, var = 0.0f;
-        for (uint32_t i = 0; i < D; i++) mean += xr[i];
-        mean *= 1.0f / (float)D;
-        for (uint32_t i = 0; i < D; i++) { float c = xr[i] - mean; var += c * c; }
-        var *= 1.0f / (float)D;
-        float rs = 1.0f / __builtin_sqrtf(var + LN_EPS);
-        rstd[r] = rs;
+        float mean = sum(xr, D) * (1.0f / (float)D);
         float *xh = xhat + (size_t)r * D, *yr = y + (size_t)r * D;
-        for (uint32_t i = 0; i < D; i++) { xh[i] = (xr[i] - mean) * rs; yr[i] = g[i] * xh[i] + bias[i]; }
+        for (uint32_t i = 0; i < D; i++) xh[i] = xr[i] - mean;
+        float rs = 1.0f / __builtin_sqrtf(dot(xh, xh, D) * (1.0f / (float)D) + LN_EPS);
+        rstd[r] = rs;
+        for (uint32_t i = 0; i < D; i++) { xh[i] = xh[i] * rs; yr[i] = g[i] * xh[i] + bias[i]; }
     }
 }
 
@@ -87,17 +114,15 @@ static void ln_backward(const float *dy, uint32_t n, const float *g, const float
     for (uint32_t r = 0; r < n; r++) {
         const float *d = dy + (size_t)r * D, *xh = xhat + (size_t)r * D;
         float *o = dx + (size_t)r * D;
-        float s1 = 0.0f, s2 = 0.0f;
+        float dxh[D];
         for (uint32_t i = 0; i < D; i++) {
-            float dxh = d[i] * g[i];
-            s1 += dxh;
-            s2 += dxh * xh[i];
+            dxh[i] = d[i] * g[i];
             dg[i] += d[i] * xh[i];
             db[i] += d[i];
         }
-        s1 *= 1.0f / (float)D;
-        s2 *= 1.0f / (float)D;
-        for (uint32_t i = 0; i < D; i++) o[i] += rstd[r] * (d[i] * g[i] - s1 - xh[i] * s2);
+        float s1 = sum(dxh, D) * (1.0f / (float)D);
+        float s2 = dot(dxh, xh, D) * (1.0f / (float)D);
+        for (uint32_t i = 0; i < D; i++) o[i] += rstd[r] * (dxh[i] - s1 - xh[i] * s2);
     }
 }
 
@@ -113,9 +138,7 @@ static void attn_forward(const float *qkv, uint32_t batch, float *prob, float *a
                 float m = -3.0e38f;
                 for (uint32_t j = 0; j <= i; j++) {
                     const float *k = qkv + ((size_t)b * T + j) * 3 * D + D + hh * HD;
-                    float s = 0.0f;
-                    for (uint32_t c = 0; c < HD; c++) s += q[c] * k[c];
-                    s *= scale;
+                    float s = dot(q, k, HD) * scale;
                     pr[j] = s;
                     if (s > m) m = s;
                 }
@@ -128,8 +151,7 @@ static void attn_forward(const float *qkv, uint32_t batch, float *prob, float *a
                 for (uint32_t c = 0; c < HD; c++) o[c] = 0.0f;
                 for (uint32_t j = 0; j <= i; j++) {
                     const float *v = qkv + ((size_t)b * T + j) * 3 * D + 2 * D + hh * HD;
-                    float pj = pr[j];
-                    for (uint32_t c = 0; c < HD; c++) o[c] += pj * v[c];
+                    axpy(o, pr[j], v, HD);
                 }
             }
         }
@@ -147,26 +169,38 @@ static void attn_backward(const float *qkv, const float *prob, const float *datt
             for (uint32_t i = 0; i < T; i++) {
                 const float *pr = P + (size_t)i * T;
                 const float *dO = datt + ((size_t)b * T + i) * D + hh * HD;
-                float dot = 0.0f;
+                float pdp = 0.0f;
                 for (uint32_t j = 0; j <= i; j++) {
                     const float *v = qkv + ((size_t)b * T + j) * 3 * D + 2 * D + hh * HD;
                     float *dv = dqkv + ((size_t)b * T + j) * 3 * D + 2 * D + hh * HD;
-                    float dp = 0.0f;
-                    for (uint32_t c = 0; c < HD; c++) { dp += dO[c] * v[c]; dv[c] += pr[j] * dO[c]; }
+                    float dp = dot(dO, v, HD);
+                    axpy(dv, pr[j], dO, HD);
                     ds[j] = dp;
-                    dot += pr[j] * dp;
+                    pdp += pr[j] * dp;
                 }
                 const float *q = qkv + ((size_t)b * T + i) * 3 * D + hh * HD;
                 float *dq = dqkv + ((size_t)b * T + i) * 3 * D + hh * HD;
                 for (uint32_t j = 0; j <= i; j++) {
-                    float g = pr[j] * (ds[j] - dot) * scale;
+                    float g = pr[j] * (ds[j] - pdp) * scale;
                     const float *k = qkv + ((size_t)b * T + j) * 3 * D + D + hh * HD;
                     float *dk = dqkv + ((size_t)b * T + j) * 3 * D + D + hh * HD;
-                    for (uint32_t c = 0; c < HD; c++) { dq[c] += g * k[c]; dk[c] += g * q[c]; }
+                    axpy(dq, g, k, HD);
+                    axpy(dk, g, q, HD);
                 }
             }
         }
     }
+}
+
+/* The SDK's dense backward for dW and db; dx = dy W^T as a forward pass of
+ * dy through W transposed (the SDK computes dx for large layers with one dot
+ * product per element, which took most of the training time here). */
+static void dense_backward(tfm_work *w, const float *x, const float *dy, uint32_t n, uint32_t in, uint32_t out,
+                           const float *W, float *dW, float *db, float *dx) {
+    weei_dense_backward(x, dy, n, in, out, W, dW, db, 0);
+    for (uint32_t i = 0; i < in; i++)
+        for (uint32_t o = 0; o < out; o++) w->wt[(size_t)o * in + i] = W[(size_t)i * out + o];
+    weei_dense_forward(dy, n, out, in, w->wt, w->zeros, dx);
 }
 
 double tfm_loss(tfm_work *w, const float *p, uint32_t count, float *grad, uint32_t *correct) {
@@ -201,7 +235,8 @@ double tfm_loss(tfm_work *w, const float *p, uint32_t count, float *grad, uint32
     weei_memzero(grad, TFM_WEIGHT_BYTES);
     float *gE = grad, *gPos = grad + TFM_OFF_POS, *glnf = grad + TFM_OFF_LNF, *gbout = grad + TFM_OFF_BOUT;
     weei_memzero(w->det, (size_t)D * V * sizeof(float));
-    weei_dense_backward(w->yf, w->dlogits, n, D, V, w->et, w->det, gbout, w->dy);
+    weei_dense_backward(w->yf, w->dlogits, n, D, V, w->et, w->det, gbout, 0);
+    weei_dense_forward(w->dlogits, n, V, D, E, w->zeros, w->dy); /* E is et transposed */
     for (uint32_t v = 0; v < V; v++)
         for (uint32_t i = 0; i < D; i++) gE[(size_t)v * D + i] += w->det[(size_t)i * V + v];
     weei_memzero(w->dx, (size_t)n * D * sizeof(float));
@@ -210,14 +245,14 @@ double tfm_loss(tfm_work *w, const float *p, uint32_t count, float *grad, uint32
         const float *ly = p + TFM_OFF_LAYERS + (size_t)l * LY_SIZE;
         float *gl = grad + TFM_OFF_LAYERS + (size_t)l * LY_SIZE;
         /* dx is d(x[l+1]); the MLP branch, then LN2 adds into dx, making it d(xm). */
-        weei_dense_backward(w->h[l], w->dx, n, F, D, ly + LY_W2, gl + LY_W2, gl + LY_B2, w->dh);
+        dense_backward(w, w->h[l], w->dx, n, F, D, ly + LY_W2, gl + LY_W2, gl + LY_B2, w->dh);
         weei_relu_backward(w->h[l], w->dh, n * F);
-        weei_dense_backward(w->y2[l], w->dh, n, D, F, ly + LY_W1, gl + LY_W1, gl + LY_B1, w->dy);
+        dense_backward(w, w->y2[l], w->dh, n, D, F, ly + LY_W1, gl + LY_W1, gl + LY_B1, w->dy);
         ln_backward(w->dy, n, ly + LY_LN2G, w->xhat2[l], w->rstd2[l], gl + LY_LN2G, gl + LY_LN2B, w->dx);
         /* the attention branch; LN1 adds into dx, making it d(x[l]). */
-        weei_dense_backward(w->att[l], w->dx, n, D, D, ly + LY_WO, gl + LY_WO, gl + LY_BO, w->datt);
+        dense_backward(w, w->att[l], w->dx, n, D, D, ly + LY_WO, gl + LY_WO, gl + LY_BO, w->datt);
         attn_backward(w->qkv[l], w->prob[l], w->datt, count, w->dqkv);
-        weei_dense_backward(w->y1[l], w->dqkv, n, D, 3 * D, ly + LY_WQKV, gl + LY_WQKV, gl + LY_BQKV, w->dy);
+        dense_backward(w, w->y1[l], w->dqkv, n, D, 3 * D, ly + LY_WQKV, gl + LY_WQKV, gl + LY_BQKV, w->dy);
         ln_backward(w->dy, n, ly + LY_LN1G, w->xhat1[l], w->rstd1[l], gl + LY_LN1G, gl + LY_LN1B, w->dx);
     }
     for (uint32_t r = 0; r < n; r++) {

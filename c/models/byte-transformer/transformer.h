@@ -57,6 +57,11 @@
 #define TFM_HEADER 8
 #define TFM_MAX_EXAMPLES 4096
 
+/* Sizes of tfm_work's wt (the largest dense layer) and zeros (its widest input). */
+#define TFM_MAX2(a, b) ((a) > (b) ? (a) : (b))
+#define TFM_WT_MAX (TFM_D * TFM_MAX2(TFM_MAX2(3 * TFM_D, TFM_F), TFM_V))
+#define TFM_ZEROS TFM_MAX2(TFM_F, TFM_D)
+
 /* Activations and gradient scratch for up to `batch` sequences. */
 typedef struct {
     uint32_t batch;
@@ -67,6 +72,7 @@ typedef struct {
     float *xhat2[TFM_L], *rstd2[TFM_L], *y2[TFM_L], *h[TFM_L];
     float *xhatf, *rstdf, *yf, *logits, *et;     /* et: E transposed, [D][V] */
     float *dx, *dy, *dqkv, *datt, *dh, *dlogits, *det;
+    float *wt, *zeros; /* a dense layer's W transposed, a zero bias (backward) */
 } tfm_work;
 
 int tfm_work_alloc(tfm_work *w, uint32_t batch);
