@@ -139,7 +139,11 @@ def parse_archive(data: bytes) -> ShaderArchive:
             isinstance(e, str) and _IDENT.fullmatch(e) for e in eps
         ) or len(set(eps)) != len(eps):
             raise _malformed(f"{name}: entryPoints must list 1 to {MAX_ENTRY_POINTS} distinct identifiers")
-        if hashlib.sha256(source.encode("utf-8")).hexdigest() != sha:
+        try:
+            encoded = source.encode("utf-8")
+        except UnicodeEncodeError:  # a "\ud800" escape in the JSON: no UTF-8 text, so no SHA-256 to match
+            raise _malformed(f"{name}: source is not Unicode text (a lone surrogate)") from None
+        if hashlib.sha256(encoded).hexdigest() != sha:
             raise GpuError("module-hash-mismatch", f"WGSL archive: module {name!r} does not match its SHA-256")
         found = entry_points_of(source)
         missing = [e for e in eps if e not in found]
