@@ -1,10 +1,12 @@
 """One fuzz target per parser of outside input: valid samples, a mutator, the call, and the named errors.
 
-A target's input is always ``bytes`` (what arrives: a file, a frame, a
-stored record), so a failing input can be saved and replayed as is. Targets
-whose parser takes a value (settings and manifests reach the host as
-objects) get the bytes as JSON text and parse it leniently first; the
-mutator then works on the value, so those inputs are mostly valid JSON.
+A target's input is what the parser is handed: ``bytes`` for the parsers of
+files, frames and stored text (``kind="bytes"``), or a JSON-like value for
+those handed an object from the page or a document another parser already
+read (``kind="value"``: settings, manifests, model info, job records,
+diagnostics, device programs). Values are mutated as values, so no time
+goes into writing and reading them back; :func:`to_file` and
+:func:`from_file` turn any input into bytes and back, to save and replay it.
 
 The oracle (:func:`check`): the call either returns, or raises one of the
 target's named error classes with a non-empty string ``reason``. Anything
@@ -20,13 +22,14 @@ import atexit
 import hashlib
 import json
 import os
+import pickle
 import random
 import shutil
 import struct
 import sys
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +43,7 @@ from mutate import deep, mutate_bytes, mutate_json_bytes, mutate_text, mutate_va
 from weei.core._check import parse_json  # noqa: E402
 from weei.core.errors import WeeiError  # noqa: E402
 
-__all__ = ["Target", "TARGETS", "check", "generate"]
+__all__ = ["Target", "TARGETS", "check", "generate", "to_file", "from_file"]
 
 #: Inputs stay under 1 MiB, the cap on checkpoint metadata and model results (a larger input only
 #: takes longer to parse: every check is linear, and the size caps come before the parse).
@@ -57,7 +60,7 @@ class Target:
     samples: list[bytes]
     mutate: Callable[[random.Random, bytes], bytes]
     about: str = ""
-    notes: list[str] = field(default_factory=list)
+    kind: str = "bytes"  # "bytes": call takes bytes; "value": a JSON-like value (see to_file)
 
 
 def _lenient(data: bytes) -> Any:
@@ -65,54 +68,32 @@ def _lenient(data: bytes) -> Any:
     return json.loads(data.decode("utf-8", "surrogatepass"))
 
 
-def _value_mutator(samples: list[Any], objects: bool = True) -> Callable[[random.Random, bytes], bytes]:
-    """Mutate the value of a sample and write it as JSON (text mutations now and then)."""
+def _value_target(name: str, parse: Callable[[Any], Any], named: tuple[type[BaseException], ...],
+                  samples: list[Any], about: str, objects: bool = True) -> Target:
+    """A parser handed a value (an object from the page, or JSON another parser already read).
+
+    ``objects``: NaN and infinities may come in too (a JavaScript object can hold them).
+    """
     donors = tuple(samples)
 
-    def mutate(rng: random.Random, data: bytes) -> bytes:
-        try:
-            value = _lenient(data)
-        except (ValueError, RecursionError):  # an earlier text mutation
-            return mutate_bytes(rng, data)
-        if rng.random() < 0.9:
-            value = mutate_value(rng, value, objects=objects, donors=donors)
-        try:
-            text = json.dumps(value, ensure_ascii=False)
-        except RecursionError:  # two deep grafts, one inside the other: keep the input as it was
-            return data
-        if len(text) > _MAX_INPUT:  # grafts of grafts: keep inputs near the sizes parsers are handed
-            return data
-        if rng.random() < 0.1:
-            text = mutate_text(rng, text)
-        return text.encode("utf-8", "surrogatepass")
+    def mutate(rng: random.Random, value: Any) -> Any:
+        return mutate_value(rng, value, objects=objects, donors=donors)
 
-    return mutate
+    return Target(name, parse, named, list(samples), mutate, about, kind="value")
 
 
 def _json_mutator(samples: list[Any]) -> Callable[[random.Random, bytes], bytes]:
     donors = tuple(samples)
+    known = {_dumps(v): v for v in samples}  # the samples' text, read once
 
     def mutate(rng: random.Random, data: bytes) -> bytes:
         try:
-            value = _lenient(data)
+            value = known[data] if data in known else _lenient(data)
         except (ValueError, RecursionError):
             return mutate_bytes(rng, data)
         return mutate_json_bytes(rng, value, donors)
 
     return mutate
-
-
-def _value_call(parse: Callable[[Any], Any]) -> Callable[[bytes], Any]:
-    """The parser of a value; an input that is not even JSON (a text mutation) is skipped, not a failure."""
-
-    def call(data: bytes) -> Any:
-        try:
-            value = _lenient(data)
-        except (ValueError, RecursionError):
-            return None
-        return parse(value)
-
-    return call
 
 
 def _text(data: bytes) -> str:
@@ -143,8 +124,8 @@ def _settings() -> Target:
          "validation": {"every": 1}, "maxParticipants": 8, "minParticipants": 1},
     ]
     ok = [s for s in samples if _accepts(TrainingSettings.from_json, s)]
-    return Target("settings", _value_call(TrainingSettings.from_json), (SettingsError,), [_dumps(s) for s in ok],
-                  _value_mutator(ok), "TrainingSettings.from_json (createJob, updateSettings)")
+    return _value_target("settings", TrainingSettings.from_json, (SettingsError,), ok,
+                         "TrainingSettings.from_json (createJob, updateSettings)")
 
 
 def _accepts(parse: Callable[[Any], Any], value: Any) -> bool:
@@ -162,8 +143,8 @@ def _model_info() -> Target:
     from weei.core.modelinfo import ModelInfo
 
     samples = [dataset_info(), experience_info(), experience_info(info_aux())]
-    return Target("model-info", _value_call(ModelInfo.from_json), (ManifestError,), [_dumps(s) for s in samples],
-                  _value_mutator(samples), "ModelInfo.from_json (getModelInfo's JSON, a peer's Invitation)")
+    return _value_target("model-info", ModelInfo.from_json, (ManifestError,), samples,
+                         "ModelInfo.from_json (getModelInfo's JSON, a peer's Invitation)")
 
 
 def _package() -> Target:
@@ -175,8 +156,8 @@ def _package() -> Target:
     samples = [package(), package(experience=False, chunks=chunks()), package(aux=package_aux()), package(gpu=True)]
     samples += [json.loads((ROOT / "app/static/models" / m / "manifest.json").read_text())
                 for m in ("digits-mlp", "cartpole-reinforce")]
-    return Target("package", _value_call(parse_manifest_file), (ManifestError,), [_dumps(s) for s in samples],
-                  _value_mutator(samples, objects=False), "parse_manifest_file: the package manifest (model.json)")
+    return _value_target("package", parse_manifest_file, (ManifestError,), samples,
+                         "parse_manifest_file: the package manifest (model.json)", objects=False)
 
 
 def _dataset_manifest() -> Target:
@@ -186,9 +167,8 @@ def _dataset_manifest() -> Target:
     from weei.core.manifest import parse_dataset_manifest
 
     samples = [chunks(), chunks()[:1]]
-    return Target("dataset-manifest", _value_call(parse_dataset_manifest), (ManifestError,),
-                  [_dumps(s) for s in samples], _value_mutator(samples, objects=False),
-                  "parse_dataset_manifest: a dataset's chunk list")
+    return _value_target("dataset-manifest", parse_dataset_manifest, (ManifestError,), samples, objects=False,
+                         about="parse_dataset_manifest: a dataset's chunk list")
 
 
 def _checkpoint_parts() -> tuple[bytes, list[dict[str, Any]]]:
@@ -473,8 +453,8 @@ def _job_record() -> Target:
     samples = [spec_to_record(dataset, job_seed=None, validation_sha256="d" * 64),
                spec_to_record(experience, job_seed=2**64 - 1, validation_sha256=None)]
     named = (WeeiError,)
-    return Target("job-record", _value_call(spec_from_record), named, [_dumps(s) for s in samples],
-                  _value_mutator(samples), "spec_from_record: a saved job's record read back from storage")
+    return _value_target("job-record", spec_from_record, named, samples,
+                         "spec_from_record: a saved job's record read back from storage")
 
 
 def _diagnostics() -> Target:
@@ -485,8 +465,8 @@ def _diagnostics() -> Target:
     rec = recorder()
     rec.join_job("job-1", 0)
     samples = [rec.snapshot(WALL0, 0)]
-    return Target("diagnostics", _value_call(parse_diagnostics), (DiagnosticsError,), [_dumps(s) for s in samples],
-                  _value_mutator(samples, objects=False), "parse_diagnostics: a peer's diagnostics snapshot")
+    return _value_target("diagnostics", parse_diagnostics, (DiagnosticsError,), samples,
+                         "parse_diagnostics: a peer's diagnostics snapshot", objects=False)
 
 
 def _shader_archive() -> Target:
@@ -513,8 +493,8 @@ def _device_program() -> Target:
         return parse_program(value, archive=archive, limits=DeviceLimits(), weight_bytes=16, budget_bytes=64 << 20,
                              estimated_working_bytes=16 << 20)
 
-    return Target("device-program", _value_call(parse), (GpuError,), [_dumps(s) for s in samples],
-                  _value_mutator(samples), "parse_program: the device program a model's gpu_begin returns")
+    return _value_target("device-program", parse, (GpuError,), samples,
+                         "parse_program: the device program a model's gpu_begin returns")
 
 
 def _signaling_client() -> Target:
@@ -599,7 +579,7 @@ TARGETS: dict[str, Callable[[], Target]] = {
 }
 
 
-def check(target: Target, data: bytes) -> BaseException | None:
+def check(target: Target, data: Any) -> BaseException | None:
     """The oracle: None when ``data`` is parsed or refused by name, else the exception that escaped."""
     try:
         target.call(data)
@@ -615,12 +595,29 @@ def check(target: Target, data: bytes) -> BaseException | None:
     return None
 
 
-def generate(target: Target, rng: random.Random) -> bytes:
+def generate(target: Target, rng: random.Random) -> Any:
     """One input: a mutation of a sample, now and then of an earlier mutation (two steps away)."""
     data = target.samples[rng.randrange(len(target.samples))]
     data = target.mutate(rng, data)
     if rng.random() < 0.15:
         data = target.mutate(rng, data)
-    return data if len(data) <= _MAX_INPUT else data[:_MAX_INPUT]
+    if target.kind == "bytes" and len(data) > _MAX_INPUT:
+        data = data[:_MAX_INPUT]
+    return data
 
 
+def to_file(target: Target, data: Any) -> bytes:
+    """An input as bytes: itself, or a value pickled (a value may nest deeper than json.dumps can write)."""
+    if target.kind == "bytes":
+        return bytes(data)
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 20_000))
+    try:
+        return pickle.dumps(data)
+    finally:
+        sys.setrecursionlimit(limit)
+
+
+def from_file(target: Target, raw: bytes) -> Any:
+    """The input :func:`to_file` saved (run.py --replay: the fuzzer's own files only, pickle trusts them)."""
+    return raw if target.kind == "bytes" else pickle.loads(raw)  # noqa: S301

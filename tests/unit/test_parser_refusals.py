@@ -7,6 +7,7 @@ or the check that was missing, is named in its comment) and passes after.
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import sys
 import time
@@ -160,7 +161,7 @@ def test_records_nest_documents_below_the_storage_limit(tmp_path: Path) -> None:
 def job_record() -> dict[str, Any]:
     from targets import TARGETS  # tests/fuzz: the fuzzer's sample record
 
-    return json.loads(TARGETS["job-record"]().samples[0])
+    return copy.deepcopy(TARGETS["job-record"]().samples[0])
 
 
 @pytest.mark.parametrize(("change", "reason"), [

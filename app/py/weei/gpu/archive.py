@@ -45,11 +45,12 @@ _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}\.wgsl")
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 # The tokens entry_points_of reads: an attribute (@compute, @workgroup_size(64)),
-# fn NAME, and anything else. Each alternative is linear and the arguments are
-# bounded, so scanning a source is linear: the one regex this replaced, an
-# attribute list with nested quantifiers, backtracked exponentially on a run
-# of attributes with spaces (12 of them took 0.3 s, each more took 3x).
-_TOKEN = re.compile(r"@(\w+)\s*(?:\([^)]{0,128}\))?|\bfn\s+([A-Za-z_]\w*)|\s+|[^\s@]+|@")
+# fn NAME, and the text between them in long runs (no @ and no f: one token for
+# most of a line). Each alternative is linear and the arguments are bounded, so
+# a scan is linear: the one regex this replaced, an attribute list with nested
+# quantifiers, backtracked exponentially on a run of attributes with spaces
+# (12 of them took 0.3 s, and each one more three times as long).
+_TOKEN = re.compile(r"@(\w+)\s*(?:\([^)]{0,128}\))?|\bfn\s+([A-Za-z_]\w*)|[^@f]+|[@f]")
 
 
 @dataclass(frozen=True)
