@@ -39,14 +39,15 @@ def spec_from_record(record: Any) -> tuple[JobSpec, int | None, str | None]:
 
     Storage can hand back damaged records: every field is checked before use.
     Raises StorageError('corrupt') naming the bad field, and the errors of the
-    parsers of its documents (ModelInfoError, SettingsError, MessageError, WeeiError
-    'bad-seed').
+    parsers of its documents (ManifestError for the model info, SettingsError,
+    MessageError for file references, WeeiError 'bad-seed').
     """
     at = Where(StorageError, "corrupt", "job record")
     record = as_object(record, at)
     module = at.read(record, "module", as_object)
     chunks = at.read(record, "chunks", as_list)
     validation = nullable(as_object)(record.get("validation"), at.at("validation"))
+    validation_sha = validation_format = None
     if validation is not None:
         validation_sha = nullable(as_sha256)(validation.get("sha256"), at.at("validation").at("sha256"))
         validation_format = nullable(as_str)(validation.get("format"), at.at("validation").at("format"))
@@ -60,11 +61,11 @@ def spec_from_record(record: Any) -> tuple[JobSpec, int | None, str | None]:
         chunks=tuple(_chunk(c, at.at("chunks").at(k)) for k, c in enumerate(chunks)),
         auxiliary_files={k: ArtifactRef.from_json(v) for k, v in auxiliary.items()},
         has_validation=validation is not None,
-        validation_format=validation_format if validation is not None else None,
+        validation_format=validation_format,
         gpu=GpuOffer.from_json(record["gpu"]) if record.get("gpu") is not None else None,
     )
     seed = record.get("jobSeed")
-    return spec, parse_seed(seed) if seed is not None else None, validation_sha if validation is not None else None
+    return spec, parse_seed(seed) if seed is not None else None, validation_sha
 
 
 def _module(obj: dict[str, Any], at: Where) -> ModuleInfo:
