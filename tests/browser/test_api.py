@@ -307,6 +307,9 @@ def test_bad_inputs_are_refused_by_name_and_nothing_saved_changes(weei_server: A
         ...pkg, manifest: new File(['{not json'], 'manifest.json'), settings }));
       refusals.noWasm = await T.rejection(() => training.createJob({ ...pkg, wasm: undefined, settings }));
       refusals.badSettings = await T.rejection(() => training.createJob({ ...pkg, settings: { ...settings, epochs: -1 } }));
+      let deep = 0;
+      for (let i = 0; i < 5000; i += 1) deep = [deep];  // JSON.stringify writes it; Python's json.loads recursed
+      refusals.deepArguments = await T.rejection(() => training.createJob({ ...pkg, settings: { ...settings, deep } }));
       refusals.gpu = await T.rejection(() => training.createJob({ ...pkg, executionFiles: [pkg.wasm], settings }));
 
       const corrupt = new Uint8Array(await checkpoint.arrayBuffer());
@@ -335,7 +338,7 @@ def test_bad_inputs_are_refused_by_name_and_nothing_saved_changes(weei_server: A
     expected = {
         "startWithoutJob": "no-job", "exportWithoutJob": "no-checkpoint", "secondJob": "job-active",
         "wrongHash": "file-sha256-mismatch", "missingFile": "missing-file", "malformedManifest": "invalid-json",
-        "noWasm": "missing-file", "badSettings": "invalid-setting", "gpu": "not-shader-archive",
+        "noWasm": "missing-file", "badSettings": "invalid-setting", "deepArguments": "invalid-argument", "gpu": "not-shader-archive",
         "corruptCheckpoint": "weights-sha256-mismatch", "badMode": "bad-dataset-mode",
         "hugeCheckpoint": "file-too-large", "hugeWasm": "file-too-large", "hugeDataFile": "file-too-large",
         "setWorkers": "bad-worker-count", "backend": "bad-backend", "unknownSaved": "unknown-job",

@@ -30,10 +30,11 @@ import os
 import re
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 from urllib.parse import quote, unquote
 
 from ..api.ports import STORAGE_QUOTA_EXCEEDED, StorageError
+from ..core._check import MAX_JSON_DEPTH, parse_json
 from ..core.errors import UsageError
 
 __all__ = ["DiskStorage", "DiskKeyValue", "StorageError"]
@@ -41,6 +42,9 @@ __all__ = ["DiskStorage", "DiskKeyValue", "StorageError"]
 _STORE = re.compile(r"[a-z][a-z0-9_-]{0,63}")
 _BLOB = "$blob"
 _SHA = re.compile(r"[0-9a-f]{64}")
+# A record holds checked documents (model info, settings: at most
+# MAX_JSON_DEPTH deep) a few levels down; _decode recurses once per level.
+_MAX_RECORD_DEPTH = 2 * MAX_JSON_DEPTH
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
@@ -143,11 +147,7 @@ class DiskStorage:
             text = path.read_bytes()
         except FileNotFoundError:
             return None
-        try:
-            raw = json.loads(text)
-        except ValueError as exc:
-            raise StorageError("corrupt", f"{path} is not valid JSON: {exc}") from None
-        return _decode(raw, self._read_blob)
+        return _decode(_parse_record(path, text), self._read_blob)
 
     def _read_blob(self, sha: str, size: int) -> bytes:
         path = self.root / "blobs" / sha
@@ -168,13 +168,22 @@ class DiskStorage:
                 path.unlink()
                 removed += 1
             elif path.suffix == ".json":
-                _decode(json.loads(path.read_bytes()), lambda sha, size: named.add(sha) or b"")
+                _decode(_parse_record(path, path.read_bytes()), lambda sha, size: named.add(sha) or b"")
         blobs = self.root / "blobs"
         for path in blobs.iterdir() if blobs.is_dir() else ():
             if path.name not in named:
                 path.unlink()
                 removed += 1
         return removed
+
+
+def _parse_record(path: Path, data: bytes) -> Any:
+    """A record file's JSON; StorageError('corrupt') for bad UTF-8 or JSON, or nesting past _MAX_RECORD_DEPTH."""
+
+    def corrupt(message: str) -> NoReturn:
+        raise StorageError("corrupt", f"{path} {message}")
+
+    return parse_json(data, corrupt, _MAX_RECORD_DEPTH)
 
 
 def _encode(value: Any, blobs: dict[str, bytes]) -> Any:
@@ -219,11 +228,9 @@ class DiskKeyValue:
         self.path = Path(path)
         self.values: dict[str, str] = {}
         try:
-            loaded = json.loads(self.path.read_text("utf-8"))
+            loaded = _parse_record(self.path, self.path.read_bytes())
         except FileNotFoundError:
             loaded = {}
-        except ValueError as exc:
-            raise StorageError("corrupt", f"{self.path} is not valid JSON: {exc}") from None
         if isinstance(loaded, dict):
             self.values = {str(k): str(v) for k, v in loaded.items()}
 

@@ -248,11 +248,11 @@ class JobStore:
         if not keys:
             raise CheckpointError("no-checkpoint", f"job {job_id} has no saved checkpoint")
         summaries = []
-        stored: Any = None
+        file = b""
         for key in keys:
-            stored = await self.storage.get("checkpoints", key)
-            summaries.append(stored["summary"])
-        return summaries, bytes(stored["file"])
+            summary, file = _stored_checkpoint(await self.storage.get("checkpoints", key), key)
+            summaries.append(summary)
+        return summaries, file
 
     async def reopen(self, job_id: str, *, my_peer_id: str, kernel: AggregationKernel, now: float) -> Reopened:
         """Rebuild a saved job from its record and last checkpoint, its files back in memory.
@@ -289,4 +289,13 @@ class JobStore:
             if stored is None:
                 raise CheckpointError("no-checkpoint", f"job {job_id}: checkpoint {round_}, which a snapshot slot "
                                                        f"names, is not in storage")
-            self.remember(sha, bytes(read_checkpoint(bytes(stored["file"])).weights))
+            file = _stored_checkpoint(stored, checkpoint_key(job_id, round_))[1]
+            self.remember(sha, bytes(read_checkpoint(file).weights))
+
+
+def _stored_checkpoint(stored: Any, key: str) -> tuple[dict[str, Any], bytes]:
+    """A checkpoint entry read back from storage: its summary and its file; StorageError('corrupt') otherwise."""
+    if not isinstance(stored, dict) or not isinstance(stored.get("summary"), dict) \
+            or not isinstance(stored.get("file"), (bytes, bytearray, memoryview)):
+        raise StorageError("corrupt", f"checkpoint {key} in storage is not a summary and a file")
+    return stored["summary"], bytes(stored["file"])

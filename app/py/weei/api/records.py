@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..core._check import Where, as_int, as_list, as_object, as_sha256, as_str, nullable
 from ..core.job import ChunkInfo, GpuOffer, JobSpec, ModuleInfo
 from ..core.messages import ArtifactRef
 from ..core.modelinfo import ModelInfo
+from ..core.seeds import parse_seed
 from ..core.settings import TrainingSettings
+from .ports import StorageError
 
 __all__ = ["spec_to_record", "spec_from_record", "record_artifacts"]
 
@@ -31,24 +34,50 @@ def spec_to_record(spec: JobSpec, *, job_seed: int | None, validation_sha256: st
     return record
 
 
-def spec_from_record(record: dict[str, Any]) -> tuple[JobSpec, int | None, str | None]:
-    """Rebuild (spec, job seed, validation SHA-256) from a record; raises the parsers' errors."""
-    validation = record.get("validation")
+def spec_from_record(record: Any) -> tuple[JobSpec, int | None, str | None]:
+    """Rebuild (spec, job seed, validation SHA-256) from a record read back from storage.
+
+    Storage can hand back damaged records: every field is checked before use.
+    Raises StorageError('corrupt') naming the bad field, and the errors of the
+    parsers of its documents (ManifestError for the model info, SettingsError,
+    MessageError for file references, WeeiError 'bad-seed').
+    """
+    at = Where(StorageError, "corrupt", "job record")
+    record = as_object(record, at)
+    module = at.read(record, "module", as_object)
+    chunks = at.read(record, "chunks", as_list)
+    validation = nullable(as_object)(record.get("validation"), at.at("validation"))
+    validation_sha = validation_format = None
+    if validation is not None:
+        validation_sha = nullable(as_sha256)(validation.get("sha256"), at.at("validation").at("sha256"))
+        validation_format = nullable(as_str)(validation.get("format"), at.at("validation").at("format"))
+    auxiliary = as_object(record.get("auxiliaryFiles", {}), at.at("auxiliaryFiles"))
     spec = JobSpec(
-        job_id=record["id"],
-        info=ModelInfo.from_json(record["modelInfo"]),
-        module=ModuleInfo(record["module"]["fileName"], record["module"]["bytes"], record["module"]["sha256"]),
-        settings=TrainingSettings.from_json(record["settings"]),
-        weight_bytes=int(record["weightBytes"]),
-        chunks=tuple(ChunkInfo(c["id"], c["fileName"], c["bytes"], c["sha256"], c["format"], c["exampleCount"])
-                     for c in record["chunks"]),
-        auxiliary_files={k: ArtifactRef.from_json(v) for k, v in record.get("auxiliaryFiles", {}).items()},
+        job_id=at.read(record, "id", as_str),
+        info=ModelInfo.from_json(at.get(record, "modelInfo")),
+        module=_module(module, at.at("module")),
+        settings=TrainingSettings.from_json(at.get(record, "settings")),
+        weight_bytes=at.read(record, "weightBytes", as_int, minimum=0),
+        chunks=tuple(_chunk(c, at.at("chunks").at(k)) for k, c in enumerate(chunks)),
+        auxiliary_files={k: ArtifactRef.from_json(v) for k, v in auxiliary.items()},
         has_validation=validation is not None,
-        validation_format=validation["format"] if validation else None,
+        validation_format=validation_format,
         gpu=GpuOffer.from_json(record["gpu"]) if record.get("gpu") is not None else None,
     )
     seed = record.get("jobSeed")
-    return spec, int(seed) if seed is not None else None, validation["sha256"] if validation else None
+    return spec, parse_seed(seed) if seed is not None else None, validation_sha
+
+
+def _module(obj: dict[str, Any], at: Where) -> ModuleInfo:
+    return ModuleInfo(at.read(obj, "fileName", as_str), at.read(obj, "bytes", as_int, minimum=0),
+                      at.read(obj, "sha256", as_sha256))
+
+
+def _chunk(obj: Any, at: Where) -> ChunkInfo:
+    obj = as_object(obj, at)
+    return ChunkInfo(at.read(obj, "id", as_str), at.read(obj, "fileName", as_str), at.read(obj, "bytes", as_int, minimum=0),
+                     at.read(obj, "sha256", as_sha256), at.read(obj, "format", as_str),
+                     at.read(obj, "exampleCount", as_int, minimum=0))
 
 
 def record_artifacts(record: dict[str, Any]) -> set[str]:

@@ -30,14 +30,14 @@ turn, so the page converts each change once.
 from __future__ import annotations
 
 import asyncio
-import json
 import traceback
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, NoReturn
 
 import js  # type: ignore[import-not-found]
 from pyodide.ffi import create_proxy  # type: ignore[import-not-found]
 
 from weei.api.controller import TrainingController
+from weei.core._check import parse_json
 from weei.core.errors import UsageError, WeeiError
 
 from .convert import is_nullish, js_bytes, json_text
@@ -166,7 +166,7 @@ class PageApi:
     def _args(args_json: str) -> dict[str, Any]:
         if is_nullish(args_json) or args_json == "":
             return {}
-        args = json.loads(str(args_json))
+        args = parse_json(str(args_json), _bad_arguments)
         if not isinstance(args, dict):
             raise UsageError("invalid-argument", "arguments must be an object")
         return args
@@ -249,3 +249,9 @@ class PageApi:
     async def _storage_keys(self, args: dict[str, Any], _blobs: Any) -> list[str]:
         keys: list[str] = await self.storage.keys(_text(args, "store", "store"))
         return keys
+
+
+def _bad_arguments(message: str) -> NoReturn:
+    # The embedding page's arguments, as JSON.stringify wrote them: nesting past
+    # MAX_JSON_DEPTH (or an integer past 4,300 digits) is the page's error, by name.
+    raise UsageError("invalid-argument", f"the arguments {message}")

@@ -41,8 +41,9 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Any, Mapping
+from typing import Any, Mapping, NoReturn
 
+from ._check import parse_json
 from .errors import UsageError
 
 __all__ = [
@@ -65,6 +66,8 @@ _MAX_NAME = 200
 _MAX_STRING = 2_000
 _MAX_DEPTH = 6
 _MAX_ITEMS = 100
+#: Past this, an int duration would not fit a float (an int JSON literal may be any length).
+_MAX_INT_DURATION = 2**1000
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
@@ -150,13 +153,18 @@ class _PhaseStats:
         return stats
 
 
-def _refuse_constant(name: str) -> Any:
-    # Python's json reads NaN and Infinity, which to_json could not write back.
-    raise ValueError(f"stored value contains {name}, which is not JSON")
+def _unreadable(message: str) -> NoReturn:
+    # parse_json's fail: bad JSON, NaN/Infinity (to_json could not write them
+    # back) or nesting past MAX_JSON_DEPTH; the caller turns it into a reset.
+    raise ValueError(f"stored value {message}")
 
 
 def _is_duration(value: Any) -> bool:
-    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value) and value >= 0
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    # An int past float's range (10**400 is valid JSON) is no duration, and
+    # math.isfinite would raise OverflowError on it.
+    return (isinstance(value, float) or abs(value) <= _MAX_INT_DURATION) and math.isfinite(value) and value >= 0
 
 
 class DebugLog:
@@ -336,13 +344,13 @@ class DebugLog:
         try:
             if not isinstance(text, str):
                 raise ValueError(f"stored value is a {type(text).__name__}, not text")
-            data = json.loads(text, parse_constant=_refuse_constant)
+            data = parse_json(text, _unreadable)
             if not isinstance(data, dict):
                 raise ValueError("stored value is not a JSON object")
             version = data.get("storageVersion")
             if type(version) is not int or version != STORAGE_VERSION:
                 raise ValueError(f"unsupported storage version {str(data.get('storageVersion'))[:20]}")
-        except (ValueError, RecursionError) as error:  # JSONDecodeError is a ValueError
+        except ValueError as error:
             log.record(now_ms, "debuglog.reset", {"part": "all", "reason": str(error)[:_MAX_STRING]})
             return log
         try:
@@ -372,6 +380,8 @@ class DebugLog:
                 raise ValueError(f"event {index} lacks at or event")
             if set(entry) - {"at", "event", "details"} or ("details" in entry and not isinstance(entry["details"], dict)):
                 raise ValueError(f"event {index} has unexpected fields")
+            # 1e400 reads as infinity, which to_json could not write back.
+            json.dumps(entry, allow_nan=False)
             self._events.append(entry)
 
     def _load_baseline(self, phases: Any, idle: Any) -> None:

@@ -30,7 +30,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any, NoReturn, Union
+
+from ._check import parse_json
 
 __all__ = [
     "Welcome",
@@ -50,6 +52,8 @@ __all__ = [
 REPLACED = 4001  # close code: another connection resumed our peer ID
 PING = '{"type":"ping"}'
 _DEFAULT_IDLE_TIMEOUT_S = 300.0
+#: A larger idleTimeout from the server pings once a third of a day all the same.
+_MAX_IDLE_TIMEOUT_S = 86_400.0
 _SIGNAL_KINDS = ("offer", "answer", "candidate")
 
 
@@ -158,7 +162,7 @@ class SignalingSession:
         if self.welcome is not None:
             value = self.welcome.limits.get("idleTimeout", idle)
             if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
-                idle = float(value)
+                idle = float(min(value, _MAX_IDLE_TIMEOUT_S))  # min first: 10**400 has no float
         return max(1.0, idle / 3)
 
     # ------------------------------------------------------------------ frames in
@@ -166,9 +170,9 @@ class SignalingSession:
     def receive(self, text: str) -> list[Any]:
         """Answers and events for one text frame from the server (see the module docstring)."""
         try:
-            frame = json.loads(text)
-        except ValueError:
-            return [Unreadable("not JSON")]
+            frame = parse_json(text, _not_json)
+        except _Bad as exc:
+            return [Unreadable(str(exc))]
         if not isinstance(frame, dict):
             return [Unreadable("not a JSON object")]
         kind = frame.get("type")
@@ -263,6 +267,11 @@ class SessionView:
 
 class _Bad(ValueError):
     pass
+
+
+def _not_json(message: str) -> NoReturn:
+    # parse_json's fail: bad JSON, NaN/Infinity, or nesting past MAX_JSON_DEPTH.
+    raise _Bad(f"not JSON: the frame {message}")
 
 
 def _str(frame: dict[str, Any], key: str) -> str:

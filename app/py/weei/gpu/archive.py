@@ -19,8 +19,9 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
+from ..core._check import parse_json
 from ..core.limits import MAX_SHADER_ARCHIVE_BYTES
 from .errors import GpuError
 
@@ -43,8 +44,13 @@ MAX_ENTRY_POINTS = 32
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}\.wgsl")
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
-# An attribute list (@compute, @workgroup_size(64), ...) followed by fn NAME.
-_FN = re.compile(r"((?:@\w+\s*(?:\([^)]*\))?\s*)+)fn\s+([A-Za-z_]\w*)")
+# The tokens entry_points_of reads: an attribute (@compute, @workgroup_size(64)),
+# fn NAME, and the text between them in long runs (no @ and no f: one token for
+# most of a line). Each alternative is linear and the arguments are bounded, so
+# a scan is linear: the one regex this replaced, an attribute list with nested
+# quantifiers, backtracked exponentially on a run of attributes with spaces
+# (12 of them took 0.3 s, and each one more three times as long).
+_TOKEN = re.compile(r"@(\w+)\s*(?:\([^)]{0,128}\))?|\bfn\s+([A-Za-z_]\w*)|[^@f]+|[@f]")
 
 
 @dataclass(frozen=True)
@@ -72,7 +78,19 @@ class ShaderArchive:
 
 def entry_points_of(source: str) -> tuple[str, ...]:
     """The ``@compute`` functions of a WGSL source, in source order."""
-    return tuple(name for attrs, name in _FN.findall(source) if re.search(r"@compute\b", attrs))
+    found: list[str] = []
+    compute = False  # the attributes right before this point include @compute
+    for token in _TOKEN.finditer(source):
+        attribute, name = token.group(1), token.group(2)
+        if attribute is not None:
+            compute = compute or attribute == "compute"
+        elif name is not None:
+            if compute:
+                found.append(name)
+            compute = False
+        elif not token.group().isspace():
+            compute = False
+    return tuple(found)
 
 
 def check_descriptor(data: bytes, size: int, sha256: str) -> None:
@@ -87,14 +105,16 @@ def _malformed(message: str) -> GpuError:
     return GpuError("archive-malformed", f"WGSL archive: {message}")
 
 
+def _refuse(message: str) -> NoReturn:
+    # parse_json's fail: not UTF-8 JSON, or nested past MAX_JSON_DEPTH.
+    raise _malformed(message)
+
+
 def parse_archive(data: bytes) -> ShaderArchive:
     """Parse and check an archive (untrusted bytes) into a :class:`ShaderArchive`."""
     if len(data) > MAX_ARCHIVE_BYTES:
         raise _malformed(f"{len(data)} bytes, more than {MAX_ARCHIVE_BYTES}")
-    try:
-        doc = json.loads(bytes(data).decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise _malformed(f"not UTF-8 JSON ({exc})") from None
+    doc = parse_json(data, _refuse)
     if not isinstance(doc, dict):
         raise _malformed("not a JSON object")
     if doc.get("format") != ARCHIVE_FORMAT:
@@ -120,7 +140,11 @@ def parse_archive(data: bytes) -> ShaderArchive:
             isinstance(e, str) and _IDENT.fullmatch(e) for e in eps
         ) or len(set(eps)) != len(eps):
             raise _malformed(f"{name}: entryPoints must list 1 to {MAX_ENTRY_POINTS} distinct identifiers")
-        if hashlib.sha256(source.encode("utf-8")).hexdigest() != sha:
+        try:
+            encoded = source.encode("utf-8")
+        except UnicodeEncodeError:  # a "\ud800" escape in the JSON: no UTF-8 text, so no SHA-256 to match
+            raise _malformed(f"{name}: source is not Unicode text (a lone surrogate)") from None
+        if hashlib.sha256(encoded).hexdigest() != sha:
             raise GpuError("module-hash-mismatch", f"WGSL archive: module {name!r} does not match its SHA-256")
         found = entry_points_of(source)
         missing = [e for e in eps if e not in found]

@@ -11,8 +11,9 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
+from weei.core._check import parse_json
 from weei.core.errors import ModelError
 
 __all__ = [
@@ -85,25 +86,20 @@ class EvalResult:
         object.__setattr__(self, "metrics", _own_metrics(self.metrics))
 
 
-def _reject_constant(name: str) -> Any:
-    # Python's json accepts NaN/Infinity, which are not JSON; a model that
-    # prints them has produced a non-finite number, not valid JSON.
-    raise ValueError(f"{name} is not valid JSON")
-
-
 def parse_result_json(op: str, raw: bytes) -> dict[str, Any]:
     """Parse a result (or progress payload) as a UTF-8 JSON object.
 
     Raises ``ModelError`` ('malformed-result') for anything else, and
     ('operation-failed') for an ``{"error": ...}`` result.
     """
-    try:
-        value = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+
+    def malformed(message: str) -> NoReturn:
+        # Not UTF-8, not JSON (NaN and Infinity are not: a model that prints
+        # them produced a non-finite number), or nested past MAX_JSON_DEPTH.
         snippet = raw[:80].decode("utf-8", "replace")
-        raise ModelError(
-            "malformed-result", f"{op}: result is not UTF-8 JSON ({exc}): {snippet!r}"
-        ) from None
+        raise ModelError("malformed-result", f"{op}: result {message}: {snippet!r}")
+
+    value = parse_json(raw, malformed)
     if not isinstance(value, dict):
         raise ModelError(
             "malformed-result", f"{op}: result is a JSON {type(value).__name__}, not an object"

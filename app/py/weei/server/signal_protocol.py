@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
+from ..core._check import parse_json
 from ..core.errors import UsageError, WeeiError
 
 __all__ = [
@@ -365,16 +366,14 @@ def validate_payload(kind: SignalKind, payload: Any, limits: Limits) -> str | di
     return rebuilt
 
 
-def _reject_constant(name: str) -> NoReturn:
-    raise ValueError(f"{name} is not JSON")
+def _bad_json(message: str) -> NoReturn:
+    # Bad JSON, NaN/Infinity, or nesting past MAX_JSON_DEPTH (a frame is at most 64 KiB).
+    refuse(Reason.BAD_JSON, f"the frame {message}")
 
 
 def parse_text_frame(text: str) -> dict[str, Any]:
     """One text frame as a JSON object; refuses anything else (``bad-json``)."""
-    try:
-        value = json.loads(text, parse_constant=_reject_constant)
-    except (ValueError, RecursionError):
-        refuse(Reason.BAD_JSON, "the frame is not valid JSON")
+    value = parse_json(text, _bad_json)
     if not isinstance(value, dict):
         refuse(Reason.BAD_JSON, "the frame must be a JSON object")
     return value

@@ -18,12 +18,12 @@ the frames go right after it, so a 2 GiB file briefly needs twice its size.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
+from .._check import parse_json
 from ..errors import UsageError, WeeiError
 from ..limits import MAX_AUXILIARY_BYTES, MAX_FILE_BYTES, max_bytes
 from ..messages import Message, decode_message
@@ -256,10 +256,10 @@ class FrameReader:
         message: Message | None = None
         if error is None:
             try:
-                message = decode_message(json.loads(b"".join(t.parts).decode("utf-8")))
-            except (WeeiError, ValueError, RecursionError) as exc:
-                # ValueError covers bad UTF-8, bad JSON and over-long integers;
-                # RecursionError deeply nested arrays: all the peer's fault.
+                message = decode_message(parse_json(b"".join(t.parts), _bad_json))
+            except WeeiError as exc:
+                # Bad UTF-8 or JSON, nesting past the depth limit, or a message
+                # that does not check: all the peer's fault, and all named.
                 error = (FrameReason.BAD_MESSAGE, f"invalid message: {str(exc)[:200]}", None)
         if message is not None:
             named: set[str] = set()
@@ -342,3 +342,7 @@ class FrameReader:
         self._pool.clear()
         self._reserved = 0
         return out
+
+
+def _bad_json(message: str) -> NoReturn:
+    raise FrameError(FrameReason.BAD_MESSAGE, f"message JSON {message}")
