@@ -26,6 +26,8 @@ def spec_to_record(spec: JobSpec, *, job_seed: int | None, validation_sha256: st
         "validation": {"sha256": validation_sha256, "format": spec.validation_format} if spec.has_validation else None,
         "jobSeed": str(job_seed) if job_seed is not None else None,
     }
+    if spec.working_bytes is not None:
+        record["workingBytes"] = spec.working_bytes
     if spec.gpu is not None:  # executionFiles: the WGSL archive is one of the job's stored files
         record["gpu"] = spec.gpu.to_json()
     return record
@@ -46,9 +48,14 @@ def spec_from_record(record: dict[str, Any]) -> tuple[JobSpec, int | None, str |
         has_validation=validation is not None,
         validation_format=validation["format"] if validation else None,
         gpu=GpuOffer.from_json(record["gpu"]) if record.get("gpu") is not None else None,
+        working_bytes=_working_bytes(record.get("workingBytes")),
     )
     seed = record.get("jobSeed")
     return spec, int(seed) if seed is not None else None, validation["sha256"] if validation else None
+
+
+def _working_bytes(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def record_artifacts(record: dict[str, Any]) -> set[str]:
