@@ -218,3 +218,17 @@ def test_the_agent_flag_is_checked(capsys: Any) -> None:
     args = parser.parse_args(["--server", "ws://127.0.0.1:9/signal", "--room", "r", "--memory-limit-mib", "8"])
     assert run_cli(args) == 2 and "--memory-limit-mib must be 16 to 4096" in capsys.readouterr().err
     assert parser.parse_args(["--server", "s", "--room", "r"]).memory_limit_mib is None
+
+
+def test_the_engine_deadline_bounds_a_task_deadline() -> None:
+    async def main() -> None:
+        wasm, chunk = digits()
+        pool = ThreadWorkerPool(WasmtimeEngine(call_deadline_s=0.5), 1)
+        weights = ModelRuntime.load(wasm, WasmtimeEngine()).create_initial_weights(5)
+        endless = WorkerTask("train", weights, {}, data=chunk, format="weei-digits-v1", seed=1, settings=ENDLESS,
+                             deadline_s=sandbox.DEADLINE_CEILING_S)
+        with pytest.raises(ModelError) as err:
+            await asyncio.wait_for(pool.run(0, "digits", wasm, endless), 30)
+        assert err.value.reason == "deadline-exceeded" and "0.5 s" in str(err.value)
+
+    asyncio.run(main())

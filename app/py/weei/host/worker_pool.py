@@ -9,10 +9,11 @@ cancelled task (``WasmtimeEngine.interrupt('cancelled')``): the model call
 traps within moments, the thread returns, ``run`` raises TaskCancelled, and
 the Worker's broken runtime is loaded again for its next task.
 
-Bounds: ``engine.memory_limit_bytes`` is the device's cap; each task's
-limit (:func:`weei.core.sandbox.memory_limit`, from the task's
-``working_bytes`` and inputs) and deadline (``task.deadline_s``) are set on
-the Worker's fork before its runtime is loaded and its calls run.
+Bounds: ``engine.memory_limit_bytes`` and ``engine.call_deadline_s`` are
+the device's caps; each task's limit (:func:`weei.core.sandbox.memory_limit`,
+from the task's ``working_bytes`` and inputs) and deadline
+(``task.deadline_s``, at most the cap) are set on the Worker's fork before
+its runtime is loaded and its calls run.
 """
 
 from __future__ import annotations
@@ -96,7 +97,8 @@ class ThreadWorkerPool:
              progress: Any) -> WorkerResult:
         # The sandbox's bounds for this task (weei.core.sandbox): the parent engine's limit is the device's cap.
         limit = memory_limit(task.working_bytes, task.input_bytes, self.engine.memory_limit_bytes)
-        engine.call_deadline_s = task.deadline_s if task.deadline_s is not None else self.engine.call_deadline_s
+        ceiling = self.engine.call_deadline_s  # the parent's deadline bounds every task's, as in the browser
+        engine.call_deadline_s = min(task.deadline_s, ceiling) if task.deadline_s is not None else ceiling
         runtime = self._runtime(index, engine, module_sha256, module, limit)
         runtime.on_progress = progress
         runtime.load_model(task.weights)
