@@ -190,3 +190,24 @@ def test_settings_parse_record_and_refuse() -> None:
         with pytest.raises(SettingsError) as info:
             aggregate_round(NumpyKernel(), f32(START), [contribution("a", START, [0, 0, 0, 0])], obj, None)
         assert info.value.field == field
+
+
+def test_exclude_outliers_after_parses_records_and_refuses() -> None:
+    obj = {"method": "fedavg", "normClip": 3, "combine": "trimmedMean", "excludeOutliersAfter": 3}
+    s = AggregationSettings.from_json(obj)
+    assert s.exclude_outliers_after == 3 and s.to_json() == obj and AggregationSettings.from_json(s.to_json()) == s
+    assert AggregationSettings.from_json({"method": "fedavg", "combine": "median", "excludeOutliersAfter": 1})
+    assert AggregationSettings().exclude_outliers_after is None  # off by default
+    bad = [
+        ({"method": "fedavg", "excludeOutliersAfter": 3}, "option-not-for-method"),  # no robust aggregation
+        ({"method": "fedavg", "normClip": 3, "excludeOutliersAfter": 0}, "invalid-setting"),
+        ({"method": "fedavg", "normClip": 3, "excludeOutliersAfter": 2.5}, "invalid-setting"),
+        ({"method": "fedavg", "normClip": 3, "excludeOutliersAfter": True}, "invalid-setting"),
+        ({"method": "fedavg", "normClip": 3, "excludeOutliersAfter": "3"}, "invalid-setting"),
+        ({"method": "fedavg", "normClip": 3, "excludeOutliersAfter": 1001}, "out-of-range"),
+        ({"method": "fedavg", "normClip": 3, "excludeOutliersAfter": None}, "invalid-setting"),
+    ]
+    for bad_obj, reason in bad:
+        with pytest.raises(SettingsError) as info:
+            AggregationSettings.from_json(bad_obj)
+        assert (info.value.field, info.value.reason) == ("aggregation.excludeOutliersAfter", reason), bad_obj

@@ -21,7 +21,7 @@ import pytest
 
 from weei.core.errors import ModelError
 from weei.core.job import ChunkInfo, JobSpec, ModuleInfo
-from weei.core.messages import Assign
+from weei.core.messages import Assign, Update
 from weei.core.modelinfo import ModelInfo
 from weei.core.participant import TrainOutcome
 from weei.core.settings import AggregationSettings, TrainingSettings
@@ -163,3 +163,39 @@ def test_a_repeated_outlier_is_named_in_the_log_and_its_peer_record() -> None:
     _, plain = final_accuracy(None, ATTACKS["x100"], peers=4, attackers=1)
     assert not [log for _, log in plain.logs if log.event in ("aggregation.robust", "peer.outlier")]
     assert all("robust" not in v for v in plain.coordinator.view(plain.now)["participants"].values())
+
+
+def test_a_repeated_outlier_is_excluded_when_the_setting_asks() -> None:
+    """aggregation.excludeOutliersAfter 3: after its third outlier round in a row the attacker gets no
+    assignment, its updates are refused by name, and the log and the job's view say so."""
+    spec, store, weights = digits_spec({**ROBUST, "excludeOutliersAfter": 3})
+    sim = Sim.create(spec, store, weights=weights, job_seed=42)
+    sent: list[tuple[Any, dict[str, bytes]]] = []
+    for n in range(4):
+        peer = f"p{n + 1}"
+        sim.behaviour[peer] = trainer(store, ATTACKS["x100"] if peer == "p4" else None)
+        sim.join(peer)
+    sim.tamper["p4"] = lambda message, blobs: sent.append((message, blobs)) or [(message, blobs)]
+    sim.auto_train = False  # assignments wait in sim.pending: the test steps through the rounds
+    sim.coordinator.start(sim.now)
+    sim.pump()
+    while sim.pending and not [1 for _, log in sim.logs if log.event == "peer.excluded"]:
+        sim.finish()
+    # An update it sends after its exclusion (its last one, again) is refused by name.
+    message, blobs = [(m, b) for m, b in sent if isinstance(m, Update)][-1]
+    sim.coordinator.receive("p4", message, blobs, sim.now)
+    assert sim.reasons() == ["participant-excluded"]
+    sim.run_to_end()
+    assert sim.coordinator.status == "completed"
+    excluded = [log.details for _, log in sim.logs if log.event == "peer.excluded"]
+    assert len(excluded) == 1 and excluded[0]["peer"] == "p4" and excluded[0]["rounds"] == 3
+    after = excluded[0]["round"]
+    assert [a.round for a in sim.messages(Assign, dst="p4") if a.round > after] == []  # no further assignments
+    assert any(a.round > after for a in sim.messages(Assign, dst="p1"))  # the job went on without it
+    view = sim.coordinator.view(sim.now)["participants"]
+    assert view["p4"]["excluded"] is True and all("excluded" not in view[p] for p in ("p1", "p2", "p3"))
+    # The honest three finish the job at least as well (within 2 points) as the honest run of four.
+    rt = runtime()
+    rt.load_model(sim.checkpoint(sim.rounds[-1]).weights)
+    accuracy = float(rt.evaluate(data=package()[3], format="weei-digits-v1").metrics["accuracy"])
+    assert accuracy >= honest(4) - 0.02, (accuracy, honest(4))

@@ -15,7 +15,7 @@ from test_runtime import wat_module
 
 from weei.core.errors import ModelError
 from weei.runtime import ModelRuntime, WasmtimeEngine
-from weei.runtime.engine import DeadlineExceeded, Interrupted
+from weei.runtime.engine import DeadlineExceeded, InstantiateError, Interrupted
 
 LOOP = "(loop $l (br $l))"
 PAGE = 65536
@@ -77,11 +77,14 @@ def test_memory64_shared_and_multiple_memories_are_refused_at_load() -> None:
 
 def test_memory_is_capped_by_the_engine_limit() -> None:
     limit = 64 << 20
-    # A declared minimum over the limit does not instantiate.
+    big = f'(memory (export "memory") {2 * limit // PAGE})'
+    # A declared minimum over the limit is refused by name before instantiation ...
     with pytest.raises(ModelError) as err:
-        ModelRuntime.load(wat_module(override={"memory": f'(memory (export "memory") {2 * limit // PAGE})'}),
-                          quick(memory_limit_bytes=limit))
-    assert err.value.reason == "instantiate-failed"
+        ModelRuntime.load(wat_module(override={"memory": big}), quick(memory_limit_bytes=limit))
+    assert err.value.reason == "memory-over-limit" and f"{limit:,}" in str(err.value)
+    # ... and the engine's store limit would not instantiate it either.
+    with pytest.raises(InstantiateError):
+        quick(memory_limit_bytes=limit).compile(wasmtime.wat2wasm(f"(module {big})")).instantiate(lambda _p, _n: None)
     # Growing past it fails inside the module (memory.grow gives -1); the host's memory stays small.
     grow = f'(func (export "grow") (result i32) i32.const {2 * limit // PAGE} memory.grow)'
     instance = quick(memory_limit_bytes=limit).compile(

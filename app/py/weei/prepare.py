@@ -144,9 +144,17 @@ def prepare_job(engine: Any, *, job_id: str, wasm_name: str, wasm: bytes, manife
     spec = JobSpec(job_id=job_id, info=info, module=ModuleInfo(wasm_name, len(wasm), wasm_sha),
                    settings=parsed_settings, weight_bytes=len(initial), chunks=tuple(chunks),
                    auxiliary_files=aux_files, has_validation=validation is not None,
-                   validation_format=validation_format, gpu=offer)
+                   validation_format=validation_format, gpu=offer, working_bytes=_working_bytes(package))
     return PreparedJob(spec, initial, job_seed, runtime, artifacts,
                        bytes(validation[1]) if validation else None, package, gpu)
+
+
+def _working_bytes(package: ModelPackage | None) -> int | None:
+    """The largest estimatedWorkingBytes of the package's CPU backends: the module's memory budget
+    (weei.core.sandbox.memory_limit). None without a package (the device's cap applies)."""
+    sizes = [b.raw.get("estimatedWorkingBytes") for b in package.backends if b.kind == "cpu"] if package else []
+    valid = [n for n in sizes if isinstance(n, int) and not isinstance(n, bool) and n >= 0]
+    return max(valid) if valid else None
 
 
 def _check_archive_descriptor(package: ModelPackage, execution_files: Mapping[str, bytes]) -> None:

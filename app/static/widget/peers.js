@@ -71,7 +71,8 @@ export class Peers {
           h('thead', {}, h('tr', {}, ['Peer', 'State', 'Connected', 'Approved', 'Paused'].map((t) => h('th', { text: t })))),
           h('tbody', {}, parts.map(([peer, p]) => h('tr', {},
             h('td', { class: 'mono', title: peer, text: peer === state.myPeerId ? 'this browser' : peer.slice(0, 16) }),
-            h('td', {}, h('span', { class: `chip ${p.state}`, text: p.state })),
+            h('td', {}, h('span', { class: `chip ${p.state}`, text: p.state }),
+              p.excluded ? h('span', { class: 'chip error', text: 'excluded', title: 'an outlier round after round (aggregation.excludeOutliersAfter)' }) : null),
             h('td', { text: p.connected ? 'yes' : 'no' }), h('td', { text: p.approved ? 'yes' : 'no' }),
             h('td', { text: p.paused ? 'yes' : 'no' }))))))];
     }, d.partsBox);

@@ -65,6 +65,15 @@ export class Setup {
       h('option', { value: 'fedavg', text: 'FedAvg (average)' }),
       h('option', { value: 'fedavgm', text: 'FedAvgM (momentum)' }),
       h('option', { value: 'fedadam', text: 'FedAdam' }));
+    // Robust aggregation (docs/api.md, "Robust aggregation"): off unless set; any method.
+    f.combine = h('select', { name: 'combine', 'aria-label': 'Combine', title: 'How the round\'s updates are combined, weight by weight' },
+      h('option', { value: 'mean', text: 'mean (plain)' }),
+      h('option', { value: 'trimmedMean', text: 'trimmed mean' }),
+      h('option', { value: 'median', text: 'median' }));
+    f.robustHelp = h('p', { class: 'small muted', text: 'Robust aggregation against bad updates: norm clip scales an update ' +
+      'larger than that many times the round\'s median change down to it (3 is a good start); a trimmed mean or median ' +
+      'ignores extreme values of each weight (one sort per weight: a few times slower than the plain mean). Both need ' +
+      'most participants honest. Exclude after N removes a participant whose update was an outlier N rounds in a row.' });
     f.vunit = h('select', { name: 'validationUnit', 'aria-label': 'Validation unit' }, h('option', { value: 'round', text: 'rounds' }), h('option', { value: 'epoch', text: 'epochs' }));
     f.participates = h('input', { type: 'checkbox', name: 'coordinatorParticipates', checked: true });
     f.venabled = h('input', { type: 'checkbox', name: 'validationEnabled' });
@@ -81,11 +90,19 @@ export class Setup {
       num('beta1', 'β1 (0–<1)', { min: 0, max: 0.9999, step: 'any', placeholder: '0.9' }),
       num('beta2', 'β2 (0–<1)', { min: 0, max: 0.9999, step: 'any', placeholder: '0.99' }),
       num('epsilon', 'ε (0–1)', { min: 0, max: 1, step: 'any', placeholder: '0.001' }),
+      num('normClip', 'Norm clip (× median, 1–1000)', { min: 1, max: 1000, step: 'any', placeholder: 'off',
+        title: 'An update whose change is larger than this many times the round\'s median change is scaled down to it' }),
+      h('label', {}, h('span', { text: 'Combine' }), f.combine),
+      num('trim', 'Trim per end (0–<0.5)', { min: 0.01, max: 0.49, step: 'any', placeholder: '0.25',
+        title: 'The fraction of values dropped at each end of every weight' }),
+      num('excludeOutliersAfter', 'Exclude outlier after (rounds)', { min: 1, max: 1000, step: 1, placeholder: 'never',
+        title: 'Exclude a participant from the job after its update was an outlier this many rounds in a row' }),
       h('label', { class: 'check' }, f.participates, 'Coordinator trains too'),
       h('label', { class: 'check' }, f.venabled, 'Validate'),
       h('div', { class: 'field' }, h('label', { for: 'weei-vevery', text: 'Validate every' }), h('span', { class: 'row', style: 'margin:0' },
         (f.vevery = h('input', { type: 'number', id: 'weei-vevery', name: 'validationEvery', min: 1, step: 1, value: 1, style: 'width:5em' })), f.vunit)));
     f.method.addEventListener('change', () => this.updateMethodFields());
+    f.combine.addEventListener('change', () => this.updateMethodFields());
 
     f.create = h('button', { type: 'button', class: 'primary', text: 'Create job' });
     f.apply = h('button', { type: 'button', text: 'Apply settings to job', title: 'updateSettings(): takes effect from the next round' });
@@ -104,7 +121,7 @@ export class Setup {
     f.choose = h('div', { class: 'choose' },
       h('div', { class: 'row' }, h('span', { class: 'small muted', text: 'Built-in demos:' }), f.demoDigits, f.demoCartpole, f.demoTransformer),
       f.selection, f.demoError, files);
-    f.settingsBox = h('details', { class: 'settings', open: true }, h('summary', { text: 'Settings' }), grid,
+    f.settingsBox = h('details', { class: 'settings', open: true }, h('summary', { text: 'Settings' }), grid, f.robustHelp,
       h('div', { class: 'row' }, f.create, f.apply), f.formError);
     append(s.content, f.jobBox, f.choose, f.settingsBox);
 
@@ -194,7 +211,8 @@ export class Setup {
       if (settings.experience) set(f.units, settings.experience.unitsPerAssignment);
       const agg = settings.aggregation || { method: 'fedavg' };
       f.method.value = agg.method;
-      for (const k of ['serverLearningRate', 'momentum', 'beta1', 'beta2', 'epsilon']) set(f[k], agg[k]);
+      for (const k of ['serverLearningRate', 'momentum', 'beta1', 'beta2', 'epsilon', 'normClip', 'trim', 'excludeOutliersAfter']) set(f[k], agg[k]);
+      f.combine.value = agg.combine || 'mean';
       const vs = settings.validationSchedule;
       f.venabled.checked = Boolean(vs && vs.enabled);
       if (vs) { f.vunit.value = vs.unit; set(f.vevery, vs.every); }
@@ -210,6 +228,7 @@ export class Setup {
       f[k + 'Label'].classList.toggle('hidden', !shown.includes(k));
     }
     f.serverLearningRate.placeholder = m === 'fedadam' ? '0.01' : '1';
+    f.trimLabel.classList.toggle('hidden', f.combine.value !== 'trimmedMean');
   }
 
   /** The form as TrainingSettings. Empty optional fields are left out (the defaults apply). */
@@ -231,12 +250,14 @@ export class Setup {
     if (lr !== undefined) settings.learningRate = lr;
     if (this.experience) settings.experience = { unitsPerAssignment: int(f.units, this.f.unitsLabel.firstChild.textContent) };
     const method = f.method.value;
-    if (method !== 'fedavg') {
-      const agg = { method };
-      const keys = method === 'fedavgm' ? ['serverLearningRate', 'momentum'] : ['serverLearningRate', 'beta1', 'beta2', 'epsilon'];
-      for (const k of keys) { const v = opt(f[k]); if (v !== undefined) agg[k] = v; }
-      settings.aggregation = agg;
-    }
+    const agg = { method };
+    const keys = { fedavg: [], fedavgm: ['serverLearningRate', 'momentum'], fedadam: ['serverLearningRate', 'beta1', 'beta2', 'epsilon'] }[method];
+    for (const k of [...keys, 'normClip']) { const v = opt(f[k]); if (v !== undefined) agg[k] = v; }
+    if (f.combine.value !== 'mean') agg.combine = f.combine.value;
+    if (f.combine.value === 'trimmedMean') { const v = opt(f.trim); if (v !== undefined) agg.trim = v; }
+    const after = opt(f.excludeOutliersAfter);
+    if (after !== undefined) agg.excludeOutliersAfter = after;
+    if (Object.keys(agg).length > 1 || method !== 'fedavg') settings.aggregation = agg;
     settings.validationSchedule = { enabled: f.venabled.checked, unit: f.vunit.value, every: int(f.vevery, 'Validate every') };
     return settings;
   }

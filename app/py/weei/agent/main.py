@@ -76,6 +76,7 @@ class AgentOptions:
     interactive: bool = False
     workers: int | None = None  # local Workers; default: every core
     backend: str = "auto"  # backendPreference: auto (a hardware GPU only), cpu, gpu (any adapter)
+    memory_limit_mib: int | None = None  # a model module's memory cap (weei.core.sandbox); default 1 GiB
 
 
 def restrict_host_addresses(addresses: tuple[str, ...]) -> None:
@@ -133,7 +134,8 @@ class Agent:
         self.transport = AgentTransport(signaling, on_change=self._on_transport_change)
         welcome = await self.transport.connect()
         self.kv.set(token_key, welcome.token)
-        engine = self.engine or WasmtimeEngine()
+        engine = self.engine or (WasmtimeEngine(memory_limit_bytes=opts.memory_limit_mib << 20)
+                                 if opts.memory_limit_mib else WasmtimeEngine())
         controller = TrainingController(
             my_peer_id=welcome.peer_id, storage=self.storage, kv=self.kv,
             pool=ThreadWorkerPool(engine, device_limit=opts.workers), kernel=NativeKernel(), engine=engine,
@@ -274,6 +276,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="train jobs that have a WGSL archive on this machine's GPU (wgpu: Vulkan, Metal, D3D12): "
                              "auto uses a hardware adapter only, gpu any adapter (lavapipe too), cpu never "
                              "(default: auto)")
+    parser.add_argument("--memory-limit-mib", type=int, default=None, metavar="MIB",
+                        help="the most linear memory a model module may use on this machine; each task gets "
+                             "its package's estimatedWorkingBytes plus inputs and headroom, up to this "
+                             "(default: 1024)")
     parser.add_argument("--ice-host", action="append", default=[], metavar="ADDRESS",
                         help="offer WebRTC host candidates on these local addresses only (repeatable; "
                              "default: every interface)")
@@ -294,12 +300,15 @@ def run_cli(args: argparse.Namespace, out: TextIO | None = None) -> int:
     if args.workers is not None and not 1 <= args.workers <= 64:
         print("weei agent: --workers must be 1 to 64", file=sys.stderr)
         return 2
+    if args.memory_limit_mib is not None and not 16 <= args.memory_limit_mib <= 4096:
+        print("weei agent: --memory-limit-mib must be 16 to 4096", file=sys.stderr)
+        return 2
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if args.ice_host:
         restrict_host_addresses(tuple(args.ice_host))
     options = AgentOptions(server=args.server, room=args.room, data_dir=args.data_dir or default_data_dir(),
                            accept_models=models, interactive=args.interactive, workers=args.workers,
-                           backend=args.backend)
+                           backend=args.backend, memory_limit_mib=args.memory_limit_mib)
     return asyncio.run(_run(options, out))
 
 

@@ -38,8 +38,10 @@ class ComputeBackend(Protocol):
     def active(self) -> int: ...  # tasks running now
 
     async def train(self, assign: Assign, *, module_sha256: str, module: bytes, weights: bytes,
-                    auxiliary: Mapping[str, bytes], chunk: bytes | None, workers: int) -> TrainOutcome:
-        """Train ``assign`` from ``weights`` on ``workers`` Workers; raises WeeiError when the model fails."""
+                    auxiliary: Mapping[str, bytes], chunk: bytes | None, workers: int,
+                    working_bytes: int | None = None) -> TrainOutcome:
+        """Train ``assign`` from ``weights`` on ``workers`` Workers; raises WeeiError when the model fails.
+        ``working_bytes``: the package's estimatedWorkingBytes, when known (weei.core.sandbox)."""
         ...
 
     async def evaluate(self, *, module_sha256: str, module: bytes, task: WorkerTask) -> WorkerResult:
@@ -76,12 +78,13 @@ class CpuWorkerBackend:
         return self.pool.active
 
     async def train(self, assign: Assign, *, module_sha256: str, module: bytes, weights: bytes,
-                    auxiliary: Mapping[str, bytes], chunk: bytes | None, workers: int) -> TrainOutcome:
+                    auxiliary: Mapping[str, bytes], chunk: bytes | None, workers: int,
+                    working_bytes: int | None = None) -> TrainOutcome:
         return await self.local.train(assign, module_sha256=module_sha256, module=module, weights=weights,
-                                      auxiliary=auxiliary, chunk=chunk, workers=workers)
+                                      auxiliary=auxiliary, chunk=chunk, workers=workers, working_bytes=working_bytes)
 
     async def evaluate(self, *, module_sha256: str, module: bytes, task: WorkerTask) -> WorkerResult:
-        return await self.pool.run(0, module_sha256, module, task)
+        return await self.local.evaluate(module_sha256, module, task)
 
     def follow(self, attempt_id: str | None) -> bool:
         return self.local.follow(attempt_id)

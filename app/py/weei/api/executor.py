@@ -229,12 +229,13 @@ class Executor:
             self.residency.unpin(pinned)
             pinned = set()
             if command.experience is not None:
-                task = WorkerTask("evaluate", weights, aux, experience=command.experience)
+                task = WorkerTask("evaluate", weights, aux, experience=command.experience,
+                                  working_bytes=spec.working_bytes)
             else:
                 if s.validation_sha256 is None or s.validation_sha256 not in self.store.artifacts:
                     raise UsageError("validation-unavailable", "the validation file is missing from browser storage")
                 task = WorkerTask("evaluate", weights, aux, data=self.store.artifacts[s.validation_sha256],
-                                  format=spec.validation_format)
+                                  format=spec.validation_format, working_bytes=spec.working_bytes)
             started = s.monotonic()
             result = await self.backend.evaluate(module_sha256=spec.module.sha256,
                                                  module=self.store.artifact(spec.module.sha256), task=task)
@@ -325,7 +326,8 @@ class Executor:
             await self.drain()
             outcome = await self.backend.train(assign, module_sha256=module_sha,
                                                module=self.store.artifact(module_sha), weights=weights,
-                                               auxiliary=aux, chunk=chunk, workers=workers)
+                                               auxiliary=aux, chunk=chunk, workers=workers,
+                                               working_bytes=participant.working_bytes)
         except TaskCancelled:
             return  # the participant dropped this attempt (see drain): nothing of it is reported
         except WeeiError as exc:

@@ -167,7 +167,8 @@ class GpuComputeBackend:
                      "sha256": list(files.archive.module_sha256s) if files is not None else []}
 
     async def train(self, assign: Assign, *, module_sha256: str, module: bytes, weights: bytes,
-                    auxiliary: Mapping[str, bytes], chunk: bytes | None, workers: int) -> TrainOutcome:
+                    auxiliary: Mapping[str, bytes], chunk: bytes | None, workers: int,
+                    working_bytes: int | None = None) -> TrainOutcome:
         s = self.session
         preference = s.device.backend_preference
         budget = s.device.gpu_memory_budget_mib
@@ -193,7 +194,7 @@ class GpuComputeBackend:
         s.actual = "cpu"
         s.recorder.update_execution({"actual": "cpu", "backend": self._cpu_id})
         return await self.cpu.train(assign, module_sha256=module_sha256, module=module, weights=weights,
-                                    auxiliary=auxiliary, chunk=chunk, workers=workers)
+                                    auxiliary=auxiliary, chunk=chunk, workers=workers, working_bytes=working_bytes)
 
     async def evaluate(self, *, module_sha256: str, module: bytes, task: WorkerTask) -> WorkerResult:
         return await self.cpu.evaluate(module_sha256=module_sha256, module=module, task=task)

@@ -12,20 +12,27 @@ participant holds after every change. Tasks of any other attempt are
 cancelled on the pool (tagged with their attempt id), an attempt no longer
 held is refused before it starts, and progress of a cancelled attempt is
 dropped, so it never shows in the state of the job that follows.
+
+Deadlines: every task carries one from :class:`weei.core.sandbox.SpeedMeter`
+(its units × the slowest seconds per unit this device has taken so far ×
+a generous factor, within a floor and a ceiling; the ceiling before any
+task finished), and every finished task is measured with ``monotonic``.
 """
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
+import time
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping
 
 from ..core.aggregate import AggregationKernel, fedavg
 from ..core.errors import ModelError
 from ..core.messages import Assign
 from ..core.participant import TrainOutcome
+from ..core.sandbox import SpeedMeter
 from ..core.seeds import split_assignment
-from .ports import TaskCancelled, WorkerPool, WorkerTask
+from .ports import ProgressSink, TaskCancelled, WorkerPool, WorkerResult, WorkerTask
 
 __all__ = ["LocalWorkers", "effective_workers"]
 
@@ -47,7 +54,24 @@ class LocalWorkers:
     kernel: AggregationKernel
     on_progress: Callable[[dict[str, Any]], None] | None = None
     current: str | None = None  # the attempt the participant holds (see follow)
+    monotonic: Callable[[], float] = time.monotonic  # measures tasks (tests pass a simulated clock)
+    speed: SpeedMeter = field(default_factory=SpeedMeter)
     _running: set[str] = field(default_factory=set)
+
+    async def run(self, index: int, module_sha256: str, module: bytes, task: WorkerTask, units: int,
+                  on_progress: ProgressSink | None = None, *, tag: str = "") -> WorkerResult:
+        """Run ``task`` over ``units`` examples (or episodes) on Worker ``index`` with its deadline; measure it."""
+        op = f"{task.op}/{'experience' if task.experience is not None else 'data'}"  # units differ: one pace each
+        task = replace(task, deadline_s=self.speed.deadline_s(op, units))
+        started = self.monotonic()
+        result = await self.pool.run(index, module_sha256, module, task, on_progress, tag=tag)
+        self.speed.observe(op, units, self.monotonic() - started)
+        return result
+
+    async def evaluate(self, module_sha256: str, module: bytes, task: WorkerTask) -> WorkerResult:
+        """Run an 'evaluate' task on Worker 0. Its units are the experience's; a validation file's
+        example count is not known here, so its deadline is the ceiling."""
+        return await self.run(0, module_sha256, module, task, task.experience[1] if task.experience is not None else 0)
 
     def follow(self, attempt_id: str | None) -> bool:
         """The participant now holds ``attempt_id`` (None: no attempt); cancel the training of any other.
@@ -62,7 +86,8 @@ class LocalWorkers:
         return bool(stale)
 
     async def train(self, assign: Assign, *, module_sha256: str, module: bytes, weights: bytes,
-                    auxiliary: Mapping[str, bytes], chunk: bytes | None, workers: int) -> TrainOutcome:
+                    auxiliary: Mapping[str, bytes], chunk: bytes | None, workers: int,
+                    working_bytes: int | None = None) -> TrainOutcome:
         """Train ``assign`` from ``weights``; raises WeeiError when the model fails, TaskCancelled
         when the attempt is not (or no longer) the one :meth:`follow` named."""
         attempt = assign.attempt_id
@@ -70,20 +95,22 @@ class LocalWorkers:
             raise TaskCancelled(f"attempt {attempt} is no longer the participant's")
         self._running.add(attempt)
         try:
-            return await self._train(assign, module_sha256, module, weights, auxiliary, chunk, workers)
+            return await self._train(assign, module_sha256, module, weights, auxiliary, chunk, workers, working_bytes)
         finally:
             self._running.discard(attempt)
 
     async def _train(self, assign: Assign, module_sha256: str, module: bytes, weights: bytes,
-                     auxiliary: Mapping[str, bytes], chunk: bytes | None, workers: int) -> TrainOutcome:
+                     auxiliary: Mapping[str, bytes], chunk: bytes | None, workers: int,
+                     working_bytes: int | None) -> TrainOutcome:
         settings = dict(assign.settings)
         tag = assign.attempt_id
         if assign.chunk is not None:
             assert chunk is not None
             task = WorkerTask("train", weights, auxiliary, data=chunk, format=assign.chunk.format,
-                              seed=assign.seed, settings=settings)
-            result = await self.pool.run(0, module_sha256, module, task, self._progress(tag, 1, assign.chunk.example_count),
-                                         tag=tag)
+                              seed=assign.seed, settings=settings, working_bytes=working_bytes)
+            examples = assign.chunk.example_count
+            result = await self.run(0, module_sha256, module, task, examples * _epochs(settings),
+                                    self._progress(tag, 1, examples), tag=tag)
             assert result.weights is not None
             return TrainOutcome(result.weights, result.metrics, result.count, result.optimizer_steps)
 
@@ -92,16 +119,17 @@ class LocalWorkers:
         ranges = split_assignment(exp.job_seed, exp.unit_start, exp.unit_count, workers) if workers > 1 else ()
         if len(ranges) <= 1:
             task = WorkerTask("train", weights, auxiliary, experience=(exp.unit_start, exp.unit_count, exp.seed),
-                              settings=settings)
-            result = await self.pool.run(0, module_sha256, module, task, self._progress(tag, 1, exp.unit_count), tag=tag)
+                              settings=settings, working_bytes=working_bytes)
+            result = await self.run(0, module_sha256, module, task, exp.unit_count,
+                                    self._progress(tag, 1, exp.unit_count), tag=tag)
             assert result.weights is not None
             return TrainOutcome(result.weights, result.metrics, result.count, result.optimizer_steps)
 
         progress = self._progress(tag, len(ranges), exp.unit_count)
         results = await asyncio.gather(*(
-            self.pool.run(r.worker, module_sha256, module,
-                          WorkerTask("train", weights, auxiliary, experience=(r.unit_start, r.unit_count, r.seed),
-                                     settings=settings), progress, tag=tag)
+            self.run(r.worker, module_sha256, module,
+                     WorkerTask("train", weights, auxiliary, experience=(r.unit_start, r.unit_count, r.seed),
+                                settings=settings, working_bytes=working_bytes), r.unit_count, progress, tag=tag)
             for r in ranges))
         played = [(f"w{r.worker:04d}", res.count, res.weights) for r, res in zip(ranges, results, strict=True)
                   if res.count > 0]
@@ -131,3 +159,9 @@ class LocalWorkers:
             sink({"processedExamples": sum(done), "totalExamples": total, "metrics": payload.get("metrics", {})})
 
         return report
+
+
+def _epochs(settings: Mapping[str, Any]) -> int:
+    """Passes over the chunk an assignment asks for (``localEpochs``, 1 when absent or odd)."""
+    epochs = settings.get("localEpochs", 1)
+    return epochs if isinstance(epochs, int) and not isinstance(epochs, bool) and epochs > 0 else 1

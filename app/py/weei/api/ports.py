@@ -57,6 +57,15 @@ class WorkerTask:
     experience: tuple[int, int, int] | None = None  # unit_start, unit_count, seed
     seed: int = 0
     settings: Mapping[str, Any] | None = None
+    # Sandbox bounds (weei.core.sandbox): the backend's estimatedWorkingBytes (None: unknown, the device's
+    # memory cap applies) and the operation's deadline (None: the host's default ceiling).
+    working_bytes: int | None = None
+    deadline_s: float | None = None
+
+    @property
+    def input_bytes(self) -> int:
+        """Bytes the host copies into module memory for this task."""
+        return len(self.weights) + sum(len(v) for v in self.auxiliary.values()) + len(self.data or b"")
 
 
 @dataclass(frozen=True)

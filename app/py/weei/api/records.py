@@ -29,6 +29,8 @@ def spec_to_record(spec: JobSpec, *, job_seed: int | None, validation_sha256: st
         "validation": {"sha256": validation_sha256, "format": spec.validation_format} if spec.has_validation else None,
         "jobSeed": str(job_seed) if job_seed is not None else None,
     }
+    if spec.working_bytes is not None:
+        record["workingBytes"] = spec.working_bytes
     if spec.gpu is not None:  # executionFiles: the WGSL archive is one of the job's stored files
         record["gpu"] = spec.gpu.to_json()
     return record
@@ -63,6 +65,7 @@ def spec_from_record(record: Any) -> tuple[JobSpec, int | None, str | None]:
         has_validation=validation is not None,
         validation_format=validation_format,
         gpu=GpuOffer.from_json(record["gpu"]) if record.get("gpu") is not None else None,
+        working_bytes=_working_bytes(record.get("workingBytes")),
     )
     seed = record.get("jobSeed")
     return spec, parse_seed(seed) if seed is not None else None, validation_sha
@@ -78,6 +81,10 @@ def _chunk(obj: Any, at: Where) -> ChunkInfo:
     return ChunkInfo(at.read(obj, "id", as_str), at.read(obj, "fileName", as_str), at.read(obj, "bytes", as_int, minimum=0),
                      at.read(obj, "sha256", as_sha256), at.read(obj, "format", as_str),
                      at.read(obj, "exampleCount", as_int, minimum=0))
+
+
+def _working_bytes(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def record_artifacts(record: dict[str, Any]) -> set[str]:

@@ -180,8 +180,9 @@ class StateView:
             if attempt.chunk_id is not None and not live.reports(attempt.peer, attempt.attempt_id):
                 unassigned += counts.get(attempt.chunk_id, 0)
         unassigned += max(0, dataset.planned_epochs - dataset.epoch - 1) * sum(counts.values())
-        # The peers that can train now (loaded, connected, not paused) at their last known rates.
-        working = [p for p, r in coordinator.peers.items() if r.loaded and r.connected and not r.paused]
+        # The peers that can train now (loaded, connected, not paused nor excluded) at their last known rates.
+        working = [p for p, r in coordinator.peers.items()
+                   if r.loaded and r.connected and not r.paused and not r.excluded]
         return estimate_remaining_ms(unassigned, live, working)
 
     def _diagnostics(self, now: float) -> dict[str, Any]:

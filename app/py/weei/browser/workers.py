@@ -34,7 +34,16 @@ the queue without running.
 Deadlines: a request that runs past its deadline (:data:`TASK_DEADLINES_S`;
 a hung or hostile module) is treated the same way, the Worker terminated
 and replaced, and fails with ``ModelError('deadline-exceeded')``: the
-assignment fails like any failure and goes to another participant.
+assignment fails like any failure and goes to another participant. A
+task's own deadline (``WorkerTask.deadline_s``, from the device's measured
+pace: ``weei.core.sandbox``) shortens the train and evaluate ones.
+
+Memory: a page cannot put a store limit on a module's own memory, so the
+module a Worker loads declares the task's limit as its maximum
+(``weei.core.sandbox.cap_module_memory``; a larger declared minimum is
+refused by name, ``memory-over-limit``, before the Worker sees it): a
+``memory.grow`` past it returns -1 inside the module, as under wasmtime.
+A Worker holding the module under a smaller limit loads it again.
 """
 
 from __future__ import annotations
@@ -49,6 +58,7 @@ from pyodide.ffi import JsException, create_proxy  # type: ignore[import-not-fou
 from weei.api.ports import ProgressSink, WorkerResult, WorkerTask
 from weei.api.worker_tasks import TaskBook
 from weei.core.errors import ModelError, UsageError, WeeiError
+from weei.core.sandbox import DEFAULT_MEMORY_CAP, cap_module_memory, memory_limit
 
 from .convert import from_js_value, is_nullish
 from .engine import to_uint8array
@@ -58,7 +68,8 @@ __all__ = ["BrowserWorkerPool", "TASK_DEADLINES_S"]
 
 #: How long one Worker request may take (s): generous, but finite. loadModel includes a new
 #: Worker's Pyodide start, which takes minutes on a loaded machine; training and validation
-#: match the CPython host's call deadline.
+#: match the CPython host's call deadline (the ceiling of weei.core.sandbox.operation_deadline_s;
+#: a task's own deadline from the measured pace is shorter).
 TASK_DEADLINES_S = {"loadModel": 300.0, "train": 900.0, "evaluate": 900.0}
 
 
@@ -90,8 +101,9 @@ class BrowserWorkerPool:
     """:class:`weei.api.ports.WorkerPool` over ``WorkerClient``s made by ``create_worker()``."""
 
     def __init__(self, create_worker: Callable[[], Any], device_limit: int | None = None,
-                 deadlines_ms: Mapping[str, Any] | None = None) -> None:
+                 deadlines_ms: Mapping[str, Any] | None = None, memory_cap: int = DEFAULT_MEMORY_CAP) -> None:
         self._create = create_worker
+        self._memory_cap = memory_cap  # the device's cap on one module's memory
         # A Worker's synchronous wasm call cannot be interrupted: a request that overruns its deadline
         # terminates the Worker (the next task starts a new one) and fails by name.
         self._deadlines = dict(TASK_DEADLINES_S)
@@ -103,7 +115,7 @@ class BrowserWorkerPool:
             device_limit = int(cores) if not is_nullish(cores) and int(cores) > 0 else 1
         self._device_limit = max(1, int(device_limit))
         self._clients: dict[int, Any] = {}
-        self._loaded: dict[int, str] = {}  # index -> module sha256 the Worker holds
+        self._loaded: dict[int, tuple[str, int]] = {}  # index -> (module sha256, memory limit) the Worker holds
         self._tasks = TaskBook()
 
     @property
@@ -150,7 +162,7 @@ class BrowserWorkerPool:
         self._loaded.clear()
 
     async def _request(self, index: int, client: Any, op: str, fields: dict[str, Any], transfer: list[Any],
-                       on_progress: ProgressSink | None) -> Any:
+                       on_progress: ProgressSink | None, deadline_s: float | None = None) -> Any:
         proxy = None
         options: dict[str, Any] = {"transfer": transfer}
         if on_progress is not None:
@@ -163,7 +175,7 @@ class BrowserWorkerPool:
 
             proxy = create_proxy(progress)
             options["onProgress"] = proxy
-        deadline = self._deadlines[op]
+        deadline = min(self._deadlines[op], deadline_s) if deadline_s is not None else self._deadlines[op]
         try:
             return await asyncio.wait_for(client.request(op, js_object(fields), js_object(options)), deadline)
         except asyncio.TimeoutError:
@@ -195,11 +207,13 @@ class BrowserWorkerPool:
         if client is None:
             client = self._create()
             self._clients[index] = client
-        if self._loaded.get(index) != module_sha256:
+        limit = memory_limit(task.working_bytes, task.input_bytes, self._memory_cap)
+        held = self._loaded.get(index)
+        if held is None or held[0] != module_sha256 or held[1] < limit:
             self._loaded.pop(index, None)
-            wasm = to_uint8array(module).buffer
+            wasm = to_uint8array(cap_module_memory(module, limit)).buffer
             await self._request(index, client, "loadModel", {"wasm": wasm}, [wasm], None)
-            self._loaded[index] = module_sha256
+            self._loaded[index] = (module_sha256, limit)
         weights = to_uint8array(task.weights).buffer
         fields: dict[str, Any] = {"weights": weights}
         transfer = [weights]
@@ -221,7 +235,7 @@ class BrowserWorkerPool:
         if task.op == "train":
             fields["seed"] = str(task.seed)
             fields["settings"] = dict(task.settings or {})
-        reply = await self._request(index, client, task.op, fields, transfer, on_progress)
+        reply = await self._request(index, client, task.op, fields, transfer, on_progress, task.deadline_s)
         metrics = {str(k): float(v) for k, v in (from_js_value(reply.metrics) or {}).items()}
         if task.op == "evaluate":
             return WorkerResult(None, metrics, _count(reply, "evaluate"))

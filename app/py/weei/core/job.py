@@ -99,6 +99,7 @@ class JobSpec:
     has_validation: bool = False
     validation_format: str | None = None
     gpu: GpuOffer | None = None  # executionFiles were selected
+    working_bytes: int | None = None  # the CPU backend's estimatedWorkingBytes (weei.core.sandbox); None: unknown
 
     @property
     def is_experience(self) -> bool:

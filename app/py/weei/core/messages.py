@@ -326,12 +326,13 @@ class Deliver(_Message):
     model_info: dict[str, Any]
     auxiliary: dict[str, ArtifactRef] = field(default_factory=dict)
     gpu: dict[str, Any] | None = None
+    working_bytes: int | None = None  # the package's estimatedWorkingBytes: bounds the module's memory
 
     @classmethod
     def _parse(cls, obj: dict[str, Any]) -> Deliver:
         gpu = check_gpu_offer(obj["gpu"]) if obj.get("gpu") is not None else None
         return cls(_str(obj, "jobId"), ArtifactRef.from_json(obj.get("module"), _AT.at("module")),
-                   _obj(obj, "modelInfo"), _auxiliary(obj), gpu)
+                   _obj(obj, "modelInfo"), _auxiliary(obj), gpu, _int(obj, "workingBytes", optional=True))
 
     def _body(self) -> dict[str, Any]:
         body = super()._body()

@@ -36,6 +36,8 @@ class PeerRecord:
     # update was an outlier (delta norm above the clip multiple of the median).
     outlier_rounds: int = 0
     outliers: int = 0
+    # aggregation.excludeOutliersAfter: excluded from the job (no assignment, its updates refused).
+    excluded: bool = False
 
     @property
     def approved(self) -> bool:
@@ -63,6 +65,8 @@ class PeerRecord:
             out["paused"] = True
         if self.outliers:
             out["robust"] = {"outlierRounds": self.outlier_rounds, "outliers": self.outliers}
+        if self.excluded:
+            out["excluded"] = True
         return out
 
     def note_round(self, outlier: bool) -> None:
@@ -80,10 +84,11 @@ def loading(peers: Mapping[str, PeerRecord]) -> list[str]:
 
 
 def eligible(peers: Mapping[str, PeerRecord], busy: set[str]) -> list[str]:
-    """Who can take an assignment now: connected, module loaded, not paused, no attempt out. Sorted."""
-    return sorted(p for p, r in peers.items() if r.loaded and r.connected and not r.paused and p not in busy)
+    """Who can take an assignment now: connected, module loaded, not paused nor excluded, no attempt out. Sorted."""
+    return sorted(p for p, r in peers.items()
+                  if r.loaded and r.connected and not r.paused and not r.excluded and p not in busy)
 
 
 def available(peers: Mapping[str, PeerRecord]) -> int:
-    """How many participants could train at all (paused or busy ones count)."""
-    return sum(1 for r in peers.values() if r.loaded and r.connected)
+    """How many participants could train at all (paused or busy ones count, excluded ones do not)."""
+    return sum(1 for r in peers.values() if r.loaded and r.connected and not r.excluded)

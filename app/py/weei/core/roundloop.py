@@ -186,9 +186,13 @@ class RoundLoop:
 
     def _on_update(self, peer: str, record: PeerRecord, update: Update, blobs: Mapping[str, bytes],
                    now: float) -> None:
-        reason = check_update(self.attempts, peer, update, blobs, checkpoint_round=self.checkpoint_round,
-                              weights_sha256=self.weights_sha256, weight_bytes=self.spec.weight_bytes,
-                              assigned_count=self._assigned_count, first_non_finite=self.kernel.first_non_finite)
+        if record.excluded:  # aggregation.excludeOutliersAfter
+            reason: tuple[str, str] | None = ("participant-excluded",
+                                              "this participant was excluded from the job as a repeated outlier")
+        else:
+            reason = check_update(self.attempts, peer, update, blobs, checkpoint_round=self.checkpoint_round,
+                                  weights_sha256=self.weights_sha256, weight_bytes=self.spec.weight_bytes,
+                                  assigned_count=self._assigned_count, first_non_finite=self.kernel.first_non_finite)
         attempt = self.attempts.open_one(update.attempt_id)
         if reason is not None:
             code, text = reason
@@ -266,6 +270,11 @@ class RoundLoop:
             if peer_record.outlier_rounds >= REPEATED_OUTLIER_ROUNDS:
                 self._log("peer.outlier", peer=peer, round=record.round, rounds=peer_record.outlier_rounds,
                           outliers=peer_record.outliers, clipped=peer in record.clipped)
+            after = self.spec.settings.aggregation.exclude_outliers_after
+            if after is not None and peer_record.outlier_rounds >= after and not peer_record.excluded:
+                peer_record.excluded = True  # eligible() skips it from now on; _on_update refuses its updates
+                self._log("peer.excluded", peer=peer, round=record.round, rounds=peer_record.outlier_rounds,
+                          outliers=peer_record.outliers)
 
     def _empty_round(self, now: float) -> None:
         self._empty_rounds += 1

@@ -34,6 +34,7 @@ __all__ = [
     "COMBINES",
     "DEFAULT_TRIM",
     "MAX_NORM_CLIP",
+    "MAX_EXCLUDE_AFTER",
     "ValidationSchedule",
     "ExperienceSettings",
     "TrainingSettings",
@@ -58,8 +59,10 @@ _ALL_OPTIONS = {"serverLearningRate", "momentum", "beta1", "beta2", "epsilon"}
 # Robust options (additive to the spec, any method; docs/api.md): absent means
 # off, so the spec's settings and every existing checkpoint keep their bits.
 COMBINES: tuple[str, ...] = ("mean", "trimmedMean", "median")
-_ROBUST_OPTIONS: dict[str, str] = {"normClip": "norm_clip", "combine": "combine", "trim": "trim"}
+_ROBUST_OPTIONS: dict[str, str] = {"normClip": "norm_clip", "combine": "combine", "trim": "trim",
+                                   "excludeOutliersAfter": "exclude_outliers_after"}
 MAX_NORM_CLIP = 1000.0
+MAX_EXCLUDE_AFTER = 1000  # rounds
 DEFAULT_TRIM = 0.25
 
 
@@ -90,7 +93,9 @@ class AggregationSettings:
     Options are None when not given; the ``effective_*`` properties give the
     value in force (the given one, else the method's default). The robust
     options (``norm_clip``, ``combine``, ``trim``; weei.core.robust) go with
-    any method and are off when None.
+    any method and are off when None; ``exclude_outliers_after`` (rounds in
+    a row a participant's update was an outlier before it is excluded from
+    the job) needs one of ``norm_clip`` and ``combine``.
     """
 
     method: AggregationMethod = "fedavg"
@@ -102,6 +107,7 @@ class AggregationSettings:
     norm_clip: float | None = None
     combine: str | None = None
     trim: float | None = None
+    exclude_outliers_after: int | None = None
 
     def __post_init__(self) -> None:
         # Constructed in Python too, so the same checks as from_json apply.
@@ -140,6 +146,15 @@ class AggregationSettings:
             number = _check.as_number(self.trim, _failer("aggregation.trim"))
             if not 0 < number < 0.5:
                 raise SettingsError("aggregation.trim", f"must be above 0 and below 0.5, not {number}", "out-of-range")
+        if self.exclude_outliers_after is not None:
+            path = "aggregation.excludeOutliersAfter"
+            if self.norm_clip is None and self.combine is None:
+                raise SettingsError(path, "needs normClip or combine (outliers are found by robust aggregation)",
+                                    "option-not-for-method")
+            _check.as_int(self.exclude_outliers_after, _failer(path), minimum=1)
+            if self.exclude_outliers_after > MAX_EXCLUDE_AFTER:
+                raise SettingsError(path, f"must be from 1 to {MAX_EXCLUDE_AFTER}, not {self.exclude_outliers_after}",
+                                    "out-of-range")
 
     @classmethod
     def from_json(cls, obj: Any) -> AggregationSettings:
@@ -218,7 +233,7 @@ class AggregationSettings:
 
 
 def _attr_of(json_name: str) -> str:
-    return {"serverLearningRate": "server_learning_rate", "normClip": "norm_clip"}.get(json_name, json_name)
+    return {"serverLearningRate": "server_learning_rate", **_ROBUST_OPTIONS}.get(json_name, json_name)
 
 
 FEDAVG = AggregationSettings()

@@ -8,6 +8,12 @@ Cancelling: each Worker has its own fork of the engine (its own epoch), so
 cancelled task (``WasmtimeEngine.interrupt('cancelled')``): the model call
 traps within moments, the thread returns, ``run`` raises TaskCancelled, and
 the Worker's broken runtime is loaded again for its next task.
+
+Bounds: ``engine.memory_limit_bytes`` and ``engine.call_deadline_s`` are
+the device's caps; each task's limit (:func:`weei.core.sandbox.memory_limit`,
+from the task's ``working_bytes`` and inputs) and deadline
+(``task.deadline_s``, at most the cap) are set on the Worker's fork before
+its runtime is loaded and its calls run.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from typing import Any
 
 from ..api.ports import ProgressSink, WorkerResult, WorkerTask
 from ..api.worker_tasks import TaskBook
+from ..core.sandbox import memory_limit
 from ..runtime import ModelRuntime
 
 __all__ = ["ThreadWorkerPool"]
@@ -35,7 +42,7 @@ class ThreadWorkerPool:
         self.engine = engine
         self._device_limit = device_limit or os.cpu_count() or 1
         self._engines: dict[int, Any] = {}
-        self._runtimes: dict[int, tuple[str, ModelRuntime]] = {}
+        self._runtimes: dict[int, tuple[str, ModelRuntime, int]] = {}  # module, runtime, memory limit
         self._lock = threading.Lock()
         self._tasks = TaskBook()
 
@@ -76,17 +83,23 @@ class ThreadWorkerPool:
                 self._engines[entry.index].interrupt("cancelled")
         return len(hit)
 
-    def _runtime(self, index: int, engine: Any, module_sha256: str, module: bytes) -> ModelRuntime:
+    def _runtime(self, index: int, engine: Any, module_sha256: str, module: bytes, limit: int) -> ModelRuntime:
         with self._lock:
             held = self._runtimes.get(index)
-            if held is None or held[0] != module_sha256 or held[1].broken is not None:
-                held = (module_sha256, ModelRuntime.load(module, engine))
+            # A runtime made under a smaller memory limit than this task's is made again (a larger one serves).
+            if held is None or held[0] != module_sha256 or held[1].broken is not None or held[2] < limit:
+                engine.memory_limit_bytes = limit
+                held = (module_sha256, ModelRuntime.load(module, engine), limit)
                 self._runtimes[index] = held
             return held[1]
 
     def _run(self, index: int, engine: Any, module_sha256: str, module: bytes, task: WorkerTask,
              progress: Any) -> WorkerResult:
-        runtime = self._runtime(index, engine, module_sha256, module)
+        # The sandbox's bounds for this task (weei.core.sandbox): the parent engine's limit is the device's cap.
+        limit = memory_limit(task.working_bytes, task.input_bytes, self.engine.memory_limit_bytes)
+        ceiling = self.engine.call_deadline_s  # the parent's deadline bounds every task's, as in the browser
+        engine.call_deadline_s = min(task.deadline_s, ceiling) if task.deadline_s is not None else ceiling
+        runtime = self._runtime(index, engine, module_sha256, module, limit)
         runtime.on_progress = progress
         runtime.load_model(task.weights)
         if task.auxiliary or runtime.model_info().get("auxiliaryWeights"):

@@ -39,6 +39,7 @@ from typing import Any
 
 from weei.core.errors import ModelError, UsageError
 from weei.core.limits import MAX_FILE_BYTES
+from weei.core.sandbox import check_module_memory
 
 from .engine import CompileError, DeadlineExceeded, Engine, EngineError, Instance, InstantiateError, Interrupted, Trap
 from .results import EvalResult, Progress, TrainResult, field_count, field_metrics, parse_result_json
@@ -49,15 +50,8 @@ log = logging.getLogger(__name__)
 
 ABI_VERSION = 1
 
-OPERATIONS: tuple[str, ...] = (
-    "getModelInfo",
-    "createInitialWeights",
-    "loadModel",
-    "loadAuxiliary",
-    "describeChunk",
-    "train",
-    "evaluate",
-)
+OPERATIONS: tuple[str, ...] = ("getModelInfo", "createInitialWeights", "loadModel", "loadAuxiliary",
+                               "describeChunk", "train", "evaluate")
 """The operations every ABI-1 module exports (``gpu*`` are optional)."""
 
 REQUIRED_EXPORTS: tuple[str, ...] = ("memory", "alloc", "free", "resultLength", *OPERATIONS)
@@ -135,13 +129,16 @@ class ModelRuntime:
 
     @classmethod
     def load(
-        cls, wasm_bytes: bytes, engine: Engine, on_progress: ProgressCallback | None = None
+        cls, wasm_bytes: bytes, engine: Engine, on_progress: ProgressCallback | None = None,
+        *, memory_limit_bytes: int | None = None,
     ) -> ModelRuntime:
         """Compile, check and instantiate a model module.
 
+        ``memory_limit_bytes`` (default: the engine's, if any) bounds the declared minimum memory.
         Raises ``ModelError``: 'invalid-module' (does not compile),
         'forbidden-import', 'missing-export', 'bad-export' (wrong kind or
-        signature), 'instantiate-failed'.
+        signature), 'memory-over-limit' (before instantiation),
+        'instantiate-failed'.
         """
         try:
             module = engine.compile(bytes(wasm_bytes))
@@ -175,6 +172,9 @@ class ModelRuntime:
                 raise ModelError(
                     "bad-export", f"load: {name!r} has signature {exp.signature}, expected {expected}"
                 )
+        limit = memory_limit_bytes if memory_limit_bytes is not None else getattr(engine, "memory_limit_bytes", None)
+        if limit is not None:
+            check_module_memory(wasm_bytes, limit)
         # The import must exist before the runtime does; it forwards to the
         # runtime once built (a report from a start function is dropped).
         owner: list[ModelRuntime] = []

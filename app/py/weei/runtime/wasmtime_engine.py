@@ -21,12 +21,16 @@ module must never hang or exhaust its host):
 * Features outside the ABI (memory64, threads and shared memory, multiple
   memories, GC, exceptions, components) are off: such a module does not
   compile, by name.
-* A store limit caps linear memory (``memory_limit_bytes``, 1 GiB by
-  default): ``memory.grow`` past it fails inside the module, and a module
-  whose declared minimum is larger does not instantiate.
-* Every call (and the start function) has a deadline: a shared ticker
-  advances each busy engine's epoch every :data:`TICK_S`, and a store's
-  deadline is that many ticks ahead. A call that overruns traps and raises
+* A store limit caps linear memory (``memory_limit_bytes``, read when an
+  instance is made; 1 GiB by default, the device's cap): ``memory.grow``
+  past it fails inside the module, and a module whose declared minimum is
+  larger is refused before instantiation (``ModelRuntime.load``). A pool
+  lowers it per task (``weei.core.sandbox.memory_limit``).
+* Every call (and the start function) has a deadline (``call_deadline_s``,
+  read at each call: a pool sets it per task from
+  ``weei.core.sandbox.operation_deadline_s``): a shared ticker advances each
+  busy engine's epoch every :data:`TICK_S`, and a store's deadline is that
+  many ticks ahead. A call that overruns traps and raises
   :class:`DeadlineExceeded`. :meth:`WasmtimeEngine.interrupt` advances the
   epoch past every deadline it has given, so stopping stays immediate.
 """
@@ -41,6 +45,7 @@ import weakref
 
 import wasmtime
 
+from ..core.sandbox import DEADLINE_CEILING_S, DEFAULT_MEMORY_CAP
 from .engine import (
     CompileError,
     DeadlineExceeded,
@@ -54,10 +59,10 @@ from .engine import (
 
 __all__ = ["WasmtimeEngine", "WasmtimeModule", "WasmtimeInstance", "DEFAULT_MEMORY_LIMIT", "DEFAULT_CALL_DEADLINE_S"]
 
-#: Linear memory one instance may have (the ABI's models need a few MB to a few hundred).
-DEFAULT_MEMORY_LIMIT = 1 << 30
+#: Linear memory one instance may have unless the host sets another: the device's cap.
+DEFAULT_MEMORY_LIMIT = DEFAULT_MEMORY_CAP
 #: How long one call may run unless the host sets another deadline: generous, but finite.
-DEFAULT_CALL_DEADLINE_S = 900.0
+DEFAULT_CALL_DEADLINE_S = DEADLINE_CEILING_S
 #: A start function's deadline: instantiation does no training.
 START_DEADLINE_S = 30.0
 #: The deadline clock's resolution.
@@ -222,7 +227,6 @@ class WasmtimeInstance:
         self._engine = engine
         self._store = wasmtime.Store(engine._engine)
         self._store.set_limits(memory_size=engine.memory_limit_bytes, memories=1, tables=4, instances=1)
-        self.deadline_s = engine.call_deadline_s
         # A start function runs during instantiation: it needs a deadline too.
         self._store.set_epoch_deadline(engine._deadline_ticks(engine.start_deadline_s))
         # While the progress hook runs, memory must be reached through the
@@ -273,7 +277,8 @@ class WasmtimeInstance:
         if func is None:
             raise Trap(f"no exported function {name!r}")
         engine = self._engine
-        self._store.set_epoch_deadline(engine._deadline_ticks(self.deadline_s))
+        deadline_s = engine.call_deadline_s  # read per call: a pool sets it per task
+        self._store.set_epoch_deadline(engine._deadline_ticks(deadline_s))
         reason = engine.interrupted()
         if reason is not None:
             raise Interrupted(reason, f"{name}: interrupted ({reason}) before it started")
@@ -285,7 +290,7 @@ class WasmtimeInstance:
             if exc.trap_code == wasmtime.TrapCode.INTERRUPT:
                 if reason is not None:
                     raise Interrupted(reason, f"{name}: interrupted ({reason})") from exc
-                raise DeadlineExceeded(f"{name}: ran past its {self.deadline_s:g} s deadline") from exc
+                raise DeadlineExceeded(f"{name}: ran past its {deadline_s:g} s deadline") from exc
             raise Trap(str(exc)) from exc
         except wasmtime.WasmtimeError as exc:
             # WasmtimeError also covers argument/type mismatches and
