@@ -12,7 +12,10 @@ join, what is relayed to whom, what is refused -- belong to
   ``loop.time()`` as ``now``;
 * each socket has an :class:`_Outbox` drained by its own writer task, so a
   peer that does not read never blocks the others; an outbox over
-  ``max_outbound_frames`` closes that peer (slow-consumer);
+  ``max_outbound_frames`` frames or ``max_outbound_bytes`` bytes closes that
+  peer (slow-consumer): a peer that does not read costs at most that budget;
+* each connection is accounted to its IP address (``request.remote``), the
+  hub's *source*: per-address budgets on joins, refused joins, rooms and bytes;
 * the optional ``relay_log`` hook sees every frame the server sends, as the
   exact text, so an operator (or a test) can audit that only welcomes, peer
   lists, offers, answers, candidates, pongs and errors ever leave it.
@@ -154,6 +157,8 @@ class SignalingConfig:
     sweep_interval_s: float = 1.0
     """How often handshake and idle timeouts are checked."""
     max_outbound_frames: int = 1024
+    max_outbound_bytes: int = 1024 * 1024
+    """Bytes queued for one socket before it is closed as a slow consumer."""
     relay_log: Callable[[RelayRecord], None] | None = None
     unix_clock: Callable[[], float] = time.time
     """Wall clock for TURN credential expiry (the only wall-clock use)."""
@@ -167,15 +172,18 @@ class SignalingConfig:
             raise UsageError("invalid-signaling-secret", "SignalingConfig.secret must be at least 16 bytes")
         if not self.path.startswith("/"):
             raise UsageError("invalid-signaling-config", "SignalingConfig.path must start with '/'")
-        if self.max_outbound_frames < 1 or self.sweep_interval_s <= 0:
-            raise UsageError("invalid-signaling-config", "max_outbound_frames and sweep_interval_s must be positive")
+        if self.max_outbound_frames < 1 or self.max_outbound_bytes < 1 or self.sweep_interval_s <= 0:
+            raise UsageError("invalid-signaling-config",
+                             "max_outbound_frames, max_outbound_bytes and sweep_interval_s must be positive")
 
 
 class _Outbox:
     """Frames waiting to go to one socket, then maybe a close."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, byte_limit: int) -> None:
         self.limit = limit
+        self.byte_limit = byte_limit
+        self.queued_bytes = 0
         self.frames: deque[str] = deque()
         self.close: tuple[int, str] | None = None
         self.finished = False
@@ -185,8 +193,10 @@ class _Outbox:
         """Queue ``text``; False if the queue is full (frames after a close are dropped)."""
         if self.close is not None or self.finished:
             return True
-        if len(self.frames) >= self.limit:
+        size = len(text)  # characters: a lower bound of the UTF-8 bytes, and what the queue holds
+        if len(self.frames) >= self.limit or self.queued_bytes + size > self.byte_limit:
             return False
+        self.queued_bytes += size
         self.frames.append(text)
         self.wakeup.set()
         return True
@@ -207,8 +217,10 @@ async def _write(ws: web.WebSocketResponse, box: _Outbox) -> None:
         await box.wakeup.wait()
         box.wakeup.clear()
         while box.frames and not box.finished:
+            text = box.frames.popleft()
+            box.queued_bytes -= len(text)
             try:
-                await ws.send_str(box.frames.popleft())
+                await ws.send_str(text)
             except (ConnectionError, RuntimeError):
                 box.finished = True
         if box.close is not None and not ws.closed:
@@ -226,7 +238,7 @@ class Signaling:
     def __init__(self, config: SignalingConfig) -> None:
         self.config = config
         secret = config.secret if config.secret is not None else os.urandom(32)
-        self.hub = Hub(config.limits, secret, ice_servers=self._ice_servers)
+        self.hub = Hub(config.limits, secret, ice_servers=self._ice_servers, unix_clock=config.unix_clock)
         self._boxes: dict[int, _Outbox] = {}
         self._writers: dict[int, asyncio.Task[None]] = {}
         self._closing = False
@@ -275,8 +287,8 @@ class Signaling:
         if self._closing:
             await ws.close(code=CloseCode.GOING_AWAY, message=Reason.SERVER_SHUTDOWN.value.encode())
             return ws
-        conn, outputs = self.hub.connect(self._now())
-        box = _Outbox(self.config.max_outbound_frames)
+        conn, outputs = self.hub.connect(self._now(), request.remote or "")
+        box = _Outbox(self.config.max_outbound_frames, self.config.max_outbound_bytes)
         self._boxes[conn] = box
         writer = asyncio.create_task(_write(ws, box))
         self._writers[conn] = writer
