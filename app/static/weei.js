@@ -290,7 +290,17 @@
     // that one closes. Without Web Locks (not a secure context) there is no
     // such guard.
     const LOCK = 'weei.distributed-training.controller';
-    const room = new URLSearchParams(location.search).get('room') || (script && script.dataset.room) || null;
+    // The room key: from the invite link's fragment (#room=KEY; a fragment reaches no HTTP log and
+    // no Referer), else ?room= or data-room on the script tag. docs/signaling.md "Rooms and keys".
+    const room = new URLSearchParams(location.hash.slice(1)).get('room')
+      || new URLSearchParams(location.search).get('room') || (script && script.dataset.room) || null;
+    function roomInvite() {
+      if (!room) return null;
+      const link = new URL(location.href);
+      link.searchParams.delete('room');
+      link.hash = `room=${encodeURIComponent(room)}`;
+      return { key: room, invite: link.href };
+    }
     const localPeerId = room ? '' : tabPeerId();
     const ANOTHER_TAB = 'Weei is running in another tab of this browser; this tab takes over when that one is closed';
 
@@ -504,6 +514,8 @@
         return then(callSync('exportModule'), (file) => (file ? toFile(file, 'application/wasm') : undefined));
       },
       leave() { return callAsync('leave'); },
+      // The room this page meets its peers in and its invite link ({key, invite}), or null.
+      getRoom() { return roomInvite(); },
       getDebugLog() { return callSync('getDebugLog'); },
       exportDebugLog() { return then(callSync('getDebugLog'), debugLogFile); },
       clearDebugLog() { return then(callSync('clearDebugLog'), () => undefined); },

@@ -29,7 +29,7 @@ from urllib.parse import quote, urlparse
 
 import pytest
 from link_cases import CASES
-from site_helpers import CHROMIUM, CHROMIUM_ARGS, ROOT, TIMEOUT_MS
+from site_helpers import CHROMIUM, CHROMIUM_ARGS, ROOT, TIMEOUT_MS, Server, start_server, stop_server
 
 HERE = Path(__file__).parent
 HARNESS_FILES = ("rtc_harness.html", "rtc_peer.py", "link_cases.py")
@@ -37,11 +37,8 @@ MB = 1_000_000
 
 
 @pytest.fixture(scope="module")
-def harness(weei_server: Any) -> Iterator[str]:
-    """The harness URL, served from a second origin (not dist/: other builds may wipe it meanwhile).
-
-    The page loads Pyodide and weei-py.zip from `weei serve`, which allows other origins.
-    """
+def harness_origin() -> Iterator[str]:
+    """A second origin serving the harness files (not dist/: other builds may wipe it meanwhile)."""
     files = {name: (HERE / name).read_bytes() for name in HARNESS_FILES}
     types = {"html": "text/html; charset=utf-8", "py": "text/plain; charset=utf-8"}
 
@@ -64,10 +61,28 @@ def harness(weei_server: Any) -> Iterator[str]:
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
-    weei = weei_server.url.rstrip("/") + "/"
-    yield f"http://127.0.0.1:{httpd.server_address[1]}/rtc_harness.html?weei={quote(weei, safe='')}"
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
     httpd.shutdown()
     httpd.server_close()
+
+
+@pytest.fixture(scope="module")
+def weei_server(site: Path, harness_origin: str) -> Iterator[Server]:
+    """`weei serve` whose /signal admits the harness's origin (a WebSocket from
+    another origin is refused unless the operator names it: --allow-origin)."""
+    server = start_server(site, "--allow-origin", harness_origin)
+    yield server
+    assert stop_server(server) == 0, "weei serve did not shut down cleanly:\n" + "".join(server.lines)
+
+
+@pytest.fixture(scope="module")
+def harness(weei_server: Server, harness_origin: str) -> str:
+    """The harness URL, on the second origin.
+
+    The page loads Pyodide and weei-py.zip from `weei serve`, which allows other origins.
+    """
+    weei = weei_server.url.rstrip("/") + "/"
+    return f"{harness_origin}/rtc_harness.html?weei={quote(weei, safe='')}"
 
 
 @pytest.fixture
@@ -245,9 +260,10 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _start_signaling(port: int) -> subprocess.Popen[bytes]:
+def _start_signaling(port: int, origin: str) -> subprocess.Popen[bytes]:
     env = {**os.environ, "WEEI_SIGNAL_SECRET": "restart-test-secret-0123456789"}
-    proc = subprocess.Popen([sys.executable, "-m", "weei.server.signaling", "--port", str(port)], cwd=ROOT, env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "weei.server.signaling", "--port", str(port),
+                             "--allow-origin", origin], cwd=ROOT, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 20
     while True:
@@ -265,10 +281,11 @@ def _until(what: str, check: Any, timeout: float) -> None:
         time.sleep(0.1)
 
 
-def test_signaling_restart_and_page_reload_keep_peer_ids(harness: str, browser1: Any, browser2: Any) -> None:
+def test_signaling_restart_and_page_reload_keep_peer_ids(harness: str, harness_origin: str,
+                                                          browser1: Any, browser2: Any) -> None:
     port = _free_port()
     url = f"ws://127.0.0.1:{port}/signal"
-    server = _start_signaling(port)
+    server = _start_signaling(port, harness_origin)
     a, b = Peer(browser1, harness), Peer(browser2, harness)
     try:
         connect(a, b, url)
@@ -282,7 +299,7 @@ def test_signaling_restart_and_page_reload_keep_peer_ids(harness: str, browser1:
         transfer(a, b, 100_000, "while-server-down")
 
         # It comes back (same secret): both reconnect by themselves and keep their IDs.
-        server = _start_signaling(port)
+        server = _start_signaling(port, harness_origin)
         _until("both pages reconnected", lambda: all(
             s["signaling"]["connected"] and s["signaling"]["reconnects"] >= 1 and s["signaling"]["resumed"]
             for s in (a.state(), b.state())), 40)

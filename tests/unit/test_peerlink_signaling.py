@@ -8,7 +8,7 @@ import random
 import pytest
 
 from weei.core.signaling_protocol import (PING, REPLACED, Answer, Closed, Peers, ServerError, Signal, SignalingSession,
-                                          Unreadable, Welcome)
+                                          Unreadable, Welcome, room_code)
 
 ME, OTHER = "m" * 26, "o" * 26
 WELCOME = {"type": "welcome", "peerId": ME, "token": "tok-2", "resumed": True,
@@ -20,8 +20,12 @@ def text(frame: object) -> str:
 
 
 def test_hello_carries_the_token_and_the_welcome_answers_it() -> None:
-    session = SignalingSession("tok-1")
-    assert json.loads(session.hello()) == {"type": "hello", "version": 1, "token": "tok-1"}
+    token = f"{ME}.{room_code('lab')}.99.mac"
+    session = SignalingSession(token, room="lab")
+    assert json.loads(session.hello()) == {"type": "hello", "version": 1, "token": token}
+    # a token bound to another room, or with no room to join yet, is not offered
+    assert "token" not in json.loads(SignalingSession(token, room="elsewhere").hello())
+    assert "token" not in json.loads(SignalingSession(token).hello())
     welcome = Welcome(ME, "tok-2", True, ({"urls": ["stun:example.org"]},), {"idleTimeout": 30})
     assert session.receive(text(WELCOME)) == [Answer("hello", welcome)]
     assert session.token == "tok-2" and session.peer_id == ME and session.ping_interval_s() == 10.0
@@ -44,10 +48,12 @@ def test_join_is_answered_by_the_list_that_names_us_and_refusals_by_their_error(
     session = SignalingSession()
     session.hello()
     session.receive(text(WELCOME))
-    assert json.loads(session.join("lab")) == {"type": "join", "room": "lab"} and session.room == "lab"
+    assert json.loads(session.join("lab")) == {"type": "join", "room": room_code("lab"), "key": "lab"}
+    assert session.room == "lab"
     assert session.receive(text({"type": "peers", "room": "lab", "peers": [OTHER]})) == [Peers("lab", (OTHER,))]
-    assert session.receive(text({"type": "peers", "room": "lab", "peers": [OTHER, ME]})) == [
+    assert session.receive(text({"type": "peers", "room": "lab", "peers": [OTHER, ME], "token": "bound"})) == [
         Answer("join", (OTHER, ME))]
+    assert session.token == "bound"  # the joiner's list carries the token bound to the room
     session.join("full")
     refusal = {"type": "error", "reason": "room-full", "message": "no room", "refused": "join"}
     assert session.receive(text(refusal)) == [Answer("join", error=ServerError("room-full", "no room", "join"))]

@@ -279,3 +279,61 @@ def test_http_limits_are_validated() -> None:
     for bad in ({"header_timeout_s": 0}, {"max_connections": 0}, {"max_connections_per_ip": 0}):
         with pytest.raises(UsageError):
             HttpLimits(**bad)
+
+
+# ---------------------------------------------------------------------------
+# /signal checks Origin
+
+
+async def upgrade_status(host: str, port: int, origin: str | None, host_header: str | None = None) -> int:
+    headers = {"Host": host_header or f"{host}:{port}"}
+    if origin is not None:
+        headers["Origin"] = origin
+    async with aiohttp.ClientSession(skip_auto_headers=("User-Agent",)) as session:
+        try:
+            async with session.ws_connect(f"http://{host}:{port}/signal", headers=headers) as ws:
+                await ws.send_json({"type": "hello"})
+                assert (await ws.receive_json(timeout=5))["type"] == "welcome"
+                return 101
+        except aiohttp.WSServerHandshakeError as exc:
+            return exc.status
+
+
+def test_signal_checks_origin_against_the_allowlist(site: Path) -> None:
+    from weei.server.signaling import SIGNALING_KEY, SignalingConfig, add_signaling
+
+    async def scenario() -> None:
+        app = create_app(site)
+        add_signaling(app, SignalingConfig(allowed_origins=("https://Embed.Example:443/", "http://127.0.0.1:9")))
+        async with running(app) as (host, port):
+            own = f"http://{host}:{port}"
+            assert await upgrade_status(host, port, None) == 101  # the agent: no Origin
+            assert await upgrade_status(host, port, own) == 101  # the site's own pages
+            assert await upgrade_status(host, port, "https://embed.example") == 101
+            assert await upgrade_status(host, port, "http://127.0.0.1:9") == 101
+            # Reached through a proxy at another name: its own origin is that name.
+            assert await upgrade_status(host, port, "https://weei.example", "weei.example") == 101
+            for stranger in ("https://evil.example", "http://embed.example", "https://embed.example:8443",
+                             f"http://{host}:{port + 1}", "null", "garbage", f"http://evil.example:{port}"):
+                assert await upgrade_status(host, port, stranger) == 403, stranger
+            assert app[SIGNALING_KEY].refused_origins == 7
+            assert app[SIGNALING_KEY].hub.connection_count == 0
+
+    run(scenario)
+
+
+def test_any_origin_is_opt_in_and_origins_are_validated(site: Path) -> None:
+    from weei.server.signaling import SignalingConfig, add_signaling
+
+    async def scenario() -> None:
+        app = create_app(site)
+        add_signaling(app, SignalingConfig(allowed_origins=("*",)))
+        async with running(app) as (host, port):
+            assert await upgrade_status(host, port, "https://evil.example") == 101
+
+    run(scenario)
+    for bad in ("embed.example", "ftp://x.example", "https://x.example/path", "https://u@x.example", "https://x:99999"):
+        with pytest.raises(UsageError) as info:
+            SignalingConfig(allowed_origins=(bad,))
+        assert info.value.reason == "invalid-origin"
+    assert SignalingConfig(allowed_origins=("HTTP://[::1]:80/",)).allowed_origins == ("http://[::1]",)

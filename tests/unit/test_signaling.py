@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from weei.core.errors import UsageError
+from weei.core.signaling_protocol import room_code
 from weei.server.rooms import (
     Close,
     CloseCode,
@@ -40,6 +41,21 @@ from weei.server.signaling import (
 )
 
 SECRET = b"s" * 32
+
+
+def J(key: str) -> dict[str, Any]:
+    """The join frame of the room of key ``key``."""
+    return {"type": "join", "room": room_code(key), "key": key}
+
+
+def C(key: str) -> str:
+    """The room code of ``key`` (what peer lists name)."""
+    return room_code(key)
+
+
+def untokened(frames: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Frames without the joiner's resume token (asserted separately)."""
+    return [{k: v for k, v in f.items() if k != "token"} for f in frames]
 SDP = "v=0\r\no=- 4611731400430051336 2 IN IP4 127.0.0.1\r\ns=-\r\nt=0 0\r\n"
 CANDIDATE = {"candidate": "candidate:842163049 1 udp 1677729535 192.0.2.7 46154 typ srflx",
              "sdpMid": "0", "sdpMLineIndex": 0, "usernameFragment": "EsBn"}
@@ -84,7 +100,7 @@ class HubPeers:
     def joined(self, room: str) -> tuple[int, str]:
         conn = self.connect()
         peer = self.hello(conn)["peerId"]
-        out = self.send(conn, {"type": "join", "room": room})
+        out = self.send(conn, J(room))
         assert frames_to(out, conn)[-1]["type"] == "peers"
         return conn, peer
 
@@ -99,8 +115,9 @@ def test_phases_table_decides_what_is_allowed() -> None:
     assert frames_to(h.send(conn, {"type": "hello"}), conn)[0]["reason"] == "already-welcomed"
     out = h.send(conn, {"type": "signal", "to": "x", "kind": "offer", "payload": SDP})
     assert frames_to(out, conn)[0]["reason"] == "not-in-room"
-    h.send(conn, {"type": "join", "room": "r"})
-    assert frames_to(h.send(conn, {"type": "join", "room": "q"}), conn)[0]["reason"] == "already-in-room"
+    assert frames_to(h.send(conn, {"type": "join", "room": C("r")}), conn)[0]["reason"] == "room-key-required"
+    h.send(conn, J("r"))
+    assert frames_to(h.send(conn, J("q")), conn)[0]["reason"] == "already-in-room"
     assert frames_to(h.send(conn, {"type": "ping"}), conn) == [{"type": "pong"}]
     assert h.hub._conns[conn].phase is Phase.JOINED
 
@@ -180,7 +197,7 @@ def test_bad_room_codes(room: Any) -> None:
     h.hello(conn)
     out = h.send(conn, {"type": "join", "room": room})
     assert frames_to(out, conn)[0]["reason"] == "bad-room"
-    out = h.send(conn, {"type": "join", "room": "Good_room-42"})
+    out = h.send(conn, J("Good_room-42"))
     assert frames_to(out, conn)[0]["type"] == "peers"
 
 
@@ -190,15 +207,16 @@ def test_peer_lists_on_join_and_leave_in_join_order() -> None:
     b, pb = h.joined("r")
     c = h.connect()
     pc = h.hello(c)["peerId"]
-    out = h.send(c, {"type": "join", "room": "r"})
+    out = h.send(c, J("r"))
     for conn in (a, b, c):
-        assert frames_to(out, conn) == [{"type": "peers", "room": "r", "peers": [pa, pb, pc]}]
+        assert untokened(frames_to(out, conn)) == [{"type": "peers", "room": C("r"), "peers": [pa, pb, pc]}]
+    assert [("token" in f) for conn in (a, b, c) for f in frames_to(out, conn)] == [False, False, True]
     out = h.hub.disconnect(b, h.now)
-    assert frames_to(out, a) == frames_to(out, c) == [{"type": "peers", "room": "r", "peers": [pa, pc]}]
+    assert frames_to(out, a) == frames_to(out, c) == [{"type": "peers", "room": C("r"), "peers": [pa, pc]}]
     assert h.hub.disconnect(b, h.now) == []  # idempotent
     h.hub.disconnect(a, h.now)
     h.hub.disconnect(c, h.now)
-    assert h.hub.room_count == 0 and h.hub.peers_in("r") == ()
+    assert h.hub.room_count == 0 and h.hub.peers_in(C("r")) == ()
 
 
 def test_room_and_server_limits() -> None:
@@ -207,10 +225,10 @@ def test_room_and_server_limits() -> None:
     h.joined("a")
     conn = h.connect()
     h.hello(conn)
-    assert frames_to(h.send(conn, {"type": "join", "room": "a"}), conn)[0]["reason"] == "room-full"
+    assert frames_to(h.send(conn, J("a")), conn)[0]["reason"] == "room-full"
     h.joined("b")
-    assert frames_to(h.send(conn, {"type": "join", "room": "c"}), conn)[0]["reason"] == "too-many-rooms"
-    assert frames_to(h.send(conn, {"type": "join", "room": "b"}), conn)[0]["type"] == "peers"
+    assert frames_to(h.send(conn, J("c")), conn)[0]["reason"] == "too-many-rooms"
+    assert frames_to(h.send(conn, J("b")), conn)[0]["type"] == "peers"
     h.connect()
     h.connect()
     h.connect()
@@ -267,41 +285,74 @@ def test_handshake_and_idle_timeouts() -> None:
     h.now = 60
     out = h.hub.expire(h.now)
     assert closes(out) == [Close(b, CloseCode.TIMEOUT, "idle-timeout")]
-    assert frames_to(out, a) == [{"type": "peers", "room": "r", "peers": [pa]}]
+    assert frames_to(out, a) == [{"type": "peers", "room": C("r"), "peers": [pa]}]
     h.now = 110
     assert closes(h.hub.expire(h.now)) == [Close(a, CloseCode.TIMEOUT, "idle-timeout")]
 
 
 def test_resume_token_keeps_the_peer_id_and_replaces_a_stale_socket() -> None:
-    h = HubPeers()
+    h = HubPeers(Limits(resume_ttl_s=100))
     a, pa = h.joined("r")
     b, pb = h.joined("r")
-    token = make_token(SECRET, pa)
-    assert verify_token(SECRET, token) == pa
-    assert verify_token(b"t" * 32, token) is None
-    assert verify_token(SECRET, pb + token[26:]) is None  # a token is bound to its peer ID
+    token = make_token(SECRET, pa, C("r"), 10**9)
+    assert verify_token(SECRET, token, 10**9 - 1) == (pa, C("r"))
+    assert verify_token(SECRET, token, 10**9) is None  # expired
+    assert verify_token(b"t" * 32, token, 0) is None
+    assert verify_token(SECRET, pb + token[26:], 0) is None  # a token is bound to its peer ID...
+    assert verify_token(SECRET, token.replace(C("r"), C("q")), 0) is None  # ...and to its room
+    again = h.connect()
+    h.hello(again)
+    out = h.send(again, J("r"))
+    token = frames_to(out, again)[-1]["token"]  # the token comes with the join, bound to the room
+    h.hub.disconnect(again, h.now)
     again = h.connect()
     out = h.send(again, {"type": "hello", "token": token})
-    assert closes(out) == [Close(a, CloseCode.REPLACED, "replaced")]
-    assert frames_to(out, b) == [{"type": "peers", "room": "r", "peers": [pb]}]
+    assert closes(out) == []  # a token alone takes nothing: the join with the key does
     welcome = frames_to(out, again)[0]
-    assert welcome["peerId"] == pa and welcome["resumed"] is True and welcome["token"] == token
-    out = h.send(again, {"type": "join", "room": "r"})
-    assert frames_to(out, b) == [{"type": "peers", "room": "r", "peers": [pb, pa]}]
+    resumed_id = welcome["peerId"]
+    assert welcome["resumed"] is True and verify_token(SECRET, welcome["token"], 0)[1] == C("r")
+    out = h.send(again, J("q"))
+    assert frames_to(out, again)[0]["reason"] == "resume-wrong-room" and closes(out) == []
+    out = h.send(again, J("r"))
+    assert closes(out) == []  # the earlier socket of that ID had left already
+    assert h.hub.peers_in(C("r")) == (pa, pb, resumed_id)
+    # the same token again, on a third socket: joining replaces the stale one
+    third = h.connect()
+    h.send(third, {"type": "hello", "token": token})
+    out = h.send(third, J("r"))
+    assert closes(out) == [Close(again, CloseCode.REPLACED, "replaced")]
+    assert frames_to(out, b)[-1] == {"type": "peers", "room": C("r"), "peers": [pa, pb, resumed_id]}
     # the replaced connection's late disconnect changes nothing
-    assert h.hub.disconnect(a, h.now) == []
-    assert h.hub.peers_in("r") == (pb, pa)
+    assert h.hub.disconnect(again, h.now) == []
+    assert h.hub.peers_in(C("r")) == (pa, pb, resumed_id)
+
+
+def test_resume_tokens_expire_and_unbound_tokens_resume_nothing() -> None:
+    clock = [1000.0]
+    h = HubPeers(Limits(resume_ttl_s=60))
+    h.hub._unix_clock = lambda: clock[0]
+    conn = h.connect()
+    welcome = h.hello(conn)
+    assert h.hello(h.connect(), token=welcome["token"])["resumed"] is False  # issued before any join
+    out = h.send(conn, J("r"))
+    token = frames_to(out, conn)[-1]["token"]
+    clock[0] = 1059.0
+    assert h.hello(h.connect(), token=token)["peerId"] == welcome["peerId"]
+    clock[0] = 1060.0
+    late = h.hello(h.connect(), token=token)
+    assert late["resumed"] is False and late["peerId"] != welcome["peerId"]
 
 
 def test_restart_same_secret_keeps_id_new_secret_gives_new_id() -> None:
     first = HubPeers()
     conn = first.connect()
     welcome = first.hello(conn)
+    token = frames_to(first.send(conn, J("r")), conn)[-1]["token"]
     same = HubPeers(secret=SECRET)
-    resumed = same.hello(same.connect(), token=welcome["token"])
+    resumed = same.hello(same.connect(), token=token)
     assert (resumed["peerId"], resumed["resumed"]) == (welcome["peerId"], True)
     other = HubPeers(secret=b"n" * 32)
-    fresh = other.hello(other.connect(), token=welcome["token"])
+    fresh = other.hello(other.connect(), token=token)
     assert fresh["peerId"] != welcome["peerId"] and fresh["resumed"] is False
     garbage = other.hello(other.connect(), token="not-a-token")
     assert garbage["resumed"] is False
@@ -353,7 +404,8 @@ _frames = st.one_of(
     st.text(max_size=200),
     _json.map(json.dumps),
     st.fixed_dictionaries({"type": st.sampled_from(["hello", "join", "signal", "ping", "x"])},
-                          optional={"room": _json | st.just("r"), "to": _json, "token": _json,
+                          optional={"room": _json | st.just("r") | st.just(C("r")), "key": _json | st.just("r"),
+                                    "to": _json, "token": _json,
                                     "kind": st.sampled_from(["offer", "answer", "candidate", "data"]),
                                     "payload": _json | st.just(SDP) | st.just(CANDIDATE)}).map(json.dumps),
 )
@@ -413,11 +465,12 @@ class RawPeer:
         return welcome
 
     async def join(self, room: str) -> list[str]:
-        await self.send({"type": "join", "room": room})
+        await self.send(J(room))
         while True:
             frame = await self.recv()
             assert frame["type"] == "peers", frame
             if self.peer_id in frame["peers"]:
+                self.token = frame["token"]  # bound to this room
                 return frame["peers"]
 
     async def closed(self, timeout: float = 5.0) -> tuple[int | None, str]:
@@ -482,7 +535,7 @@ def test_two_and_three_peers_see_each_other() -> None:
             assert (await a.recv())["peers"] == [a.peer_id, b.peer_id]
             c = await s.peer("lab")
             for p in (a, b):
-                assert (await p.recv()) == {"type": "peers", "room": "lab",
+                assert (await p.recv()) == {"type": "peers", "room": C("lab"),
                                             "peers": [a.peer_id, b.peer_id, c.peer_id]}
             await b.ws.close()
             for p in (a, c):
@@ -598,11 +651,13 @@ def test_reconnect_with_token_keeps_the_peer_id() -> None:
             assert again.peer_id == old_id
             await again.join("lab")
             assert (await b.recv())["peers"] == [b.peer_id, old_id]
-            # a stale socket is replaced by the resumed one
+            # a stale socket is replaced by the resumed one when that joins the room
             third = await s.peer(token=token)
             assert third.peer_id == old_id
+            await third.send(J("lab"))
             assert await again.closed() == (4001, "replaced")
             assert (await b.recv())["peers"] == [b.peer_id]
+            assert (await b.recv())["peers"] == [b.peer_id, old_id]
     run(scenario())
 
 
@@ -702,16 +757,16 @@ def test_a_peer_that_does_not_read_is_closed_not_waited_for() -> None:
         conns = []
         for _ in range(3):
             conn, _ = hub.connect(0)
-            signaling._boxes[conn] = _Outbox(3)
+            signaling._boxes[conn] = _Outbox(3, 1 << 20)
             signaling.apply(hub.receive(conn, '{"type":"hello"}', 0))
-            signaling.apply(hub.receive(conn, '{"type":"join","room":"r"}', 0))
+            signaling.apply(hub.receive(conn, json.dumps(J("r")), 0))
             conns.append(conn)
             for box in list(signaling._boxes.values())[1:]:
                 box.frames.clear()  # everyone but the first reads
         slow, other, third = conns
         # slow holds welcome and two peer lists (full); the third list overflows
         assert signaling._boxes[slow].close == (1008, "slow-consumer")
-        assert hub.peers_in("r") == (hub.peer_id(other), hub.peer_id(third))
+        assert hub.peers_in(C("r")) == (hub.peer_id(other), hub.peer_id(third))
         assert hub.stats.closed["slow-consumer"] == 1
 
     run(scenario())

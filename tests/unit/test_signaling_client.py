@@ -99,11 +99,15 @@ def test_reconnect_keeps_peer_id_and_room_also_across_a_restart() -> None:
             assert (await a.next_signal()).sender == b.peer_id
             token = a.token
         # a new server process with the same secret: same ID
-        async with server() as url, SignalingClient(url, token=token) as again:
+        async with server() as url, SignalingClient(url, token=token, room="lab") as again:
             assert (await again.connect()).resumed is True
             assert again.peer_id == first_id
         # with another secret: a fresh ID
-        async with server(SignalingConfig(secret=b"d" * 32)) as url, SignalingClient(url, token=token) as fresh:
+        # a token is offered only for the room it is bound to
+        async with server() as url, SignalingClient(url, token=token, room="elsewhere") as other_room:
+            assert (await other_room.connect()).resumed is False
+        async with server(SignalingConfig(secret=b"d" * 32)) as url, \
+                SignalingClient(url, token=token, room="lab") as fresh:
             assert (await fresh.connect()).resumed is False
             assert fresh.peer_id != first_id
     run(scenario())

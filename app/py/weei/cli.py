@@ -24,12 +24,9 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     serve.add_argument("--dir", type=Path, default=None,
                        help="site directory (default ./dist, else the repository's dist/)")
-    serve.add_argument("--ice", action="append", default=[], metavar="URLS[|USER|CRED]",
-                       help="STUN/TURN server the peers use (repeatable), e.g. 'stun:stun.example.org:3478' or "
-                            "'turn:turn.example.org:3478|secret:SHARED' for coturn's REST credentials")
-    serve.add_argument("--secret-file", default=None,
-                       help="signaling resume-token secret, so peers keep their IDs across restarts "
-                            "(else $WEEI_SIGNAL_SECRET, else random per start)")
+    from .server.signaling import add_arguments as add_server_arguments
+
+    add_server_arguments(serve)
     agent = commands.add_parser("agent", help="take part in jobs from a server, without a browser (Ctrl-C stops)")
     from .agent.main import add_arguments as add_agent_arguments
 
@@ -56,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
 def _serve(args: argparse.Namespace) -> int:
     from .core.errors import UsageError
     from .server import default_site_dir, run
-    from .server.signaling import IceServer, SignalingConfig, read_secret
+    from .server.signaling import configs_from
 
     site_dir = args.dir or default_site_dir()
     if not (site_dir / "weei.js").is_file():
@@ -64,17 +61,21 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
 
     try:
-        signaling = SignalingConfig(secret=read_secret(args), ice_servers=tuple(IceServer.parse(t) for t in args.ice))
+        signaling, limits = configs_from(args)
     except (UsageError, OSError) as exc:
         print(f"weei serve: {exc}", file=sys.stderr)
         return 2
 
     def ready(url: str) -> None:
+        from .server.invite import fresh_key, invite_url
+
         print(f"Weei is serving {site_dir} at {url}", flush=True)
         print(f"Embed it with: <script src=\"{url}weei.js\"></script>", flush=True)
+        # The server keeps no room list: any fresh key makes a room. The key is in the fragment.
+        print(f"Invite link of a new room (open it, share it): {invite_url(url, fresh_key())}", flush=True)
 
     try:
-        return run(site_dir, args.host, args.port, on_ready=ready, signaling=signaling)
+        return run(site_dir, args.host, args.port, on_ready=ready, signaling=signaling, limits=limits)
     except OSError as exc:
         print(f"weei serve: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
         return 1

@@ -19,7 +19,7 @@ export class Peers {
     d.peersBox = h('div');
     d.partsBox = h('div');
     d.invBox = h('div');
-    append(this.sections.peers.content, d.peersBox, d.partsBox, d.invBox,
+    append(this.sections.peers.content, this.buildRoom(), d.peersBox, d.partsBox, d.invBox,
       h('h3', { text: 'This device' }),
       h('div', { class: 'row' },
         h('label', {}, d.pause, 'Pause my contribution'),
@@ -27,6 +27,27 @@ export class Peers {
         h('label', {}, 'GPU budget (MiB) ', d.gpu),
         h('label', {}, 'Backend ', d.backend)),
       d.line, d.error);
+  }
+
+  // The room and its invite link (the key is in the fragment), with a Copy button.
+  buildRoom() {
+    const room = typeof this.api.getRoom === 'function' ? this.api.getRoom() : null;
+    if (!room) return h('p', { class: 'small muted', text: 'Not in a room: this browser trains alone. Open an invite link to join one.' });
+    const link = h('input', { type: 'text', name: 'inviteLink', readonly: true, value: room.invite, style: 'width:100%' });
+    const note = h('span', { class: 'small muted' });
+    const copy = h('button', { type: 'button', name: 'copyInvite', text: 'Copy invite link' });
+    copy.addEventListener('click', async () => {
+      link.select();
+      try {
+        await navigator.clipboard.writeText(room.invite);
+        note.textContent = ' copied';
+      } catch (err) {
+        note.textContent = ' select the link and copy it';
+      }
+    });
+    return h('div', {}, h('h3', { text: 'Room' }),
+      h('p', { class: 'small', text: 'Anyone with this link can join the room and its jobs:' }),
+      link, h('div', { class: 'row' }, copy, note));
   }
 
   renderPeers(state, job) {

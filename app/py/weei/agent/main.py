@@ -27,6 +27,7 @@ from ..api.controller import TrainingController
 from ..core.errors import WeeiError
 from ..core.framing import referenced_artifacts
 from ..core.messages import Message
+from ..core.signaling_protocol import room_code
 from ..server.signaling_client import SignalingClient
 from .policy import AcceptancePolicy, Decision
 from .storage import DiskKeyValue, DiskStorage
@@ -130,10 +131,9 @@ class Agent:
         opts = self.options
         token_key = _TOKEN_KEY + opts.server
         # The resume token keeps this agent's peer ID across restarts (while the server keeps its secret).
-        signaling = SignalingClient(opts.server, token=self.kv.get(token_key))
+        signaling = SignalingClient(opts.server, token=self.kv.get(token_key), room=opts.room)
         self.transport = AgentTransport(signaling, on_change=self._on_transport_change)
         welcome = await self.transport.connect()
-        self.kv.set(token_key, welcome.token)
         engine = self.engine or (WasmtimeEngine(memory_limit_bytes=opts.memory_limit_mib << 20)
                                  if opts.memory_limit_mib else WasmtimeEngine())
         controller = TrainingController(
@@ -149,7 +149,9 @@ class Agent:
         self.transport.attach(self, has=lambda sha: sha in controller.artifacts)
         controller.subscribe(self._on_state)
         peers = await self.transport.join(opts.room)
-        self.say(f"peer {welcome.peer_id} joined room {opts.room!r} on {opts.server} "
+        if signaling.token is not None:
+            self.kv.set(token_key, signaling.token)  # bound to this room now
+        self.say(f"peer {welcome.peer_id} joined room {room_code(opts.room)} on {opts.server} "
                  f"({len(peers) - 1} other peer(s); data in {opts.data_dir})")
         if not self.policy.accept_models and not self.policy.interactive:
             self.say("no --accept-model or --interactive: every invitation will be refused")
@@ -263,8 +265,10 @@ class Agent:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``weei agent`` options."""
-    parser.add_argument("--server", required=True, help="signaling WebSocket URL, e.g. ws://host:8000/signal")
-    parser.add_argument("--room", required=True, help="room code (as in the page URL)")
+    parser.add_argument("--server", default=None,
+                        help="signaling WebSocket URL, e.g. ws://host:8000/signal (default: the invite link's server)")
+    parser.add_argument("--room", required=True, metavar="INVITE",
+                        help="the invite link (http://host:port/#room=KEY, as weei serve prints it) or the room key")
     parser.add_argument("--accept-model", action="append", default=[], metavar="SHA256",
                         help="accept invitations whose model module has this SHA-256 (repeatable)")
     parser.add_argument("--interactive", action="store_true",
@@ -289,13 +293,19 @@ def run_cli(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """Run ``weei agent`` until SIGINT/SIGTERM: 0 on a clean stop, 1 when it cannot start, 2 for bad options."""
     import logging
 
+    from ..server.invite import parse_invite
     from .policy import parse_sha256
 
     out = out or sys.stdout
     try:
         models = tuple(parse_sha256(s) for s in args.accept_model)
+        invite = parse_invite(args.room)
     except WeeiError as exc:
         print(f"weei agent: {exc.message}", file=sys.stderr)
+        return 2
+    server = args.server or invite.signal_url
+    if server is None:
+        print("weei agent: --server is needed with a bare room key (or give the invite link)", file=sys.stderr)
         return 2
     if args.workers is not None and not 1 <= args.workers <= 64:
         print("weei agent: --workers must be 1 to 64", file=sys.stderr)
@@ -306,7 +316,7 @@ def run_cli(args: argparse.Namespace, out: TextIO | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if args.ice_host:
         restrict_host_addresses(tuple(args.ice_host))
-    options = AgentOptions(server=args.server, room=args.room, data_dir=args.data_dir or default_data_dir(),
+    options = AgentOptions(server=server, room=invite.key, data_dir=args.data_dir or default_data_dir(),
                            accept_models=models, interactive=args.interactive, workers=args.workers,
                            backend=args.backend, memory_limit_mib=args.memory_limit_mib)
     return asyncio.run(_run(options, out))

@@ -166,12 +166,12 @@ class PageSession:
         return self.api
 
     async def _connect(self, room: str | None) -> tuple[BrowserTransport | None, str]:
-        """With a room (``?room=CODE`` on the page), peers meet through the Weei server's
-        signaling and the signaling server's peer ID is ours; without one, this browser
+        """With a room (its key in the invite link's ``#room=KEY``), peers meet through the Weei
+        server's signaling and the signaling server's peer ID is ours; without one, this browser
         trains alone under a local ID."""
         if room is None:
             return None, _peer_id()
-        signaling = BrowserSignaling(signal_url(self.base_url))
+        signaling = BrowserSignaling(signal_url(self.base_url), room=room)
         welcome = await signaling.connect()
         return BrowserTransport(signaling), welcome.peer_id
 

@@ -139,12 +139,13 @@ class BrowserSignaling(SessionView):
     """docs/signaling.md from the page (frames and their meaning: ``SignalingSession``); see the module docstring."""
 
     def __init__(self, url: str, *, tokens: TokenStore | None = None, token_key: str = TOKEN_KEY,
-                 backoff_max_s: float = _BACKOFF_MAX_S) -> None:
+                 backoff_max_s: float = _BACKOFF_MAX_S, room: str | None = None) -> None:
         self.url = url
         self.tokens: TokenStore = tokens if tokens is not None else SessionStorageTokens()
         self.token_key = token_key
         self.backoff_max_s = backoff_max_s
-        self.protocol = SignalingSession(self.tokens.get(token_key), answers_are_events=True)
+        # ``room``: the room key the page will join, so the first hello may offer the token bound to it.
+        self.protocol = SignalingSession(self.tokens.get(token_key), answers_are_events=True, room=room)
         self._saved_token = self.protocol.token
         self.dropped_signals = 0
         self.reconnects = 0

@@ -24,11 +24,22 @@ peer list naming us after ``join``, an error refusing either) is also an
 ``answers_are_events=False`` (the agent's client) the answered frame is
 only an Answer; the page's client wants every welcome and peer list as an
 event too. A close answers every request in flight with ``closed``.
+
+Rooms have keys (docs/signaling.md, "Rooms and keys"): what callers pass to
+:meth:`SignalingSession.join` is the room *key* (the secret of the invite
+link); the frame carries the room *code* derived from it
+(:func:`room_code`, a hash, which the server checks) and the key. Resume
+tokens are bound to one room: the session sends its token in ``hello`` only
+when it names the room it is going to join, and takes the room-bound token
+the server returns with the join's peer list.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
+import re
 from dataclasses import dataclass
 from typing import Any, NoReturn, Union
 
@@ -47,6 +58,10 @@ __all__ = [
     "SessionView",
     "REPLACED",
     "PING",
+    "ROOM_KEY",
+    "room_code",
+    "token_room",
+    "new_room_key",
 ]
 
 REPLACED = 4001  # close code: another connection resumed our peer ID
@@ -55,6 +70,32 @@ _DEFAULT_IDLE_TIMEOUT_S = 300.0
 #: A larger idleTimeout from the server pings once a third of a day all the same.
 _MAX_IDLE_TIMEOUT_S = 86_400.0
 _SIGNAL_KINDS = ("offer", "answer", "candidate")
+#: Room keys travel in URL fragments: URL-safe characters only.
+ROOM_KEY = re.compile(r"[A-Za-z0-9_-]{1,128}")
+_ROOM_LABEL = b"weei-room/1\n"
+
+
+def room_code(key: str) -> str:
+    """The room code of room key ``key``: 26 lowercase base32 characters of SHA-256 (130 bits).
+
+    The server checks ``room == room_code(key)`` on every join, so it stores
+    no key, and a code alone (in a log, in a peer list) lets nobody in.
+    """
+    digest = hashlib.sha256(_ROOM_LABEL + key.encode("utf-8")).digest()
+    return base64.b32encode(digest).decode("ascii")[:26].lower()
+
+
+def new_room_key(random_bytes: Any) -> str:
+    """A fresh room key: 16 random bytes (``random_bytes(16)``) in base64url, 22 characters."""
+    return base64.urlsafe_b64encode(random_bytes(16)).decode("ascii").rstrip("=")
+
+
+def token_room(token: str | None) -> str | None:
+    """The room code a resume token is bound to (``peerId.room.expires.mac``), or None."""
+    if not token:
+        return None
+    parts = token.split(".")
+    return parts[1] if len(parts) == 4 and parts[1] != "-" else None
 
 
 @dataclass(frozen=True)
@@ -126,11 +167,12 @@ SignalingEvent = Union[Welcome, Peers, Signal, ServerError, Closed]
 class SignalingSession:
     """One client's side of the signaling conversation, across reconnections; see the module docstring."""
 
-    def __init__(self, token: str | None = None, *, answers_are_events: bool = False) -> None:
+    def __init__(self, token: str | None = None, *, answers_are_events: bool = False,
+                 room: str | None = None) -> None:
         self.token = token
         self.answers_are_events = answers_are_events
         self.welcome: Welcome | None = None
-        self.room: str | None = None  # the room asked for last: a reconnection joins it again
+        self.room: str | None = room  # the room key asked for last (or to come): a reconnection joins it again
         self.peers: tuple[str, ...] = ()
         self.pending: set[str] = set()
         self.peer_id: str | None = None  # the last welcome's: kept while the socket is down
@@ -141,15 +183,16 @@ class SignalingSession:
         """The ``hello`` frame (with the resume token, if any); its Answer is the Welcome."""
         self.pending.add("hello")
         frame: dict[str, Any] = {"type": "hello", "version": 1}
-        if self.token:
+        # A token is bound to one room: offered only for the room we are going to join.
+        if self.token and self.room is not None and token_room(self.token) == room_code(self.room):
             frame["token"] = self.token
         return _dump(frame)
 
     def join(self, room: str) -> str:
-        """The ``join`` frame; its Answer is the room's peers (self included)."""
+        """The ``join`` frame for room key ``room``; its Answer is the room's peers (self included)."""
         self.room = room
         self.pending.add("join")
-        return _dump({"type": "join", "room": room})
+        return _dump({"type": "join", "room": room_code(room), "key": room})
 
     @staticmethod
     def signal(to: str, kind: str, payload: Any) -> str:
@@ -220,6 +263,9 @@ class SignalingSession:
             raise _Bad("peers is not a list of peer IDs")
         event = Peers(_str(frame, "room"), tuple(peers))
         self.peers = event.peers
+        token = frame.get("token")  # only in the joiner's own copy: the token bound to this room
+        if isinstance(token, str) and token:
+            self.token = token
         return self._answer("join", event.peers, event, self.peer_id in event.peers)
 
     def _error(self, frame: dict[str, Any]) -> list[Any]:

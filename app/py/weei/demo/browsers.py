@@ -21,10 +21,10 @@ import sys
 import tempfile
 import threading
 import time
-import uuid
 from pathlib import Path
 from typing import Any, TextIO
 
+from ..server.invite import fresh_key, invite_url
 from .run import DEMO_JOBS, DemoJob, models_dir
 
 __all__ = ["run_browser_demo"]
@@ -191,15 +191,14 @@ def run_browser_demo(out_dir: Path, *, stream: TextIO, jobs: tuple[DemoJob, ...]
     """Run the demo jobs across browsers and an agent; 0 when every final metric beat its first."""
     from playwright.sync_api import sync_playwright
 
-    room = "demo-" + uuid.uuid4().hex[:8]
     server = _Server()
-    signal_url = server.url.replace("http://", "ws://") + "signal"
+    invite = invite_url(server.url, fresh_key())  # a fresh room; its key in the fragment
     shas = [json.loads((models_dir() / j.model / "manifest.json").read_text())["wasm"]["sha256"] for j in jobs]
     agent_dir = tempfile.TemporaryDirectory(prefix="weei-agent-")
-    agent = subprocess.Popen([sys.executable, "-m", "weei.cli", "agent", "--server", signal_url, "--room", room,
+    agent = subprocess.Popen([sys.executable, "-m", "weei.cli", "agent", "--room", invite,
                               "--data-dir", agent_dir.name, *sum((["--accept-model", s] for s in shas), [])],
                              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-    print(f"weei serve at {server.url} · room {room} · agent pid {agent.pid}", file=stream)
+    print(f"weei serve at {server.url} · invite {invite} · agent pid {agent.pid}", file=stream)
     failed: list[str] = []
     try:
         with sync_playwright() as pw:
@@ -208,7 +207,7 @@ def run_browser_demo(out_dir: Path, *, stream: TextIO, jobs: tuple[DemoJob, ...]
             for process in processes:
                 page = process.new_page()
                 page.set_default_timeout(120_000)
-                page.goto(f"{server.url}?room={room}")
+                page.goto(invite)
                 page.evaluate(PRELUDE)
                 page.evaluate("weeiReady.then(() => __weeiTestHooks.get('distributed-training').startApi())")
                 pages.append(page)

@@ -43,7 +43,7 @@ from aiohttp import web
 from .http_limits import ConnectionGate, GatedSite, HttpLimits
 from .signaling import SignalingConfig, add_signaling
 
-__all__ = ["MIME_TYPES", "SITE_DIR_KEY", "create_app", "default_site_dir", "serve", "run"]
+__all__ = ["MIME_TYPES", "SITE_DIR_KEY", "create_app", "default_site_dir", "serve", "run", "run_app"]
 
 MIME_TYPES: dict[str, str] = {
     ".html": "text/html; charset=utf-8",
@@ -218,12 +218,9 @@ async def serve(
         await runner.cleanup()
 
 
-def run(site_dir: Path, host: str = "127.0.0.1", port: int = 8000,
-        on_ready: Callable[[str], None] | None = None, signaling: SignalingConfig | None = None,
-        limits: HttpLimits | None = None) -> int:
-    """Serve ``site_dir`` and the signaling endpoint until SIGINT or SIGTERM; return an exit status."""
-    app = create_app(site_dir)
-    add_signaling(app, signaling or SignalingConfig())
+def run_app(app: web.Application, host: str = "127.0.0.1", port: int = 8000,
+            on_ready: Callable[[str], None] | None = None, limits: HttpLimits | None = None) -> int:
+    """Serve ``app`` (:func:`serve`) until SIGINT or SIGTERM; return an exit status."""
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -234,3 +231,12 @@ def run(site_dir: Path, host: str = "127.0.0.1", port: int = 8000,
 
     asyncio.run(main())
     return 0
+
+
+def run(site_dir: Path, host: str = "127.0.0.1", port: int = 8000,
+        on_ready: Callable[[str], None] | None = None, signaling: SignalingConfig | None = None,
+        limits: HttpLimits | None = None) -> int:
+    """Serve ``site_dir`` and the signaling endpoint until SIGINT or SIGTERM; return an exit status."""
+    app = create_app(site_dir)
+    add_signaling(app, signaling or SignalingConfig())
+    return run_app(app, host, port, on_ready, limits)

@@ -32,11 +32,23 @@ strike from a small bucket that refills slowly; a connection that runs out
 of strikes is closed (1008). Every frame also costs a token from the
 connection's rate bucket (:class:`TokenBucket`).
 
-Peer IDs are 16 random bytes in lowercase base32. The server hands each
-peer a resume token, ``peerId + "." + base64url(HMAC-SHA256(secret, ...))``;
-presenting it in a later ``hello`` restores the same peer ID, also after a
-server restart with the same secret. A token that does not verify (for
-example after the secret changed) simply yields a fresh ID.
+A room is entered with its key: ``join`` carries the room code and the
+key, and the code must be :func:`room_code` of the key (a hash), so the hub
+stores no key and answers a wrong key, a malformed one and a room nobody is
+in alike (``room-refused``). Every connection belongs to a *source* (its IP
+address, given to :meth:`Hub.connect`); a source has budgets of its own --
+joins per second (each join and each leave costs every member of the room a
+peer list, so this bounds churn), refused joins per second (probes), rooms
+it created, and bytes per second over all its sockets.
+
+Peer IDs are 16 random bytes in lowercase base32. After a join the joiner's
+peer list carries a resume token ``peerId.room.expires.mac`` (HMAC-SHA256
+under the server secret), bound to that room and valid
+``Limits.resume_ttl_s``; presenting it in a later ``hello`` gives the same
+peer ID back, also after a server restart with the same secret, but the ID
+is taken over (the old socket closed as ``replaced``) only when that
+connection then joins the same room with its key. A token that does not
+verify, has expired or is bound to no room simply yields a fresh ID.
 
 The protocol's vocabulary (phases, reasons, limits, tokens, the checks on a
 frame) is in :mod:`weei.server.signal_protocol`; it is re-exported here.
@@ -45,6 +57,7 @@ frame) is in :mod:`weei.server.signal_protocol`; it is re-exported here.
 from __future__ import annotations
 
 import os
+import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -52,9 +65,9 @@ from typing import Any, Union
 
 from ..core.errors import UsageError
 from .signal_protocol import (ALLOWED, MAX_PEER_ID_CHARS, MAX_TOKEN_CHARS, MESSAGE_FIELDS, OUT_OF_PHASE, PROTOCOL_VERSION,
-                              ROOM_CODE, CloseCode, Limits, Phase, Reason, SignalingError, SignalKind, TokenBucket,
-                              make_token, new_peer_id, parse_text_frame, refuse, utf8_len, validate_payload,
-                              validate_room, verify_token)
+                              ROOM_CODE, UNBOUND, CloseCode, Limits, Phase, Reason, SignalingError, SignalKind,
+                              TokenBucket, make_token, new_peer_id, parse_text_frame, refuse, utf8_len, validate_key,
+                              validate_payload, validate_room, verify_token)
 
 __all__ = [
     "PROTOCOL_VERSION",
@@ -119,15 +132,29 @@ class Stats:
 
 
 @dataclass
+class _Source:
+    """One IP address: its connections and budgets (forgotten when its last connection goes)."""
+
+    joins: TokenBucket
+    probes: TokenBucket
+    bytes: TokenBucket
+    conns: int = 0
+    rooms: int = 0
+
+
+@dataclass
 class _Conn:
     id: int
     opened: float
     last_seen: float
     bucket: TokenBucket
     strikes: TokenBucket
+    source: str
     phase: Phase = Phase.NEW
     peer_id: str | None = None
     room: str | None = None
+    resume_room: str | None = None
+    """The room the hello's token was bound to: the peer ID is taken over only by joining it."""
 
 
 class Hub:
@@ -144,6 +171,7 @@ class Hub:
         secret: bytes,
         ice_servers: Callable[[str], list[dict[str, Any]]] = lambda _peer: [],
         random_bytes: Callable[[int], bytes] = os.urandom,
+        unix_clock: Callable[[], float] = time.time,
     ) -> None:
         if not isinstance(secret, bytes) or len(secret) < 16:
             raise UsageError("invalid-signaling-secret", "the signaling secret must be at least 16 bytes")
@@ -152,9 +180,12 @@ class Hub:
         self._secret = secret
         self._ice_servers = ice_servers
         self._random = random_bytes
+        self._unix_clock = unix_clock  # token expiry survives restarts: wall clock, not ``now``
         self._conns: dict[int, _Conn] = {}
         self._by_peer: dict[str, int] = {}
         self._rooms: dict[str, list[int]] = {}
+        self._room_source: dict[str, str] = {}
+        self._sources: dict[str, _Source] = {}
         self._next_id = 1
 
     # -- queries ---------------------------------------------------------
@@ -178,18 +209,26 @@ class Hub:
 
     # -- events ----------------------------------------------------------
 
-    def connect(self, now: float) -> tuple[int, list[Output]]:
-        """A new connection: its handle, and a Close if the server is full."""
+    def connect(self, now: float, source: str = "") -> tuple[int, list[Output]]:
+        """A new connection from ``source`` (its IP address): its handle, and a Close if the server is full."""
         conn = self._next_id
         self._next_id += 1
         if len(self._conns) >= self.limits.max_connections:
             self.stats.closed[Reason.SERVER_FULL.value] += 1
             return conn, [Close(conn, CloseCode.TRY_AGAIN_LATER, Reason.SERVER_FULL.value)]
         limits = self.limits
+        origin = self._sources.get(source)
+        if origin is None:
+            origin = self._sources[source] = _Source(
+                joins=TokenBucket.full(limits.join_rate, limits.join_burst, now),
+                probes=TokenBucket.full(limits.probe_rate, limits.probe_burst, now),
+                bytes=TokenBucket.full(limits.ip_bytes_rate, limits.ip_bytes_burst, now))
+        origin.conns += 1
         self._conns[conn] = _Conn(
             id=conn, opened=now, last_seen=now,
             bucket=TokenBucket.full(limits.rate, limits.burst, now),
             strikes=TokenBucket.full(1.0 / limits.strike_recovery_s, limits.max_strikes, now),
+            source=source,
         )
         self.stats.connections += 1
         return conn, []
@@ -206,6 +245,9 @@ class Hub:
             if not state.bucket.take(now):
                 refuse(Reason.RATE_LIMITED, f"more than {self.limits.burst} frames at once "
                       f"or {self.limits.rate:g} per second")
+            if not self._sources[state.source].bytes.take(now, len(data)):
+                refuse(Reason.BYTES_RATE_LIMITED, f"more than {self.limits.ip_bytes_rate:g} bytes per second "
+                       "from this address")
             if not isinstance(data, str):
                 refuse(Reason.BINARY_FRAME, "the protocol uses JSON text frames only")
             limit = self.limits.max_frame_bytes
@@ -250,6 +292,12 @@ class Hub:
                 out += self.drop(state.id, CloseCode.TIMEOUT, Reason.HANDSHAKE_TIMEOUT, now)
             elif now - state.last_seen >= limits.idle_timeout_s:
                 out += self.drop(state.id, CloseCode.TIMEOUT, Reason.IDLE_TIMEOUT, now)
+        for address, source in list(self._sources.items()):
+            # An address with no socket and no room is forgotten once its budgets are full again.
+            if source.conns == 0 and source.rooms == 0 and all(
+                    bucket.take(now, 0) and bucket.tokens >= bucket.burst
+                    for bucket in (source.joins, source.probes, source.bytes)):
+                del self._sources[address]
         return out
 
     def close_all(self, code: int = CloseCode.GOING_AWAY,
@@ -260,6 +308,8 @@ class Hub:
         self._conns.clear()
         self._by_peer.clear()
         self._rooms.clear()
+        self._room_source.clear()
+        self._sources.clear()
         return out
 
     # -- message handlers --------------------------------------------------
@@ -271,50 +321,75 @@ class Hub:
         if "version" in message and message["version"] != PROTOCOL_VERSION:
             refuse(Reason.UNSUPPORTED_VERSION, f"this server speaks version {PROTOCOL_VERSION}")
         token = message.get("token")
-        peer_id: str | None = None
+        unix_now = self._unix_clock()
+        resumed: tuple[str, str] | None = None
         if token is not None:
             if not isinstance(token, str) or len(token) > MAX_TOKEN_CHARS:
                 refuse(Reason.BAD_MESSAGE, f"hello.token must be a string of at most {MAX_TOKEN_CHARS} characters")
-            peer_id = verify_token(self._secret, token)
-        out: list[Output] = []
-        resumed = peer_id is not None
-        if peer_id is not None:
-            previous = self._by_peer.get(peer_id)
-            if previous is not None:
-                # The old socket is most likely dead and not yet noticed; the
-                # token proves the new one is the same peer.
-                out += self.drop(previous, CloseCode.REPLACED, Reason.REPLACED, now)
+            resumed = verify_token(self._secret, token, unix_now)
+        if resumed is not None and resumed[1] != UNBOUND:
+            # The ID is only taken over at the join of the token's room (with its key), see _on_join.
+            peer_id, state.resume_room = resumed
         else:
             peer_id = new_peer_id(self._random)
             while peer_id in self._by_peer:  # 128 random bits: never, but cheap to be sure
                 peer_id = new_peer_id(self._random)
+            self._by_peer[peer_id] = state.id
         state.peer_id = peer_id
         state.phase = Phase.WELCOMED
-        self._by_peer[peer_id] = state.id
-        out.append(Send(state.id, {
+        return [Send(state.id, {
             "type": "welcome",
             "version": PROTOCOL_VERSION,
             "peerId": peer_id,
-            "token": make_token(self._secret, peer_id),
-            "resumed": resumed,
+            "token": self._token(peer_id, state.resume_room or UNBOUND),
+            "resumed": state.resume_room is not None,
             "iceServers": self._ice_servers(peer_id),
             "limits": self.limits.describe(),
-        }))
-        return out
+        })]
 
     def _on_join(self, state: _Conn, message: dict[str, Any], now: float) -> list[Output]:
-        room = validate_room(message["room"], self.limits.max_room_code)
+        limits = self.limits
+        source = self._sources[state.source]
+        # Budgets first, so a refused probe and a good join look the same once they are spent.
+        source.probes.take(now, 0)  # refill
+        if source.probes.tokens < 1:
+            refuse(Reason.JOIN_RATE_LIMITED, "too many refused joins from this address; wait")
+        if not source.joins.take(now):
+            refuse(Reason.JOIN_RATE_LIMITED, f"more than {limits.join_rate:g} joins per second from this address")
+        try:
+            room = validate_room(message["room"], limits.max_room_code)
+            validate_key(room, message.get("key"))
+        except SignalingError as error:
+            if error.reason != Reason.ROOM_KEY_REQUIRED.value:
+                source.probes.take(now)
+            raise
+        if state.resume_room is not None and state.resume_room != room:
+            refuse(Reason.RESUME_WRONG_ROOM, "the hello's token is bound to another room")
         members = self._rooms.get(room)
         if members is None:
-            if len(self._rooms) >= self.limits.max_rooms:
-                refuse(Reason.TOO_MANY_ROOMS, f"the server has {self.limits.max_rooms} rooms already")
+            if len(self._rooms) >= limits.max_rooms:
+                refuse(Reason.TOO_MANY_ROOMS, f"the server has {limits.max_rooms} rooms already")
+            if source.rooms >= limits.max_rooms_per_ip:
+                refuse(Reason.TOO_MANY_ROOMS, f"peers from this address made {limits.max_rooms_per_ip} rooms already")
+        elif len(members) >= limits.max_peers_per_room:
+            refuse(Reason.ROOM_FULL, f"the room has {limits.max_peers_per_room} peers already")
+        out: list[Output] = []
+        peer_id = self._peer_of(state.id)
+        previous = self._by_peer.get(peer_id)
+        if previous is not None and previous != state.id:
+            # The old socket is most likely dead and not yet noticed; the token and
+            # the key prove the new one is the same peer.
+            out += self.drop(previous, CloseCode.REPLACED, Reason.REPLACED, now)
+        self._by_peer[peer_id] = state.id
+        members = self._rooms.get(room)
+        if members is None:
             members = self._rooms[room] = []
-        elif len(members) >= self.limits.max_peers_per_room:
-            refuse(Reason.ROOM_FULL, f"the room has {self.limits.max_peers_per_room} peers already")
+            self._room_source[room] = state.source
+            source.rooms += 1
         members.append(state.id)
         state.room = room
         state.phase = Phase.JOINED
-        return self._peers_update(room)
+        return out + self._peers_update(room, joiner=state.id)
 
     def _on_signal(self, state: _Conn, message: dict[str, Any], now: float) -> list[Output]:
         to = message["to"]
@@ -342,10 +417,14 @@ class Hub:
         assert peer_id is not None
         return peer_id
 
-    def _peers_update(self, room: str) -> list[Output]:
+    def _token(self, peer_id: str, room: str) -> str:
+        return make_token(self._secret, peer_id, room, int(self._unix_clock() + self.limits.resume_ttl_s))
+
+    def _peers_update(self, room: str, joiner: int | None = None) -> list[Output]:
         members = self._rooms.get(room, [])
         frame = {"type": "peers", "room": room, "peers": [self._peer_of(c) for c in members]}
-        return [Send(c, frame) for c in members]
+        return [Send(c, dict(frame, token=self._token(self._peer_of(c), room)) if c == joiner else frame)
+                for c in members]
 
     def _drop(self, conn: int) -> list[Output]:
         state = self._conns.pop(conn, None)
@@ -353,12 +432,16 @@ class Hub:
             return []
         if state.peer_id is not None and self._by_peer.get(state.peer_id) == conn:
             del self._by_peer[state.peer_id]
+        self._sources[state.source].conns -= 1
         if state.room is None:
             return []
         members = self._rooms[state.room]
         members.remove(conn)
         if not members:
             del self._rooms[state.room]
+            owner = self._room_source.pop(state.room)
+            if owner in self._sources:
+                self._sources[owner].rooms -= 1
             return []
         return self._peers_update(state.room)
 

@@ -21,6 +21,7 @@ from typing import Any, NoReturn
 
 from ..core._check import parse_json
 from ..core.errors import UsageError, WeeiError
+from ..core.signaling_protocol import ROOM_KEY, room_code
 
 __all__ = [
     "PROTOCOL_VERSION",
@@ -43,6 +44,9 @@ __all__ = [
     "make_token",
     "verify_token",
     "validate_room",
+    "validate_key",
+    "room_code",
+    "UNBOUND",
     "validate_payload",
     "parse_text_frame",
     "utf8_len",
@@ -53,7 +57,9 @@ PROTOCOL_VERSION = 1
 #: Room codes come from page URLs: short, and only URL-safe characters.
 ROOM_CODE = re.compile(r"[A-Za-z0-9_-]+")
 PEER_ID = re.compile(r"[a-z2-7]{26}")
-_TOKEN_LABEL = b"weei-signal/1 peer "
+_TOKEN_LABEL = b"weei-signal/2 peer "
+#: The room field of a token issued before a join (it resumes nothing).
+UNBOUND = "-"
 MAX_TOKEN_CHARS = 256
 MAX_PEER_ID_CHARS = 64
 _MAX_MID_CHARS = 64
@@ -96,6 +102,16 @@ class Reason(str, enum.Enum):
     """A second ``join`` on the same connection (one room per connection)."""
     BAD_ROOM = "bad-room"
     """Room code empty, too long, or with characters outside [A-Za-z0-9_-]."""
+    ROOM_KEY_REQUIRED = "room-key-required"
+    """``join`` without ``key``: a room is entered with its key (the invite link's secret)."""
+    ROOM_REFUSED = "room-refused"
+    """The key is not the room's (the same answer whether or not the room exists)."""
+    RESUME_WRONG_ROOM = "resume-wrong-room"
+    """``hello`` resumed a peer ID with a token bound to another room than the one joined."""
+    JOIN_RATE_LIMITED = "join-rate-limited"
+    """Joins (or refused joins) from this IP address came too fast; nothing was checked."""
+    BYTES_RATE_LIMITED = "bytes-rate-limited"
+    """This IP address sent more bytes than its budget; the frame was dropped."""
     ROOM_FULL = "room-full"
     """The room has ``Limits.max_peers_per_room`` peers already."""
     TOO_MANY_ROOMS = "too-many-rooms"
@@ -174,7 +190,7 @@ OUT_OF_PHASE: Mapping[tuple[Phase, str], Reason] = {
 MESSAGE_FIELDS: Mapping[str, tuple[frozenset[str], frozenset[str]]] = {
     # type: (required fields, optional fields), "type" included in neither
     "hello": (frozenset(), frozenset({"version", "token"})),
-    "join": (frozenset({"room"}), frozenset()),
+    "join": (frozenset({"room"}), frozenset({"key"})),
     "signal": (frozenset({"to", "kind", "payload"}), frozenset()),
     "ping": (frozenset(), frozenset()),
 }
@@ -219,18 +235,38 @@ class Limits:
     """...where one strike is forgiven every this many seconds."""
     handshake_timeout_s: float = 30.0
     idle_timeout_s: float = 300.0
+    resume_ttl_s: float = 6 * 3600.0
+    """How long a resume token keeps a peer ID (wall-clock seconds)."""
+    max_rooms_per_ip: int = 32
+    """Rooms that peers from one IP address may have created and still be in."""
+    join_rate: float = 2.0
+    """Joins per second one IP address may make, sustained (each join costs every member a peer list)..."""
+    join_burst: int = 64
+    """...and at once."""
+    probe_rate: float = 0.2
+    """Refused joins (wrong key, bad code) per second one IP address may make, sustained..."""
+    probe_burst: int = 10
+    """...and at once; beyond, every join from it is refused unchecked (join-rate-limited)."""
+    ip_bytes_rate: float = 512 * 1024.0
+    """Bytes per second one IP address may send over all its sockets, sustained..."""
+    ip_bytes_burst: int = 8 * 1024 * 1024
+    """...and at once."""
 
     def __post_init__(self) -> None:
         positive_ints = ("max_frame_bytes", "max_sdp_bytes", "max_candidate_bytes", "max_room_code",
-                         "burst", "max_peers_per_room", "max_rooms", "max_connections", "max_strikes")
+                         "burst", "max_peers_per_room", "max_rooms", "max_connections", "max_strikes",
+                         "max_rooms_per_ip", "join_burst", "probe_burst", "ip_bytes_burst")
         for name in positive_ints:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise UsageError("invalid-signaling-limits", f"Limits.{name} must be a positive int, not {value!r}")
-        for name in ("rate", "strike_recovery_s", "handshake_timeout_s", "idle_timeout_s"):
+        for name in ("rate", "strike_recovery_s", "handshake_timeout_s", "idle_timeout_s", "resume_ttl_s",
+                     "join_rate", "probe_rate", "ip_bytes_rate"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 < value < math.inf):
                 raise UsageError("invalid-signaling-limits", f"Limits.{name} must be a positive number, not {value!r}")
+        if self.ip_bytes_burst < self.max_frame_bytes:
+            raise UsageError("invalid-signaling-limits", "Limits.ip_bytes_burst must hold at least one frame")
         if self.max_sdp_bytes >= self.max_frame_bytes or self.max_candidate_bytes >= self.max_frame_bytes:
             raise UsageError("invalid-signaling-limits", "Limits.max_sdp_bytes and max_candidate_bytes must be "
                              "below max_frame_bytes (the frame also carries the envelope)")
@@ -278,24 +314,33 @@ def new_peer_id(random_bytes: Callable[[int], bytes] = os.urandom) -> str:
     return base64.b32encode(random_bytes(16)).decode("ascii").rstrip("=").lower()
 
 
-def _mac(secret: bytes, peer_id: str) -> str:
-    digest = hmac.new(secret, _TOKEN_LABEL + peer_id.encode("ascii"), hashlib.sha256).digest()
+def _mac(secret: bytes, peer_id: str, room: str, expires: int) -> str:
+    message = _TOKEN_LABEL + f"{peer_id} {room} {expires}".encode("ascii")
+    digest = hmac.new(secret, message, hashlib.sha256).digest()
     return base64.urlsafe_b64encode(digest).decode("ascii").rstrip("=")
 
 
-def make_token(secret: bytes, peer_id: str) -> str:
-    """The resume token of ``peer_id`` under ``secret``."""
-    return f"{peer_id}.{_mac(secret, peer_id)}"
+def make_token(secret: bytes, peer_id: str, room: str, expires: int) -> str:
+    """The resume token of ``peer_id`` in room code ``room`` (:data:`UNBOUND`: none yet), valid until
+    ``expires`` (unix seconds): ``peerId.room.expires.mac``."""
+    return f"{peer_id}.{room}.{expires}.{_mac(secret, peer_id, room, expires)}"
 
 
-def verify_token(secret: bytes, token: str) -> str | None:
-    """The peer ID ``token`` was issued for under ``secret``, or None."""
-    peer_id, dot, mac = token.partition(".")
-    if not dot or PEER_ID.fullmatch(peer_id) is None:
+def verify_token(secret: bytes, token: str, unix_now: float) -> tuple[str, str] | None:
+    """``(peer ID, room code)`` that ``token`` was issued for under ``secret``, or None if it does not
+    verify, has expired, or is bound to no room."""
+    parts = token.split(".")
+    if len(parts) != 4:
         return None
-    if hmac.compare_digest(mac.encode("ascii", "replace"), _mac(secret, peer_id).encode("ascii")):
-        return peer_id
-    return None
+    peer_id, room, expires_text, mac = parts
+    if (PEER_ID.fullmatch(peer_id) is None or ROOM_CODE.fullmatch(room) is None
+            or not expires_text.isdigit() or len(expires_text) > 12):
+        return None
+    expires = int(expires_text)
+    if not hmac.compare_digest(mac.encode("ascii", "replace"),
+                               _mac(secret, peer_id, room, expires).encode("ascii")):
+        return None
+    return (peer_id, room) if expires > unix_now else None
 
 
 def validate_room(room: Any, max_chars: int) -> str:
@@ -305,6 +350,17 @@ def validate_room(room: Any, max_chars: int) -> str:
     if not 1 <= len(room) <= max_chars or ROOM_CODE.fullmatch(room) is None:
         refuse(Reason.BAD_ROOM, f"join.room must be 1 to {max_chars} characters from A-Z a-z 0-9 _ -")
     return room
+
+
+def validate_key(room: str, key: Any) -> None:
+    """Refuse a join whose ``key`` is missing (room-key-required) or not ``room``'s (room-refused)."""
+    if key is None:
+        refuse(Reason.ROOM_KEY_REQUIRED, "join.key is required: rooms are entered with the key of their invite link")
+    if not isinstance(key, str) or ROOM_KEY.fullmatch(key) is None:
+        refuse(Reason.BAD_ROOM, "join.key must be 1 to 128 characters from A-Z a-z 0-9 _ -")
+    if not hmac.compare_digest(room_code(key), room):
+        # One answer for a wrong key, a malformed key and a room nobody is in: nothing to enumerate.
+        refuse(Reason.ROOM_REFUSED, "no room with this code and key")
 
 
 def utf8_len(text: str) -> int:

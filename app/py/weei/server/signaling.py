@@ -12,7 +12,10 @@ join, what is relayed to whom, what is refused -- belong to
   ``loop.time()`` as ``now``;
 * each socket has an :class:`_Outbox` drained by its own writer task, so a
   peer that does not read never blocks the others; an outbox over
-  ``max_outbound_frames`` closes that peer (slow-consumer);
+  ``max_outbound_frames`` frames or ``max_outbound_bytes`` bytes closes that
+  peer (slow-consumer): a peer that does not read costs at most that budget;
+* each connection is accounted to its IP address (``request.remote``), the
+  hub's *source*: per-address budgets on joins, refused joins, rooms and bytes;
 * the optional ``relay_log`` hook sees every frame the server sends, as the
   exact text, so an operator (or a test) can audit that only welcomes, peer
   lists, offers, answers, candidates, pongs and errors ever leave it.
@@ -44,6 +47,8 @@ from typing import Any
 from aiohttp import WSMsgType, web
 
 from ..core.errors import UsageError
+from .http_limits import HttpLimits
+from .origins import normalize_origin, origin_allowed
 from .rooms import Close, CloseCode, Hub, Limits, Output, Reason
 
 __all__ = [
@@ -52,7 +57,9 @@ __all__ = [
     "SignalingConfig",
     "Signaling",
     "SIGNALING_KEY",
+    "add_arguments",
     "add_signaling",
+    "configs_from",
     "create_signaling_app",
     "main",
 ]
@@ -137,6 +144,8 @@ class SignalingConfig:
 
     ``secret`` signs resume tokens; keep it (16+ bytes) across restarts so
     peers keep their IDs, or leave it None for a random one per start.
+    ``allowed_origins``: the web origins besides the server's own whose
+    pages may open the socket (:mod:`.origins`; ``"*"``: any).
     """
 
     secret: bytes | None = None
@@ -148,24 +157,33 @@ class SignalingConfig:
     sweep_interval_s: float = 1.0
     """How often handshake and idle timeouts are checked."""
     max_outbound_frames: int = 1024
+    max_outbound_bytes: int = 1024 * 1024
+    """Bytes queued for one socket before it is closed as a slow consumer."""
     relay_log: Callable[[RelayRecord], None] | None = None
     unix_clock: Callable[[], float] = time.time
     """Wall clock for TURN credential expiry (the only wall-clock use)."""
+    allowed_origins: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        if isinstance(self.allowed_origins, str):
+            raise UsageError("invalid-origin", "SignalingConfig.allowed_origins must be a tuple of origins")
+        object.__setattr__(self, "allowed_origins", tuple(normalize_origin(o) for o in self.allowed_origins))
         if self.secret is not None and (not isinstance(self.secret, bytes) or len(self.secret) < 16):
             raise UsageError("invalid-signaling-secret", "SignalingConfig.secret must be at least 16 bytes")
         if not self.path.startswith("/"):
             raise UsageError("invalid-signaling-config", "SignalingConfig.path must start with '/'")
-        if self.max_outbound_frames < 1 or self.sweep_interval_s <= 0:
-            raise UsageError("invalid-signaling-config", "max_outbound_frames and sweep_interval_s must be positive")
+        if self.max_outbound_frames < 1 or self.max_outbound_bytes < 1 or self.sweep_interval_s <= 0:
+            raise UsageError("invalid-signaling-config",
+                             "max_outbound_frames, max_outbound_bytes and sweep_interval_s must be positive")
 
 
 class _Outbox:
     """Frames waiting to go to one socket, then maybe a close."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, byte_limit: int) -> None:
         self.limit = limit
+        self.byte_limit = byte_limit
+        self.queued_bytes = 0
         self.frames: deque[str] = deque()
         self.close: tuple[int, str] | None = None
         self.finished = False
@@ -175,8 +193,10 @@ class _Outbox:
         """Queue ``text``; False if the queue is full (frames after a close are dropped)."""
         if self.close is not None or self.finished:
             return True
-        if len(self.frames) >= self.limit:
+        size = len(text)  # characters: a lower bound of the UTF-8 bytes, and what the queue holds
+        if len(self.frames) >= self.limit or self.queued_bytes + size > self.byte_limit:
             return False
+        self.queued_bytes += size
         self.frames.append(text)
         self.wakeup.set()
         return True
@@ -197,8 +217,10 @@ async def _write(ws: web.WebSocketResponse, box: _Outbox) -> None:
         await box.wakeup.wait()
         box.wakeup.clear()
         while box.frames and not box.finished:
+            text = box.frames.popleft()
+            box.queued_bytes -= len(text)
             try:
-                await ws.send_str(box.frames.popleft())
+                await ws.send_str(text)
             except (ConnectionError, RuntimeError):
                 box.finished = True
         if box.close is not None and not ws.closed:
@@ -216,10 +238,12 @@ class Signaling:
     def __init__(self, config: SignalingConfig) -> None:
         self.config = config
         secret = config.secret if config.secret is not None else os.urandom(32)
-        self.hub = Hub(config.limits, secret, ice_servers=self._ice_servers)
+        self.hub = Hub(config.limits, secret, ice_servers=self._ice_servers, unix_clock=config.unix_clock)
         self._boxes: dict[int, _Outbox] = {}
         self._writers: dict[int, asyncio.Task[None]] = {}
         self._closing = False
+        self._allowed_origins = frozenset(config.allowed_origins)
+        self.refused_origins = 0
 
     def _ice_servers(self, peer_id: str) -> list[dict[str, Any]]:
         unix_now = self.config.unix_clock()
@@ -250,6 +274,10 @@ class Signaling:
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         """The WebSocket handler."""
+        if not origin_allowed(request.headers.get("Origin"), request.host, self._allowed_origins):
+            self.refused_origins += 1
+            log.info("signaling: refused a socket from origin %.100r", request.headers.get("Origin"))
+            raise web.HTTPForbidden(text="origin-not-allowed")
         limits = self.config.limits
         # aiohttp's own cap is a backstop (it closes with 1009); frames up to
         # twice the limit get a named "frame-too-large" error from the hub.
@@ -259,8 +287,8 @@ class Signaling:
         if self._closing:
             await ws.close(code=CloseCode.GOING_AWAY, message=Reason.SERVER_SHUTDOWN.value.encode())
             return ws
-        conn, outputs = self.hub.connect(self._now())
-        box = _Outbox(self.config.max_outbound_frames)
+        conn, outputs = self.hub.connect(self._now(), request.remote or "")
+        box = _Outbox(self.config.max_outbound_frames, self.config.max_outbound_bytes)
         self._boxes[conn] = box
         writer = asyncio.create_task(_write(ws, box))
         self._writers[conn] = writer
@@ -343,27 +371,60 @@ def read_secret(args: argparse.Namespace) -> bytes | None:
     return text.encode() if text else None
 
 
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of the signaling endpoint and of the HTTP listener (``weei serve`` has them too)."""
+    parser.add_argument("--ice", action="append", default=[], metavar="URLS[|USER|CRED]",
+                        help="STUN/TURN server the peers use (repeatable), e.g. 'stun:stun.example.org:3478' or "
+                             "'turn:turn.example.org:3478|secret:SHARED' for coturn's REST credentials")
+    parser.add_argument("--secret-file", default=None,
+                        help="signaling resume-token secret, so peers keep their IDs across restarts "
+                             "(else $WEEI_SIGNAL_SECRET, else random per start)")
+    parser.add_argument("--allow-origin", action="append", default=[], metavar="URL",
+                        help="a web origin (https://host[:port]) whose pages may use the signaling socket besides "
+                             "this server's own (repeatable; '*': any)")
+    defaults = HttpLimits()
+    parser.add_argument("--header-timeout", type=float, default=defaults.header_timeout_s, metavar="S",
+                        help=f"close a connection without a complete request after S seconds "
+                             f"(and an idle one; default {defaults.header_timeout_s:g})")
+    parser.add_argument("--max-connections", type=int, default=defaults.max_connections,
+                        help=f"open connections in all; more get 503 (default {defaults.max_connections})")
+    parser.add_argument("--max-connections-per-ip", type=int, default=defaults.max_connections_per_ip,
+                        help=f"open connections from one IP address; more get 429 "
+                             f"(default {defaults.max_connections_per_ip})")
+
+
+def configs_from(args: argparse.Namespace) -> tuple[SignalingConfig, HttpLimits]:
+    """The configurations :func:`add_arguments`'s options name. Raises UsageError or OSError."""
+    signaling = SignalingConfig(secret=read_secret(args), path=getattr(args, "path", "/signal"),
+                                ice_servers=tuple(IceServer.parse(t) for t in args.ice),
+                                allowed_origins=tuple(args.allow_origin))
+    limits = HttpLimits(header_timeout_s=args.header_timeout, max_connections=args.max_connections,
+                        max_connections_per_ip=args.max_connections_per_ip)
+    return signaling, limits
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m weei.server.signaling``: run the signaling endpoint alone."""
+    from .app import run_app
+
     parser = argparse.ArgumentParser(prog="python -m weei.server.signaling",
                                      description="Weei signaling server (WebSocket, relays only WebRTC setup).")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8765)
     parser.add_argument("--path", default="/signal")
-    parser.add_argument("--ice", action="append", default=[], metavar="URLS[|USER|CRED]",
-                        help="STUN/TURN server for the peers (repeatable); "
-                             "'turn:host:3478|secret:SHARED' mints coturn REST credentials")
-    parser.add_argument("--secret-file", help="resume-token secret (else $WEEI_SIGNAL_SECRET, else random per start)")
+    add_arguments(parser)
     args = parser.parse_args(argv)
     try:
-        config = SignalingConfig(secret=read_secret(args), path=args.path,
-                                 ice_servers=tuple(IceServer.parse(t) for t in args.ice))
-    except UsageError as error:
+        config, limits = configs_from(args)
+    except (UsageError, OSError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO)
-    web.run_app(create_signaling_app(config), host=args.host, port=args.port)
-    return 0
+
+    def ready(url: str) -> None:
+        print(f"Weei signaling at {url.replace('http://', 'ws://').rstrip('/')}{config.path}", flush=True)
+
+    return run_app(create_signaling_app(config), args.host, args.port, ready, limits)
 
 
 if __name__ == "__main__":

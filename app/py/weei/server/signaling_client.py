@@ -50,10 +50,12 @@ Event = Union[Peers, Signal, ServerError, Closed]
 class SignalingClient(SessionView):
     """One peer's connection to the signaling server (the frames and their meaning: ``SignalingSession``)."""
 
-    def __init__(self, url: str, *, token: str | None = None, session: aiohttp.ClientSession | None = None,
+    def __init__(self, url: str, *, token: str | None = None, room: str | None = None,
+                 session: aiohttp.ClientSession | None = None,
                  ping_interval_s: float | None = None, timeout_s: float = 10.0) -> None:
         self.url = url
-        self.protocol = SignalingSession(token)
+        # ``room``: the room key about to be joined, so the first hello may offer a token bound to it.
+        self.protocol = SignalingSession(token, room=room)
         self._session = session
         self._own_session = session is None
         self._ping_interval = ping_interval_s
@@ -90,7 +92,8 @@ class SignalingClient(SessionView):
         return welcome
 
     async def join(self, room: str) -> tuple[str, ...]:
-        """Join ``room``; returns its peers (self included). Raises SignalingError if refused."""
+        """Join the room of key ``room``; returns its peers (self included). Raises SignalingError if refused
+        (``room-refused`` for a wrong key). Afterwards :attr:`token` is bound to this room."""
         if self.welcome is None or not self.connected:
             raise UsageError("not-connected", "SignalingClient.join: connect first")
         peers: tuple[str, ...] = await self._request("join", self.protocol.join(room))

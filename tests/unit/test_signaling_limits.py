@@ -1,0 +1,154 @@
+"""Per-address and per-socket budgets of the signaling server (issue 9 §3), each
+test the attack of the issue scaled down: non-reading victims flooded with
+offers, join/leave churn, room squatting from one address, byte floods over
+many sockets."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from weei.core.signaling_protocol import new_room_key, room_code
+from weei.server.rooms import Hub, Limits, Send
+from weei.server.signaling import Signaling, SignalingConfig, _Outbox
+
+SECRET = b"q" * 32
+SDP = "v=0\r\n" + "a=x-filler:" + "z" * 30_000 + "\r\n"
+
+
+def _join(key: str) -> str:
+    return json.dumps({"type": "join", "room": room_code(key), "key": key})
+
+
+def _key(n: int) -> str:
+    return new_room_key(lambda size: n.to_bytes(size, "big"))
+
+
+class Clock:
+    def __init__(self, hub: Hub) -> None:
+        self.hub = hub
+        self.now = 0.0
+
+    def member(self, key: str, source: str) -> int:
+        conn, _ = self.hub.connect(self.now, source)
+        self.hub.receive(conn, '{"type":"hello"}', self.now)
+        out = self.hub.receive(conn, _join(key), self.now)
+        assert any(isinstance(o, Send) and o.conn == conn and o.frame["type"] == "peers" for o in out), out
+        return conn
+
+
+def test_a_peer_that_does_not_read_costs_at_most_its_queue_budget() -> None:
+    """The attack: 20 non-reading victims flooded with offers took the server to 758 MiB. Scaled: 5 victims."""
+    async def scenario() -> None:
+        config = SignalingConfig(secret=SECRET)
+        signaling = Signaling(config)
+        hub = signaling.hub
+        key = _key(1)
+        conns: list[int] = []
+        for i in range(6):
+            conn, _ = hub.connect(0, f"10.0.0.{i}")
+            signaling._boxes[conn] = _Outbox(config.max_outbound_frames, config.max_outbound_bytes)
+            signaling.apply(hub.receive(conn, '{"type":"hello"}', 0))
+            signaling.apply(hub.receive(conn, _join(key), 0))
+            conns.append(conn)
+        attacker, victims = conns[0], conns[1:]
+        signaling._boxes[attacker].frames.clear()
+        targets = [hub.peer_id(v) for v in victims]
+        now, peak = 0.0, 0
+        for step in range(400):  # 400 offers of 30 KB each to every victim: 60 MB if queued
+            now += 1.0  # within the attacker's own frame and byte budgets
+            for target in targets:
+                if hub.peer_id(victims[targets.index(target)]) is None:
+                    continue  # closed already
+                frame = json.dumps({"type": "signal", "to": target, "kind": "offer", "payload": SDP})
+                signaling.apply(hub.receive(attacker, frame, now))
+                signaling._boxes[attacker].frames.clear()  # the attacker reads its own frames
+            peak = max(peak, sum(box.queued_bytes for c, box in signaling._boxes.items() if c != attacker))
+        for victim in victims:
+            assert signaling._boxes[victim].close == (1008, "slow-consumer")
+            assert signaling._boxes[victim].queued_bytes <= config.max_outbound_bytes
+        assert peak <= len(victims) * config.max_outbound_bytes
+        assert hub.stats.closed["slow-consumer"] == len(victims)
+        assert hub.peers_in(room_code(key)) == (hub.peer_id(attacker),), hub.stats
+
+    asyncio.run(scenario())
+
+
+def test_join_leave_churn_does_not_amplify_without_bound() -> None:
+    """The attack: join/leave churn amplified 41x. Scaled: 20 members, 500 join+leave cycles from one address."""
+    limits = Limits(join_rate=2.0, join_burst=16)
+    clock = Clock(Hub(limits, SECRET))
+    key = _key(2)
+    members = [clock.member(key, f"10.0.1.{i}") for i in range(20)]
+    received = 0
+    refused = 0
+    for cycle in range(500):
+        clock.now += 0.01  # 100 cycles per second
+        conn, _ = clock.hub.connect(clock.now, "192.0.2.66")
+        clock.hub.receive(conn, '{"type":"hello"}', clock.now)
+        out = clock.hub.receive(conn, _join(key), clock.now)
+        out += clock.hub.disconnect(conn, clock.now)
+        received += sum(1 for o in out if isinstance(o, Send) and o.conn in members)
+        refused += sum(1 for o in out if isinstance(o, Send) and o.frame.get("reason") == "join-rate-limited")
+    seconds = clock.now
+    allowed_joins = limits.join_burst + limits.join_rate * seconds
+    # each admitted join and its leave cost every member one list: bounded by the address's join budget
+    assert received <= 2 * len(members) * allowed_joins
+    assert received < 2 * len(members) * 500 / 10
+    assert refused >= 500 - allowed_joins - 1
+    assert clock.hub.stats.refused["join-rate-limited"] == refused
+
+
+def test_one_address_cannot_take_every_room() -> None:
+    limits = Limits(max_rooms=100, max_rooms_per_ip=8)
+    clock = Clock(Hub(limits, SECRET))
+    squatter = []
+    answers = []
+    for i in range(20):
+        conn, _ = clock.hub.connect(clock.now, "192.0.2.7")
+        clock.hub.receive(conn, '{"type":"hello"}', clock.now)
+        out = clock.hub.receive(conn, _join(_key(100 + i)), clock.now)
+        answers.append([dict(o.frame) for o in out if isinstance(o, Send)][0])
+        squatter.append(conn)
+    assert [a["type"] for a in answers[:8]] == ["peers"] * 8
+    assert {a.get("reason") for a in answers[8:]} == {"too-many-rooms"}
+    assert clock.hub.room_count == 8
+    clock.member(_key(999), "198.51.100.3")  # others still get rooms
+    clock.hub.disconnect(squatter[0], clock.now)  # a room that empties is given back
+    conn, _ = clock.hub.connect(clock.now, "192.0.2.7")
+    clock.hub.receive(conn, '{"type":"hello"}', clock.now)
+    out = clock.hub.receive(conn, _join(_key(500)), clock.now)
+    assert [o.frame["type"] for o in out if isinstance(o, Send)] == ["peers"]
+
+
+def test_bytes_are_budgeted_per_address_over_all_its_sockets() -> None:
+    limits = Limits(ip_bytes_rate=100_000, ip_bytes_burst=1_000_000, max_strikes=10_000)
+    clock = Clock(Hub(limits, SECRET))
+    junk = json.dumps({"type": "ping", "x": "y" * 60_000})  # refused as bad-message, but its bytes count
+    conns = []
+    for _ in range(10):
+        conn, _ = clock.hub.connect(clock.now, "192.0.2.8")
+        conns.append(conn)
+    reasons: list[Any] = []
+    for _ in range(10):
+        for conn in conns:
+            out = clock.hub.receive(conn, junk, clock.now)
+            reasons.append(out[0].frame["reason"])
+    accepted = reasons.count("bad-message")
+    assert accepted * len(junk) <= limits.ip_bytes_burst
+    assert reasons.count("bytes-rate-limited") == len(reasons) - accepted >= 80
+    other, _ = clock.hub.connect(clock.now, "198.51.100.4")  # another address is not starved
+    assert clock.hub.receive(other, '{"type":"ping"}', clock.now)[0].frame == {"type": "pong"}
+    clock.now += 1.0  # 100 kB back: one more big frame
+    assert clock.hub.receive(conns[0], junk, clock.now)[0].frame["reason"] == "bad-message"
+
+
+def test_an_address_with_nothing_left_is_forgotten() -> None:
+    clock = Clock(Hub(Limits(), SECRET))
+    conn = clock.member(_key(3), "192.0.2.9")
+    clock.hub.disconnect(conn, clock.now)
+    assert "192.0.2.9" in clock.hub._sources  # its join budget is not full yet
+    clock.now += 1000
+    clock.hub.expire(clock.now)
+    assert clock.hub._sources == {}
