@@ -22,7 +22,8 @@ from weei.runtime import ModelRuntime
 from weei.runtime.wasmtime_engine import WasmtimeEngine
 
 
-def central_digits(epochs: int, batch_size: int) -> float:
+def central_digits(epochs: int, batch_size: int) -> dict[str, float]:
+    """Validation metrics (loss, accuracy) of digits-mlp trained centrally on all chunks joined."""
     package = models_dir() / "digits-mlp"
     manifest = json.loads((package / "manifest.json").read_text())
     records = b""
@@ -40,7 +41,7 @@ def central_digits(epochs: int, batch_size: int) -> float:
                            settings={"localEpochs": epochs, "batchSize": batch_size})
     runtime.load_model(result.weights)
     valid = runtime.evaluate(data=(package / "data" / "validation.bin").read_bytes(), format="weei-digits-v1")
-    return valid.metrics["accuracy"]
+    return dict(valid.metrics)
 
 
 def main() -> int:
@@ -48,7 +49,7 @@ def main() -> int:
     cartpole = next(j for j in DEMO_JOBS if j.name == "cartpole")
     ok = True
     with tempfile.TemporaryDirectory() as tmp:
-        central = central_digits(3, digits.settings["batchSize"])
+        central = central_digits(3, digits.settings["batchSize"])["accuracy"]
         print(f"digits central, 3 epochs on all chunks: validation accuracy {central:.4f}")
         for local_epochs in (1, digits.settings["localEpochs"]):
             settings = dict(digits.settings, localEpochs=local_epochs)

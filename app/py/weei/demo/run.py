@@ -13,12 +13,13 @@ evaluation) metric is not better than the first.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Callable, TextIO
 
 from ..api.controller import TrainingController
 from ..host.memory_storage import MemoryKeyValue, MemoryStorage
@@ -26,7 +27,7 @@ from ..host.worker_pool import ThreadWorkerPool
 from ..runtime.wasmtime_engine import WasmtimeEngine
 from .network import MemoryNetwork
 
-__all__ = ["DemoJob", "DEMO_JOBS", "JobReport", "run_job", "run_demo", "models_dir"]
+__all__ = ["DemoJob", "DEMO_JOBS", "JobReport", "run_job", "run_demo", "models_dir", "seeded_bytes"]
 
 
 def models_dir() -> Path:
@@ -80,17 +81,40 @@ class JobReport:
         return last < first if self.direction == "minimize" else last > first
 
 
+def seeded_bytes(seed: int) -> Callable[[int], bytes]:
+    """A deterministic stand-in for ``os.urandom``: SHA-256 of (seed, call number).
+
+    Given to the coordinator it fixes the job id (hence every assignment's
+    training seed) and the initial weights' seed, so runs that differ only
+    in their settings start from the same weights and train the same way.
+    """
+    calls = 0
+
+    def draw(n: int) -> bytes:
+        nonlocal calls
+        calls += 1
+        out = b""
+        block = 0
+        while len(out) < n:
+            out += hashlib.sha256(f"weei-demo-seed/{seed}/{calls}/{block}".encode()).digest()
+            block += 1
+        return out[:n]
+
+    return draw
+
+
 def _kernel() -> Any:
     from ..kernel.native import NativeKernel
 
     return NativeKernel()
 
 
-def _controller(peer_id: str, network: MemoryNetwork, engine: WasmtimeEngine) -> TrainingController:
+def _controller(peer_id: str, network: MemoryNetwork, engine: WasmtimeEngine,
+                random_bytes: Callable[[int], bytes] = os.urandom) -> TrainingController:
     controller = TrainingController(
         my_peer_id=peer_id, storage=MemoryStorage(), kv=MemoryKeyValue(), pool=ThreadWorkerPool(engine, 1),
         kernel=_kernel(), engine=engine, clock=lambda: time.time() * 1000.0,
-        monotonic=lambda: time.monotonic() * 1000.0, random_bytes=os.urandom, transport=network.transport(peer_id))
+        monotonic=lambda: time.monotonic() * 1000.0, random_bytes=random_bytes, transport=network.transport(peer_id))
     network.attach(controller)
     return controller
 
@@ -132,17 +156,20 @@ class _Table:
             self.last_at = cp["createdAt"]
             train = cp["metrics"]["values"]
             valid = cp.get("validationMetrics", {}).get("values", {})
-            self.report.rounds.append({"round": round_, "train": train, "validation": valid, "seconds": seconds})
+            self.report.rounds.append({"round": round_, "train": train, "validation": valid, "seconds": seconds,
+                                       "peers": contributors.get(round_, 0)})
             cells = "  ".join(f"{train.get(m, float('nan')):>14.4f}" for m in self.metric_ids)
             vcells = "  ".join(f"{valid.get(m, float('nan')):>14.4f}" for m in self.metric_ids)
             print(f"{round_:>5} {contributors.get(round_, 0):>5} {cp['metrics']['examplesProcessed']:>8}  {cells}  "
                   f"{vcells}  {seconds:>7.2f}", file=self.stream, flush=True)
 
 
-async def _run_job(job: DemoJob, out_dir: Path, stream: TextIO, settings: dict[str, Any] | None) -> JobReport:
+async def _run_job(job: DemoJob, out_dir: Path, stream: TextIO, settings: dict[str, Any] | None,
+                   seed: int | None) -> JobReport:
     engine = WasmtimeEngine()
     network = MemoryNetwork()
-    coordinator = _controller("coordinator", network, engine)
+    coordinator = _controller("coordinator", network, engine,
+                              os.urandom if seed is None else seeded_bytes(seed))
     others = [_controller(f"peer-{i}", network, engine) for i in range(1, job.peers)]
     try:
         for c in (coordinator, *others):
@@ -198,9 +225,14 @@ async def _run_job(job: DemoJob, out_dir: Path, stream: TextIO, settings: dict[s
         await network.close()
 
 
-def run_job(job: DemoJob, out_dir: Path, *, stream: TextIO, settings: dict[str, Any] | None = None) -> JobReport:
-    """Train one demo job to completion; returns its per-round report."""
-    return asyncio.run(_run_job(job, out_dir, stream, settings))
+def run_job(job: DemoJob, out_dir: Path, *, stream: TextIO, settings: dict[str, Any] | None = None,
+            seed: int | None = None) -> JobReport:
+    """Train one demo job to completion; returns its per-round report.
+
+    With ``seed`` the job id and initial weights are a function of it (see
+    :func:`seeded_bytes`); without, they are random.
+    """
+    return asyncio.run(_run_job(job, out_dir, stream, settings, seed))
 
 
 def run_demo(out_dir: Path, *, stream: TextIO, jobs: tuple[DemoJob, ...] = DEMO_JOBS) -> int:

@@ -1,0 +1,280 @@
+"""The manual's method comparison, reproduced: FedAvg, FedAvgM and FedAdam.
+
+The manual ("Which method to choose") measured a 2.3 MB byte-level
+transformer, 55 chunks, 5 participants per round, 3 dataset epochs (33
+rounds), the same initial weights and chunk order for every method, with
+validation after every round, and found FedAvgM and FedAdam reaching the
+same quality in about a third fewer rounds and a validation loss about 40%
+lower after the same rounds. This runs that experiment with Weei itself:
+each method is one job of ``weei demo``'s kind (the real coordinator and
+TrainingControllers over the in-memory transport, wasmtime Workers, the
+native aggregation kernel). For every seed all methods start from the same
+weights and train the same chunks in the same order with the same
+assignment seeds (the coordinator's random source is a function of the
+seed), so they differ only in how the round is merged.
+
+Prints, per model and seed, the validation loss per round, (a) the first
+round at which each method reaches FedAvg's final validation loss and (b)
+each method's final loss relative to FedAvg's; writes every round to
+``out/bench/methods.json``, the curves to ``out/bench/methods.svg`` and the
+tables as Markdown to ``out/bench/methods.md``.
+digits-mlp (4 participants, localEpochs 1) also gets its central reference:
+the same model trained for the same epochs on all chunks joined.
+
+    python bench/bench_methods.py                       # byte-transformer and digits-mlp, seed 1
+    python bench/bench_methods.py --model digits-mlp --seeds 1 2 3
+    python bench/bench_methods.py --quick --out /tmp/m  # 1 epoch of digits-mlp (the unit test)
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench_learning import central_digits
+from weei.demo.run import DemoJob, models_dir, run_job
+
+__all__ = ["METHODS", "MODELS", "main", "markdown", "summarize", "svg"]
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: (label, settings.aggregation) in the manual's order; FedAdam's default step is 0.01.
+METHODS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("FedAvg", {"method": "fedavg"}),
+    ("FedAvgM", {"method": "fedavgm", "momentum": 0.9, "serverLearningRate": 1}),
+    ("FedAdam", {"method": "fedadam"}),
+    ("FedAdam 0.003", {"method": "fedadam", "serverLearningRate": 0.003}),
+)
+
+
+@dataclass(frozen=True)
+class Setup:
+    peers: int  # participants per round, the coordinator included
+    settings: dict[str, Any]
+    central: bool = False  # compute the central-training reference (digits-mlp only)
+
+
+_VALIDATE = {"validationSchedule": {"enabled": True, "unit": "round", "every": 1}, "coordinatorParticipates": True}
+
+MODELS: dict[str, Setup] = {
+    # The model's own defaults (batch 8, learning rate 0.002): 55 chunks / 5 = 11 rounds an epoch.
+    "byte-transformer": Setup(5, {"epochs": 3, "localEpochs": 1, "batchSize": 8, **_VALIDATE}),
+    # The digits demo's settings at localEpochs 1, where FedAvg leaves a gap to central training.
+    "digits-mlp": Setup(4, {"epochs": 3, "localEpochs": 1, "batchSize": 16, **_VALIDATE}, central=True),
+}
+
+
+def run_method(model: str, setup: Setup, aggregation: dict[str, Any], seed: int, epochs: int,
+               log: io.TextIOBase) -> dict[str, Any]:
+    """One job to completion; its validation metrics per round (round 0 = the initial weights)."""
+    job = DemoJob(f"methods-{model}", model, {}, peers=setup.peers, validation="validation.bin")
+    settings = dict(setup.settings, epochs=epochs, aggregation=aggregation)
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory() as tmp:
+        report = run_job(job, Path(tmp), stream=log, settings=settings, seed=seed)
+    seconds = time.monotonic() - started
+    rounds = sorted(report.rounds, key=lambda r: r["round"])
+    return {
+        "seed": seed,
+        "rounds": [r["round"] for r in rounds],
+        "validation": {m: [r["validation"].get(m) for r in rounds] for m in rounds[-1]["validation"]},
+        "peers": [r["peers"] for r in rounds],
+        "seconds": round(seconds, 2),
+    }
+
+
+def summarize(losses: dict[str, list[float]]) -> list[dict[str, Any]]:
+    """(a) first round reaching FedAvg's final loss, (b) final loss relative to FedAvg's, per method."""
+    target = losses["FedAvg"][-1]
+    out = []
+    for name, curve in losses.items():
+        reached = next((r for r, v in enumerate(curve) if r > 0 and v <= target), None)
+        out.append({"method": name, "final": curve[-1], "finalRelative": curve[-1] / target,
+                    "reachesFedAvgFinalAt": reached, "roundsRelative": None if reached is None
+                    else reached / (len(curve) - 1)})
+    return out
+
+
+def _print_rounds(model: str, seed: int, runs: dict[str, dict[str, Any]], metric: str) -> None:
+    names = list(runs)
+    print(f"\n{model}, seed {seed}: validation {metric} per round")
+    print(f"{'round':>5}  " + "  ".join(f"{n:>13}" for n in names))
+    first = runs[names[0]]
+    for i, r in enumerate(first["rounds"]):
+        print(f"{r:>5}  " + "  ".join(f"{runs[n]['validation'][metric][i]:>13.4f}" for n in names))
+
+
+def _print_summary(rows: list[dict[str, Any]], rounds: int) -> None:
+    print(f"{'method':<14} {'final loss':>10} {'vs FedAvg':>9} {'reaches FedAvg final at round':>30}")
+    for row in rows:
+        at = row["reachesFedAvgFinalAt"]
+        where = "never" if at is None else f"{at} of {rounds} ({row['roundsRelative']:.2f})"
+        print(f"{row['method']:<14} {row['final']:>10.4f} {row['finalRelative']:>9.3f} {where:>30}")
+
+
+def compare(model: str, seeds: list[int], epochs: int, log: io.TextIOBase, parallel: bool) -> dict[str, Any]:
+    setup = MODELS[model]
+    manifest = json.loads((models_dir() / model / "manifest.json").read_text())
+    chunks = len(manifest["inlineJson"]["dataset-manifest.json"])
+    started, cpu_started = time.monotonic(), time.process_time()
+    methods = [{"name": n, "aggregation": a, "runs": []} for n, a in METHODS]
+    summaries = []
+    for seed in seeds:
+        runs = {}
+
+        def one(entry: dict[str, Any]) -> dict[str, Any]:
+            run = run_method(model, setup, entry["aggregation"], seed, epochs, log)
+            print(f"{model} seed {seed} {entry['name']}: {len(run['rounds']) - 1} rounds in {run['seconds']:.0f} s",
+                  flush=True)
+            return run
+
+        # Each job is seeded and self-contained (its own event loop, network and Workers), so running
+        # the methods side by side gives the same numbers; it only changes how the CPU is shared.
+        with ThreadPoolExecutor(len(methods) if parallel else 1) as pool:
+            for entry, run in zip(methods, pool.map(one, methods)):
+                entry["runs"].append(run)
+                runs[entry["name"]] = run
+        _print_rounds(model, seed, runs, "loss")
+        if "accuracy" in runs["FedAvg"]["validation"]:
+            _print_rounds(model, seed, runs, "accuracy")
+        rows = summarize({n: r["validation"]["loss"] for n, r in runs.items()})
+        print(f"\n{model}, seed {seed}: against FedAvg's final validation loss")
+        _print_summary(rows, len(runs["FedAvg"]["rounds"]) - 1)
+        summaries.append({"seed": seed, "methods": rows})
+    result: dict[str, Any] = {
+        "participants": setup.peers, "chunks": chunks, "settings": dict(setup.settings, epochs=epochs),
+        "methods": methods, "summary": summaries, "seconds": round(time.monotonic() - started, 1),
+        # CPU seconds of every thread of this process: wall time on a loaded machine says little.
+        "cpuSeconds": round(time.process_time() - cpu_started, 1),
+    }
+    if setup.central:
+        central = central_digits(epochs, setup.settings["batchSize"])
+        result["central"] = {"epochs": epochs, "validation": central}
+        print(f"\n{model} central, {epochs} epochs on all chunks joined: validation loss "
+              f"{central['loss']:.4f}, accuracy {central['accuracy']:.4f}")
+        for entry in methods:
+            finals = [r["validation"]["accuracy"][-1] for r in entry["runs"]]
+            print(f"  {entry['name']:<14} final accuracy " + " ".join(f"{a:.4f}" for a in finals)
+                  + f"  (central {central['accuracy']:.4f})")
+    print(f"\n{model}: {len(seeds)} seed(s) x {len(METHODS)} methods in {result['seconds']:.0f} s "
+          f"({result['cpuSeconds']:.0f} CPU seconds)", flush=True)
+    return result
+
+
+def markdown(models: dict[str, Any]) -> str:
+    """The per-round tables and the summaries as Markdown (docs/methods.md quotes them)."""
+    lines = []
+    for model, result in models.items():
+        names = [m["name"] for m in result["methods"]]
+        for i, entry in enumerate(result["summary"]):
+            runs = [m["runs"][i] for m in result["methods"]]
+            metrics = ["loss"] + (["accuracy"] if "accuracy" in runs[0]["validation"] else [])
+            lines += [f"#### {model}, seed {entry['seed']}", "",
+                      "| round | " + " | ".join(f"{n} {m}" for m in metrics for n in names) + " |",
+                      "|---:|" + "---:|" * (len(names) * len(metrics))]
+            for k, r in enumerate(runs[0]["rounds"]):
+                lines.append(f"| {r} | " + " | ".join(f"{run['validation'][m][k]:.4f}" for m in metrics
+                                                      for run in runs) + " |")
+            lines += ["", "| method | final loss | vs FedAvg | reaches FedAvg's final loss at round |",
+                      "|---|---:|---:|---|"]
+            for row in entry["methods"]:
+                at = row["reachesFedAvgFinalAt"]
+                where = "never" if at is None else f"{at} ({row['roundsRelative']:.2f} of the rounds)"
+                lines.append(f"| {row['method']} | {row['final']:.4f} | {row['finalRelative']:.3f} | {where} |")
+            lines.append("")
+        if "central" in result:
+            c = result["central"]
+            lines += [f"Central training, {c['epochs']} epochs on all chunks joined: validation loss "
+                      f"{c['validation']['loss']:.4f}, accuracy {c['validation']['accuracy']:.4f}.", ""]
+        lines += [f"{model}: {result['seconds']:.0f} s wall, {result['cpuSeconds']:.0f} CPU seconds.", ""]
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------ plot
+
+_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd")
+
+
+def svg(models: dict[str, Any]) -> str:
+    """Validation loss per round, one panel per model, one line per method and seed (hand-written SVG)."""
+    w, h, pad = 520, 320, 50
+    panels = []
+    for p, (model, result) in enumerate(models.items()):
+        curves = [(i, run["validation"]["loss"]) for i, m in enumerate(result["methods"]) for run in m["runs"]]
+        values = [v for _, c in curves for v in c]
+        lo, hi = min(values), max(values)
+        rounds = max(len(c) for _, c in curves) - 1
+        ox = p * w
+
+        def x(r: int) -> float:
+            return ox + pad + (w - 1.5 * pad) * r / max(1, rounds)
+
+        def y(v: float) -> float:
+            return h - pad + (v - lo) / ((hi - lo) or 1.0) * (2 * pad - h)
+
+        parts = [f'<text x="{ox + w / 2}" y="20" text-anchor="middle" font-size="14">{model}: validation loss '
+                 f'per round</text>',
+                 f'<line x1="{x(0)}" y1="{h - pad}" x2="{x(rounds)}" y2="{h - pad}" stroke="black"/>',
+                 f'<line x1="{x(0)}" y1="{h - pad}" x2="{x(0)}" y2="{pad - 10}" stroke="black"/>']
+        for k in range(5):
+            v = lo + (hi - lo) * k / 4
+            parts.append(f'<text x="{x(0) - 5}" y="{y(v) + 4:.1f}" text-anchor="end" font-size="10">{v:.3g}</text>')
+        for r in range(0, rounds + 1, max(1, rounds // 10)):
+            parts.append(f'<text x="{x(r):.1f}" y="{h - pad + 15}" text-anchor="middle" font-size="10">{r}</text>')
+        parts.append(f'<text x="{x(rounds / 2)}" y="{h - 12}" text-anchor="middle" font-size="11">round</text>')
+        for i, curve in curves:
+            points = " ".join(f"{x(r):.1f},{y(v):.1f}" for r, v in enumerate(curve))
+            parts.append(f'<polyline fill="none" stroke="{_COLOURS[i]}" stroke-width="1.5" points="{points}"/>')
+        for i, m in enumerate(result["methods"]):
+            ly = pad + 16 * i
+            parts.append(f'<line x1="{ox + w - 150}" y1="{ly}" x2="{ox + w - 130}" y2="{ly}" '
+                         f'stroke="{_COLOURS[i]}" stroke-width="2"/>'
+                         f'<text x="{ox + w - 125}" y="{ly + 4}" font-size="11">{m["name"]}</text>')
+        panels.append("\n".join(parts))
+    width = w * len(models)
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{h}" viewBox="0 0 {width} {h}" '
+            f'font-family="sans-serif">\n<rect width="100%" height="100%" fill="white"/>\n'
+            + "\n".join(panels) + "\n</svg>\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", action="append", choices=sorted(MODELS),
+                        help="model package (repeatable; default: byte-transformer and digits-mlp)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1], help="seeds of the initial weights and job id")
+    parser.add_argument("--quick", action="store_true", help="1 epoch of digits-mlp: the harness's own test")
+    parser.add_argument("--out", type=Path, default=ROOT / "out" / "bench", help="folder of methods.json/.svg")
+    parser.add_argument("--log", action="store_true", help="print every job's round table too")
+    parser.add_argument("--parallel", action="store_true",
+                        help="run the methods of a seed side by side (same results; for a machine shared with others)")
+    args = parser.parse_args(argv)
+    models = args.model or (["digits-mlp"] if args.quick else ["byte-transformer", "digits-mlp"])
+    log = sys.stdout if args.log else io.StringIO()
+    results = {}
+    for model in models:
+        epochs = 1 if args.quick else MODELS[model].settings["epochs"]
+        results[model] = compare(model, args.seeds, epochs, log, args.parallel)
+        if log is not sys.stdout:
+            log.seek(0)
+            log.truncate()
+    args.out.mkdir(parents=True, exist_ok=True)
+    document = {"version": 1, "quick": args.quick, "seeds": args.seeds,
+                "command": "python bench/bench_methods.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+                "models": results}
+    (args.out / "methods.json").write_text(json.dumps(document, indent=1) + "\n")
+    (args.out / "methods.svg").write_text(svg(results))
+    (args.out / "methods.md").write_text(markdown(results))
+    print(f"\nwrote methods.json, methods.svg and methods.md in {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
