@@ -17,7 +17,8 @@ from typing import Any
 from ..core.jsonfmt import descriptor
 from .compile import BuildError
 
-__all__ = ["INIT_SEED", "ARCHIVE_NAME", "ModelFacts", "probe_model", "gpu_backend", "model_manifest"]
+__all__ = ["INIT_SEED", "ARCHIVE_NAME", "ModelFacts", "probe_model", "gpu_backend", "auxiliary_file_name",
+           "model_manifest"]
 
 INIT_SEED = 0
 ARCHIVE_NAME = "model.wgsl.json"
@@ -91,8 +92,17 @@ def gpu_backend(archive: bytes) -> dict[str, Any]:
     }
 
 
+def auxiliary_file_name(slot_id: str) -> str:
+    """The file of a file slot (one with a sha256) next to the chunks: auxiliary-<id>.bin."""
+    return f"auxiliary-{slot_id}.bin"
+
+
 def model_manifest(wasm: bytes, facts: ModelFacts, archive: bytes | None = None) -> dict[str, Any]:
-    """The weei-model-package manifest of a built model (spec: Package manifest)."""
+    """The weei-model-package manifest of a built model (spec: Package manifest).
+
+    A file slot of auxiliaryWeights (one with a sha256) is listed with its
+    fileName, :func:`auxiliary_file_name`; slots with a source have none.
+    """
     info = facts.info
     experience = "workSource" in info
     wasm_desc = {"fileName": "model.wasm", "bytes": len(wasm), "sha256": _sha256(wasm)}
@@ -111,7 +121,9 @@ def model_manifest(wasm: bytes, facts: ModelFacts, archive: bytes | None = None)
     }
     if experience:
         manifest["workSource"] = info["workSource"]
-        manifest["auxiliaryWeights"] = info.get("auxiliaryWeights", [])
+        manifest["auxiliaryWeights"] = [
+            {**slot, "fileName": auxiliary_file_name(slot["id"])} if "sha256" in slot else slot
+            for slot in info.get("auxiliaryWeights", [])]
     manifest["execution"] = {
         "schema": "weei-model-execution",
         "schemaVersion": 1,
