@@ -20,7 +20,9 @@ Each subcommand is one ``cmd_*`` function registered in ``COMMANDS``; a new
 one (for example ``site``) adds a function and a line there.
 
 A model directory holds one or more .c files compiled together with the SDK
-(c/sdk/*.c). The manifest's facts come from running the built module through
+(c/sdk/*.c). Compiling and the manifest live in weei.modelkit, which
+`weei model build` uses for a model outside the repository (docs/models.md):
+the manifest's facts come from running the built module through
 weei.runtime: getModelInfo for the id, workSource and auxiliaryWeights,
 createInitialWeights for the weight size, describeChunk for each dataset chunk
 (app/static/models/<id>/data/training-*.bin). Inline files are described by
@@ -39,24 +41,24 @@ from __future__ import annotations
 
 import argparse
 import filecmp
-import hashlib
 import importlib.util
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import zipfile
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT / "app" / "py"))
 
-from weei.core.jsonfmt import descriptor, stringify  # noqa: E402
+from weei.core.jsonfmt import stringify  # noqa: E402
+from weei.modelkit import ARCHIVE_NAME, BuildError, model_manifest, probe_model  # noqa: E402
+from weei.modelkit.compile import NATIVE_FLAGS, WASM_FLAGS, compile_wasm, run_tool  # noqa: E402
+from weei.modelkit.compile import compile_kernel as _compile_kernel  # noqa: E402
 
 __all__ = ["WASM_FLAGS", "NATIVE_FLAGS", "build_all", "model_manifest", "build_site", "pack_weei", "main"]
 
@@ -65,25 +67,7 @@ SDK_DIR = C_DIR / "sdk"
 MODELS_DIR = C_DIR / "models"
 KERNEL_DIR = C_DIR / "kernel"
 WGSL_DIR = Path("wgsl")
-ARCHIVE_NAME = "model.wgsl.json"
 STATIC_DIR = Path("app") / "static"
-
-# -ffp-contract=off: no fused multiply-add, so the native build (benchmark)
-# computes the same bits as the wasm; no -g, so no paths are embedded.
-# -fno-slp-vectorize: clang 14's SLP vectorizer miscompiles for wasm32+simd128:
-# in cartpole's reset (four xoshiro draws in a row) it packed two draws into
-# an i64x2 whose v128.load64_splat read s[1] after the store of its next
-# value, so the first draw came out wrong (found by the native/wasm identity
-# check of bench/bench_training.py). The dense layers use explicit vectors
-# and loops still vectorize, so nothing is lost.
-WASM_FLAGS = [
-    "--target=wasm32", "-O3", "-msimd128", "-mbulk-memory", "-nostdlib",
-    "-ffp-contract=off", "-fno-math-errno", "-fno-slp-vectorize", "-Wall", "-Wextra",
-    "-Wl,--no-entry", "-Wl,--strip-debug", "-Wl,-z,stack-size=1048576", "-Wl,--stack-first",
-]
-MODEL_EXTRA_FLAGS = ["-Werror"]  # our own sources: warnings are errors
-KERNEL_EXTRA_FLAGS = ["-Wl,--export-dynamic"]
-NATIVE_FLAGS = ["-O3", "-march=native", "-ffp-contract=off", "-fno-math-errno"]
 
 DIST_DIR = Path("dist")
 PY_PACKAGE_DIR = Path("app") / "py" / "weei"
@@ -101,74 +85,22 @@ _ZIP_DATE = (1980, 1, 1, 0, 0, 0)
 DIGITS_FORMAT = "weei-digits-v1"
 #: A model directory with this file generates its dataset chunks (write_data(out_dir)).
 DATA_GENERATOR = "gen.py"
-INIT_SEED = 0
-
-
-class BuildError(Exception):
-    """A compiler failed or a built artifact is unusable."""
 
 
 def _run(cmd: list[str]) -> None:
     # Relative paths from the repository root keep the outputs independent of
     # where the checkout lives.
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise BuildError(f"{' '.join(cmd)}\n{proc.stdout}{proc.stderr}")
+    run_tool(cmd, ROOT)
 
 
 def compile_model(model_dir: Path, out: Path) -> None:
-    """Compile one model directory and the SDK into ``out`` (absolute path)."""
-    sources = sorted(str(p) for p in model_dir.glob("*.c")) + sorted(str(p) for p in SDK_DIR.glob("*.c"))
-    _run(["clang", *WASM_FLAGS, *MODEL_EXTRA_FLAGS, "-o", str(out), *sources])
+    """Compile one model directory (relative to the root) and the SDK into ``out`` (absolute path)."""
+    compile_wasm(sorted(model_dir.glob("*.c")) + sorted(SDK_DIR.glob("*.c")), out, ROOT)
 
 
 def compile_kernel(source: Path, out: Path) -> None:
     """Compile one c/kernel/*.c on its own into ``out``."""
-    _run(["clang", *WASM_FLAGS, *KERNEL_EXTRA_FLAGS, "-o", str(out), str(source)])
-
-
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-@dataclass(frozen=True)
-class ModelFacts:
-    """What the manifest needs from running the module."""
-
-    info: dict[str, Any]
-    weight_bytes: int
-    chunks: list[dict[str, Any]]
-    gpu: bool = False  # exports gpuBegin / gpuNext / gpuEnd
-
-
-def probe_model(wasm: bytes, data_dir: Path) -> ModelFacts:
-    """Run the module: model info, initial weight size, dataset chunk entries."""
-    from weei.runtime import ModelRuntime, WasmtimeEngine
-
-    runtime = ModelRuntime.load(wasm, WasmtimeEngine())
-    info = runtime.model_info()
-    weight_bytes = len(runtime.create_initial_weights(INIT_SEED))
-    chunks: list[dict[str, Any]] = []
-    if "workSource" not in info and data_dir.is_dir():
-        formats = [f["id"] for f in info.get("dataFormats", [])]
-        if len(formats) != 1:
-            raise BuildError(f"{info['id']}: expected one data format to describe its chunks, got {formats}")
-        for k, path in enumerate(sorted(data_dir.glob("training-*.bin")), start=1):
-            data = path.read_bytes()
-            chunks.append({
-                "id": f"chunk-{k:03d}",
-                "fileName": path.name,
-                "bytes": len(data),
-                "sha256": _sha256(data),
-                "format": formats[0],
-                "exampleCount": runtime.describe_chunk(formats[0], data),
-            })
-    return ModelFacts(info, weight_bytes, chunks, runtime.has_gpu_operations)
-
-
-def _descriptor(file_name: str, value: Any) -> dict[str, Any]:
-    size, sha = descriptor(value)
-    return {"fileName": file_name, "bytes": size, "sha256": sha}
+    _compile_kernel(source, out, ROOT)
 
 
 def wgsl_archive() -> bytes:
@@ -176,80 +108,6 @@ def wgsl_archive() -> bytes:
     from weei.gpu import pack_archive
 
     return pack_archive({p.name: p.read_text(encoding="utf-8") for p in sorted((ROOT / WGSL_DIR).glob("*.wgsl"))})
-
-
-def gpu_backend(archive: bytes) -> dict[str, Any]:
-    """The GPU backend entry of a model with gpu* operations (docs/gpu.md)."""
-    desc = {"fileName": ARCHIVE_NAME, "bytes": len(archive), "sha256": _sha256(archive)}
-    return {
-        "id": "gpu-webgpu",
-        "kind": "gpu",
-        "runtime": "weei-device-program-v1",
-        "hostDelivery": "installed-in-host",
-        "environments": ["browser", "agent"],
-        "operations": ["train"],
-        "artifacts": [dict(desc)],
-        "shaderArchive": desc,
-        "requiredFeatures": [],
-        "minimumDeviceLimits": {"maxStorageBuffersPerShaderStage": 5, "maxComputeInvocationsPerWorkgroup": 64,
-                                "maxComputeWorkgroupSizeX": 64},
-        "estimatedWorkingBytes": 16777216,
-        "numericalMode": "fp32-standard",
-    }
-
-
-def model_manifest(wasm: bytes, facts: ModelFacts, archive: bytes | None = None) -> dict[str, Any]:
-    """The weei-model-package manifest of a built model (spec: Package manifest)."""
-    info = facts.info
-    experience = "workSource" in info
-    wasm_desc = {"fileName": "model.wasm", "bytes": len(wasm), "sha256": _sha256(wasm)}
-    compatibility = {
-        "schemaVersion": 1,
-        "identity": {"modelId": info["id"]},
-        "weightCount": facts.weight_bytes // 4,
-        "weightBytes": facts.weight_bytes,
-    }
-    dataset_manifest = [] if experience else facts.chunks
-    manifest: dict[str, Any] = {
-        "schema": "weei-model-package",
-        "schemaVersion": 1,
-        "hostRuntime": {"id": "weei-device-program-v1", "delivery": "installed-in-host"},
-        "wasm": wasm_desc,
-    }
-    if experience:
-        manifest["workSource"] = info["workSource"]
-        manifest["auxiliaryWeights"] = info.get("auxiliaryWeights", [])
-    manifest["execution"] = {
-        "schema": "weei-model-execution",
-        "schemaVersion": 1,
-        "modelId": info["id"],
-        "weightFormat": info["weightFormat"],
-        "weightBytes": facts.weight_bytes,
-        "compatibility": _descriptor("compatibility.json", compatibility),
-        "datasetManifest": _descriptor("dataset-manifest.json", dataset_manifest),
-        "backends": [{
-            "id": "cpu-wasm-simd",
-            "kind": "cpu",
-            "runtime": "weei-wasm-abi1",
-            "environments": ["browser", "agent"],
-            "operations": ["train", "evaluate"],
-            "artifacts": [dict(wasm_desc)],
-            "requiredFeatures": ["wasm-simd128"],
-            "minimumDeviceLimits": {},
-            "estimatedWorkingBytes": 4194304,
-            "numericalMode": "fp32-standard",
-        }, *([gpu_backend(archive)] if archive is not None else [])],
-        "policy": {
-            "preference": ["cpu-wasm-simd"],
-            "cpuFallback": "restart-assignment",
-            "aggregationOwner": "peer",
-            "assignmentExecution": "exclusive",
-            "progressUnit": info["workSource"]["unit"]["id"] if experience else "example",
-            "optimizerUnit": "update" if experience else "step",
-        },
-    }
-    manifest["inlineJson"] = {"compatibility.json": compatibility, "dataset-manifest.json": dataset_manifest}
-    return manifest
 
 
 def generate_data(model_dir: Path, out_dir: Path) -> list[Path]:

@@ -31,7 +31,14 @@ def main(argv: list[str] | None = None) -> int:
     from .agent.main import add_arguments as add_agent_arguments
 
     add_agent_arguments(agent)
+    from .modelkit.commands import GROUPS as MODEL_GROUPS, add_commands as add_model_commands
+
+    add_model_commands(commands)
     args = parser.parse_args(argv)
+    if args.command in MODEL_GROUPS:
+        from .modelkit.commands import run as run_model_command
+
+        return run_model_command(args)
     if args.command == "agent":
         from .agent.main import run_cli
 

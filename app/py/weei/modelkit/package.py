@@ -1,0 +1,157 @@
+"""The weei-model-package manifest of a built module (spec: Package manifest).
+
+Every fact comes from running the module through weei.runtime: getModelInfo
+for the id, workSource and auxiliaryWeights, createInitialWeights for the
+weight size, describeChunk for each dataset chunk (``training-*.bin`` of the
+data folder). Inline files are described by the size and SHA-256 of
+JSON.stringify(value, null, 2) + "\\n".
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..core.jsonfmt import descriptor
+from .compile import BuildError
+
+__all__ = ["INIT_SEED", "ARCHIVE_NAME", "ModelFacts", "probe_model", "gpu_backend", "auxiliary_file_name",
+           "model_manifest"]
+
+INIT_SEED = 0
+ARCHIVE_NAME = "model.wgsl.json"
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """What the manifest needs from running the module."""
+
+    info: dict[str, Any]
+    weight_bytes: int
+    chunks: list[dict[str, Any]]
+    gpu: bool = False  # exports gpuBegin / gpuNext / gpuEnd
+
+
+def probe_model(wasm: bytes, data_dir: Path) -> ModelFacts:
+    """Run the module: model info, initial weight size, dataset chunk entries.
+
+    Raises: BuildError when a dataset model declares other than one data
+    format; the runtime's ModelError when an operation fails.
+    """
+    from ..runtime import ModelRuntime, WasmtimeEngine
+
+    runtime = ModelRuntime.load(wasm, WasmtimeEngine())
+    info = runtime.model_info()
+    weight_bytes = len(runtime.create_initial_weights(INIT_SEED))
+    chunks: list[dict[str, Any]] = []
+    if "workSource" not in info and data_dir.is_dir():
+        formats = [f["id"] for f in info.get("dataFormats", [])]
+        if len(formats) != 1:
+            raise BuildError(f"{info['id']}: expected one data format to describe its chunks, got {formats}")
+        for k, path in enumerate(sorted(data_dir.glob("training-*.bin")), start=1):
+            data = path.read_bytes()
+            chunks.append({
+                "id": f"chunk-{k:03d}",
+                "fileName": path.name,
+                "bytes": len(data),
+                "sha256": _sha256(data),
+                "format": formats[0],
+                "exampleCount": runtime.describe_chunk(formats[0], data),
+            })
+    return ModelFacts(info, weight_bytes, chunks, runtime.has_gpu_operations)
+
+
+def _descriptor(file_name: str, value: Any) -> dict[str, Any]:
+    size, sha = descriptor(value)
+    return {"fileName": file_name, "bytes": size, "sha256": sha}
+
+
+def gpu_backend(archive: bytes) -> dict[str, Any]:
+    """The GPU backend entry of a model with gpu* operations (docs/gpu.md)."""
+    desc = {"fileName": ARCHIVE_NAME, "bytes": len(archive), "sha256": _sha256(archive)}
+    return {
+        "id": "gpu-webgpu",
+        "kind": "gpu",
+        "runtime": "weei-device-program-v1",
+        "hostDelivery": "installed-in-host",
+        "environments": ["browser", "agent"],
+        "operations": ["train"],
+        "artifacts": [dict(desc)],
+        "shaderArchive": desc,
+        "requiredFeatures": [],
+        "minimumDeviceLimits": {"maxStorageBuffersPerShaderStage": 5, "maxComputeInvocationsPerWorkgroup": 64,
+                                "maxComputeWorkgroupSizeX": 64},
+        "estimatedWorkingBytes": 16777216,
+        "numericalMode": "fp32-standard",
+    }
+
+
+def auxiliary_file_name(slot_id: str) -> str:
+    """The file of a file slot (one with a sha256) next to the chunks: auxiliary-<id>.bin."""
+    return f"auxiliary-{slot_id}.bin"
+
+
+def model_manifest(wasm: bytes, facts: ModelFacts, archive: bytes | None = None) -> dict[str, Any]:
+    """The weei-model-package manifest of a built model (spec: Package manifest).
+
+    A file slot of auxiliaryWeights (one with a sha256) is listed with its
+    fileName, :func:`auxiliary_file_name`; slots with a source have none.
+    """
+    info = facts.info
+    experience = "workSource" in info
+    wasm_desc = {"fileName": "model.wasm", "bytes": len(wasm), "sha256": _sha256(wasm)}
+    compatibility = {
+        "schemaVersion": 1,
+        "identity": {"modelId": info["id"]},
+        "weightCount": facts.weight_bytes // 4,
+        "weightBytes": facts.weight_bytes,
+    }
+    dataset_manifest = [] if experience else facts.chunks
+    manifest: dict[str, Any] = {
+        "schema": "weei-model-package",
+        "schemaVersion": 1,
+        "hostRuntime": {"id": "weei-device-program-v1", "delivery": "installed-in-host"},
+        "wasm": wasm_desc,
+    }
+    if experience:
+        manifest["workSource"] = info["workSource"]
+        manifest["auxiliaryWeights"] = [
+            {**slot, "fileName": auxiliary_file_name(slot["id"])} if "sha256" in slot else slot
+            for slot in info.get("auxiliaryWeights", [])]
+    manifest["execution"] = {
+        "schema": "weei-model-execution",
+        "schemaVersion": 1,
+        "modelId": info["id"],
+        "weightFormat": info["weightFormat"],
+        "weightBytes": facts.weight_bytes,
+        "compatibility": _descriptor("compatibility.json", compatibility),
+        "datasetManifest": _descriptor("dataset-manifest.json", dataset_manifest),
+        "backends": [{
+            "id": "cpu-wasm-simd",
+            "kind": "cpu",
+            "runtime": "weei-wasm-abi1",
+            "environments": ["browser", "agent"],
+            "operations": ["train", "evaluate"],
+            "artifacts": [dict(wasm_desc)],
+            "requiredFeatures": ["wasm-simd128"],
+            "minimumDeviceLimits": {},
+            "estimatedWorkingBytes": 4194304,
+            "numericalMode": "fp32-standard",
+        }, *([gpu_backend(archive)] if archive is not None else [])],
+        "policy": {
+            "preference": ["cpu-wasm-simd"],
+            "cpuFallback": "restart-assignment",
+            "aggregationOwner": "peer",
+            "assignmentExecution": "exclusive",
+            "progressUnit": info["workSource"]["unit"]["id"] if experience else "example",
+            "optimizerUnit": "update" if experience else "step",
+        },
+    }
+    manifest["inlineJson"] = {"compatibility.json": compatibility, "dataset-manifest.json": dataset_manifest}
+    return manifest

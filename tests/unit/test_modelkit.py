@@ -1,0 +1,165 @@
+"""Bring your own model: weei model new -> weei data chunk -> weei model build -> a trained job.
+
+Everything happens in tmp_path through the ``weei`` command line; the job
+runs on the real coordinator and controllers with in-memory participants
+(weei.demo.run), and the repository's own model folders stay untouched.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import random
+import shutil
+import struct
+import time
+from pathlib import Path
+
+import pytest
+
+from weei.cli import main
+from weei.core.jsonfmt import stringify
+from weei.demo.run import DemoJob, run_job
+from weei.modelkit.chunk import encode_records
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.skipif(shutil.which("clang") is None, reason="clang is not installed (make setup)")
+
+CENTERS = [(0.0, 0.0, 0.0, 0.0), (3.0, 3.0, 0.0, 1.0), (0.0, 3.0, 3.0, -1.0)]
+
+
+def write_blobs(path: Path, n: int = 1200, seed: int = 0) -> None:
+    """Three Gaussian blobs in 4 dimensions: the CSV the dataset template reads (label last)."""
+    r = random.Random(seed)
+    lines = ["f1,f2,f3,f4,label"]
+    for _ in range(n):
+        c = r.randrange(3)
+        lines.append(",".join(f"{x + r.gauss(0, 1):.4f}" for x in CENTERS[c]) + f",{c}")
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def _tree_digest(*dirs: Path) -> dict[str, str]:
+    return {str(p.relative_to(ROOT)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for d in dirs for p in sorted(d.rglob("*")) if p.is_file()}
+
+
+def test_dataset_template_to_trained_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    repo_models = _tree_digest(ROOT / "c" / "models", ROOT / "app" / "static" / "models")
+    started = time.monotonic()
+    folder = tmp_path / "blobs"
+    assert main(["model", "new", "blobs", "--dir", str(folder)]) == 0
+    assert {p.name for p in folder.iterdir()} == {"model.c", "README.md", "sdk"}
+    assert (folder / "sdk" / "weei_sdk.h").read_bytes() == (ROOT / "c" / "sdk" / "weei_sdk.h").read_bytes()
+    write_blobs(tmp_path / "records.csv")
+    assert main(["data", "chunk", str(tmp_path / "records.csv"), "--chunks", "8", "--validation", "200",
+                 "--seed", "1", "--out", str(folder / "data")]) == 0
+    capsys.readouterr()
+    assert main(["model", "build", str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert "dataset: 8 chunks, 1000 examples, validation.bin" in out and out.rstrip().endswith(
+        "(select model.wasm and manifest.json and the files of data/)")
+    manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+    listed = json.loads((folder / "data" / "dataset-manifest.json").read_text(encoding="utf-8"))
+    assert manifest["inlineJson"]["dataset-manifest.json"] == listed
+    assert manifest["execution"]["modelId"] == "blobs"
+    assert manifest["execution"]["weightBytes"] == (4 * 32 + 32 + 32 * 3 + 3) * 4
+    wasm = (folder / "model.wasm").read_bytes()
+    assert manifest["wasm"] == {"fileName": "model.wasm", "bytes": len(wasm), "sha256": hashlib.sha256(wasm).hexdigest()}
+    built = time.monotonic()
+
+    monkeypatch.setenv("WEEI_MODELS", str(tmp_path))
+    job = DemoJob("blobs", "blobs", {
+        "epochs": 2, "localEpochs": 2, "batchSize": 16, "coordinatorParticipates": True,
+        "validationSchedule": {"enabled": True, "unit": "round", "every": 1},
+    }, peers=4, validation="validation.bin")
+    report = run_job(job, tmp_path / "out", stream=io.StringIO())
+    accuracy = [r["validation"]["accuracy"] for r in report.rounds if r["round"] > 0]
+    # 8 chunks, 4 peers, 2 epochs: 4 rounds; the blobs are nearly separable.
+    assert len(accuracy) == 4 and accuracy[-1] >= 0.9 and report.rejected == 0
+    assert len(list((tmp_path / "out" / "blobs").glob("*.weei-checkpoint"))) == 5
+    print(f"template -> package {built - started:.1f} s, -> trained job {time.monotonic() - started:.1f} s")
+    assert _tree_digest(ROOT / "c" / "models", ROOT / "app" / "static" / "models") == repo_models
+
+
+def test_experience_template_to_trained_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    folder = tmp_path / "picker"
+    assert main(["model", "new", "picker", "--kind", "experience", "--dir", str(folder)]) == 0
+    assert main(["model", "build", str(folder)]) == 0
+    assert "experience model, 148 float32 weights" in capsys.readouterr().out
+    manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["workSource"]["unit"]["id"] == "episode" and manifest["auxiliaryWeights"] == []
+    assert manifest["inlineJson"]["dataset-manifest.json"] == []
+    monkeypatch.setenv("WEEI_MODELS", str(tmp_path))
+    job = DemoJob("picker", "picker", {
+        "epochs": 12, "localEpochs": 1, "batchSize": 16, "coordinatorParticipates": True,
+        "experience": {"unitsPerAssignment": 32},
+        "validationSchedule": {"enabled": True, "unit": "round", "every": 1},
+    }, peers=3)
+    report = run_job(job, tmp_path / "out", stream=io.StringIO())
+    returns = report.values()
+    print(f"picker evaluation returns per round: {returns}")
+    # Chance is 2 of 8 right picks; the policy learns to pick the largest.
+    assert len(returns) == 12 and returns[-1] > returns[0] and returns[-1] >= 3.5
+
+
+def test_build_names_the_failing_check(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = tmp_path / "blobs"
+    assert main(["model", "new", "blobs", "--dir", str(folder)]) == 0
+    write_blobs(tmp_path / "records.csv", n=300)
+    assert main(["data", "chunk", str(tmp_path / "records.csv"), "--chunks", "3", "--out", str(folder / "data")]) == 0
+    # a validation file with 3 features per record: describeChunk refuses it, so job creation would
+    (folder / "data" / "validation.bin").write_bytes(encode_records(3, [[0.0, 1.0, 2.0]], [1]))
+    capsys.readouterr()
+    assert main(["model", "build", str(folder)]) == 1
+    err = capsys.readouterr().err
+    assert "FAILED [" in err and "3 features per record, the model reads 4" in err
+    (folder / "data" / "validation.bin").unlink()
+    # a dataset manifest that no longer matches the chunks
+    listed = json.loads((folder / "data" / "dataset-manifest.json").read_text(encoding="utf-8"))
+    listed[0]["exampleCount"] += 1
+    (folder / "data" / "dataset-manifest.json").write_text(stringify(listed, 2) + "\n", encoding="utf-8")
+    assert main(["model", "build", str(folder)]) == 1
+    assert "differs from the chunks" in capsys.readouterr().err
+    (folder / "data" / "dataset-manifest.json").unlink()
+    # a compile error is reported with the compiler's output
+    (folder / "model.c").write_text((folder / "model.c").read_text() + "\nint broken(void) { return undefined_name; }\n")
+    assert main(["model", "build", str(folder)]) == 1
+    assert "FAILED [build-error]" in capsys.readouterr().err
+
+
+def test_model_new_refuses_bad_names_and_used_folders(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["model", "new", "My Model", "--dir", str(tmp_path / "a")]) == 1
+    assert not (tmp_path / "a").exists()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "mine.txt").write_text("keep")
+    assert main(["model", "new", "ok-name", "--dir", str(tmp_path / "b")]) == 1
+    assert (tmp_path / "b" / "mine.txt").read_text() == "keep" and len(list((tmp_path / "b").iterdir())) == 1
+    assert "not an empty directory" in capsys.readouterr().err
+
+
+def test_data_chunk_layout_and_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    csv_path = tmp_path / "r.csv"
+    csv_path.write_text("0.5,1.5,2\n-1,2.25,0\n3,4,1\n5,6,7\n7,8,1\n", encoding="utf-8")
+    assert main(["data", "chunk", str(csv_path), "--chunks", "2", "--validation", "1", "--out", str(tmp_path / "d")]) == 0
+    listed = json.loads((tmp_path / "d" / "dataset-manifest.json").read_text(encoding="utf-8"))
+    assert [e["exampleCount"] for e in listed] == [2, 2]
+    first = (tmp_path / "d" / "training-001.bin").read_bytes()
+    assert first[:12] == b"WRC1" + struct.pack("<II", 2, 2)
+    assert struct.unpack("<ffI", first[12:24]) == (0.5, 1.5, 2)
+    assert listed[0] == {"id": "chunk-001", "fileName": "training-001.bin", "bytes": len(first),
+                         "sha256": hashlib.sha256(first).hexdigest(), "format": "weei-records-v1", "exampleCount": 2}
+    assert (tmp_path / "d" / "validation.bin").read_bytes()[12:] == struct.pack("<ffI", 7, 8, 1)
+    # running again into the same folder would mix two datasets
+    assert main(["data", "chunk", str(csv_path), "--chunks", "2", "--out", str(tmp_path / "d")]) == 1
+    assert "[output-not-empty]" in capsys.readouterr().err
+    for text, reason in (("1,2,3\n1,2\n", "bad-record"), ("1,2,0.5\n", "bad-record"), ("1,nan,1\n1,2,3\n", "bad-record"),
+                         ("1,1e39,1\n", "bad-record"), ("a,b\n", "no-records")):
+        csv_path.write_text(text, encoding="utf-8")
+        assert main(["data", "chunk", str(csv_path), "--chunks", "1", "--out", str(tmp_path / "e")]) == 1
+        assert f"[{reason}]" in capsys.readouterr().err, text
+    csv_path.write_text("1,2,0\n3,4,1\n", encoding="utf-8")
+    assert main(["data", "chunk", str(csv_path), "--chunks", "3", "--out", str(tmp_path / "f")]) == 1
+    assert "[bad-chunk-count]" in capsys.readouterr().err
