@@ -373,17 +373,17 @@ class Hub:
             raise
         if state.resume_room is not None and state.resume_room != room:
             refuse(Reason.RESUME_WRONG_ROOM, "the hello's token is bound to another room")
+        peer_id = self._peer_of(state.id)
+        previous = self._by_peer.get(peer_id)
         members = self._rooms.get(room)
         if members is None:
             if len(self._rooms) >= limits.max_rooms:
                 refuse(Reason.TOO_MANY_ROOMS, f"the server has {limits.max_rooms} rooms already")
             if source.rooms >= limits.max_rooms_per_ip:
                 refuse(Reason.TOO_MANY_ROOMS, f"peers from this address made {limits.max_rooms_per_ip} rooms already")
-        elif len(members) >= limits.max_peers_per_room:
+        elif len(members) - (previous in members) >= limits.max_peers_per_room:  # a replaced socket frees its place
             refuse(Reason.ROOM_FULL, f"the room has {limits.max_peers_per_room} peers already")
         out: list[Output] = []
-        peer_id = self._peer_of(state.id)
-        previous = self._by_peer.get(peer_id)
         if previous is not None and previous != state.id:
             # The old socket is most likely dead and not yet noticed; the token and
             # the key prove the new one is the same peer.
