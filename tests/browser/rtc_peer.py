@@ -51,7 +51,8 @@ _keep: list[bytes] = []
 
 async def start(room: str, url: str | None = None) -> str:
     global transport
-    transport = BrowserTransport(BrowserSignaling(url or signal_url(WEEI_URL)))
+    # As page_main does: the room is known before the hello, which may offer the token bound to it.
+    transport = BrowserTransport(BrowserSignaling(url or signal_url(WEEI_URL), room=room))
     transport.attach(recorder)
     peer_id = await transport.start(room)
     return json.dumps(peer_id)

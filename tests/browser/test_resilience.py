@@ -105,7 +105,7 @@ class AgentProcess:
         env = dict(os.environ, PYTHONPATH=str(ROOT / "app" / "py"))
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "weei.cli", "agent", "--server", server, "--room", room,
-             "--accept-model", MODULE_SHA256, "--data-dir", str(data_dir), "--workers", "1"],
+             "--accept-model", MODULE_SHA256, "--trust-room", "--data-dir", str(data_dir), "--workers", "1"],
             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.lines: list[str] = []
         self.peer_id: str | None = None

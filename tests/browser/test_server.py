@@ -140,8 +140,10 @@ def test_serve_hands_out_its_ice_servers_and_keeps_peer_ids_across_a_restart(sit
     options = ("--secret-file", str(secret), "--ice", "stun:stun.example.org:3478")
 
     async def hello(url: str, token: str | None) -> Any:
-        async with SignalingClient(url.replace("http://", "ws://") + "signal", token=token) as client:
-            return await client.connect()
+        async with SignalingClient(url.replace("http://", "ws://") + "signal", token=token, room="lab") as client:
+            welcome = await client.connect()
+            await client.join("lab")
+            return welcome, client.token  # the token bound to the room, from the join
 
     def run(coro: Any) -> Any:
         with concurrent.futures.ThreadPoolExecutor(1) as pool:  # Playwright may own this thread's loop
@@ -149,13 +151,13 @@ def test_serve_hands_out_its_ice_servers_and_keeps_peer_ids_across_a_restart(sit
 
     first = start_server(site, *options)
     try:
-        welcome = run(hello(first.url, None))
+        welcome, token = run(hello(first.url, None))
         assert [s["urls"] for s in welcome.ice_servers] == [["stun:stun.example.org:3478"]]
     finally:
         assert stop_server(first) == 0
     second = start_server(site, *options)
     try:
-        again = run(hello(second.url, welcome.token))
+        again, _ = run(hello(second.url, token))
         assert again.peer_id == welcome.peer_id and again.resumed
     finally:
         assert stop_server(second) == 0

@@ -27,7 +27,7 @@ pytest.importorskip("aiortc")
 from aiohttp.test_utils import TestServer  # noqa: E402
 
 from weei.agent.main import Agent, AgentOptions  # noqa: E402
-from weei.agent.policy import AcceptancePolicy, describe_invitation  # noqa: E402
+from weei.agent.policy import AcceptancePolicy, CoordinatorTrust, describe_invitation  # noqa: E402
 from weei.agent.storage import DiskKeyValue, DiskStorage, StorageError  # noqa: E402
 from weei.agent.transport import AgentTransport  # noqa: E402
 from weei.api.controller import TrainingController  # noqa: E402
@@ -192,7 +192,7 @@ def test_agent_trains_digits_with_a_coordinator_over_webrtc(tmp_path: Path) -> N
         out = io.StringIO()
         async with signaling_server() as url, coordinator(url, "digits") as (coord, coord_transport):
             agent = Agent(AgentOptions(server=url, room="digits", data_dir=tmp_path, accept_models=(module_sha(),),
-                                       workers=1), out=out)
+                                       trust=CoordinatorTrust(room=True), workers=1), out=out)
             try:
                 await agent.start()
                 assert agent.peer_id is not None and agent.controller is not None
@@ -287,16 +287,20 @@ def test_policy_default_refuses_and_interactive_shows_the_invitation() -> None:
                   "settings": {"epochs": 1}}
 
     async def scenario() -> None:
-        refused = await AcceptancePolicy().decide("job-1", invitation)
+        sender = "c" * 26
+        refused = await AcceptancePolicy().decide("job-1", invitation, sender)
         assert not refused.accepted and "refuses every invitation" in refused.reason
-        listed = await AcceptancePolicy(["AB" * 32]).decide("job-1", invitation)
+        listed = await AcceptancePolicy(["AB" * 32]).decide("job-1", invitation, sender)
+        assert not listed.accepted and "not trusted" in listed.reason  # a module hash alone accepts nothing
+        listed = await AcceptancePolicy(["AB" * 32], trust=CoordinatorTrust(room=True)).decide(
+            "job-1", invitation, sender)
         assert listed.accepted
         out = io.StringIO()
         prompts: list[str] = []
         asked = AcceptancePolicy(interactive=True, ask=lambda p: prompts.append(p) or "y", out=out)
-        assert (await asked.decide("job-1", invitation)).accepted and prompts
+        assert (await asked.decide("job-1", invitation, sender)).accepted and prompts
         no = AcceptancePolicy(interactive=True, ask=lambda p: "", out=io.StringIO())
-        assert not (await no.decide("job-1", invitation)).accepted
+        assert not (await no.decide("job-1", invitation, sender)).accepted
         shown = out.getvalue()
         for text in ("Digits", "digits-mlp", "1.0.0", "12.3 kB", "ab" * 32, "2.0 MB", '"epochs": 1', "c" * 26):
             assert text in shown, text
@@ -433,7 +437,8 @@ def test_a_peer_that_comes_back_with_its_id_is_renegotiated() -> None:
                 await b.close()
                 peer, message, _ = await inbox.next("peer_disconnected for b")
                 assert (peer, message) == (b_id, None)
-                b2 = AgentTransport(SignalingClient(url, token=token))  # a restart that keeps the peer ID
+                # a restart that keeps the peer ID (the token is bound to the room it joins again)
+                b2 = AgentTransport(SignalingClient(url, token=token, room="again"))
                 assert (await b2.connect()).peer_id == b_id
                 await b2.join("again")
                 await a.wait_for_peer(b_id, 20)

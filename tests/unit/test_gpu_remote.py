@@ -229,6 +229,7 @@ def test_weei_agent_with_backend_gpu_trains_on_its_gpu_over_webrtc(tmp_path: Any
 
     from test_agent import DIGITS, _package_inputs, module_sha, participant_view, run, signaling_server, until
     from weei.agent.main import Agent, AgentOptions
+    from weei.agent.policy import CoordinatorTrust
     from weei.agent.transport import AgentTransport
     from weei.server.signaling_client import SignalingClient
 
@@ -236,7 +237,8 @@ def test_weei_agent_with_backend_gpu_trains_on_its_gpu_over_webrtc(tmp_path: Any
         async with signaling_server() as url:
             coord_transport = AgentTransport(SignalingClient(url))
             agent = Agent(AgentOptions(server=url, room="gpu", data_dir=tmp_path, accept_models=(module_sha(),),
-                                       workers=1, backend="gpu"), out=io.StringIO())
+                                       trust=CoordinatorTrust(room=True), workers=1, backend="gpu"),
+                          out=io.StringIO())
             try:
                 welcome = await coord_transport.connect()
                 engine = WasmtimeEngine()

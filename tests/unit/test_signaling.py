@@ -793,3 +793,15 @@ def test_add_signaling_on_an_existing_app() -> None:
         finally:
             await server.close()
     run(scenario())
+
+
+def test_a_resumed_peer_takes_its_own_place_in_a_full_room() -> None:
+    h = HubPeers(Limits(max_peers_per_room=2))
+    a, pa = h.joined("r")
+    h.joined("r")
+    again = h.connect()
+    stale_token = make_token(SECRET, pa, C("r"), 10**11)
+    assert h.hello(again, token=stale_token)["peerId"] == pa
+    out = h.send(again, J("r"))
+    assert closes(out) == [Close(a, CloseCode.REPLACED, "replaced")]
+    assert frames_to(out, again)[-1]["type"] == "peers" and len(h.hub.peers_in(C("r"))) == 2

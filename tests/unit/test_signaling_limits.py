@@ -152,3 +152,22 @@ def test_an_address_with_nothing_left_is_forgotten() -> None:
     clock.now += 1000
     clock.hub.expire(clock.now)
     assert clock.hub._sources == {}
+
+
+def test_many_addresses_together_meet_the_server_wide_budgets() -> None:
+    limits = Limits(total_join_rate=1.0, total_join_burst=5, total_bytes_rate=1000, total_bytes_burst=200_000)
+    clock = Clock(Hub(limits, SECRET))
+    answers = []
+    for i in range(8):  # eight addresses, each well inside its own budget
+        conn, _ = clock.hub.connect(clock.now, f"10.9.0.{i}")
+        clock.hub.receive(conn, '{"type":"hello"}', clock.now)
+        out = clock.hub.receive(conn, _join(_key(7)), clock.now)
+        answers.append([o.frame for o in out if isinstance(o, Send) and o.conn == conn][0])
+    assert [a["type"] for a in answers[:5]] == ["peers"] * 5
+    assert {a.get("reason") for a in answers[5:]} == {"join-rate-limited"}
+    big = json.dumps({"type": "ping", "x": "y" * 60_000})
+    reasons = []
+    for i in range(8):
+        conn, _ = clock.hub.connect(clock.now, f"10.9.1.{i}")
+        reasons.append(clock.hub.receive(conn, big, clock.now)[0].frame["reason"])
+    assert reasons.count("bad-message") == 200_000 // len(big) and "bytes-rate-limited" in reasons

@@ -26,10 +26,10 @@ from .. import __version__
 from ..api.controller import TrainingController
 from ..core.errors import WeeiError
 from ..core.framing import referenced_artifacts
-from ..core.messages import Message
+from ..core.messages import Invitation, Message
 from ..core.signaling_protocol import room_code
 from ..server.signaling_client import SignalingClient
-from .policy import AcceptancePolicy, Decision
+from .policy import AcceptancePolicy, CoordinatorTrust, Decision
 from .storage import DiskKeyValue, DiskStorage
 
 if TYPE_CHECKING:
@@ -75,6 +75,8 @@ class AgentOptions:
     data_dir: Path
     accept_models: tuple[str, ...] = ()
     interactive: bool = False
+    trust: CoordinatorTrust = CoordinatorTrust()
+    """Whose invitations ``accept_models`` may accept (policy.py: a module hash alone accepts nothing)."""
     workers: int | None = None  # local Workers; default: every core
     backend: str = "auto"  # backendPreference: auto (a hardware GPU only), cpu, gpu (any adapter)
     memory_limit_mib: int | None = None  # a model module's memory cap (weei.core.sandbox); default 1 GiB
@@ -97,7 +99,9 @@ class Agent:
                  out: TextIO | None = None, engine: Any = None) -> None:
         self.options = options
         self.out = out or sys.stdout
-        self.policy = policy or AcceptancePolicy(options.accept_models, interactive=options.interactive, out=self.out)
+        self.policy = policy or AcceptancePolicy(options.accept_models, trust=options.trust,
+                                                 interactive=options.interactive, out=self.out)
+        self._senders: dict[str, str] = {}  # job ID -> the peer its invitation came from
         self.engine = engine
         self.storage = DiskStorage(Path(options.data_dir) / "storage")
         self.kv = DiskKeyValue(Path(options.data_dir) / "kv.json")
@@ -155,6 +159,8 @@ class Agent:
                  f"({len(peers) - 1} other peer(s); data in {opts.data_dir})")
         if not self.policy.accept_models and not self.policy.interactive:
             self.say("no --accept-model or --interactive: every invitation will be refused")
+        elif self.policy.accept_models and not self.policy.trust.anyone and not self.policy.interactive:
+            self.say("--accept-model without --trust-room or --accept-coordinator: every invitation will be refused")
 
     # ------------------------------------------------------- the transport's receiver
 
@@ -163,7 +169,10 @@ class Agent:
         if controller is None:
             return
         await self._keep(message, blobs)
+        before = controller.invitations.get(message.job_id) if isinstance(message, Invitation) else None
         await controller.receive(peer, message, blobs)
+        if isinstance(message, Invitation) and controller.invitations.get(message.job_id) is not before:
+            self._senders[message.job_id] = peer  # the invitation the controller kept came from this peer
         for job_id in list(controller.invitations):
             if job_id not in self._deciding:
                 self._deciding.add(job_id)
@@ -198,7 +207,7 @@ class Agent:
         controller = self.controller
         assert controller is not None
         invitation = controller.invitations[job_id]["invitation"]
-        decision = await self.policy.decide(job_id, invitation)
+        decision = await self.policy.decide(job_id, invitation, self._senders.get(job_id, ""))
         self.decisions[job_id] = decision
         self.say(f"{'accepted' if decision.accepted else 'refused'} job {job_id} from "
                  f"{invitation.get('coordinator')}: {decision.reason}")
@@ -271,6 +280,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the invite link (http://host:port/#room=KEY, as weei serve prints it) or the room key")
     parser.add_argument("--accept-model", action="append", default=[], metavar="SHA256",
                         help="accept invitations whose model module has this SHA-256 (repeatable)")
+    parser.add_argument("--trust-room", action="store_true",
+                        help="--accept-model accepts invitations from any coordinator in the room (every member "
+                             "entered with the invite link's key)")
+    parser.add_argument("--accept-coordinator", action="append", default=[], metavar="PEER_ID",
+                        help="--accept-model accepts invitations from this coordinator (repeatable)")
     parser.add_argument("--interactive", action="store_true",
                         help="show each other invitation and ask y/N on the terminal")
     parser.add_argument("--data-dir", type=Path, default=None,
@@ -294,11 +308,12 @@ def run_cli(args: argparse.Namespace, out: TextIO | None = None) -> int:
     import logging
 
     from ..server.invite import parse_invite
-    from .policy import parse_sha256
+    from .policy import parse_peer_id, parse_sha256
 
     out = out or sys.stdout
     try:
         models = tuple(parse_sha256(s) for s in args.accept_model)
+        trust = CoordinatorTrust(frozenset(parse_peer_id(p) for p in args.accept_coordinator), args.trust_room)
         invite = parse_invite(args.room)
     except WeeiError as exc:
         print(f"weei agent: {exc.message}", file=sys.stderr)
@@ -317,7 +332,7 @@ def run_cli(args: argparse.Namespace, out: TextIO | None = None) -> int:
     if args.ice_host:
         restrict_host_addresses(tuple(args.ice_host))
     options = AgentOptions(server=server, room=invite.key, data_dir=args.data_dir or default_data_dir(),
-                           accept_models=models, interactive=args.interactive, workers=args.workers,
+                           accept_models=models, trust=trust, interactive=args.interactive, workers=args.workers,
                            backend=args.backend, memory_limit_mib=args.memory_limit_mib)
     return asyncio.run(_run(options, out))
 

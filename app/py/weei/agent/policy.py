@@ -1,10 +1,23 @@
 """Which invitations the agent accepts: explicit, never implicit.
 
-* ``--accept-model SHA256`` (repeatable): accept an invitation whose model
-  module has exactly this SHA-256, without asking.
-* ``--interactive``: show what a browser shows before it accepts and ask
-  y/N on the terminal (for a module not listed by ``--accept-model``).
-* Neither: refuse everything, and say why.
+An invitation is accepted without asking only when both *what* and *who*
+are allowed (a module hash alone is not enough: anyone who can reach the
+agent could otherwise spend its compute on that module):
+
+* what: ``--accept-model SHA256`` (repeatable), the model module's exact
+  SHA-256;
+* who (:class:`CoordinatorTrust`): ``--accept-coordinator PEER_ID``
+  (repeatable), the coordinator's key -- its peer ID, which the signaling
+  server assigned and only its holder can resume (the resume token is bound
+  to the room and expires, docs/signaling.md) -- or ``--trust-room``: any
+  coordinator in the agent's room, where every member entered with the
+  room key of the invite link (the server checked it at each join).
+
+The coordinator is the peer the invitation came from; an invitation that
+names another coordinator than its sender is refused. ``--interactive``
+shows what a browser shows before it accepts and asks y/N on the terminal
+for anything the rules do not accept. Otherwise everything is refused, and
+the reason says which rule is missing.
 
 Nothing is downloaded before acceptance: the invitation carries only the
 description; the module and data follow only after an accepting decision.
@@ -22,9 +35,10 @@ from typing import Any, Callable, Iterable, Mapping, TextIO
 
 from ..core.errors import UsageError
 
-__all__ = ["AcceptancePolicy", "Decision", "describe_invitation", "parse_sha256"]
+__all__ = ["AcceptancePolicy", "CoordinatorTrust", "Decision", "describe_invitation", "parse_peer_id", "parse_sha256"]
 
 _SHA = re.compile(r"[0-9a-f]{64}")
+_PEER_ID = re.compile(r"[a-z2-7]{26}")
 
 
 def parse_sha256(text: str) -> str:
@@ -33,6 +47,30 @@ def parse_sha256(text: str) -> str:
     if not _SHA.fullmatch(value):
         raise UsageError("bad-sha256", f"--accept-model needs a SHA-256 of 64 hex digits, not {text!r}")
     return value
+
+
+def parse_peer_id(text: str) -> str:
+    """A coordinator's peer ID from the command line (26 base32 characters); raises UsageError."""
+    value = text.strip().lower()
+    if not _PEER_ID.fullmatch(value):
+        raise UsageError("bad-peer-id", f"--accept-coordinator needs a peer ID of 26 base32 characters, not {text!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class CoordinatorTrust:
+    """Whose invitations may be accepted without asking: these peer IDs, and/or anyone in the room."""
+
+    peers: frozenset[str] = frozenset()
+    room: bool = False
+
+    def allows(self, coordinator: str) -> bool:
+        return self.room or coordinator in self.peers
+
+    @property
+    def anyone(self) -> bool:
+        """Whether some coordinator can be trusted at all."""
+        return self.room or bool(self.peers)
 
 
 @dataclass(frozen=True)
@@ -71,29 +109,40 @@ def describe_invitation(job_id: str, invitation: Mapping[str, Any]) -> str:
 class AcceptancePolicy:
     """Decides one invitation at a time (``decide``)."""
 
-    def __init__(self, accept_models: Iterable[str] = (), *, interactive: bool = False,
-                 ask: Callable[[str], str] | None = None, out: TextIO | None = None) -> None:
+    def __init__(self, accept_models: Iterable[str] = (), *, trust: CoordinatorTrust = CoordinatorTrust(),
+                 interactive: bool = False, ask: Callable[[str], str] | None = None,
+                 out: TextIO | None = None) -> None:
         self.accept_models = frozenset(parse_sha256(s) for s in accept_models)
+        self.trust = trust
         self.interactive = interactive
         self.ask = ask or _ask_terminal
         self.out = out or sys.stdout
 
-    async def decide(self, job_id: str, invitation: Mapping[str, Any]) -> Decision:
+    async def decide(self, job_id: str, invitation: Mapping[str, Any], sender: str) -> Decision:
+        """Accept or refuse ``invitation``, which came from peer ``sender``."""
         module = invitation.get("module") or {}
         sha = str(module.get("sha256", "")).lower()
-        if sha in self.accept_models:
-            return Decision(True, f"module sha256 {sha} is allowed by --accept-model")
+        if invitation.get("coordinator") != sender:
+            return Decision(False, f"the invitation names coordinator {str(invitation.get('coordinator'))[:40]!r} "
+                                   f"but came from {sender}")
+        model_ok = sha in self.accept_models
+        if model_ok and self.trust.allows(sender):
+            who = "--trust-room" if self.trust.room else "--accept-coordinator"
+            return Decision(True, f"module sha256 {sha} is allowed by --accept-model, coordinator {sender} by {who}")
         if self.interactive:
             print(describe_invitation(job_id, invitation), file=self.out, flush=True)
             answer = await _in_thread(self.ask, "Accept and download the module and data? [y/N] ")
             if answer is not None and answer.strip().lower() in ("y", "yes"):
                 return Decision(True, "accepted on the terminal")
             return Decision(False, "refused on the terminal")
+        if model_ok:
+            return Decision(False, f"coordinator {sender} is not trusted: --accept-model needs --trust-room or "
+                                   "--accept-coordinator PEER_ID too")
         if self.accept_models:
             listed = ", ".join(sorted(s[:12] + "…" for s in self.accept_models))
             return Decision(False, f"module sha256 {sha or 'unknown'} is not one of --accept-model ({listed})")
-        return Decision(False, "the agent refuses every invitation unless --accept-model SHA256 or --interactive "
-                               "is given")
+        return Decision(False, "the agent refuses every invitation unless --accept-model SHA256 (with --trust-room "
+                               "or --accept-coordinator PEER_ID) or --interactive is given")
 
 
 def _ask_terminal(prompt: str) -> str:

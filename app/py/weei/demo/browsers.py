@@ -5,7 +5,7 @@ participant pages, each in a headless Chromium process of its own, and one
 ``weei agent`` process, all in one room. For the digits and the CartPole
 package the coordinator page creates the job through the public API,
 invites everyone, the pages accept, the agent accepts by its
-``--accept-model`` policy, and the job trains to completion over WebRTC.
+``--accept-model`` and ``--trust-room`` policy, and the job trains to completion over WebRTC.
 A row is printed per checkpoint, then each participant's diagnostics; the
 final checkpoint is saved to ``out/<job>/``. Exits 1 when a job's final
 validation (or evaluation) metric is not better than its first.
@@ -195,7 +195,7 @@ def run_browser_demo(out_dir: Path, *, stream: TextIO, jobs: tuple[DemoJob, ...]
     invite = invite_url(server.url, fresh_key())  # a fresh room; its key in the fragment
     shas = [json.loads((models_dir() / j.model / "manifest.json").read_text())["wasm"]["sha256"] for j in jobs]
     agent_dir = tempfile.TemporaryDirectory(prefix="weei-agent-")
-    agent = subprocess.Popen([sys.executable, "-m", "weei.cli", "agent", "--room", invite,
+    agent = subprocess.Popen([sys.executable, "-m", "weei.cli", "agent", "--room", invite, "--trust-room",
                               "--data-dir", agent_dir.name, *sum((["--accept-model", s] for s in shas), [])],
                              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     print(f"weei serve at {server.url} · invite {invite} · agent pid {agent.pid}", file=stream)

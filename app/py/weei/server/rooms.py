@@ -39,7 +39,8 @@ in alike (``room-refused``). Every connection belongs to a *source* (its IP
 address, given to :meth:`Hub.connect`); a source has budgets of its own --
 joins per second (each join and each leave costs every member of the room a
 peer list, so this bounds churn), refused joins per second (probes), rooms
-it created, and bytes per second over all its sockets.
+it created, and bytes per second over all its sockets -- and the server has
+joins and bytes per second budgets over all addresses together.
 
 Peer IDs are 16 random bytes in lowercase base32. After a join the joiner's
 peer list carries a resume token ``peerId.room.expires.mac`` (HMAC-SHA256
@@ -186,6 +187,9 @@ class Hub:
         self._rooms: dict[str, list[int]] = {}
         self._room_source: dict[str, str] = {}
         self._sources: dict[str, _Source] = {}
+        # Server-wide budgets: many addresses together cannot cost more either.
+        self._total_joins = TokenBucket.full(limits.total_join_rate, limits.total_join_burst, 0.0)
+        self._total_bytes = TokenBucket.full(limits.total_bytes_rate, limits.total_bytes_burst, 0.0)
         self._next_id = 1
 
     # -- queries ---------------------------------------------------------
@@ -248,6 +252,8 @@ class Hub:
             if not self._sources[state.source].bytes.take(now, len(data)):
                 refuse(Reason.BYTES_RATE_LIMITED, f"more than {self.limits.ip_bytes_rate:g} bytes per second "
                        "from this address")
+            if not self._total_bytes.take(now, len(data)):
+                refuse(Reason.BYTES_RATE_LIMITED, "the server reads no more bytes per second; wait")
             if not isinstance(data, str):
                 refuse(Reason.BINARY_FRAME, "the protocol uses JSON text frames only")
             limit = self.limits.max_frame_bytes
@@ -356,6 +362,8 @@ class Hub:
             refuse(Reason.JOIN_RATE_LIMITED, "too many refused joins from this address; wait")
         if not source.joins.take(now):
             refuse(Reason.JOIN_RATE_LIMITED, f"more than {limits.join_rate:g} joins per second from this address")
+        if not self._total_joins.take(now):
+            refuse(Reason.JOIN_RATE_LIMITED, "the server admits no more joins per second; wait")
         try:
             room = validate_room(message["room"], limits.max_room_code)
             validate_key(room, message.get("key"))
@@ -365,17 +373,17 @@ class Hub:
             raise
         if state.resume_room is not None and state.resume_room != room:
             refuse(Reason.RESUME_WRONG_ROOM, "the hello's token is bound to another room")
+        peer_id = self._peer_of(state.id)
+        previous = self._by_peer.get(peer_id)
         members = self._rooms.get(room)
         if members is None:
             if len(self._rooms) >= limits.max_rooms:
                 refuse(Reason.TOO_MANY_ROOMS, f"the server has {limits.max_rooms} rooms already")
             if source.rooms >= limits.max_rooms_per_ip:
                 refuse(Reason.TOO_MANY_ROOMS, f"peers from this address made {limits.max_rooms_per_ip} rooms already")
-        elif len(members) >= limits.max_peers_per_room:
+        elif len(members) - (previous in members) >= limits.max_peers_per_room:  # a replaced socket frees its place
             refuse(Reason.ROOM_FULL, f"the room has {limits.max_peers_per_room} peers already")
         out: list[Output] = []
-        peer_id = self._peer_of(state.id)
-        previous = self._by_peer.get(peer_id)
         if previous is not None and previous != state.id:
             # The old socket is most likely dead and not yet noticed; the token and
             # the key prove the new one is the same peer.

@@ -109,9 +109,9 @@ class Reason(str, enum.Enum):
     RESUME_WRONG_ROOM = "resume-wrong-room"
     """``hello`` resumed a peer ID with a token bound to another room than the one joined."""
     JOIN_RATE_LIMITED = "join-rate-limited"
-    """Joins (or refused joins) from this IP address came too fast; nothing was checked."""
+    """Joins (or refused joins) from this IP address, or to the whole server, came too fast; nothing was checked."""
     BYTES_RATE_LIMITED = "bytes-rate-limited"
-    """This IP address sent more bytes than its budget; the frame was dropped."""
+    """This IP address (or everyone together) sent more bytes than its budget; the frame was dropped."""
     ROOM_FULL = "room-full"
     """The room has ``Limits.max_peers_per_room`` peers already."""
     TOO_MANY_ROOMS = "too-many-rooms"
@@ -251,22 +251,32 @@ class Limits:
     """Bytes per second one IP address may send over all its sockets, sustained..."""
     ip_bytes_burst: int = 8 * 1024 * 1024
     """...and at once."""
+    total_join_rate: float = 200.0
+    """Joins per second the whole server admits, sustained (many addresses churning at once)..."""
+    total_join_burst: int = 2000
+    """...and at once."""
+    total_bytes_rate: float = 64 * 1024 * 1024.0
+    """Bytes per second the whole server reads from all sockets, sustained..."""
+    total_bytes_burst: int = 256 * 1024 * 1024
+    """...and at once."""
 
     def __post_init__(self) -> None:
         positive_ints = ("max_frame_bytes", "max_sdp_bytes", "max_candidate_bytes", "max_room_code",
                          "burst", "max_peers_per_room", "max_rooms", "max_connections", "max_strikes",
-                         "max_rooms_per_ip", "join_burst", "probe_burst", "ip_bytes_burst")
+                         "max_rooms_per_ip", "join_burst", "probe_burst", "ip_bytes_burst", "total_join_burst",
+                         "total_bytes_burst")
         for name in positive_ints:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise UsageError("invalid-signaling-limits", f"Limits.{name} must be a positive int, not {value!r}")
         for name in ("rate", "strike_recovery_s", "handshake_timeout_s", "idle_timeout_s", "resume_ttl_s",
-                     "join_rate", "probe_rate", "ip_bytes_rate"):
+                     "join_rate", "probe_rate", "ip_bytes_rate", "total_join_rate", "total_bytes_rate"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 < value < math.inf):
                 raise UsageError("invalid-signaling-limits", f"Limits.{name} must be a positive number, not {value!r}")
-        if self.ip_bytes_burst < self.max_frame_bytes:
-            raise UsageError("invalid-signaling-limits", "Limits.ip_bytes_burst must hold at least one frame")
+        if min(self.ip_bytes_burst, self.total_bytes_burst) < self.max_frame_bytes:
+            raise UsageError("invalid-signaling-limits",
+                             "Limits.ip_bytes_burst and total_bytes_burst must hold at least one frame")
         if self.max_sdp_bytes >= self.max_frame_bytes or self.max_candidate_bytes >= self.max_frame_bytes:
             raise UsageError("invalid-signaling-limits", "Limits.max_sdp_bytes and max_candidate_bytes must be "
                              "below max_frame_bytes (the frame also carries the envelope)")
