@@ -42,7 +42,7 @@ from typing import Any
 from bench_learning import central_digits
 from weei.demo.run import DemoJob, models_dir, run_job
 
-__all__ = ["METHODS", "MODELS", "main", "markdown", "summarize", "svg"]
+__all__ = ["METHODS", "MODELS", "check_same_work", "main", "markdown", "summarize", "svg"]
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -89,6 +89,22 @@ def run_method(model: str, setup: Setup, aggregation: dict[str, Any], seed: int,
         "peers": [r["peers"] for r in rounds],
         "seconds": round(seconds, 2),
     }
+
+
+def check_same_work(result: dict[str, Any]) -> list[str]:
+    """What breaks "same start, same chunks" in ``result``: a round 0 that differs between methods, or a
+    round without every participant (a pass of C chunks over P participants is rounds of P, then C mod P)."""
+    per_epoch = [result["participants"]] * (result["chunks"] // result["participants"])
+    per_epoch += [result["chunks"] % result["participants"]] if result["chunks"] % result["participants"] else []
+    expected = [0] + per_epoch * result["settings"]["epochs"]
+    problems = []
+    for i, seed in enumerate(s["seed"] for s in result["summary"]):
+        runs = [m["runs"][i] for m in result["methods"]]
+        if len({run["validation"]["loss"][0] for run in runs}) != 1:
+            problems.append(f"seed {seed}: the methods did not start from the same weights")
+        problems += [f"seed {seed} {m['name']}: participants per round {run['peers']}, expected {expected}"
+                     for m, run in zip(result["methods"], runs) if run["peers"] != expected]
+    return problems
 
 
 def summarize(losses: dict[str, list[float]]) -> list[dict[str, Any]]:
@@ -273,7 +289,10 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / "methods.svg").write_text(svg(results))
     (args.out / "methods.md").write_text(markdown(results))
     print(f"\nwrote methods.json, methods.svg and methods.md in {args.out}")
-    return 0
+    problems = [p for result in results.values() for p in check_same_work(result)]
+    for problem in problems:
+        print(f"FAILED: {problem}")
+    return 1 if problems else 0
 
 
 if __name__ == "__main__":
