@@ -189,3 +189,22 @@ def test_federated_training_with_the_real_coordinator_lowers_validation_loss(
     print(out.getvalue())
     assert len(losses) == 4 and report.rejected == 0
     assert losses[-1] < losses[0] - 0.5 and losses[-1] < 3.5, out.getvalue()
+
+
+def test_a_large_batch_trains_in_the_memory_of_a_small_one() -> None:
+    """Activations cost ~2.2 MB per record: a 48-record minibatch runs as
+    micro-batches, so it fits where a batch of 8 does (48 MiB; whole it needs ~108)."""
+    rt = ModelRuntime.load((PACKAGE / "model.wasm").read_bytes(), WasmtimeEngine(memory_limit_bytes=48 << 20))
+    w0 = rt.create_initial_weights(3)
+    validation = (PACKAGE / "data" / "validation.bin").read_bytes()
+    losses = []
+    for batch in (8, 48):
+        rt.load_model(w0)
+        result = rt.train(data=chunk(1), format=FMT, seed=1,
+                          settings={"batchSize": batch, "learningRate": 0.004})
+        assert result.optimizer_steps == 48 // batch
+        rt.load_model(result.weights)
+        losses.append(rt.evaluate(data=validation, format=FMT).metrics["loss"])
+    rt.load_model(w0)
+    untrained = rt.evaluate(data=validation, format=FMT).metrics["loss"]
+    assert all(loss < untrained - 0.1 for loss in losses), (untrained, losses)

@@ -13,6 +13,10 @@
 #define DEFAULT_LR 0.002f
 #define DEFAULT_BATCH 8
 #define EVAL_BATCH 16
+/* Activations cost ~2.2 MB per record, so a large batchSize would need
+ * gigabytes; a minibatch larger than this runs as micro-batches whose
+ * gradients are summed, which keeps memory fixed whatever batchSize is. */
+#define MICRO_BATCH 8
 
 static const char FORMAT[] = "weei-bytes-v1";
 
@@ -172,17 +176,19 @@ int model_train(const wj_doc *in) {
     uint32_t step_limit;
     if (read_step_limit(in, &step_limit) != 0) return -1;
     uint32_t batch = s.batch_size < n ? s.batch_size : n;
+    uint32_t micro = batch < MICRO_BATCH ? batch : MICRO_BATCH;
 
     tfm_work w;
     weei_adam adam;
     uint32_t *order = weei_malloc((size_t)n * 4);
     float *grad = weei_malloc(TFM_WEIGHT_BYTES);
-    if (!order || !grad || tfm_work_alloc(&w, batch) != 0) {
-        weei_mfree(order); weei_mfree(grad);
+    float *part = batch > micro ? weei_malloc(TFM_WEIGHT_BYTES) : 0;
+    if (!order || !grad || (batch > micro && !part) || tfm_work_alloc(&w, micro) != 0) {
+        weei_mfree(order); weei_mfree(grad); weei_mfree(part);
         return weei_fail("out of memory");
     }
     if (weei_adam_init(&adam, TFM_N_PARAMS, s.learning_rate) != 0) {
-        tfm_work_free(&w); weei_mfree(order); weei_mfree(grad);
+        tfm_work_free(&w); weei_mfree(order); weei_mfree(grad); weei_mfree(part);
         return weei_fail("out of memory");
     }
     float *p = g_out;
@@ -200,8 +206,20 @@ int model_train(const wj_doc *in) {
         weei_shuffle_u32(&r, order, n);
         for (uint32_t start = 0; start < n && steps < step_limit; start += batch) {
             uint32_t count = n - start < batch ? n - start : batch;
-            tfm_gather(&w, records, order + start, count);
-            loss_sum += tfm_loss(&w, p, count, grad, &correct) * count;
+            if (count <= micro) {
+                tfm_gather(&w, records, order + start, count);
+                loss_sum += tfm_loss(&w, p, count, grad, &correct) * count;
+            } else {
+                /* tfm_loss gives the mean gradient of its records: weigh each part by its share */
+                weei_memzero(grad, TFM_WEIGHT_BYTES);
+                for (uint32_t m = 0; m < count; m += micro) {
+                    uint32_t c = count - m < micro ? count - m : micro;
+                    tfm_gather(&w, records, order + start + m, c);
+                    loss_sum += tfm_loss(&w, p, c, part, &correct) * c;
+                    float share = (float)c / (float)count;
+                    for (uint32_t i = 0; i < TFM_N_PARAMS; i++) grad[i] += share * part[i];
+                }
+            }
             weei_adam_step(&adam, p, grad);
             steps++;
             processed += count;
@@ -213,6 +231,7 @@ int model_train(const wj_doc *in) {
     tfm_work_free(&w);
     weei_mfree(order);
     weei_mfree(grad);
+    weei_mfree(part);
     for (uint32_t i = 0; i < TFM_N_PARAMS; i++)
         if (!weei_isfinite_f32(p[i])) return weei_fail("training diverged: a weight is not finite (lower the learning rate)");
 
