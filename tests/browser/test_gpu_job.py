@@ -1,8 +1,10 @@
 """A digits job with executionFiles in the page on Chromium's SwiftShader
 (--enable-unsafe-webgpu, as test_webgpu.py launches it): with 'gpu' it trains
-on the GPU through the shim in the page's Python; a CartPole job runs hybrid
-(episodes in the WASM, the updates on SwiftShader); with 'auto' SwiftShader
-is refused by name and the job completes on the CPU Workers.
+on the GPU through the shim in a training Worker's Python (the page itself
+never asks for an adapter or a device: an init script counts its calls); a
+CartPole job runs hybrid (episodes in the WASM, the updates on SwiftShader),
+in a Worker too; with 'auto' SwiftShader is refused by name and the job
+completes on the CPU Workers.
 """
 
 from __future__ import annotations
@@ -18,6 +20,19 @@ SETTINGS = {"epochs": 1, "localEpochs": 1, "batchSize": 32, "coordinatorParticip
 CARTPOLE_SETTINGS = {"epochs": 2, "localEpochs": 1, "batchSize": 16, "coordinatorParticipates": True,
                      "experience": {"unitsPerAssignment": 8}}
 
+# Counts the page's own WebGPU calls (an init script runs in the page, not in its Workers).
+COUNT_PAGE_GPU = """(() => {
+  window.__pageGpu = { requestAdapter: 0, requestDevice: 0 };
+  if (!navigator.gpu) return;
+  const requestAdapter = navigator.gpu.requestAdapter.bind(navigator.gpu);
+  navigator.gpu.requestAdapter = (...args) => { window.__pageGpu.requestAdapter += 1; return requestAdapter(...args); };
+  const requestDevice = GPUAdapter.prototype.requestDevice;
+  GPUAdapter.prototype.requestDevice = function (...args) {
+    window.__pageGpu.requestDevice += 1;
+    return requestDevice.apply(this, args);
+  };
+})();"""
+
 RUN = """async ([preference, settings, model]) => {
   const training = T.api();
   const pkg = await T.pkg(model);
@@ -30,7 +45,8 @@ RUN = """async ([preference, settings, model]) => {
   const state = training.getState();
   const own = state.diagnostics[state.myPeerId];
   return { status: state.job.status, error: state.error || null, execution: state.execution, own,
-           events: training.getDebugLog().events.filter((e) => e.event.startsWith('gpu.')) };
+           events: training.getDebugLog().events.filter((e) => e.event.startsWith('gpu.')),
+           pageGpu: window.__pageGpu };
 }"""
 
 
@@ -40,6 +56,7 @@ def _run(browser: Any, url: str, preference: str, model: str = "digits-mlp",
     pg.set_default_timeout(TIMEOUT_MS * 4)
     errors: list[str] = []
     pg.on("pageerror", lambda e: errors.append(str(e)))
+    pg.add_init_script(COUNT_PAGE_GPU)
     ready(pg, url)
     out = pg.evaluate(RUN, [preference, settings, model])
     pg.close()
@@ -47,7 +64,13 @@ def _run(browser: Any, url: str, preference: str, model: str = "digits-mlp",
     return out
 
 
-def test_a_digits_job_trains_on_the_gpu_in_the_page(weei_server: Any, webgpu_browser: Any) -> None:
+def _in_a_worker(out: dict[str, Any], trained: list[dict[str, Any]]) -> None:
+    """The GPU work ran in a training Worker: the page opened no adapter and no device."""
+    assert out["pageGpu"] == {"requestAdapter": 0, "requestDevice": 0}, out["pageGpu"]
+    assert trained and all(t["host"] == "worker" for t in trained), trained[:1]
+
+
+def test_a_digits_job_trains_on_the_gpu_in_a_worker(weei_server: Any, webgpu_browser: Any) -> None:
     out = _run(webgpu_browser, weei_server.url, "gpu")
     assert out["error"] is None and out["status"] == "completed"
     assert out["execution"]["actual"] == "gpu" and out["execution"]["fallback"] == "none", out["events"][:3]
@@ -58,12 +81,13 @@ def test_a_digits_job_trains_on_the_gpu_in_the_page(weei_server: Any, webgpu_bro
     assert own["timings"]["compilationMs"] is not None
     trained = [e for e in out["events"] if e["event"] == "gpu.trained"]
     assert len(trained) == 15
+    _in_a_worker(out, [e["details"] for e in trained])
     print("gate:", trained[0]["details"]["gate"], "| step ms:",
           [round(e["details"]["trainingMs"] / max(1, e["details"]["steps"]), 1) for e in trained[:3]],
           "| compilationMs:", own["timings"]["compilationMs"])
 
 
-def test_a_cartpole_job_runs_hybrid_in_the_page(weei_server: Any, webgpu_browser: Any) -> None:
+def test_a_cartpole_job_runs_hybrid_in_a_worker(weei_server: Any, webgpu_browser: Any) -> None:
     out = _run(webgpu_browser, weei_server.url, "gpu", "cartpole-reinforce", CARTPOLE_SETTINGS)
     assert out["error"] is None and out["status"] == "completed"
     assert out["execution"]["actual"] == "hybrid" and out["execution"]["fallback"] == "none", out["events"][:3]
@@ -72,6 +96,7 @@ def test_a_cartpole_job_runs_hybrid_in_the_page(weei_server: Any, webgpu_browser
     assert own["execution"]["fallbackReason"] is None and own["gpu"]["adapter"] != "unknown"
     trained = [e["details"] for e in out["events"] if e["event"] == "gpu.trained"]
     assert len(trained) == 2 and all(t["hybrid"] and t["steps"] == 1 for t in trained)
+    _in_a_worker(out, trained)
     gate = trained[0]["gate"]
     assert gate == "bit-identical" or "weights differ" in gate
     print("cartpole hybrid gate:", gate, "| update ms:", [t["trainingMs"] for t in trained],
