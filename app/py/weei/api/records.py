@@ -28,6 +28,8 @@ def spec_to_record(spec: JobSpec, *, job_seed: int | None, validation_sha256: st
     }
     if spec.gpu is not None:  # executionFiles: the WGSL archive is one of the job's stored files
         record["gpu"] = spec.gpu.to_json()
+    if spec.cpu_backend is not None:
+        record["cpuBackend"] = spec.cpu_backend
     return record
 
 
@@ -46,6 +48,7 @@ def spec_from_record(record: dict[str, Any]) -> tuple[JobSpec, int | None, str |
         has_validation=validation is not None,
         validation_format=validation["format"] if validation else None,
         gpu=GpuOffer.from_json(record["gpu"]) if record.get("gpu") is not None else None,
+        cpu_backend=str(record["cpuBackend"]) if isinstance(record.get("cpuBackend"), str) else None,
     )
     seed = record.get("jobSeed")
     return spec, int(seed) if seed is not None else None, validation["sha256"] if validation else None

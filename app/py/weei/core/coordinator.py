@@ -414,7 +414,8 @@ class Coordinator(RoundLoop):
     def _deliver(self, peer: str) -> None:
         aux = dict(self.spec.auxiliary_files)
         gpu = self.spec.gpu.to_json() if self.spec.gpu is not None else None  # announced, not sent
-        self._send(peer, Deliver(self.spec.job_id, self.spec.module.ref, self.spec.info.raw, aux, gpu),
+        self._send(peer, Deliver(self.spec.job_id, self.spec.module.ref, self.spec.info.raw, aux, gpu,
+                                 self.spec.cpu_backend),
                    (self.spec.module.ref, *aux.values()))
 
     def _add_local_participant(self) -> None:

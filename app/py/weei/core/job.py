@@ -99,6 +99,7 @@ class JobSpec:
     has_validation: bool = False
     validation_format: str | None = None
     gpu: GpuOffer | None = None  # executionFiles were selected
+    cpu_backend: str | None = None  # the package's CPU backend id (participants' execution.backend on the CPU)
 
     @property
     def is_experience(self) -> bool:

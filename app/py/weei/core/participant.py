@@ -63,6 +63,7 @@ class Participant:
         self.coordinator: str | None = None
         self.model_info: dict[str, Any] | None = None
         self.gpu_offer: dict[str, Any] | None = None  # Deliver's WGSL archive announcement (checked JSON)
+        self.cpu_backend: str | None = None  # Deliver's: the package's CPU backend id
         self.weight_bytes = weight_bytes
         self.paused = False
         self.current: Assign | None = None
@@ -140,6 +141,7 @@ class Participant:
             self._move("deliver")
             self.model_info = message.model_info
             self.gpu_offer = message.gpu
+            self.cpu_backend = message.cpu_backend
             self._commands.append(LoadModule(message.module, dict(message.auxiliary)))
         elif isinstance(message, Assign):
             self._on_assign(message)
