@@ -33,7 +33,8 @@ function post(message) {
 }
 
 function dispatch(message) {
-  chain = chain.then(() => run(message));
+  // run() answers every failure of the request itself; this keeps the chain going past anything else.
+  chain = chain.then(() => run(message)).catch((err) => console.error('weei worker:', err));
 }
 
 async function run(message) {

@@ -4,7 +4,8 @@ on the GPU through the shim in a training Worker's Python (the page itself
 never asks for an adapter or a device: an init script counts its calls); a
 CartPole job runs hybrid (episodes in the WASM, the updates on SwiftShader),
 in a Worker too; with 'auto' SwiftShader is refused by name and the job
-completes on the CPU Workers.
+completes on the CPU Workers; a GPU task past its (shortened) deadline stops
+its Worker and restarts on the CPU, by name.
 """
 
 from __future__ import annotations
@@ -110,3 +111,40 @@ def test_auto_refuses_swiftshader_and_the_job_completes_on_the_cpu(weei_server: 
     assert out["execution"] == {**out["execution"], "actual": "cpu", "fallback": "cpu: software-adapter"}
     assert out["own"]["execution"]["fallbackReason"].startswith("software-adapter:")
     assert out["own"]["gpu"]["initializationError"].startswith("software-adapter:")
+
+
+def test_a_gpu_task_past_its_deadline_stops_the_worker_and_restarts_on_the_cpu(weei_server: Any,
+                                                                              webgpu_browser: Any) -> None:
+    """trainGpu has a deadline like train (shortened here to 2 s, with a chunk trained 1000 times so the
+    GPU cannot finish): the Worker is terminated and replaced, the assignment falls back by name
+    (gpu-timeout) and restarts on the CPU, whose update completes a round."""
+    pg = webgpu_browser.new_page()
+    pg.set_default_timeout(TIMEOUT_MS * 4)
+    errors: list[str] = []
+    pg.on("pageerror", lambda e: errors.append(str(e)))
+    pg.add_init_script("window.WEEI_TASK_DEADLINES_MS = { trainGpu: 2000 }")
+    ready(pg, weei_server.url)
+    out = pg.evaluate("""async (settings) => {
+      const training = T.api();
+      const pkg = await T.pkg('digits-mlp');
+      const archive = await T.fetchFile('models/digits-mlp/model.wgsl.json', 'model.wgsl.json', 'application/json');
+      await training.setBackendPreference('gpu');
+      const quiet = { ...settings, localEpochs: 1000, validationSchedule: { enabled: false, unit: 'round', every: 1 } };
+      await training.createJob({ wasm: pkg.wasm, manifest: pkg.manifest, files: pkg.files, settings: quiet,
+                                 executionFiles: [archive] });
+      await training.start();
+      const fallbacks = () => training.getDebugLog().events.filter((e) => e.event === 'gpu.fallback');
+      await T.waitFor('the GPU task to time out', () => fallbacks().length > 0, 240000);
+      await T.waitFor('a round trained on the CPU', () => T.rounds(training.getState()).length > 1, 240000);
+      const s = training.getState();
+      const out = { fallback: fallbacks()[0].details, execution: s.execution, error: s.error,
+                    trained: training.getDebugLog().events.filter((e) => e.event === 'gpu.trained').length };
+      await training.stop();
+      return out;
+    }""", SETTINGS)
+    pg.close()
+    assert out["error"] is None, out
+    assert out["fallback"]["reason"] == "gpu-timeout" and out["fallback"]["cpuFallback"] == "restart-assignment"
+    assert "deadline-exceeded" in out["fallback"]["error"], out["fallback"]
+    assert out["trained"] == 0
+    assert not errors, errors
