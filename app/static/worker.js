@@ -10,6 +10,10 @@
 // and post {type: 'ready', seconds}. Requests that arrive before that wait
 // in a queue. The request protocol is documented in worker_main.py; this
 // file only moves messages and transfers every ArrayBuffer in a reply.
+//
+// Python is entered with `callPromising` (JSPI), so that the WebGPU shim's
+// run_sync can wait on a promise inside a request (trainGpu); requests run
+// one after another even while one waits (the model instance is shared).
 import { loadPyodide } from './pyodide/pyodide.mjs';
 
 const BASE = new URL('./', import.meta.url).href;
@@ -18,6 +22,7 @@ const PY_DIR = '/weei-py';
 const queue = [];
 let handle = null;
 let failed = null;
+let chain = Promise.resolve(); // the request running now, then the next
 
 function post(message) {
   const transfer = [];
@@ -28,13 +33,18 @@ function post(message) {
 }
 
 function dispatch(message) {
+  // run() answers every failure of the request itself; this keeps the chain going past anything else.
+  chain = chain.then(() => run(message)).catch((err) => console.error('weei worker:', err));
+}
+
+async function run(message) {
   if (failed) {
     post({ type: 'reply', id: message.id, ok: false, error: { kind: 'start', reason: 'worker-start-failed', message: failed } });
     return;
   }
   let reply;
   try {
-    reply = handle(message);
+    reply = await handle(message);
   } catch (err) {
     reply = { type: 'reply', id: message.id, ok: false, error: { kind: 'internal', reason: 'internal-error', message: String(err && err.message || err) } };
   }
@@ -59,7 +69,10 @@ async function start() {
   pyodide.runPython(`import sys\nif ${JSON.stringify(PY_DIR)} not in sys.path: sys.path.insert(0, ${JSON.stringify(PY_DIR)})`);
   const main = pyodide.pyimport('weei.browser.worker_main');
   main.start((message) => post(message.toJs ? message.toJs({ dict_converter: Object.fromEntries }) : message));
-  handle = (message) => main.handle(message);
+  // Without callPromising (no JSPI) CPU requests still work; trainGpu then fails by name (gpu-error).
+  handle = typeof main.handle.callPromising === 'function'
+    ? (message) => main.handle.callPromising(message)
+    : (message) => main.handle(message);
   return (performance.now() - t0) / 1000;
 }
 

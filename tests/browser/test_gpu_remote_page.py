@@ -4,7 +4,7 @@ Two Chromium processes in one signaling room, over WebRTC: the coordinator
 creates a digits job with the WGSL archive and does not train itself; the
 participant (with --enable-unsafe-webgpu: SwiftShader, backendPreference
 'gpu') asks for the archive, checks it and trains every assignment on its
-GPU through the shim in its page's Python.
+GPU through the shim in its training Worker (the gpu.trained events say so).
 """
 
 from __future__ import annotations
@@ -78,7 +78,8 @@ def test_an_invited_page_fetches_the_archive_and_trains_on_its_gpu(weei_server: 
     assert out["error"] is None and out["status"] == "completed"
     remote = out["remote"]
     assert [e["event"] for e in events].count("gpu.archive-received") == 1, events[:3]
-    assert sum(e["event"] == "gpu.trained" for e in events) == 15, events[:3]
+    trained = [e["details"] for e in events if e["event"] == "gpu.trained"]
+    assert len(trained) == 15 and all(t["host"] == "worker" for t in trained), events[:3]
     assert remote["execution"]["actual"] == "gpu" and remote["execution"]["backend"] == "gpu-webgpu"
     assert remote["model"]["wgsl"]["present"] is True and len(remote["model"]["wgsl"]["sha256"]) == 4
     assert remote["timings"]["compilationMs"] is not None

@@ -303,7 +303,8 @@ def test_participants_report_diagnostics_and_a_declined_invitation_reaches_the_c
             remote = diagnostics["helper"]
             assert remote["environment"]["browser"] == "agent" and remote["connected"] is True
             assert remote["model"]["id"] == "digits-mlp" and remote["sequence"] >= 2
-            assert remote["execution"]["actual"] == "cpu" and remote["execution"]["backend"] == "cpu-wasm"
+            # The package's CPU backend (Deliver's cpuBackend), not the host's 'cpu-wasm'.
+            assert remote["execution"]["actual"] == "cpu" and remote["execution"]["backend"] == "cpu-wasm-simd"
             assert remote["stage"] == "waiting" and remote["assignment"] is None
             assert remote["timings"]["trainingMs"] > 0 and remote["timings"]["preparationMs"] > 0
             # digits-mlp counts its steps: one per batch of the last chunk the helper trained.

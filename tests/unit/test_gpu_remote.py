@@ -266,7 +266,7 @@ def test_weei_agent_with_backend_gpu_trains_on_its_gpu_over_webrtc(tmp_path: Any
                         for kind in r.kinds]
                 assert sent.count("wgsl") == 1  # once, then named as held
                 log = agent.controller.get_debug_log()["events"]
-                assert sum(e["event"] == "gpu.trained" for e in log) == 15
+                assert sum(e["event"] == "gpu.trained" for e in log) == 15, [e for e in log if e["event"].startswith("gpu.")][:3]
                 own = agent.controller.get_state()["diagnostics"][agent.peer_id]
                 assert own["execution"]["actual"] == "gpu" and own["model"]["wgsl"]["sha256"] == MODULES
                 assert own["timings"]["compilationMs"] is not None

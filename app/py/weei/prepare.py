@@ -144,7 +144,9 @@ def prepare_job(engine: Any, *, job_id: str, wasm_name: str, wasm: bytes, manife
     spec = JobSpec(job_id=job_id, info=info, module=ModuleInfo(wasm_name, len(wasm), wasm_sha),
                    settings=parsed_settings, weight_bytes=len(initial), chunks=tuple(chunks),
                    auxiliary_files=aux_files, has_validation=validation is not None,
-                   validation_format=validation_format, gpu=offer, working_bytes=_working_bytes(package))
+                   validation_format=validation_format, gpu=offer, working_bytes=_working_bytes(package),
+                   cpu_backend=next((b.id for b in package.backends if b.kind == "cpu"), None)
+                   if package is not None else None)
     return PreparedJob(spec, initial, job_seed, runtime, artifacts,
                        bytes(validation[1]) if validation else None, package, gpu)
 

@@ -45,7 +45,7 @@ from ..prepare import GpuFiles, PreparedJob, prepare_job
 from ..runtime.engine import Engine
 from .compute import ComputeBackend, CpuWorkerBackend
 from .executor import Executor
-from .gpu_backend import GpuComputeBackend
+from .gpu_backend import GpuComputeBackend, GpuHost
 from .job_store import PARTICIPATION_KEY, JobStore
 from .log_writer import DEBUG_LOG_KEY
 from .peer_events import PeerEvents
@@ -79,7 +79,7 @@ class TrainingController:
                  kernel: AggregationKernel, engine: Engine, clock: Callable[[], float],
                  monotonic: Callable[[], float], random_bytes: Callable[[int], bytes],
                  transport: Transport | None = None, environment: Mapping[str, Any] | None = None,
-                 backend: ComputeBackend | None = None, gpu: Any = None) -> None:
+                 backend: ComputeBackend | None = None, gpu: Any = None, gpu_host: GpuHost | None = None) -> None:
         self.pool = pool
         self.kernel = kernel
         self.engine = engine
@@ -91,10 +91,11 @@ class TrainingController:
                                recorder=DiagnosticsRecorder(sequence_base=int(clock()), environment=environment))
         self.store = JobStore(storage)
         # The GPU backend trains jobs created with executionFiles on ``gpu`` (wgpu.gpu, the browser shim;
-        # None: no WebGPU) and everything else on the CPU Workers.
+        # None: no WebGPU), in ``gpu_host`` (the page's training Workers; default a thread), and everything
+        # else on the CPU Workers.
         self.backend: ComputeBackend = backend or GpuComputeBackend(
             CpuWorkerBackend(pool, kernel, on_progress=self._on_local_progress), engine=engine,
-            session=self.session, gpu=gpu)
+            session=self.session, gpu=gpu, host=gpu_host)
         self.view = StateView(self.session, self.store, self.backend)
         self.executor = Executor(self.session, self.store, self.backend, kv, self.view)
         self.peer_events = PeerEvents(self.session, self.store, self.executor)
@@ -471,7 +472,7 @@ class TrainingController:
         elif offer is not None:
             self.session.record("gpu.archive-refused", {"reason": "archive-malformed",
                                                         "error": "the WGSL archive is not in storage"})
-        set_job(files, offer.cpu_backend if offer is not None else None)
+        set_job(files, spec.cpu_backend or (offer.cpu_backend if offer is not None else None))
 
     def _setup_local_participant(self) -> None:
         s = self.session

@@ -265,7 +265,7 @@ class Executor:
         # (and so fetches the archive); our own job's archive the controller set already.
         offer = getattr(self.backend, "offer", None)
         remote = participant.coordinator != s.my_peer_id
-        fetch = bool(offer(participant.gpu_offer)) if offer is not None and remote else False
+        fetch = bool(offer(participant.gpu_offer, participant.cpu_backend)) if offer is not None and remote else False
         s.recorder.join_job(participant.job_id or "", s.monotonic())
         self.module_sha = command.module.sha256
         self._set_model()

@@ -9,9 +9,10 @@ the CPU backend. For each assignment of a job created with ``executionFiles``
 
 1. the budget (the backend's ``estimatedWorkingBytes`` against
    ``gpuMemoryBudgetMiB``) is checked before anything is allocated;
-2. the device is opened (``weei.gpu.executor.GpuDevice.open``) and the archive
-   compiled module by module: stage ``compiling``, whose time is the
-   diagnostics' ``compilationMs``;
+2. the host (``GpuHost``) runs ``weei.gpu.trainer.GpuTrainer``: it opens the
+   device (``weei.gpu.executor.GpuDevice.open``) and compiles the archive
+   module by module: stage ``compiling``, whose time is the diagnostics'
+   ``compilationMs``;
 3. once per job and device, the admission gate (``session.run_gate``);
 4. the assignment trains on the GPU (``session.train_on_gpu``). An
    experience assignment runs hybrid: the model's WASM plays the episodes on
@@ -27,8 +28,10 @@ until the preference or the budget changes, so later assignments go to the
 CPU at once.
 
 The device work is blocking (wgpu-py's ``*_sync`` calls, the shim's
-``run_sync``); ``run_blocking`` runs it off the event loop (a thread in
-CPython; inline in Pyodide, where the page's Python runs it: see docs/gpu.md). Progress reports cross back with ``call_soon_threadsafe``.
+``run_sync``), so it runs off the event loop: :class:`LocalGpuHost` runs it
+in a thread (CPython; its events cross back with ``call_soon_threadsafe``),
+the page's ``weei.browser.workers.WorkerGpuHost`` in a training Worker
+(``trainGpu``), on the Worker's own ``navigator.gpu`` (docs/gpu.md).
 
 Where the archive comes from: the coordinator's own job sets it
 (``set_job``, from ``prepare`` or the job store on a reopen); a remote job
@@ -42,42 +45,95 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import threading
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Mapping
+from typing import Any, Awaitable, Callable, Mapping, Protocol
 
+from ..core.errors import WeeiError
 from ..core.job import GpuOffer
 from ..core.messages import Assign
 from ..core.participant import TrainOutcome
 from ..gpu.adapter import check_budget
 from ..gpu.archive import check_descriptor, parse_archive
 from ..gpu.errors import GpuError
-from ..gpu.executor import GpuDevice
-from ..gpu.gate import GateResult, require_pass
-from ..gpu.session import GpuBackendSpec, GpuWork, run_gate, train_on_gpu
+from ..gpu.session import GpuBackendSpec, GpuWork
+from ..gpu.trainer import EventSink, GpuAssignment, GpuOutcome, GpuTrainer
 from ..prepare import GpuFiles
 from ..runtime import Engine, ModelRuntime
 from .compute import CpuWorkerBackend
 from .ports import TaskCancelled, WorkerResult, WorkerTask
 from .session import Session
 
-__all__ = ["GpuComputeBackend", "RunBlocking"]
+__all__ = ["GpuComputeBackend", "GpuHost", "LocalGpuHost", "RunBlocking"]
 
 RunBlocking = Callable[[Callable[[], Any]], Awaitable[Any]]
 
 
 async def _to_thread(fn: Callable[[], Any]) -> Any:
-    if sys.platform == "emscripten":  # Pyodide has no threads: the shim blocks on promises with run_sync
+    if sys.platform == "emscripten":  # Pyodide has no threads (the page uses WorkerGpuHost, not this)
         return fn()
     return await asyncio.to_thread(fn)
+
+
+class GpuHost(Protocol):
+    """Where a GPU assignment runs: ``gpu.trainer.GpuTrainer`` on some thread or Worker."""
+
+    @property
+    def name(self) -> str: ...  # where the device work runs ('thread', 'worker'): the gpu.trained event says
+
+    @property
+    def in_pool(self) -> bool: ...  # its tasks are counted by the CPU backend's WorkerPool
+
+    async def train(self, assignment: GpuAssignment, *, module_sha256: str, module: bytes,
+                    on_event: EventSink, tag: str) -> GpuOutcome:
+        """Train on the device; ``on_event`` gets ``adapter``, ``compiled`` and ``progress`` on the event loop.
+        Raises GpuError (a named fallback), TaskCancelled, or WeeiError when the Worker running it failed."""
+        ...
+
+    def cancel(self, tag: str) -> None:
+        """Interrupt the GPU task of attempt ``tag`` if the host can (its ``train`` raises TaskCancelled)."""
+        ...
+
+
+class LocalGpuHost:
+    """The trainer in a thread of this process (CPython: wgpu-py; the agent and the tests)."""
+
+    name = "thread"
+    in_pool = False
+
+    def __init__(self, gpu: Any, engine: Engine, run_blocking: RunBlocking = _to_thread) -> None:
+        self.trainer = GpuTrainer(gpu)
+        self.engine = engine
+        self.run_blocking = run_blocking
+
+    async def train(self, assignment: GpuAssignment, *, module_sha256: str, module: bytes,
+                    on_event: EventSink, tag: str) -> GpuOutcome:
+        loop = asyncio.get_running_loop()
+        home = threading.get_ident()
+
+        def event(kind: str, payload: dict[str, Any]) -> None:
+            if threading.get_ident() == home:
+                on_event(kind, payload)
+            else:
+                loop.call_soon_threadsafe(on_event, kind, payload)
+
+        def run() -> GpuOutcome:
+            runtime = ModelRuntime.load(module, self.engine)
+            runtime.on_progress = lambda p: event("progress", {"processedExamples": p.processed_examples,
+                                                               "metrics": dict(p.metrics)})
+            return self.trainer.run(runtime, assignment, event)
+
+        return await self.run_blocking(run)
+
+    def cancel(self, tag: str) -> None:
+        pass  # a GPU step in a thread cannot be interrupted: the dropped attempt's result is thrown away
 
 
 @dataclass
 class _JobGpu:
     files: GpuFiles
     spec: GpuBackendSpec
-    device: GpuDevice | None = None
-    device_key: tuple[str, int] | None = None
-    gate: GateResult | None = None
+    key: str  # the trainer's job key: the gate runs once per job and device
     refused: tuple[tuple[str, int], GpuError] | None = None  # (preference, budget) -> the recurring reason
 
 
@@ -93,12 +149,13 @@ class GpuComputeBackend:
     """Trains on the GPU where the job, the preference and the device allow; the CPU Workers otherwise."""
 
     def __init__(self, cpu: CpuWorkerBackend, *, engine: Engine, session: Session, gpu: Any,
-                 run_blocking: RunBlocking = _to_thread) -> None:
+                 host: GpuHost | None = None) -> None:
         self.cpu = cpu
-        self.engine = engine
         self.session = session
-        self.gpu = gpu  # wgpu.gpu in CPython, weei.browser.webgpu.gpu in Pyodide, None without WebGPU
-        self.run_blocking = run_blocking
+        # wgpu.gpu in CPython, weei.browser.webgpu.gpu in the page (whether there is WebGPU), None without
+        self.gpu = gpu
+        self.host: GpuHost = host or LocalGpuHost(gpu, engine)
+        self._jobs = 0  # _JobGpu keys
         self.job: _JobGpu | None = None
         self.kind = "cpu"  # what the last assignment trained on (execution.actual: cpu, gpu or hybrid)
         self.id = cpu.id
@@ -119,20 +176,22 @@ class GpuComputeBackend:
 
     @property
     def active(self) -> int:
-        return self.cpu.active + (1 if self._gpu_attempt is not None else 0)
+        running = self._gpu_attempt is not None and not self.host.in_pool
+        return self.cpu.active + (1 if running else 0)
 
     def set_job(self, files: GpuFiles | None, cpu_backend_id: str | None) -> None:
         """The active job's WGSL archive and GPU backend (None: the job trains on the CPU only)."""
         self._offer, self._archive_error = None, None
         self._use(files, cpu_backend_id)
 
-    def offer(self, offer: Mapping[str, Any] | None) -> bool:
-        """A remote job's Deliver announced ``offer`` (checked JSON, None: no archive). Returns whether
-        this device fetches the archive: only if it would train on a GPU (a WebGPU ``gpu`` object and a
-        preference that allows one)."""
+    def offer(self, offer: Mapping[str, Any] | None, cpu_backend: str | None = None) -> bool:
+        """A remote job's Deliver announced ``offer`` (checked JSON, None: no archive) and the package's
+        CPU backend id. Returns whether this device fetches the archive: only if it would train on a GPU
+        (a WebGPU ``gpu`` object and a preference that allows one)."""
         parsed = GpuOffer.from_json(offer) if offer is not None else None
+        cpu_id = cpu_backend or (parsed.cpu_backend if parsed is not None else None)
         if parsed is None or parsed != self._offer:  # the same job delivered again (a reconnect) keeps its archive
-            self.set_job(None, parsed.cpu_backend if parsed is not None else None)
+            self.set_job(None, cpu_id)
             self._offer = parsed
         wants = parsed is not None and self.gpu is not None and self.session.device.backend_preference != "cpu"
         return wants and self.job is None and self._archive_error is None
@@ -153,13 +212,14 @@ class GpuComputeBackend:
             self._archive_error = exc
             self.session.record("gpu.archive-refused", {"reason": exc.reason, "error": exc.message[:500]})
             return
-        self._use(GpuFiles(offer.archive.sha256, archive, offer.backend), offer.cpu_backend)
+        self._use(GpuFiles(offer.archive.sha256, archive, offer.backend), self._cpu_id)
         self.session.record("gpu.archive-received", {"sha256": offer.archive.sha256, "bytes": len(data)})
 
     def _use(self, files: GpuFiles | None, cpu_backend_id: str | None) -> None:
         self._cpu_id = cpu_backend_id or self.cpu.id
         self.id, self.kind = self._cpu_id, "cpu"
-        self.job = None if files is None else _JobGpu(files, GpuBackendSpec.from_backend(files.backend))
+        self._jobs += 1
+        self.job = None if files is None else _JobGpu(files, GpuBackendSpec.from_backend(files.backend), str(self._jobs))
         self.session.fallback = None
         self.session.recorder.update_gpu({"initializationError": None})
         self.session.recorder.update_execution({"fallbackReason": None})
@@ -178,7 +238,8 @@ class GpuComputeBackend:
             self._fell_back(None, preference, budget, self._archive_error)
         elif job is not None and preference != "cpu":
             try:
-                outcome = await self._train_gpu(job, assign, preference, budget, module, weights, auxiliary, chunk)
+                outcome = await self._train_gpu(job, assign, preference, budget, module_sha256, module, weights,
+                                                auxiliary, chunk)
             except GpuError as exc:
                 self._fell_back(job, preference, budget, exc)
             else:
@@ -200,9 +261,13 @@ class GpuComputeBackend:
         return await self.cpu.evaluate(module_sha256=module_sha256, module=module, task=task)
 
     def follow(self, attempt_id: str | None) -> bool:
-        # A GPU step cannot be interrupted: a dropped attempt's result is discarded when it returns.
+        # A dropped attempt's GPU task is interrupted where the host can (a Worker is terminated);
+        # otherwise its result is discarded when it returns.
         self._current = attempt_id
         stale_gpu = self._gpu_attempt is not None and self._gpu_attempt != attempt_id
+        if stale_gpu:
+            assert self._gpu_attempt is not None
+            self.host.cancel(self._gpu_attempt)
         return self.cpu.follow(attempt_id) or stale_gpu
 
     def cancel(self) -> None:
@@ -210,8 +275,9 @@ class GpuComputeBackend:
 
     # ------------------------------------------------------------ the GPU path
 
-    async def _train_gpu(self, job: _JobGpu, assign: Assign, preference: str, budget: int, module: bytes,
-                         weights: bytes, auxiliary: Mapping[str, bytes], chunk: bytes | None) -> TrainOutcome:
+    async def _train_gpu(self, job: _JobGpu, assign: Assign, preference: str, budget: int, module_sha256: str,
+                         module: bytes, weights: bytes, auxiliary: Mapping[str, bytes],
+                         chunk: bytes | None) -> TrainOutcome:
         s = self.session
         key = (preference, budget)
         if job.refused is not None and job.refused[0] == key:
@@ -221,70 +287,39 @@ class GpuComputeBackend:
         spec = job.spec
         check_budget(spec.estimated_working_bytes, budget)  # before the device and any allocation
         s.recorder.set_stage("compiling", s.monotonic())
-        if job.device is None or job.device_key != key:
-            job.device, job.device_key, job.gate = None, None, None
-            try:
-                job.device = await self.run_blocking(lambda: self._open(spec, preference))
-            except GpuError:
-                raise
-            except Exception as exc:  # the host's WebGPU failed in a way it does not name
-                raise GpuError("device-failed", f"{type(exc).__name__}: {exc}"[:500]) from exc
-            job.device_key = key
-        device = job.device
-        s.recorder.update_gpu({"adapter": device.facts.as_diagnostics(), "initializationError": None})
-        await self.run_blocking(lambda: device.compile(job.files.archive))
-        s.recorder.set_stage("training", s.monotonic())
         work = _work(assign, chunk)
-        loop = asyncio.get_running_loop()
         tag = assign.attempt_id
         total = assign.chunk.example_count if assign.chunk is not None else assign.experience.unit_count
 
-        def report(progress: Any) -> None:
-            payload = {"processedExamples": progress.processed_examples, "totalExamples": total,
-                       "metrics": dict(progress.metrics)}
-            loop.call_soon_threadsafe(self._progress, tag, payload)
+        def on_event(kind: str, payload: dict[str, Any]) -> None:
+            if tag != self._gpu_attempt:
+                return  # a late report of a dropped attempt
+            if kind == "adapter":
+                s.recorder.update_gpu({"adapter": payload.get("adapter"), "initializationError": None})
+            elif kind == "compiled":
+                s.recorder.set_stage("training", s.monotonic())
+            elif kind == "progress" and self.cpu.local.on_progress is not None:
+                self.cpu.local.on_progress({"processedExamples": payload.get("processedExamples", 0),
+                                            "totalExamples": total, "metrics": payload.get("metrics", {})})
 
-        def run() -> Any:
-            runtime = ModelRuntime.load(module, self.engine)
-            gate = job.gate
-            if gate is None:
-                gate, _, _ = run_gate(runtime, device, job.files.archive, spec, weights, work, budget_mib=budget)
-            require_pass(gate)
-            job.gate = gate
-            runtime.load_model(weights)
-            if auxiliary:
-                runtime.load_auxiliary(auxiliary)
-            runtime.on_progress = report
-            return train_on_gpu(runtime, device, job.files.archive, spec, work, budget_mib=budget)
-
+        request = GpuAssignment(job.key, job.files.archive, spec, preference, budget, weights, auxiliary, work)
         self._gpu_attempt = tag
         try:
-            try:
-                result = await self.run_blocking(run)
-            except GpuError as exc:
-                if exc.reason in ("device-lost", "gpu-timeout"):
-                    job.device = None  # open a fresh device next time
-                raise
-            except Exception as exc:  # the host's WebGPU or the model's GPU operations: still the CPU's turn
-                job.device = None
-                raise GpuError("gpu-error", f"{type(exc).__name__}: {exc}"[:500]) from exc
+            outcome = await self.host.train(request, module_sha256=module_sha256, module=module,
+                                            on_event=on_event, tag=tag)
+        except (GpuError, TaskCancelled):
+            raise
+        except WeeiError as exc:  # the Worker ran past its deadline (it was stopped) or died
+            reason = "gpu-timeout" if exc.reason == "deadline-exceeded" else "gpu-error"
+            raise GpuError(reason, f"{exc.reason}: {exc.message}"[:500]) from exc
         finally:
             self._gpu_attempt = None
         if tag != self._current:
             raise TaskCancelled(f"attempt {tag} was dropped while it trained on the GPU")
-        trained = result.train
-        s.record("gpu.trained", {"attempt": tag, "hybrid": work.hybrid, "steps": result.stats.steps,
-                                 "trainingMs": round(result.training_ms, 1),
-                                 "gate": job.gate.detail if job.gate is not None else None})
-        return TrainOutcome(trained.weights, trained.metrics, trained.examples, trained.optimizer_steps)
-
-    def _open(self, spec: GpuBackendSpec, preference: str) -> GpuDevice:
-        return GpuDevice.open(self.gpu, preference=preference, required_features=spec.required_features,
-                              minimum_limits=spec.minimum_device_limits)
-
-    def _progress(self, tag: str, payload: dict[str, Any]) -> None:
-        if tag == self._gpu_attempt and self.cpu.local.on_progress is not None:
-            self.cpu.local.on_progress(payload)
+        s.record("gpu.trained", {"attempt": tag, "host": self.host.name, "hybrid": work.hybrid,
+                                 "steps": outcome.steps, "trainingMs": round(outcome.training_ms, 1),
+                                 "gate": outcome.gate})
+        return TrainOutcome(outcome.weights, outcome.metrics, outcome.examples, outcome.optimizer_steps)
 
     def _fell_back(self, job: _JobGpu | None, preference: str, budget: int, exc: GpuError) -> None:
         s = self.session

@@ -33,6 +33,8 @@ def spec_to_record(spec: JobSpec, *, job_seed: int | None, validation_sha256: st
         record["workingBytes"] = spec.working_bytes
     if spec.gpu is not None:  # executionFiles: the WGSL archive is one of the job's stored files
         record["gpu"] = spec.gpu.to_json()
+    if spec.cpu_backend is not None:
+        record["cpuBackend"] = spec.cpu_backend
     return record
 
 
@@ -66,6 +68,7 @@ def spec_from_record(record: Any) -> tuple[JobSpec, int | None, str | None]:
         validation_format=validation_format,
         gpu=GpuOffer.from_json(record["gpu"]) if record.get("gpu") is not None else None,
         working_bytes=_working_bytes(record.get("workingBytes")),
+        cpu_backend=str(record["cpuBackend"]) if isinstance(record.get("cpuBackend"), str) else None,
     )
     seed = record.get("jobSeed")
     return spec, parse_seed(seed) if seed is not None else None, validation_sha

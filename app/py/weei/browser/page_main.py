@@ -45,7 +45,7 @@ from .page_api import PageApi
 from .rtc import BrowserTransport
 from .signaling_ws import BrowserSignaling, signal_url
 from .worker_main import js_object
-from .workers import BrowserWorkerPool
+from .workers import BrowserWorkerPool, WorkerGpuHost
 
 __all__ = ["PageSession", "start", "session", "PEER_ID_KEY", "environment", "random_bytes"]
 
@@ -148,13 +148,14 @@ class PageSession:
         engine = PageEngine()
         room = str(hooks.room) if not is_nullish(getattr(hooks, "room", None)) and str(hooks.room) else None
         transport, peer_id = await self._connect(room)
+        pool = BrowserWorkerPool(hooks.createWorker, deadlines_ms=from_js_value(getattr(hooks, "taskDeadlinesMs", None)))
+        # webgpu.gpu only says whether the page has WebGPU: GPU assignments train in a Worker, on its navigator.gpu.
         controller = TrainingController(
-            my_peer_id=peer_id, storage=storage, kv=LocalStorageKeyValue(),
-            pool=BrowserWorkerPool(hooks.createWorker,
-                                   deadlines_ms=from_js_value(getattr(hooks, "taskDeadlinesMs", None))),
+            my_peer_id=peer_id, storage=storage, kv=LocalStorageKeyValue(), pool=pool,
             kernel=kernel, engine=engine,
             clock=lambda: float(date_now()), monotonic=lambda: float(performance.now()),
-            random_bytes=random_bytes, transport=transport, environment=environment(), gpu=webgpu.gpu)
+            random_bytes=random_bytes, transport=transport, environment=environment(), gpu=webgpu.gpu,
+            gpu_host=WorkerGpuHost(pool))
         await controller.init()
         if transport is not None and room is not None:
             transport.on_change = controller.changed

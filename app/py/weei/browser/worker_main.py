@@ -22,7 +22,22 @@ Requests are plain objects with an ``id`` (echoed back) and an ``op``:
                       ``optimizerSteps``, ``seconds``
 ``evaluate``          as train without ``seed``/``settings``; replies
                       ``metrics``, ``examples``, ``seconds``
+``trainGpu``          as train, plus ``gpu`` = ``{job, archive (the WGSL
+                      archive's text), backend (the GPU backend entry),
+                      preference, budgetMiB}``: the assignment on this
+                      Worker's WebGPU device (``weei.gpu.trainer``: the
+                      device is kept between requests, the gate runs once
+                      per job and device); replies as train plus ``gpu`` =
+                      ``{steps, trainingMs, gate}``. While it runs it posts
+                      ``{type: "progress", id, event, detail}`` for
+                      ``adapter`` (``{adapter}``) and ``compiled``
+                      (``{compilationMs}``). A GPU failure is a reply with
+                      ``kind: "gpu"`` and the fallback's reason.
 ===================== ====================================================
+
+``trainGpu`` blocks on WebGPU's promises (the shim's ``run_sync``), which
+works only because ``worker.js`` enters :func:`handle` with
+``callPromising`` (JSPI); it handles one request at a time anyway.
 
 Every reply is ``{type: "reply", id, ok: true, ...}`` or ``{type: "reply",
 id, ok: false, error: {kind, reason, message}}`` (``kind`` is ``model`` for
@@ -50,6 +65,10 @@ except ImportError:  # pragma: no cover
     jsnull = None
 
 from weei.core.errors import UsageError, WeeiError
+from weei.gpu.archive import parse_archive
+from weei.gpu.errors import GpuError
+from weei.gpu.session import GpuBackendSpec, GpuWork
+from weei.gpu.trainer import GpuAssignment, GpuTrainer
 from weei.runtime.abi import ModelRuntime
 from weei.runtime.results import Progress
 
@@ -155,6 +174,7 @@ class WorkerSession:
         self._request_id: Any = None
         self._progress_interval = DEFAULT_PROGRESS_INTERVAL
         self._last_progress = -math.inf
+        self._gpu: GpuTrainer | None = None  # this Worker's WebGPU device, on the first trainGpu
 
     def handle(self, msg: Any) -> Any:
         """Run one request; return the reply as a JS object (never raises for
@@ -173,6 +193,8 @@ class WorkerSession:
         except WeeiError as exc:
             kind = "usage" if isinstance(exc, UsageError) else "model"
             reply = {"ok": False, "error": {"kind": kind, "reason": exc.reason, "message": exc.message}}
+        except GpuError as exc:  # a named fallback: the page restarts the assignment on the CPU
+            reply = {"ok": False, "error": {"kind": "gpu", "reason": exc.reason, "message": exc.message}}
         finally:
             self._request_id = None
         return js_object({"type": "reply", "id": request_id, **reply, "ok": reply.get("ok", True)})
@@ -229,6 +251,29 @@ class WorkerSession:
             "seconds": seconds,
         }
 
+    def _train_gpu(self, msg: Any) -> dict[str, Any]:
+        runtime = self._require()
+        request = WorkRequest.parse(msg, "trainGpu")
+        assignment = _gpu_assignment(_plain(_field(msg, "gpu")), request)
+        if self._gpu is None:
+            from . import webgpu  # navigator.gpu of this Worker (None without WebGPU: webgpu-unavailable)
+
+            self._gpu = GpuTrainer(webgpu.gpu)
+        start = time.perf_counter()
+
+        def event(kind: str, detail: dict[str, Any]) -> None:
+            self._post(js_object({"type": "progress", "id": self._request_id, "event": kind, "detail": detail}))
+
+        outcome = self._gpu.run(runtime, assignment, event)
+        return {
+            "weights": to_uint8array(outcome.weights).buffer,
+            "metrics": outcome.metrics,
+            ("completedUnits" if request.experience is not None else "uniqueExamples"): outcome.examples,
+            "optimizerSteps": outcome.optimizer_steps,
+            "seconds": time.perf_counter() - start,
+            "gpu": {"steps": outcome.steps, "trainingMs": outcome.training_ms, "gate": outcome.gate},
+        }
+
     def _evaluate(self, msg: Any) -> dict[str, Any]:
         runtime = self._require()
         request = WorkRequest.parse(msg, "evaluate")
@@ -242,6 +287,7 @@ class WorkerSession:
         "createInitialWeights": _create_initial_weights,
         "train": _train,
         "evaluate": _evaluate,
+        "trainGpu": _train_gpu,
     }
 
     def _on_progress(self, progress: Progress) -> None:
@@ -259,6 +305,21 @@ class WorkerSession:
             "totalExamples": progress.total_examples,
             "metrics": dict(progress.metrics),
         }))
+
+
+def _gpu_assignment(gpu: Any, request: WorkRequest) -> GpuAssignment:
+    """trainGpu's ``gpu`` field, checked (the archive module by module again)."""
+    if not isinstance(gpu, dict):
+        raise UsageError("invalid-request", "trainGpu: gpu must be {job, archive, backend, preference, budgetMiB}")
+    try:
+        archive = parse_archive(str(gpu["archive"]).encode("utf-8"))
+        spec = GpuBackendSpec.from_backend(gpu["backend"])
+        preference, budget, job = str(gpu["preference"]), int(gpu["budgetMiB"]), str(gpu["job"])
+    except (KeyError, TypeError, ValueError, AttributeError):
+        raise UsageError("invalid-request", "trainGpu: gpu must be {job, archive, backend, preference, budgetMiB}") from None
+    work = GpuWork(data=request.data, format=request.format, experience=request.experience, seed=request.seed,
+                   settings=request.settings)
+    return GpuAssignment(job, archive, spec, preference, budget, request.weights, request.auxiliary, work)
 
 
 _session: WorkerSession | None = None

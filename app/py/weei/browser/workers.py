@@ -31,6 +31,13 @@ Pyodide is loading while the next job is set up; it gets the module again
 with its first task. A cancelled task still waiting for its Worker leaves
 the queue without running.
 
+GPU assignments: :class:`WorkerGpuHost` (the page's ``GpuHost``) sends
+them to Worker 0 as ``trainGpu`` (``weei.gpu.trainer`` runs there, on the
+Worker's own ``navigator.gpu``), queued, cancelled and bounded by a
+deadline like any task; the Worker's ``adapter`` and ``compiled`` events
+arrive as progress messages with an ``event`` field. A GPU failure replies
+with kind ``gpu`` and becomes a ``GpuError`` of the same reason.
+
 Deadlines: a request that runs past its deadline (:data:`TASK_DEADLINES_S`;
 a hung or hostile module) is treated the same way, the Worker terminated
 and replaced, and fails with ``ModelError('deadline-exceeded')``: the
@@ -59,21 +66,24 @@ from weei.api.ports import ProgressSink, WorkerResult, WorkerTask
 from weei.api.worker_tasks import TaskBook
 from weei.core.errors import ModelError, UsageError, WeeiError
 from weei.core.sandbox import DEFAULT_MEMORY_CAP, cap_module_memory, memory_limit
+from weei.gpu.archive import dump_archive
+from weei.gpu.errors import REASONS, GpuError
+from weei.gpu.trainer import EventSink, GpuAssignment, GpuOutcome
 
 from .convert import from_js_value, is_nullish
 from .engine import to_uint8array
 from .worker_main import js_object
 
-__all__ = ["BrowserWorkerPool", "TASK_DEADLINES_S"]
+__all__ = ["BrowserWorkerPool", "WorkerGpuHost", "TASK_DEADLINES_S"]
 
 #: How long one Worker request may take (s): generous, but finite. loadModel includes a new
 #: Worker's Pyodide start, which takes minutes on a loaded machine; training and validation
 #: match the CPython host's call deadline (the ceiling of weei.core.sandbox.operation_deadline_s;
 #: a task's own deadline from the measured pace is shorter).
-TASK_DEADLINES_S = {"loadModel": 300.0, "train": 900.0, "evaluate": 900.0}
+TASK_DEADLINES_S = {"loadModel": 300.0, "train": 900.0, "evaluate": 900.0, "trainGpu": 900.0}
 
 
-def _error(exc: JsException) -> WeeiError:
+def _error(exc: JsException) -> WeeiError | GpuError:
     reason = getattr(exc, "reason", None)
     kind = getattr(exc, "kind", None)
     detail = getattr(exc, "weeiMessage", None)
@@ -81,6 +91,8 @@ def _error(exc: JsException) -> WeeiError:
     if is_nullish(reason):
         return WeeiError("worker-failed", f"training Worker failed: {message}")
     reason = str(reason)
+    if kind == "gpu" and reason in REASONS:
+        return GpuError(reason, message)
     if kind == "model":
         return ModelError(reason, message)
     if kind == "usage":
@@ -142,7 +154,36 @@ class BrowserWorkerPool:
                 def sink(worker: int, payload: dict[str, Any]) -> None:
                     if not entry.cancelled:  # nothing from a cancelled task
                         on_progress(worker, payload)
-            return await entry.outcome(self._run(index, module_sha256, module, task, sink))
+            reply = await entry.outcome(self._run(index, module_sha256, module, task, sink))
+        metrics = {str(k): float(v) for k, v in (from_js_value(reply.metrics) or {}).items()}
+        if task.op == "evaluate":
+            return WorkerResult(None, metrics, _count(reply, "evaluate"))
+        steps = getattr(reply, "optimizerSteps", None)
+        return WorkerResult(bytes(reply.weights.to_bytes()), metrics, _count(reply, "train"),
+                            None if is_nullish(steps) else int(steps))
+
+    async def run_gpu(self, index: int, module_sha256: str, module: bytes, assignment: GpuAssignment,
+                      on_event: EventSink, *, tag: str = "") -> GpuOutcome:
+        """Train a GPU assignment in Worker ``index`` (``trainGpu``). Raises GpuError (a named fallback),
+        TaskCancelled, WeeiError (``deadline-exceeded``: the Worker was stopped; the Worker failed)."""
+        work = assignment.work
+        task = WorkerTask("trainGpu", assignment.weights, assignment.auxiliary, data=work.data, format=work.format,
+                          experience=work.experience, seed=work.seed, settings=work.settings)
+        gpu = {"job": assignment.job, "archive": dump_archive(assignment.archive).decode("utf-8"),
+               "backend": assignment.spec.to_backend(), "preference": assignment.preference,
+               "budgetMiB": assignment.budget_mib}
+        async with self._tasks.slot(index, tag) as entry:
+            def sink(_worker: int, payload: dict[str, Any]) -> None:
+                if not entry.cancelled:
+                    kind = payload.pop("event", "progress")
+                    on_event(str(kind), payload)
+            reply = await entry.outcome(self._run(index, module_sha256, module, task, sink, {"gpu": gpu}))
+        steps = getattr(reply, "optimizerSteps", None)
+        info = from_js_value(reply.gpu) or {}
+        return GpuOutcome(bytes(reply.weights.to_bytes()),
+                          {str(k): float(v) for k, v in (from_js_value(reply.metrics) or {}).items()},
+                          _count(reply, "train"), None if is_nullish(steps) else int(steps),
+                          int(info.get("steps", 0)), float(info.get("trainingMs", 0.0)), str(info.get("gate", "")))
 
     def cancel(self, tag: str | None = None) -> int:
         """Cancel the tasks of ``tag`` (all when None): terminate and replace the Workers running them."""
@@ -167,6 +208,10 @@ class BrowserWorkerPool:
         options: dict[str, Any] = {"transfer": transfer}
         if on_progress is not None:
             def progress(message: Any) -> None:
+                event = getattr(message, "event", None)
+                if not is_nullish(event):  # a GPU task's adapter / compiled
+                    on_progress(index, {**(from_js_value(getattr(message, "detail", None)) or {}), "event": str(event)})
+                    return
                 on_progress(index, {
                     "processedExamples": int(getattr(message, "processedExamples", 0) or 0),
                     "totalExamples": from_js_value(getattr(message, "totalExamples", None)),
@@ -202,7 +247,7 @@ class BrowserWorkerPool:
                 pass
 
     async def _run(self, index: int, module_sha256: str, module: bytes, task: WorkerTask,
-                   on_progress: ProgressSink | None) -> WorkerResult:
+                   on_progress: ProgressSink | None, extra: dict[str, Any] | None = None) -> Any:
         client = self._clients.get(index)
         if client is None:
             client = self._create()
@@ -232,13 +277,25 @@ class BrowserWorkerPool:
                 setattr(aux, slot, buffer)
                 transfer.append(buffer)
             fields["auxiliary"] = aux
-        if task.op == "train":
+        if task.op in ("train", "trainGpu"):
             fields["seed"] = str(task.seed)
             fields["settings"] = dict(task.settings or {})
-        reply = await self._request(index, client, task.op, fields, transfer, on_progress, task.deadline_s)
-        metrics = {str(k): float(v) for k, v in (from_js_value(reply.metrics) or {}).items()}
-        if task.op == "evaluate":
-            return WorkerResult(None, metrics, _count(reply, "evaluate"))
-        steps = getattr(reply, "optimizerSteps", None)
-        return WorkerResult(bytes(reply.weights.to_bytes()), metrics, _count(reply, "train"),
-                            None if is_nullish(steps) else int(steps))
+        fields.update(extra or {})
+        return await self._request(index, client, task.op, fields, transfer, on_progress, task.deadline_s)
+
+
+class WorkerGpuHost:
+    """The page's ``GpuHost``: GPU assignments train in the pool's Worker 0, not in the page."""
+
+    name = "worker"
+    in_pool = True
+
+    def __init__(self, pool: BrowserWorkerPool) -> None:
+        self.pool = pool
+
+    async def train(self, assignment: GpuAssignment, *, module_sha256: str, module: bytes,
+                    on_event: EventSink, tag: str) -> GpuOutcome:
+        return await self.pool.run_gpu(0, module_sha256, module, assignment, on_event, tag=tag)
+
+    def cancel(self, tag: str) -> None:
+        self.pool.cancel(tag)

@@ -415,7 +415,7 @@ class Coordinator(RoundLoop):
         aux = dict(self.spec.auxiliary_files)
         gpu = self.spec.gpu.to_json() if self.spec.gpu is not None else None  # announced, not sent
         self._send(peer, Deliver(self.spec.job_id, self.spec.module.ref, self.spec.info.raw, aux, gpu,
-                                 self.spec.working_bytes),
+                                 self.spec.working_bytes, self.spec.cpu_backend),
                    (self.spec.module.ref, *aux.values()))
 
     def _add_local_participant(self) -> None:

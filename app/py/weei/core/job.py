@@ -100,6 +100,7 @@ class JobSpec:
     validation_format: str | None = None
     gpu: GpuOffer | None = None  # executionFiles were selected
     working_bytes: int | None = None  # the CPU backend's estimatedWorkingBytes (weei.core.sandbox); None: unknown
+    cpu_backend: str | None = None  # the package's CPU backend id (participants' execution.backend on the CPU)
 
     @property
     def is_experience(self) -> bool:

@@ -317,7 +317,9 @@ class Deliver(_Message):
 
     ``gpu`` (a job created with executionFiles) announces the WGSL archive
     without sending it (:func:`check_gpu_offer`): a participant that will
-    train on its GPU asks for it in its ModuleStatus."""
+    train on its GPU asks for it in its ModuleStatus. ``cpu_backend`` is the
+    package's CPU backend id (what the participant's diagnostics name when
+    it trains on the CPU; absent for a job without a package)."""
 
     TYPE: ClassVar[str] = "deliver"
     DIRECTION: ClassVar[Direction] = Direction.TO_PARTICIPANT
@@ -327,12 +329,14 @@ class Deliver(_Message):
     auxiliary: dict[str, ArtifactRef] = field(default_factory=dict)
     gpu: dict[str, Any] | None = None
     working_bytes: int | None = None  # the package's estimatedWorkingBytes: bounds the module's memory
+    cpu_backend: str | None = None
 
     @classmethod
     def _parse(cls, obj: dict[str, Any]) -> Deliver:
         gpu = check_gpu_offer(obj["gpu"]) if obj.get("gpu") is not None else None
         return cls(_str(obj, "jobId"), ArtifactRef.from_json(obj.get("module"), _AT.at("module")),
-                   _obj(obj, "modelInfo"), _auxiliary(obj), gpu, _int(obj, "workingBytes", optional=True))
+                   _obj(obj, "modelInfo"), _auxiliary(obj), gpu, _int(obj, "workingBytes", optional=True),
+                   _str(obj, "cpuBackend", optional=True, limit=_MAX_NAME))
 
     def _body(self) -> dict[str, Any]:
         body = super()._body()

@@ -64,6 +64,7 @@ class Participant:
         self.model_info: dict[str, Any] | None = None
         self.gpu_offer: dict[str, Any] | None = None  # Deliver's WGSL archive announcement (checked JSON)
         self.working_bytes: int | None = None  # Deliver's estimatedWorkingBytes (weei.core.sandbox)
+        self.cpu_backend: str | None = None  # Deliver's: the package's CPU backend id
         self.weight_bytes = weight_bytes
         self.paused = False
         self.current: Assign | None = None
@@ -142,6 +143,7 @@ class Participant:
             self.model_info = message.model_info
             self.gpu_offer = message.gpu
             self.working_bytes = message.working_bytes
+            self.cpu_backend = message.cpu_backend
             self._commands.append(LoadModule(message.module, dict(message.auxiliary)))
         elif isinstance(message, Assign):
             self._on_assign(message)

@@ -2,9 +2,9 @@
 programs, the admission gate, and the executor over the wgpu-py API.
 
 ``errors``, ``archive``, ``program``, ``gate`` and ``adapter`` are pure
-(no I/O, no clock); ``executor`` and ``session`` drive a device through the
-``gpu`` object the host passes in (``wgpu.gpu`` in CPython, the
-``weei.browser.webgpu`` shim in Pyodide).
+(no I/O, no clock); ``executor``, ``session`` and ``trainer`` drive a device
+through the ``gpu`` object the host passes in (``wgpu.gpu`` in CPython, the
+``weei.browser.webgpu`` shim in a browser's training Worker).
 """
 
 from __future__ import annotations

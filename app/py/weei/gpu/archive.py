@@ -35,6 +35,7 @@ __all__ = [
     "require_modules",
     "entry_points_of",
     "pack_archive",
+    "dump_archive",
 ]
 
 ARCHIVE_FORMAT = "weei-wgsl-archive-v1"
@@ -159,6 +160,13 @@ def require_modules(archive: ShaderArchive, names: Iterable[str]) -> None:
     for name in names:
         if archive.module(name) is None:
             raise GpuError("module-missing", f"the WGSL archive has no module {name!r}")
+
+
+def dump_archive(archive: ShaderArchive) -> bytes:
+    """The checked archive as an archive file again (what a training Worker gets; it parses it anew)."""
+    modules = [{"name": m.name, "sha256": m.sha256, "entryPoints": list(m.entry_points), "source": m.source}
+               for m in archive.modules]
+    return json.dumps({"format": ARCHIVE_FORMAT, "modules": modules}, ensure_ascii=False).encode("utf-8")
 
 
 def pack_archive(sources: Mapping[str, str]) -> bytes:

@@ -52,6 +52,12 @@ class GpuBackendSpec:
             dict(backend.get("minimumDeviceLimits", {})),
         )
 
+    def to_backend(self) -> dict[str, Any]:
+        """The fields :meth:`from_backend` reads (what the page sends a training Worker)."""
+        return {"id": self.id, "estimatedWorkingBytes": self.estimated_working_bytes,
+                "numericalMode": self.numerical_mode, "requiredFeatures": list(self.required_features),
+                "minimumDeviceLimits": dict(self.minimum_device_limits)}
+
 
 @dataclass(frozen=True)
 class GpuWork:
