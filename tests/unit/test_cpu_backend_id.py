@@ -70,7 +70,7 @@ def test_a_remote_cpu_participant_names_the_packages_cpu_backend() -> None:
 
 def test_deliver_carries_the_cpu_backend_checked_at_the_boundary() -> None:
     ref = ArtifactRef("module", "a" * 64, 10)
-    message = Deliver("job-1", ref, {"name": "m"}, {}, None, "cpu-wasm-simd").to_json()
+    message = Deliver("job-1", ref, {"name": "m"}, {}, None, cpu_backend="cpu-wasm-simd").to_json()
     assert message["cpuBackend"] == "cpu-wasm-simd"
     assert decode_message(message).cpu_backend == "cpu-wasm-simd"
     assert "cpuBackend" not in Deliver("job-1", ref, {"name": "m"}).to_json()
