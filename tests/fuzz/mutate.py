@@ -85,6 +85,10 @@ def _factor(rng: random.Random, large: int) -> int:
     return large if rng.random() < 0.1 else rng.choice((2, 3, 10, 50))
 
 
+def _clamp(number: int) -> int:
+    return max(-10**300, min(10**300, number))
+
+
 def _tweak(rng: random.Random, node: Any, objects: bool) -> Any:
     """A value near ``node``: the same type with an edge value, or the same value as another type.
 
@@ -94,9 +98,12 @@ def _tweak(rng: random.Random, node: Any, objects: bool) -> Any:
     if isinstance(node, bool):
         options = (lambda: not node, lambda: int(node), lambda: str(node).lower(), lambda: None)
     elif isinstance(node, int):
-        options = (lambda: node + 1, lambda: node - 1, lambda: -node, lambda: node * 2**40, lambda: node + 0.5,
+        # Kept within 10**300: a JSON text can carry larger (parse_json refuses past 4,300 digits; mutate_text
+        # writes those), but as a value such an int could only come from this mutator.
+        options = (lambda: node + 1, lambda: node - 1, lambda: -node, lambda: _clamp(node * 2**40),
+                   lambda: node + 0.5 if abs(node) < 2**1000 else 0.5,
                    lambda: float(node) if abs(node) < 2**1000 else 1e308, lambda: str(node), lambda: 0,
-                   lambda: node * 10**20, lambda: [node], lambda: bool(node))
+                   lambda: _clamp(node * 10**20), lambda: [node], lambda: bool(node))
     elif isinstance(node, float):
         options = (lambda: node * 1e300, lambda: -node, lambda: node + 1, lambda: str(node),
                    lambda: int(node) if math.isfinite(node) else 0,

@@ -51,7 +51,11 @@ def run_chunk(job: tuple[str, int, int, int, str, float]) -> dict[str, Any]:
     slowest = 0.0
     started = time.process_time()
     for index in range(count):
-        data = generate(target, rng)
+        try:
+            data = generate(target, rng)
+        except Exception as error:  # noqa: BLE001 - the harness's own bug: counted and shown, the run goes on
+            failures.append(f"harness: {type(error).__name__}: {error}"[:300])
+            continue
         t0 = time.process_time()  # CPU time: another process's load does not make an input slow
         error = check(target, data)
         took = time.process_time() - t0
