@@ -494,7 +494,7 @@ def test_methods_wait_for_python_and_the_api_lists_every_method(weei_server: Any
     assert out["saved"] == [] and out["state"].startswith("peer-")
     assert out["device"] == [True, 1024, "cpu"] and out["resumed"] is False
     assert out["methods"] == sorted([
-        "getState", "subscribe", "createJob", "continueFromCheckpoint", "invite", "decideInvitation", "start",
+        "getState", "getRoom", "subscribe", "createJob", "continueFromCheckpoint", "invite", "decideInvitation", "start",
         "pause", "resume", "stop", "updateSettings", "runValidation", "shuffleChunks", "exportCheckpoint",
         "exportModule", "leave", "getDebugLog", "exportDebugLog", "clearDebugLog", "setMaxLocalWorkers",
         "setGpuMemoryBudgetMiB", "setBackendPreference", "pauseContribution", "listSavedJobs", "openSavedJob",

@@ -235,14 +235,17 @@ def check_depth(value: Any, fail: Fail, max_depth: int = MAX_JSON_DEPTH) -> None
 def parse_json(data: str | bytes | bytearray | memoryview, fail: Fail, max_depth: int = MAX_JSON_DEPTH) -> Any:
     """Parse untrusted JSON (UTF-8 bytes or text); ``fail`` for anything but JSON nesting at most ``max_depth``.
 
-    NaN and Infinity are refused, as JSON.parse refuses them. The C parser
-    raises RecursionError (not a crash) for nesting near the interpreter's
-    limit; that becomes ``fail`` like any other bad input.
+    NaN and Infinity are refused, as JSON.parse refuses them. Nesting is
+    measured on the text before parsing: in Pyodide the C parser's recursion
+    can exhaust the WebAssembly stack (a fatal error, not a RecursionError)
+    before the interpreter's limit is reached.
     """
     try:
         text = data if isinstance(data, str) else bytes(data).decode("utf-8")
     except UnicodeDecodeError as exc:
         fail(f"is not UTF-8 ({exc.reason})")
+    if _text_depth(text, max_depth) > max_depth:
+        fail(f"nests deeper than {max_depth} levels")
     try:
         value = json.loads(text, parse_constant=_refuse_constant)
     except RecursionError:
@@ -251,6 +254,22 @@ def parse_json(data: str | bytes | bytearray | memoryview, fail: Fail, max_depth
         fail(f"is not valid JSON ({exc})")
     check_depth(value, fail, max_depth)
     return value
+
+
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+
+
+def _text_depth(text: str, limit: int) -> int:
+    """The deepest nesting of brackets outside strings, counted up to ``limit`` + 1 (linear time)."""
+    depth = peak = 0
+    for ch in _NOT_BRACKET.sub("", _JSON_STRING.sub("", text)):
+        depth += 1 if ch in "[{" else -1
+        if depth > peak:
+            peak = depth
+            if peak > limit:
+                break
+    return peak
 
 
 def first_duplicate(items: Iterable[T]) -> T | None:
