@@ -55,7 +55,9 @@ int model_load(const wj_doc *in, const weei_region *w) {
         weei_msg m = { {0}, 0 };
         weei_msg_str(&m, "weights must be ");
         weei_msg_int(&m, WEIGHT_BYTES);
-        weei_msg_str(&m, " bytes (4810 float32), got ");
+        weei_msg_str(&m, " bytes (");
+        weei_msg_int(&m, N_PARAMS);
+        weei_msg_str(&m, " float32), got ");
         weei_msg_int(&m, w->bytes);
         return weei_fail(m.buf);
     }
