@@ -62,7 +62,9 @@ def test_widget_trains_a_model_made_with_weei_model_new(weei_server: Any, page: 
     pg.wait_for_function(f"() => {API}.getState().job?.status === 'completed'", timeout=240_000)
     checkpoints = [c for c in state(pg)["job"]["checkpoints"] if "validationMetrics" in c]
     accuracy = {c["artifact"]["round"]: c["validationMetrics"]["values"]["accuracy"] for c in checkpoints}
-    assert max(accuracy) == 8 and accuracy[8] >= 0.9 and accuracy[8] > accuracy[min(accuracy)], accuracy
+    # 8 chunks make 7 or 8 rounds: with two local Workers a round may take two chunks.
+    last = max(accuracy)
+    assert last >= 7 and accuracy[last] >= 0.9 and accuracy[last] > accuracy[min(accuracy)], accuracy
     rows = f"document.querySelector('{HOST}').shadowRoot.querySelectorAll('table.checkpoints tbody tr').length"
-    assert pg.evaluate(rows) >= 8
+    assert pg.evaluate(rows) >= last
     assert not log.errors, log.errors
