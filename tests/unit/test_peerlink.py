@@ -303,6 +303,25 @@ def test_leaving_the_room_tears_down_without_retry_and_an_answerer_never_retries
     assert net2.m[B].next_timer() is None, "B sorts higher: it waits for A's offer"
 
 
+def test_a_close_that_outruns_the_room_list_retries_once_then_the_list_ends_it_quietly() -> None:
+    """B closes; A hears the channel go before signaling's list drops B (the order under load in the browser)."""
+    net = Net(A, B, hold_signals=True)
+    net.room(A, B)
+    net.flush()
+    a_link = next(k[1] for k, v in net.links.items() if k[0] == A and v["peer"] == B)
+    net.links[(B, 1)]["closed"] = True  # B is gone: its end answers nothing
+    net.run(A, net.m[A].link_closed(a_link, "channel closed", net.now))
+    assert net.kinds(A) == [("connected", B), ("disconnected", B)] and net.m[A].members() == (A, B)
+    net.advance(1000)  # the retry falls due while signaling still lists B
+    assert list(net.m[A].links()) == [B] and not net.m[A].links()[B][1]
+    net.run(A, net.m[A].room((A,), net.now))
+    assert net.m[A].links() == {} and net.m[A].members() == (A,)
+    assert net.kinds(A) == [("connected", B), ("disconnected", B)], "a link that never opened is no disconnection"
+    assert net.m[A].next_timer() is None
+    net.advance(60_000)
+    assert net.m[A].links() == {}
+
+
 def test_a_new_offer_replaces_the_link_and_a_new_peer_id_ends_every_pairing() -> None:
     m = LinkManager()
     m.welcomed(B, (), 0)

@@ -18,6 +18,10 @@ decides nothing itself.
   never races a re-offer. Commands produced outside it (a platform event, a
   timer) run at once up to the first such command; the rest waits for the
   lock in a task (tasks take the lock in the order they were made).
+* A platform operation is abandoned when its link closes, and bounded by the
+  connect timeout: a closed ``RTCPeerConnection`` never settles the
+  operations still queued on it, and one such promise awaited under the lock
+  would stall every later signaling event of this transport for good.
 * One timer handle follows :meth:`LinkManager.next_timer`.
 * ``Wake(peer)`` starts one drainer task for that peer: each peer's
   deliveries reach the receiver in arrival order, and a slow receiver never
@@ -30,8 +34,8 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol, TypeVar
 
 from ..core.commands import Send
 from ..core.errors import WeeiError
@@ -45,6 +49,11 @@ __all__ = ["LinkTransport", "Receiver"]
 
 _ASYNC = (MakeOffer, SetRemote, MakeAnswer, AddCandidate, SendSignal)
 _SETUP = {MakeOffer: "offer", SetRemote: "remote description", MakeAnswer: "answer"}
+_T = TypeVar("_T")
+
+
+class _LinkGone(Exception):
+    """The link closed while the platform was still working on it: nothing is left to do."""
 
 
 class Receiver(Protocol):
@@ -70,8 +79,10 @@ class LinkTransport:
         self.signaling = signaling
         self.on_change = on_change
         self.links = LinkManager(connect_timeout_ms=connect_timeout_s * 1000.0)
+        self.connect_timeout_s = connect_timeout_s
         self._receiver: Any = None
         self._handles: dict[int, Any] = {}  # link number -> the platform's objects
+        self._gone: dict[int, asyncio.Future[None]] = {}  # link number -> done when it closes
         self._setup = asyncio.Lock()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._drainers: dict[str, asyncio.Task[None]] = {}
@@ -248,20 +259,46 @@ class LinkTransport:
         try:
             if isinstance(command, AddCandidate):
                 try:
-                    await self._add_candidate(handle, command.init)
+                    await self._platform_call(command.link, self._add_candidate(handle, command.init))
+                except _LinkGone:
+                    return
                 except Exception as exc:
                     await self._run(self.links.candidate_refused(command.link, exc))
             elif isinstance(command, SetRemote):
-                await self._set_remote(handle, command.kind, command.sdp)
+                await self._platform_call(command.link, self._set_remote(handle, command.kind, command.sdp))
                 await self._run(self.links.remote_set(command.link))
             else:
-                sdp = await self._local_description(handle, "offer" if isinstance(command, MakeOffer) else "answer")
+                kind = "offer" if isinstance(command, MakeOffer) else "answer"
+                sdp = await self._platform_call(command.link, self._local_description(handle, kind))
                 await self._run(self.links.local_description(command.link, sdp))
         except asyncio.CancelledError:
             raise
+        except _LinkGone:
+            return
         except Exception as exc:
             what = _SETUP.get(type(command), type(command).__name__)
             await self._run(self.links.setup_failed(command.link, f"{what} failed: {exc}", now_ms()))
+
+    async def _platform_call(self, link: int, operation: Awaitable[_T]) -> _T:
+        """``operation``'s result; raises _LinkGone if ``link`` closes first, TimeoutError after the connect
+        timeout (see the module docstring)."""
+        gone = self._gone.get(link)
+        task = asyncio.ensure_future(operation)
+        if gone is None:
+            task.cancel()
+            raise _LinkGone()
+        try:
+            done, _ = await asyncio.wait({task, gone}, timeout=self.connect_timeout_s,
+                                         return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+        if task in done:
+            return task.result()
+        task.cancel()
+        if gone in done:
+            raise _LinkGone()
+        raise TimeoutError(f"the platform did not answer in {self.connect_timeout_s:.0f} s")
 
     def _now(self, command: Command) -> None:
         if isinstance(command, Pump):
@@ -273,8 +310,12 @@ class LinkTransport:
             (self.logger.warning if command.level == "warning" else self.logger.info)("%s", command.text)
         elif isinstance(command, CreateLink):
             self._handles[command.link] = self._create(command)
+            self._gone[command.link] = asyncio.get_event_loop().create_future()
             self._changed()
         elif isinstance(command, CloseLink):
+            gone = self._gone.pop(command.link, None)
+            if gone is not None and not gone.done():
+                gone.set_result(None)
             handle = self._handles.pop(command.link, None)
             if handle is not None:
                 self._close(handle)

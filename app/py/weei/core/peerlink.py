@@ -126,6 +126,10 @@ class LinkManager:
         """Peers with an open channel."""
         return sorted(p for p, link in self._links.items() if link.opened)
 
+    def members(self) -> tuple[str, ...]:
+        """The room as signaling last listed it (a channel can close before that list says the peer left)."""
+        return self._room
+
     def links(self) -> dict[str, tuple[int, bool]]:
         """Every live link: peer -> (link number, open)."""
         return {p: (link.id, link.opened) for p, link in self._links.items()}
