@@ -181,6 +181,28 @@ def test_local_training_gives_each_task_a_deadline_from_the_measured_pace() -> N
     asyncio.run(main())
 
 
+def test_a_validation_deadline_follows_the_pace_measured_per_byte_of_the_validation_file() -> None:
+    async def main() -> None:
+        wasm, chunk = digits()
+        pool = ThreadWorkerPool(WasmtimeEngine(), 1)
+        weights = ModelRuntime.load(wasm, WasmtimeEngine()).create_initial_weights(5)
+        clock = _Clock(step=len(chunk) * 1e-6)  # each evaluation "takes" a microsecond per byte
+        local = LocalWorkers(pool, NumpyKernel(), monotonic=clock)
+        task = WorkerTask("evaluate", weights, {}, data=chunk, format="weei-digits-v1")
+        seen = []
+        for data in (chunk, chunk, chunk * 2000):  # the third: a file 2000 times larger (the engine is not run)
+            seen.append(local.speed.deadline_s("evaluate/data", len(data)))
+            if data is chunk:
+                await local.evaluate("digits", wasm, task)
+                assert pool._engines[0].call_deadline_s == seen[-1]
+        assert local.speed.pace("evaluate/data") == pytest.approx(1e-6)
+        assert seen == [sandbox.DEADLINE_CEILING_S, sandbox.DEADLINE_FLOOR_S,
+                        pytest.approx(min(sandbox.DEADLINE_CEILING_S, len(chunk) * 2000 * 1e-6 * sandbox.DEADLINE_FACTOR))]
+        assert seen[2] < sandbox.DEADLINE_CEILING_S, "a measured device no longer waits the ceiling for a hung module"
+
+    asyncio.run(main())
+
+
 def test_the_package_estimate_travels_from_prepare_to_the_participant() -> None:
     from test_prepare import _package, _prepare
 

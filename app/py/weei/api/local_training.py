@@ -69,9 +69,11 @@ class LocalWorkers:
         return result
 
     async def evaluate(self, module_sha256: str, module: bytes, task: WorkerTask) -> WorkerResult:
-        """Run an 'evaluate' task on Worker 0. Its units are the experience's; a validation file's
-        example count is not known here, so its deadline is the ceiling."""
-        return await self.run(0, module_sha256, module, task, task.experience[1] if task.experience is not None else 0)
+        """Run an 'evaluate' task on Worker 0. Its units are the experience's episodes, or the validation
+        file's bytes: its example count is known only once the model has read it, and the same file
+        comes back every round, so seconds per byte is the pace that predicts the next evaluation."""
+        units = task.experience[1] if task.experience is not None else len(task.data or b"")
+        return await self.run(0, module_sha256, module, task, units)
 
     def follow(self, attempt_id: str | None) -> bool:
         """The participant now holds ``attempt_id`` (None: no attempt); cancel the training of any other.
