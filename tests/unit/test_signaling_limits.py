@@ -5,13 +5,17 @@ many sockets."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 from typing import Any
 
+import pytest
+
+from weei.core.errors import UsageError
 from weei.core.signaling_protocol import new_room_key, room_code
 from weei.server.rooms import Hub, Limits, Send
-from weei.server.signaling import Signaling, SignalingConfig, _Outbox
+from weei.server.signaling import Signaling, SignalingConfig, _Outbox, add_arguments, configs_from
 
 SECRET = b"q" * 32
 SDP = "v=0\r\n" + "a=x-filler:" + "z" * 30_000 + "\r\n"
@@ -171,3 +175,25 @@ def test_many_addresses_together_meet_the_server_wide_budgets() -> None:
         conn, _ = clock.hub.connect(clock.now, f"10.9.1.{i}")
         reasons.append(clock.hub.receive(conn, big, clock.now)[0].frame["reason"])
     assert reasons.count("bad-message") == 200_000 // len(big) and "bytes-rate-limited" in reasons
+
+
+def test_an_operator_sets_the_budgets_on_the_command_line_and_a_bad_one_is_named() -> None:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    config, _ = configs_from(parser.parse_args(["--signal-limit", "max_rooms_per_ip=2",
+                                                "--signal-limit", "join-rate=5.5"]))
+    assert config.limits == Limits(max_rooms_per_ip=2, join_rate=5.5)
+    clock = Clock(Hub(config.limits, SECRET))  # the budget given is the one the hub keeps
+    answers = []
+    for i in range(3):
+        conn, _ = clock.hub.connect(clock.now, "192.0.2.8")
+        clock.hub.receive(conn, '{"type":"hello"}', clock.now)
+        answers += [o.frame.get("reason", o.frame["type"]) for o in clock.hub.receive(conn, _join(_key(700 + i)),
+                                                                                      clock.now) if isinstance(o, Send)]
+    assert answers == ["peers", "peers", "too-many-rooms"]
+    for bad, words in ((["max_room=3"], "NAME one of"), (["max_rooms_per_ip"], "NAME=VALUE"),
+                       (["max_rooms_per_ip=2.5"], "not a whole number"), (["join_rate=fast"], "not a number"),
+                       (["max_rooms_per_ip=0"], "positive int"), (["join_rate=inf"], "positive number")):
+        with pytest.raises(UsageError) as err:
+            configs_from(parser.parse_args([f"--signal-limit={bad[0]}"]))
+        assert err.value.reason == "invalid-signaling-limits" and words in str(err.value), (bad, str(err.value))

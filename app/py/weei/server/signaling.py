@@ -41,7 +41,7 @@ import sys
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from aiohttp import WSMsgType, web
@@ -371,6 +371,24 @@ def read_secret(args: argparse.Namespace) -> bytes | None:
     return text.encode() if text else None
 
 
+def parse_limits(items: list[str]) -> Limits:
+    """``Limits`` with ``NAME=VALUE`` overrides; raises UsageError ``invalid-signaling-limits`` naming the item."""
+    kinds = {f.name: f.type for f in fields(Limits)}
+    changes: dict[str, Any] = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        name = name.strip().replace("-", "_")
+        if not sep or name not in kinds:
+            raise UsageError("invalid-signaling-limits",
+                             f"--signal-limit {item!r}: expected NAME=VALUE with NAME one of {', '.join(kinds)}")
+        try:
+            changes[name] = int(text) if kinds[name] in ("int", int) else float(text)
+        except ValueError:
+            raise UsageError("invalid-signaling-limits", f"--signal-limit {item!r}: {text!r} is not a "
+                             f"{'whole number' if kinds[name] in ('int', int) else 'number'}") from None
+    return Limits(**changes)  # its own checks name a value out of range
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of the signaling endpoint and of the HTTP listener (``weei serve`` has them too)."""
     parser.add_argument("--ice", action="append", default=[], metavar="URLS[|USER|CRED]",
@@ -391,13 +409,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-connections-per-ip", type=int, default=defaults.max_connections_per_ip,
                         help=f"open connections from one IP address; more get 429 "
                              f"(default {defaults.max_connections_per_ip})")
+    parser.add_argument("--signal-limit", action="append", default=[], metavar="NAME=VALUE",
+                        help="change one signaling budget (repeatable), e.g. join_rate=5 or max_rooms_per_ip=64; "
+                             "the names and defaults are in docs/signaling.md, Limits: "
+                             + ", ".join(f.name for f in fields(Limits)))
 
 
 def configs_from(args: argparse.Namespace) -> tuple[SignalingConfig, HttpLimits]:
     """The configurations :func:`add_arguments`'s options name. Raises UsageError or OSError."""
     signaling = SignalingConfig(secret=read_secret(args), path=getattr(args, "path", "/signal"),
                                 ice_servers=tuple(IceServer.parse(t) for t in args.ice),
-                                allowed_origins=tuple(args.allow_origin))
+                                allowed_origins=tuple(args.allow_origin),
+                                limits=parse_limits(args.signal_limit))
     limits = HttpLimits(header_timeout_s=args.header_timeout, max_connections=args.max_connections,
                         max_connections_per_ip=args.max_connections_per_ip)
     return signaling, limits
