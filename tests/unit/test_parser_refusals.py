@@ -189,7 +189,20 @@ def test_a_missing_field_of_a_job_record_is_named() -> None:
     assert err.value.reason == "corrupt"
 
 
-@pytest.mark.parametrize("stored", [{"summary": {}}, {"file": b"x"}, "text", {"summary": [], "file": b"x"}])
+_ARTIFACT = {"round": 0, "sha256": "ab" * 32, "bytes": 1, "fileName": "m-round-0.weeickpt"}
+
+
+@pytest.mark.parametrize("stored", [
+    {"summary": {}}, {"file": b"x"}, "text", {"summary": [], "file": b"x"},
+    # Before: reopen indexed these unchecked (KeyError, TypeError, a history under the wrong round).
+    {"summary": {}, "file": b"x"},
+    {"summary": {"artifact": []}, "file": b"x"},
+    {"summary": {"artifact": {**_ARTIFACT, "round": "0"}}, "file": b"x"},
+    {"summary": {"artifact": {**_ARTIFACT, "round": 7}}, "file": b"x"},
+    {"summary": {"artifact": {**_ARTIFACT, "round": True}}, "file": b"x"},
+    {"summary": {"artifact": {**_ARTIFACT, "sha256": "zz" * 32}}, "file": b"x"},
+    {"summary": {"artifact": {k: v for k, v in _ARTIFACT.items() if k != "fileName"}}, "file": b"x"},
+])
 def test_a_damaged_checkpoint_entry_is_corrupt(stored: Any) -> None:
     # Before: KeyError or TypeError out of JobStore.read_checkpoints.
     storage = MemoryStorage()
@@ -197,6 +210,13 @@ def test_a_damaged_checkpoint_entry_is_corrupt(stored: Any) -> None:
     with pytest.raises(StorageError) as err:
         asyncio.run(JobStore(storage).read_checkpoints("job-1"))
     assert err.value.reason == "corrupt"
+
+
+def test_a_checkpoint_entry_as_saved_reads_back() -> None:
+    storage = MemoryStorage()
+    asyncio.run(storage.put("checkpoints", checkpoint_key("job-1", 0), {"summary": {"artifact": _ARTIFACT},
+                                                                        "file": b"x"}))
+    assert asyncio.run(JobStore(storage).read_checkpoints("job-1")) == ([{"artifact": _ARTIFACT}], b"x")
 
 
 # ------------------------------------------------------------------ the WGSL archive

@@ -294,8 +294,18 @@ class JobStore:
 
 
 def _stored_checkpoint(stored: Any, key: str) -> tuple[dict[str, Any], bytes]:
-    """A checkpoint entry read back from storage: its summary and its file; StorageError('corrupt') otherwise."""
+    """A checkpoint entry read back from storage: its summary and its file; StorageError('corrupt') otherwise.
+
+    The summary's artifact is what a reopened job indexes its history by (the round a snapshot slot
+    names, the file the page offers), so it is checked here, against the key it was saved under."""
     if not isinstance(stored, dict) or not isinstance(stored.get("summary"), dict) \
             or not isinstance(stored.get("file"), (bytes, bytearray, memoryview)):
         raise StorageError("corrupt", f"checkpoint {key} in storage is not a summary and a file")
+    artifact = stored["summary"].get("artifact")
+    round_ = artifact.get("round") if isinstance(artifact, dict) else None
+    sha = artifact.get("sha256") if isinstance(artifact, dict) else None
+    if type(round_) is not int or not key.endswith(f"/{round_:08d}") or not isinstance(sha, str) \
+            or len(sha) != 64 or sha.strip("0123456789abcdef") or not isinstance(artifact.get("fileName"), str):
+        raise StorageError("corrupt", f"checkpoint {key} in storage: its summary does not name the round, "
+                                      f"SHA-256 and file name it was saved under")
     return stored["summary"], bytes(stored["file"])
