@@ -12,6 +12,7 @@ pause); with ``normClip: 3`` plus ``combine: "trimmedMean"`` it stays within
 
 from __future__ import annotations
 
+import asyncio
 import json
 from functools import lru_cache
 from typing import Any, Callable
@@ -19,13 +20,18 @@ from typing import Any, Callable
 import numpy as np
 import pytest
 
+from weei.api.job_store import JobStore
+from weei.api.ports import StorageError
 from weei.core.errors import ModelError
 from weei.core.job import ChunkInfo, JobSpec, ModuleInfo
 from weei.core.messages import Assign, Update
 from weei.core.modelinfo import ModelInfo
 from weei.core.participant import TrainOutcome
+from weei.core.peers import eligible
 from weei.core.settings import AggregationSettings, TrainingSettings
 from weei.demo.run import models_dir
+from weei.host.memory_storage import MemoryStorage
+from weei.kernel.numpy_kernel import NumpyKernel
 from weei.runtime import ModelRuntime
 from weei.runtime.wasmtime_engine import WasmtimeEngine
 
@@ -199,3 +205,51 @@ def test_a_repeated_outlier_is_excluded_when_the_setting_asks() -> None:
     rt.load_model(sim.checkpoint(sim.rounds[-1]).weights)
     accuracy = float(rt.evaluate(data=package()[3], format="weei-digits-v1").metrics["accuracy"])
     assert accuracy >= honest(4) - 0.02, (accuracy, honest(4))
+
+
+def test_an_exclusion_and_the_outlier_counts_survive_a_reopen() -> None:
+    """A reload of the coordinator's page must not forgive an attacker: the job record keeps robust
+    aggregation's counts and exclusions, and the reopened job still gives the excluded peer nothing."""
+    spec, store, weights = digits_spec({**ROBUST, "excludeOutliersAfter": 2})
+    sim = Sim.create(spec, store, weights=weights, job_seed=42)
+    for n in range(4):
+        peer = f"p{n + 1}"
+        sim.behaviour[peer] = trainer(store, ATTACKS["x100"] if peer == "p4" else None)
+        sim.join(peer)
+    sim.auto_train = False
+    sim.coordinator.start(sim.now)
+    sim.pump()
+    while sim.pending and not sim.coordinator.peers["p4"].excluded:
+        sim.finish()
+    before = {p: r.robust_state() for p, r in sim.coordinator.peers.items()}
+    assert before["p4"] == {"outlierRounds": 2, "outliers": 2, "excluded": True}
+
+    job_id, me = sim.coordinator.spec.job_id, sim.coordinator.my_peer_id
+
+    async def main() -> tuple[Any, BaseException]:
+        storage = MemoryStorage()
+        writer = JobStore(storage)
+        await writer.put_artifacts({spec.module.sha256: store[spec.module.sha256]})
+        for command in sim.saved:
+            await writer.save_checkpoint(job_id, command)
+        await writer.save_job_record(sim.coordinator, job_seed=42, validation_sha256=None, now=sim.now,
+                                     status="running")
+        page = JobStore(storage)  # the reloaded page
+        await page.load()
+        reopened = await page.reopen(job_id, my_peer_id=me, kernel=NumpyKernel(), now=sim.now)
+        record = await storage.get("jobs", job_id)
+        await storage.put("jobs", job_id, {**record, "robust": {"p4": {**record["robust"]["p4"], "excluded": "no"}}})
+        damaged = JobStore(storage)
+        await damaged.load()
+        with pytest.raises(StorageError) as err:
+            await damaged.reopen(job_id, my_peer_id=me, kernel=NumpyKernel(), now=sim.now)
+        return reopened.coordinator, err.value
+
+    coordinator, error = asyncio.run(main())
+    assert {p: r.robust_state() for p, r in coordinator.peers.items()} == {p: s for p, s in before.items() if p != me}
+    view = coordinator.view(sim.now)["participants"]
+    assert view["p4"]["excluded"] is True and view["p4"]["robust"] == {"outlierRounds": 2, "outliers": 2}
+    # Whatever state it comes back in, an excluded peer is never eligible for work.
+    coordinator.peers["p4"].state, coordinator.peers["p4"].connected = sim.coordinator.peers["p1"].state, True
+    assert "p4" not in eligible(coordinator.peers, set())
+    assert error.reason == "corrupt" and "p4" in str(error)

@@ -172,6 +172,10 @@ class JobStore:
         record["lastRound"] = self.saved_round.get(coordinator.spec.job_id, coordinator.checkpoint_round)
         # Who takes part: after a reload they are waited for, and caught up when their channel opens again.
         record["participants"] = coordinator.remote_participants()
+        # And robust aggregation's outlier counts and exclusions: a reload must not forgive an attacker.
+        robust = coordinator.robust_records()
+        if robust:
+            record["robust"] = robust
         record["createdAt"] = previous.get("createdAt", now)
         record["updatedAt"] = previous.get("updatedAt")
         if record != previous:
@@ -269,7 +273,11 @@ class JobStore:
         if record.get("status") == "completed":
             coordinator.reopened_completed()
         else:
-            coordinator.restore_participants(record.get("participants") or [])
+            robust = record.get("robust", {})
+            refused = coordinator.restore_participants(record.get("participants") or [], robust)
+            if refused or not isinstance(robust, dict):
+                raise StorageError("corrupt", f"job {job_id}: the saved robust-aggregation state of "
+                                              f"{', '.join(refused) or 'its participants'} is damaged")
         self.latest_checkpoint = (summaries[-1]["artifact"]["fileName"], file)
         self.saved_round[job_id] = read.metadata.round
         self.remember(coordinator.weights_sha256, bytes(read.weights))

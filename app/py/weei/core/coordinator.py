@@ -296,13 +296,25 @@ class Coordinator(RoundLoop):
         """The other peers that accepted and still take part (kept in the job record)."""
         return sorted(p for p, r in self.peers.items() if p != self.my_peer_id and r.approved)
 
-    def restore_participants(self, peers: Any) -> None:
+    def robust_records(self) -> dict[str, dict[str, Any]]:
+        """Outlier counts and exclusions of the remote participants (kept in the job record)."""
+        return {p: state for p, r in sorted(self.peers.items())
+                if p != self.my_peer_id and r.approved and (state := r.robust_state()) is not None}
+
+    def restore_participants(self, peers: Any, robust: Any = None) -> list[str]:
         """After a reload: the job's participants, disconnected until their channel opens again
-        (``peer_connected`` then delivers the module and they catch up)."""
+        (``peer_connected`` then delivers the module and they catch up), with what robust aggregation
+        knew of them, so an excluded participant stays excluded. Returns the peers whose saved robust
+        state was not one (left at zero)."""
+        saved = robust if isinstance(robust, dict) else {}
+        refused = []
         for peer in peers:
             if isinstance(peer, str) and peer and peer != self.my_peer_id and peer not in self.peers:
                 record = self.peers[peer] = PeerRecord(connected=False)
                 record.move("restore")
+                if peer in saved and not record.restore_robust(saved[peer]):
+                    refused.append(peer)
+        return refused
 
     def peer_connected(self, peer: str, now: float) -> None:
         record = self.peers.get(peer)

@@ -21,6 +21,8 @@ from .states import PEER_ANYWHERE, PEER_TRANSITIONS, PeerState, allowed, is_load
 
 __all__ = ["PeerRecord", "loading", "eligible", "available"]
 
+_MAX_ROUNDS = 10**9  # far above any job's rounds; a count past it is not one this code wrote
+
 
 @dataclass
 class PeerRecord:
@@ -68,6 +70,23 @@ class PeerRecord:
         if self.excluded:
             out["excluded"] = True
         return out
+
+    def robust_state(self) -> dict[str, Any] | None:
+        """What robust aggregation knows of this peer, for the job record (None: nothing yet)."""
+        if not (self.outliers or self.excluded):
+            return None
+        return {"outlierRounds": self.outlier_rounds, "outliers": self.outliers, "excluded": self.excluded}
+
+    def restore_robust(self, saved: Any) -> bool:
+        """Take back :meth:`robust_state` from a job record; False (nothing changed) when it is not one."""
+        if not isinstance(saved, dict) or set(saved) != {"outlierRounds", "outliers", "excluded"}:
+            return False
+        rounds, total, excluded = saved["outlierRounds"], saved["outliers"], saved["excluded"]
+        if type(rounds) is not int or type(total) is not int or type(excluded) is not bool \
+                or not 0 <= rounds <= total <= _MAX_ROUNDS:
+            return False
+        self.outlier_rounds, self.outliers, self.excluded = rounds, total, excluded
+        return True
 
     def note_round(self, outlier: bool) -> None:
         """Count a round this peer contributed to under robust aggregation."""
