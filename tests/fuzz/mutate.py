@@ -156,30 +156,61 @@ def mutate_value(rng: random.Random, value: Any, *, objects: bool = False, donor
     whose nodes may be grafted in (the right shape in the wrong place).
     """
     for _ in range(rng.choice((1, 1, 1, 2, 2, 3, 4))):
-        paths = _paths(value)
-        path = rng.choice(paths)
-        node = _get(value, path)
-        kind = rng.randrange(10)
-        if kind < 4:
-            new = _tweak(rng, node, objects)
-        elif kind < 6:
-            new = _scalar(rng, objects)
-        elif kind == 6:
-            new = rng.choice(([], {}, [node], {"": node}, deep(rng.choice((8, 63, 64, 65, 66, 200, 600)), node)))
-        elif kind == 7:  # another node of this or a donor sample: a valid shape in the wrong place
-            source = rng.choice((value, *donors))
-            new = _get(source, rng.choice(_paths(source)))
-        elif kind == 8 and path:  # the parent holds this entry twice (arrays: a duplicate entry)
-            parent = _get(value, path[:-1])
-            if isinstance(parent, list):
-                index = rng.randrange(len(parent) + 1)
-                value = _set(value, path[:-1], parent[:index] + [node] + parent[index:])
-                continue
-            new = node
-        else:
-            new = _tweak(rng, _tweak(rng, node, objects), objects)
-        value = _set(value, path, new)
+        before = value
+        value = _mutate_once(rng, value, objects, donors)
+        if not _fits_json(value, MAX_VALUE_JSON):
+            value = before  # copies of copies: a value no bounded JSON text could carry
     return value
+
+
+#: The largest JSON text a value handed to a parser could have come from (above every size cap the
+#: boundaries apply: 1 MiB metadata and records, the page's messages); larger values are harness artefacts.
+MAX_VALUE_JSON = 4 << 20
+
+
+def _fits_json(value: Any, limit: int) -> bool:
+    """Whether ``value``'s JSON text is at most about ``limit`` bytes; stops walking once it is not."""
+    size, stack = 0, [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            size += 2 + sum(len(k) + 4 for k in node)
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            size += 2 + len(node)
+            stack.extend(node)
+        elif isinstance(node, str):
+            size += len(node) + 2
+        else:
+            size += 8
+        if size > limit:
+            return False
+    return True
+
+
+def _mutate_once(rng: random.Random, value: Any, objects: bool, donors: tuple[Any, ...]) -> Any:
+    """One structural mutation of ``value`` (a fresh value)."""
+    path = rng.choice(_paths(value))
+    node = _get(value, path)
+    kind = rng.randrange(10)
+    if kind < 4:
+        new = _tweak(rng, node, objects)
+    elif kind < 6:
+        new = _scalar(rng, objects)
+    elif kind == 6:
+        new = rng.choice(([], {}, [node], {"": node}, deep(rng.choice((8, 63, 64, 65, 66, 200, 600)), node)))
+    elif kind == 7:  # another node of this or a donor sample: a valid shape in the wrong place
+        source = rng.choice((value, *donors))
+        new = _get(source, rng.choice(_paths(source)))
+    elif kind == 8 and path:  # the parent holds this entry twice (arrays: a duplicate entry)
+        parent = _get(value, path[:-1])
+        if isinstance(parent, list):
+            index = rng.randrange(len(parent) + 1)
+            return _set(value, path[:-1], parent[:index] + [node] + parent[index:])
+        new = node
+    else:
+        new = _tweak(rng, _tweak(rng, node, objects), objects)
+    return _set(value, path, new)
 
 
 _NUMBER_EDGES = ("1e400", "-1e400", "1" * 5000, "-0", "1E+2", "0.1e-400", "NaN", "Infinity", "-Infinity",

@@ -79,6 +79,13 @@ def test_dataset_manifest_duplicates_and_shape() -> None:
     assert reason_of(parse_dataset_manifest, [a, {**b, "id": a["id"]}]) == "duplicate-chunk-id"
     assert reason_of(parse_dataset_manifest, [a, {**b, "fileName": a["fileName"]}]) == "duplicate-file-name"
     assert reason_of(parse_dataset_manifest, {"a": 1}) == "invalid-dataset-manifest"
+    # Entry by entry: the duplicate at [1] is named before a deep entry further on is walked (make fuzz found
+    # an array of millions of references to one entry, walked whole before the duplicate at [1] was seen).
+    deep: Any = {}
+    for _ in range(100):
+        deep = {"x": deep}
+    assert reason_of(parse_dataset_manifest, [a, a, {**b, "extra": deep}]) == "duplicate-chunk-id"
+    assert reason_of(parse_dataset_manifest, [a, {**b, "extra": deep}]) == "invalid-dataset-manifest"
     assert reason_of(parse_manifest_file, "x") == "invalid-manifest"
 
 

@@ -137,13 +137,14 @@ def parse_dataset_manifest(obj: Any, path: str = "manifest") -> DatasetManifest:
     """
     r = ManifestReason.INVALID_DATASET_MANIFEST
     items = _check.as_list(obj, _at(r, path))
-    _check.check_depth(items, _at(r, path))
     entries: list[ChunkEntry] = []
     ids: set[str] = set()
     names: set[str] = set()
     for i, item in enumerate(items):
         p = f"{path}[{i}]"
         item = _check.as_object(item, _at(r, p))
+        # Entry by entry, not the whole array first: a bad entry is refused before the rest is walked.
+        _check.check_depth(item, _at(r, p), _check.MAX_JSON_DEPTH - 1)
         chunk_id = _at(r, p).read(item, "id", _check.as_str)
         name = _file_name(_at(r, p).get(item, "fileName"), f"{p}.fileName", r)
         size = _at(r, p).read(item, "bytes", _check.as_int, minimum=1)
