@@ -17,6 +17,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from core_samples import dataset_info, experience_info, package
 
 from weei.api.controller import _parse_json
@@ -127,6 +129,26 @@ def test_controller_json_refuses_deep_input(data: bytes) -> None:
     with pytest.raises(ManifestError) as err:
         _parse_json(data, "manifest")
     assert err.value.reason == "invalid-json"
+
+
+def _depth(value: Any) -> int:
+    children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else None
+    return 0 if children is None else 1 + max((_depth(c) for c in children), default=0)
+
+
+@given(st.recursive(st.none() | st.integers() | st.text(alphabet='[]{}"\\,:ab'),
+                    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+                        st.text(alphabet='[]{}"\\ab', max_size=4), inner, max_size=3), max_leaves=30))
+@settings(max_examples=300, derandomize=True)
+def test_the_depth_measured_on_the_text_is_the_values(value: Any) -> None:
+    # parse_json measures nesting on the text only; brackets inside strings and escaped quotes must not count.
+    text = json.dumps(value)
+    assert _check._text_depth(text, 1000) == _depth(value)
+    assert _check.parse_json(text, pytest.fail, _depth(value)) == value
+    if _depth(value) > 0:
+        limit = _depth(value) - 1
+        with pytest.raises(ValueError, match=f"^nests deeper than {limit} levels$"):
+            _check.parse_json(text, lambda m: (_ for _ in ()).throw(ValueError(m)), limit)
 
 
 def test_check_depth_is_iterative() -> None:
