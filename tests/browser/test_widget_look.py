@@ -109,6 +109,17 @@ def test_window_look_keyboard_charts_copy_and_axe(weei_server: Any, page: Any) -
     pg.get_by_label("Smoothing").fill("0.9")
     after = first_chart_svg(pg)
     assert after["line"] != before["line"] and after["raw"] == before["line"]
+    # The hover value of the smoothed line is TensorBoard's debiased moving average of the raw values.
+    last, norm = 0.0, 0.0
+    for r in sorted(train):
+        last, norm = last * 0.9 + 0.1 * train[r], norm * 0.9 + 0.1
+    box = chart.locator("rect.hit").bounding_box()
+    assert box is not None
+    pg.mouse.move(box["x"] + box["width"] - 2, box["y"] + box["height"] / 2)
+    smoothed = float(re.search(r"training \S+ \(smoothed (\S+)\)", tip.inner_text()).group(1).replace(",", ""))  # type: ignore[union-attr]
+    assert math.isclose(smoothed, last / norm, rel_tol=1e-3), (smoothed, last / norm)
+    assert not math.isclose(smoothed, train[last_round], rel_tol=1e-3)
+    pg.mouse.move(0, 0)
     pg.get_by_label("Smoothing").fill("0")
     assert first_chart_svg(pg)["line"] == before["line"]
 
@@ -136,6 +147,14 @@ def test_window_look_keyboard_charts_copy_and_axe(weei_server: Any, page: Any) -
     reset = pg.get_by_role("button", name="Reset zoom")
     assert reset.is_enabled()
     reset.click()
+    assert (first_chart_svg(pg)["x0"], first_chart_svg(pg)["x1"]) == (before["x0"], before["x1"])
+    # The keyboard zooms too, and the focus stays on the (redrawn) chart.
+    chart.focus()
+    pg.keyboard.press("+")
+    keyed = first_chart_svg(pg)
+    assert keyed["x1"] - keyed["x0"] < before["x1"] - before["x0"], keyed
+    assert shadow(pg, "r.activeElement && r.activeElement.dataset.metric") == metric
+    pg.keyboard.press("0")
     assert (first_chart_svg(pg)["x0"], first_chart_svg(pg)["x1"]) == (before["x0"], before["x1"])
 
     # Time axis: elapsed time since checkpoint 0, in seconds.

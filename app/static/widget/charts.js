@@ -37,6 +37,7 @@ export class Metrics {
     const m = this.m;
     const cps = job ? job.checkpoints : [];
     const metrics = (job && job.info && job.info.metrics) || [];
+    if ((job && job.id) !== m.jobId) { m.jobId = job && job.id; m.zoom = {}; } // another job: its own ranges
     m.toolbar.classList.toggle('hidden', !metrics.length);
     m.reset.disabled = !Object.keys(m.zoom).length;
     const key = job ? [job.id, cps.length, cps.map((c) => c.validationMetrics ? 1 : 0).join(''), job.info && job.info.metrics,
@@ -203,7 +204,11 @@ function chart(metric, train, val, opts) {
     hiddenByLog ? h('span', { class: 'muted', text: `${hiddenByLog} value${hiddenByLog === 1 ? '' : 's'} ≤ 0 not shown` }) : null));
   // A zoom is clamped to the data; one that shows all of it is no zoom.
   const [lo, hi] = [Math.min(...xs), Math.max(...xs)];
-  const zoomTo = (r) => opts.onZoom(!r || (r[0] <= lo && r[1] >= hi) ? null : [Math.max(r[0], lo), Math.min(r[1], hi)]);
+  const zoomTo = (r) => {
+    const range = r && [Math.max(r[0], lo), Math.min(r[1], hi)];
+    if (range && !(range[1] > range[0])) return; // outside the data: nothing to show
+    opts.onZoom(!r || (r[0] <= lo && r[1] >= hi) ? null : range);
+  };
   interact(box, el, { series, xOf, fmtX, px, py, xmin, xmax, opts, zoomTo });
   return box;
 }
