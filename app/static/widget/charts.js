@@ -30,6 +30,9 @@ export class Metrics {
       h('span', { class: 'small muted', text: 'Drag across a chart to zoom; double-click resets.' }));
     m.charts = h('div', { class: 'charts' });
     this.sections.metrics.content.replaceChildren(m.toolbar, m.charts);
+    // Charts are drawn at their width (text stays legible in a narrow window): redraw when it changes.
+    m.width = 0;
+    new ResizeObserver(() => { if (chartWidth(m.charts) !== m.width) redraw(); }).observe(m.charts);
   }
 
   renderMetrics(state, job) {
@@ -40,7 +43,8 @@ export class Metrics {
     if ((job && job.id) !== m.jobId) { m.jobId = job && job.id; m.zoom = {}; } // another job: its own ranges
     m.toolbar.classList.toggle('hidden', !metrics.length);
     m.reset.disabled = !Object.keys(m.zoom).length;
-    const key = job ? [job.id, cps.length, cps.map((c) => c.validationMetrics ? 1 : 0).join(''), job.info && job.info.metrics,
+    m.width = chartWidth(m.charts);
+    const key = job ? [m.width, job.id, cps.length, cps.map((c) => c.validationMetrics ? 1 : 0).join(''), job.info && job.info.metrics,
       m.smoothing, m.log, m.axis, m.zoom] : null;
     this.section('metrics', key, () => {
       if (!job) return h('p', { class: 'muted', text: 'No job.' });
@@ -64,10 +68,16 @@ export class Metrics {
           this.renderMetrics(this.state, this.state ? this.state.job || null : null);
           if (focused) m.charts.children[index].focus(); // a keyboard zoom keeps the focus on its chart
         };
-        return chart(metric, train, val, { index, smoothing: m.smoothing, log: m.log, axis: m.axis, zoom: m.zoom[zoomKey], onZoom });
+        return chart(metric, train, val, { index, width: m.width, smoothing: m.smoothing, log: m.log, axis: m.axis, zoom: m.zoom[zoomKey], onZoom });
       });
     }, m.charts);
   }
+}
+
+/** The drawing width in SVG units: the box's width in 40 px steps (600 while it is hidden). */
+function chartWidth(el) {
+  const w = el.clientWidth - 14;
+  return w > 0 ? Math.min(900, Math.max(280, Math.round(w / 40) * 40)) : 600;
 }
 
 // ---- numbers -------------------------------------------------------------------------------
@@ -124,12 +134,12 @@ export function fmtClock(s) {
 
 // ---- chart -------------------------------------------------------------------------------
 
-const W = 600;
 const H = 190;
 const M = { l: 56, r: 12, t: 10, b: 30 };
 
 /** One metric: training and validation values (points with round, time, y) against round or time. */
 function chart(metric, train, val, opts) {
+  const W = opts.width;
   const name = metric.label || metric.id;
   const dir = metric.direction === 'maximize' ? '↑ better' : metric.direction === 'minimize' ? '↓ better' : '';
   const xOf = (p) => (opts.axis === 'time' ? p.time : p.round);
@@ -209,13 +219,13 @@ function chart(metric, train, val, opts) {
     if (range && !(range[1] > range[0])) return; // outside the data: nothing to show
     opts.onZoom(!r || (r[0] <= lo && r[1] >= hi) ? null : range);
   };
-  interact(box, el, { series, xOf, fmtX, px, py, xmin, xmax, opts, zoomTo });
+  interact(box, el, { W, series, xOf, fmtX, px, py, xmin, xmax, opts, zoomTo });
   return box;
 }
 
 // ---- hover, zoom, keyboard ---------------------------------------------------------------
 
-function interact(box, el, { series, xOf, fmtX, px, py, xmin, xmax, opts, zoomTo }) {
+function interact(box, el, { W, series, xOf, fmtX, px, py, xmin, xmax, opts, zoomTo }) {
   const tip = box.querySelector('.tip');
   const stops = [...new Set(series.flatMap((s) => s.pts.map(xOf)))].filter((x) => x >= xmin && x <= xmax).sort((a, b) => a - b);
   const cursor = svg('line', { class: 'cursor hidden', y1: M.t, y2: H - M.b });
