@@ -16,6 +16,7 @@ import math
 import re
 from typing import Any
 
+from playwright.sync_api import expect
 from site_helpers import ROOT
 from test_widget import API, HOST, fill, open_widget, state
 
@@ -55,8 +56,8 @@ def test_window_look_keyboard_charts_copy_and_axe(weei_server: Any, page: Any) -
     pg.get_by_role("button", name="Start", exact=True).click()
     pg.wait_for_function(f"() => {API}.getState().job?.status === 'completed'", timeout=180_000)
     # The status change is announced in the live region.
-    pg.wait_for_function(f"() => {SR}.querySelector('[data-live]').textContent.includes('completed')")
-    assert shadow(pg, "r.querySelector('[data-live]').getAttribute('role')") == "status"
+    pg.wait_for_function(f"() => {SR}.querySelector('[role=status][aria-live]').textContent.includes('completed')")
+    assert shadow(pg, "r.querySelector('[role=status][aria-live]').getAttribute('aria-live')") == "polite"
 
     st = state(pg)
     job, me = st["job"], st["myPeerId"]
@@ -68,7 +69,7 @@ def test_window_look_keyboard_charts_copy_and_axe(weei_server: Any, page: Any) -
     # ---- copy buttons: exactly the ID or hash on the clipboard --------------------------------
     def copied(button: Any) -> str:
         button.click()
-        pg.wait_for_function(f"() => [...{SR}.querySelectorAll('button.copy')].some((b) => b.textContent === 'Copied')")
+        expect(button).to_have_text("Copied")  # after the clipboard write resolved
         return str(pg.evaluate("navigator.clipboard.readText()"))
 
     row = pg.locator(f"table.diagnostics tr[data-peer='{me}']")
@@ -101,7 +102,7 @@ def test_window_look_keyboard_charts_copy_and_axe(weei_server: Any, page: Any) -
     pg.keyboard.press("ArrowRight")
     first_round = min(train)
     assert f"round {first_round}" in tip.inner_text()
-    assert f"round {first_round}" in shadow(pg, "r.querySelector('[data-live]').textContent")
+    assert f"round {first_round}" in shadow(pg, "r.querySelector('[role=status][aria-live]').textContent")
 
     # Smoothing changes the drawn line; the raw values stay drawn behind it.
     before = first_chart_svg(pg)

@@ -147,12 +147,12 @@ export function copyButton(text, what) {
 
 /** A visually hidden polite live region: status changes are read out by screen readers. */
 export function liveRegion() {
-  return h('div', { class: 'sr-only', role: 'status', 'aria-live': 'polite', 'aria-atomic': 'true', 'data-live': '' });
+  return h('div', { class: 'sr-only', role: 'status', 'aria-live': 'polite', 'aria-atomic': 'true' });
 }
 
-/** Say `message` in the live region of the window that holds `el` (no-op outside one). */
+/** Say `message` in the (first) live region of the window that holds `el` (no-op outside one). */
 export function announce(el, message) {
   const root = el && el.getRootNode && el.getRootNode();
-  const live = root && root.querySelector ? root.querySelector('[data-live]') : null;
+  const live = root && root.querySelector ? root.querySelector('[role=status][aria-live]') : null;
   if (live && message && live.textContent !== message) live.textContent = message;
 }
