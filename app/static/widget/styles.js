@@ -103,6 +103,8 @@ th, td { padding: 3px 6px; border-bottom: 1px solid var(--track); vertical-align
 td .sub { color: var(--muted); font-size: 11.5px; }
 tr.me td:first-child { font-weight: 600; }
 table.diagnostics td { white-space: nowrap; }
+/* Reasons and errors wrap (whole, never cut off) instead of widening their column. */
+table.diagnostics td .sub.wrap { white-space: normal; min-width: 14em; max-width: 24em; overflow-wrap: anywhere; }
 .tablewrap.wide { max-height: none; }
 .card { border: 1px solid var(--card-border); border-radius: 8px; padding: 6px 10px; margin: 6px 0; background: var(--card-bg); }
 .jobbox p { margin: 0 0 2px; }
