@@ -48,7 +48,8 @@ export class Checkpoints {
         h('td', { title: x.validationError || '' }, x.validationError ? h('span', { class: 'chip error', text: 'failed' }) : values(x.validationMetrics)),
         h('td', { text: fmtTime(x.createdAt) })));
       const label = metrics.length === 1 ? ` (${metrics[0].label})` : '';
-      return h('div', { class: 'tablewrap' }, h('table', { class: 'checkpoints' },
+      // Focusable: the table scrolls in its box, and keyboard users must be able to scroll it.
+      return h('div', { class: 'tablewrap', tabindex: '0', role: 'region', 'aria-label': 'Checkpoints table' }, h('table', { class: 'checkpoints' },
         h('thead', {}, h('tr', {}, ['Round', 'Examples', `Metrics${label}`, 'Validation', 'Created'].map((t) => h('th', { text: t })))),
         h('tbody', {}, rows)));
     }, c.table);

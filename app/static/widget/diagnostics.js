@@ -1,7 +1,7 @@
 // The window's Execution diagnostics section.
 // Methods of the window's Widget class (mixed into it by window.js): `this` is the Widget.
 
-import { h, missing, show, fmtNum, fmtMs, shortHash } from './dom.js';
+import { h, missing, show, fmtNum, fmtMs, shortHash, copyButton } from './dom.js';
 
 export class Diagnostics {
   renderDiagnostics(state) {
@@ -25,28 +25,32 @@ export class Diagnostics {
           .filter(([, v]) => typeof v === 'number').map(([k, v]) => `${k} ${fmtMs(v)}`);
         const fresh = d.stale ? `stale ${Math.round((d.ageMs || 0) / 1000)} s` : 'live';
         return h('tr', { class: peer === state.myPeerId ? 'me' : '', 'data-peer': peer },
-          h('td', { title: peer }, peer === state.myPeerId ? 'this browser' : peer.slice(0, 10), d.connected === false ? h('div', { class: 'sub', text: 'disconnected' }) : null),
+          h('td', { title: peer }, peer === state.myPeerId ? 'this browser' : peer.slice(0, 10), copyButton(peer, 'peer ID'),
+            d.connected === false ? h('div', { class: 'sub', text: 'disconnected' }) : null),
           h('td', {}, `${show(env.browser)} ${missing(env.browserVersion) ? '' : env.browserVersion}`.trim(),
             h('div', { class: 'sub', text: `${show(env.os)}${missing(env.logicalCores) ? '' : ` · ${env.logicalCores} cores`}` })),
           h('td', {}, show(ex.actual), ex.requested && ex.requested !== 'auto' && ex.requested !== ex.actual ? h('span', { class: 'sub', text: ` (asked ${ex.requested})` }) : null,
             h('div', { class: 'sub', text: show(ex.backend) }),
-            ex.fallbackReason ? h('div', { class: 'sub', text: `fallback: ${ex.fallbackReason}` }) : null),
+            ex.fallbackReason ? h('div', { class: 'sub wrap', text: `fallback: ${ex.fallbackReason}` }) : null),
           h('td', { text: `${show(ex.activeWorkers)} / ${show(ex.workerLimit)}` }),
           h('td', {}, gpu.webgpu === 'available' ? 'WebGPU' : 'no WebGPU', h('div', { class: 'sub', text: adapter || '—' }),
-            h('div', { class: 'sub', text: `budget ${show(gpu.memoryBudgetMiB)} MiB` }), gpuErr ? h('div', { class: 'sub', text: `error: ${gpuErr}` }) : null),
+            h('div', { class: 'sub', text: `budget ${show(gpu.memoryBudgetMiB)} MiB` }), gpuErr ? h('div', { class: 'sub wrap', text: `error: ${gpuErr}` }) : null),
           h('td', {}, a ? `round ${a.round}` : '—', a ? h('div', { class: 'sub', text: `${show(a.chunkId)} · ${fmtNum(a.exampleCount)} ex` }) : null,
             a ? h('div', { class: 'sub', text: `batch ${show(a.batchSize)} · ${show(a.localEpochs)} ep · lr ${show(a.learningRate, fmtNum)}` }) : null),
           h('td', {}, h('span', { class: `chip ${d.stage === 'error' ? 'error' : d.stage === 'training' ? 'training' : ''}`, text: show(d.stage) }),
-            d.error ? h('div', { class: 'sub', text: d.error }) : null),
+            d.error ? h('div', { class: 'sub wrap', text: d.error }) : null),
           h('td', { class: 'small' }, timing.length ? timing.map((x) => h('div', { text: x })) : '—'),
           h('td', {}, p.currentExamplesPerSecond == null ? '—' : `${fmtNum(p.currentExamplesPerSecond, 3)}/s`,
             h('div', { class: 'sub', text: `avg ${p.averageExamplesPerSecond == null ? '—' : fmtNum(p.averageExamplesPerSecond, 3) + '/s'}` }),
             h('div', { class: 'sub', text: `${fmtNum(p.processedExamples || 0)} / ${show(p.totalExamples, fmtNum)}` })),
           h('td', {}, h('span', { class: `chip ${d.stale ? 'stale' : 'live'}`, text: fresh })));
       });
+      const { text, hashes } = consistency(entries, state.myPeerId);
       return [
-        h('p', { class: 'small consistency', text: consistency(entries, state.myPeerId) }),
-        h('div', { class: 'tablewrap wide' }, h('table', { class: 'diagnostics' },
+        h('p', { class: 'small consistency' }, text,
+          hashes.map((sha) => copyButton(sha, hashes.length > 1 ? `model hash ${shortHash(sha)}` : 'model hash'))),
+        // Wider than a narrow window: it scrolls inside its own box (focusable, so keys scroll it too).
+        h('div', { class: 'tablewrap wide', tabindex: '0', role: 'region', 'aria-label': 'Diagnostics table (scrolls sideways)' }, h('table', { class: 'diagnostics' },
           h('thead', {}, h('tr', {}, ['Peer', 'Browser / OS', 'Mode', 'Workers', 'GPU', 'Assignment', 'Stage', 'Timings', 'Speed', 'Fresh']
             .map((t) => h('th', { text: t })))),
           h('tbody', {}, rows))),
@@ -81,5 +85,5 @@ function consistency(entries, me) {
   else if (settings.size > 1) parts.push(`Different settings: ${[...settings].map(([k, who]) => `${k} (${who.join(', ')})`).join('; ')}`);
   else parts.push('no assignment yet to compare settings');
   const same = models.size <= 1 && settings.size <= 1 && !unknownModel.length;
-  return (entries.length > 1 ? (same ? '✓ ' : '⚠ ') : '') + parts.join(' · ') + '.';
+  return { text: (entries.length > 1 ? (same ? '✓ ' : '⚠ ') : '') + parts.join(' · ') + '.', hashes: [...models.keys()] };
 }

@@ -109,3 +109,50 @@ export function experienceOf(source) {
   const ws = source && !Array.isArray(source) ? source.workSource : null;
   return ws && ws.kind === 'experience' ? ws : null;
 }
+
+// ---- copy, announce ------------------------------------------------------------------------
+
+/** Put `text` on the clipboard. navigator.clipboard exists only in a secure context (https,
+ *  localhost); a page served over plain http on a LAN address gets the older execCommand path. */
+export async function copyText(text, root = document) {
+  if (navigator.clipboard && window.isSecureContext) {
+    try { await navigator.clipboard.writeText(text); return; } catch { /* permission refused: try the old way */ }
+  }
+  const area = h('textarea', { value: text, readonly: true, 'aria-hidden': 'true', style: 'position:fixed;opacity:0;left:0;top:0' });
+  (root.host ? root : document.body).append(area);
+  area.select();
+  const ok = document.execCommand('copy');
+  area.remove();
+  if (!ok) throw new Error('The browser refused to copy: select the text and copy it by hand');
+}
+
+/**
+ * copyButton(text, what) → a small "Copy" button that puts exactly `text` on the clipboard;
+ * `what` names it for screen readers ("Copy peer ID"). It says "Copied" (or why not) for 1.5 s
+ * and announces that through the window's live region when there is one.
+ */
+export function copyButton(text, what) {
+  const button = h('button', { type: 'button', class: 'copy', 'aria-label': `Copy ${what}`, title: `Copy ${what}: ${text}`, 'data-copy': text, text: 'Copy' });
+  button.addEventListener('click', async (e) => {
+    e.stopPropagation();
+    let said;
+    try { await copyText(text, button.getRootNode()); said = 'Copied'; } catch (err) { said = errorText(err); }
+    button.textContent = said === 'Copied' ? 'Copied' : 'Not copied';
+    button.title = said === 'Copied' ? `Copied ${what}` : said;
+    announce(button, said === 'Copied' ? `${what} copied` : said);
+    setTimeout(() => { button.textContent = 'Copy'; button.title = `Copy ${what}: ${text}`; }, 1500);
+  });
+  return button;
+}
+
+/** A visually hidden polite live region: status changes are read out by screen readers. */
+export function liveRegion() {
+  return h('div', { class: 'sr-only', role: 'status', 'aria-live': 'polite', 'aria-atomic': 'true' });
+}
+
+/** Say `message` in the (first) live region of the window that holds `el` (no-op outside one). */
+export function announce(el, message) {
+  const root = el && el.getRootNode && el.getRootNode();
+  const live = root && root.querySelector ? root.querySelector('[role=status][aria-live]') : null;
+  if (live && message && live.textContent !== message) live.textContent = message;
+}

@@ -1,7 +1,7 @@
 // The window's Job setup section: built-in demos, file choice, the settings form, job controls.
 // Methods of the window's Widget class (mixed into it by window.js): `this` is the Widget.
 
-import { h, append, fmtBytes, setDisabled, experienceOf } from './dom.js';
+import { h, append, fmtBytes, setDisabled, experienceOf, copyButton } from './dom.js';
 
 // The built-in reference packages are served next to the widget/ directory.
 const BASE = new URL('../', import.meta.url).href;
@@ -314,7 +314,9 @@ export class Setup {
       if (job.shuffled) bits.push('chunks shuffled');
       if (job.incomplete) bits.push('finished before every chunk was trained');
       if (job.validationUnavailable) bits.push('validation file missing from browser storage');
-      f.jobLine.textContent = bits.join(' · ');
+      // Rebuilt only when it changes: the copy button must survive between mouse down and up.
+      const line = bits.join(' · ');
+      if (f.jobLine.dataset.line !== line) { f.jobLine.dataset.line = line; f.jobLine.replaceChildren(line, copyButton(job.id, 'job ID')); }
     }
     this.sections.setup.note.textContent = job ? `${job.status}` : '';
   }

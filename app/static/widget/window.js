@@ -21,7 +21,7 @@
 //   progress.js, charts.js (Metrics), checkpoints.js, diagnostics.js,
 //   peers.js (Peers & invitations), saved.js (Saved jobs), debuglog.js (Debug log)
 
-import { h, errorText } from './dom.js';
+import { h, errorText, liveRegion } from './dom.js';
 import { CSS } from './styles.js';
 import { Setup } from './setup.js';
 import { Progress } from './progress.js';
@@ -77,7 +77,9 @@ class Widget {
     this.debugCountAt = 0;
     this.handle = { close: () => this.close() };
 
+    this.opener = document.activeElement; // focus goes back there on close
     this.build();
+    this.win.focus();
     this.unsubscribe = null;
     try {
       const stop = api.subscribe((state) => { this.state = state; this.schedule(); });
@@ -117,6 +119,7 @@ class Widget {
     if (this.frame) cancelAnimationFrame(this.frame);
     if (this.unsubscribe) this.unsubscribe();
     this.host.remove();
+    if (this.opener && this.opener.isConnected && this.opener.focus) this.opener.focus();
     if (mounted === this) mounted = null;
     this.onClose();
   }
@@ -170,7 +173,9 @@ class Widget {
       this.sections[id] = { el, note, content };
       this.body.append(el);
     }
-    this.win = h('div', { class: 'win', role: 'dialog', 'aria-labelledby': 'weei-title', tabindex: '-1' }, this.head, this.body);
+    this.live = liveRegion(); // status changes, read out by screen readers
+    this.win = h('div', { class: 'win', role: 'dialog', 'aria-labelledby': 'weei-title', tabindex: '-1' }, this.head, this.body, this.live);
+    this.win.addEventListener('keydown', (e) => { if (e.key === 'Escape' && !e.defaultPrevented) { e.preventDefault(); this.close(); } });
     this.root.append(this.win);
     this.dragging();
     this.buildSetup();
@@ -224,8 +229,10 @@ class Widget {
     const state = this.state;
     if (!state) return;
     const job = state.job || null;
-    this.status.textContent = job ? `${job.role === 'participant' ? 'participant' : 'coordinator'} · ${job.status}`
+    const status = job ? `${job.role === 'participant' ? 'participant' : 'coordinator'} · ${job.status}`
       : state.ready === false ? 'starting…' : 'no job';
+    if (status !== this.status.textContent) this.live.textContent = `Weei: ${status}`;
+    this.status.textContent = status;
     this.status.className = `chip ${job ? job.status : ''}`;
     if (state.error) {
       this.globalError.textContent = state.error;
