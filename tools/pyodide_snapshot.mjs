@@ -1,12 +1,14 @@
-// Make the Pyodide memory snapshot the page and the Workers start from
-// (build.py site runs this; see docs/browser.md "Start-up").
+// Make the Pyodide memory snapshot the page starts from (build.py site runs
+// this; see docs/browser.md "Start-up"). Not the Workers: Python records at
+// start-up whether the runtime has stack switching (JSPI), Node 20 has not,
+// and the Workers' trainGpu needs it (run_sync).
 //
 //   node tools/pyodide_snapshot.mjs <pyodide dir> <weei-py.zip> <out.bin>
 //
 // Pyodide starts in Node with _makeSnapshot, unpacks the weei package and
 // imports what weei.browser's modules import (the standard library, weei's
 // portable core, weei.browser itself), then writes the whole wasm memory.
-// A page restores it with loadPyodide({_loadSnapshot}) instead of starting
+// The page restores it with loadPyodide({_loadSnapshot}) instead of starting
 // the interpreter and importing all of that again: those are most of
 // Pyodide's start-up and all of it runs on the page's main thread.
 //
@@ -17,7 +19,7 @@
 // navigator.gpu when imported, and Node has no navigator: the snapshot
 // would say "no WebGPU" for every browser) and page_main (it imports webgpu).
 // What an import reads from `js` is recorded by path and looked up again in
-// the page or Worker that restores the snapshot; anything else would stop
+// the page that restores the snapshot; anything else would stop
 // makeMemorySnapshot with "Can't serialize object".
 import fs from 'node:fs';
 import path from 'node:path';

@@ -1,8 +1,9 @@
 // Weei's Python start-up, shared by the page (weei.js imports it) and the
-// training Workers (worker.js): Pyodide from the Weei server, restored from
-// the memory snapshot build.py makes (weei-snapshot.bin: the interpreter
-// started and weei's modules imported, see tools/pyodide_snapshot.mjs), the
-// weei package unpacked, then the caller's modules imported.
+// training Workers (worker.js): Pyodide from the Weei server, on the page
+// restored from the memory snapshot build.py makes (weei-snapshot.bin: the
+// interpreter started and weei's modules imported, see
+// tools/pyodide_snapshot.mjs), the weei package unpacked, then the caller's
+// modules imported.
 //
 // On the page this runs on the main thread, so it never does two phases in
 // one task: `pause` (a macrotask yield on the page) runs between them and the
@@ -91,13 +92,14 @@ export function nextTask() {
  * Start Python and import `modules` one by one (a pause between two);
  * resolves {pyodide, main (the last module), snapshot (restored from it?), seconds}.
  * base: the Weei server's base URL (ends with '/'). pause: awaited between phases.
+ * useSnapshot: false starts Pyodide the ordinary way (see worker.js).
  */
-export async function startPython(base, modules, { pause = async () => {} } = {}) {
+export async function startPython(base, modules, { pause = async () => {}, useSnapshot = true } = {}) {
   const t0 = performance.now();
   mark('weei:boot');
   const [{ loadPyodide }, snapshot, archive] = await Promise.all([
     import(new URL('pyodide/pyodide.mjs', base).href),
-    fetchBytes(new URL('weei-snapshot.bin', base).href, true).catch(() => null),
+    useSnapshot ? fetchBytes(new URL('weei-snapshot.bin', base).href, true).catch(() => null) : null,
     fetchBytes(new URL('weei-py.zip', base).href),
   ]);
   mark('weei:fetched');

@@ -5,8 +5,8 @@
 // line imports this file's absolute URL, so every URL here is resolved
 // against import.meta.url (the Weei server), never against the page.
 //
-// Start-up (boot.mjs): Pyodide from the Weei server, restored from the
-// memory snapshot build.py makes, the weei package (weei-py.zip) unpacked
+// Start-up (boot.mjs): Pyodide from the Weei server (not from the page's
+// memory snapshot: see start()), the weei package (weei-py.zip) unpacked
 // into Pyodide's file system, weei.browser.worker_main imported; then
 // post {type: 'ready', seconds, snapshot (restored from it?)}. Requests that arrive before that wait
 // in a queue. The request protocol is documented in worker_main.py; this
@@ -57,8 +57,10 @@ self.onmessage = (event) => {
 };
 
 async function start() {
-  // boot.mjs: Pyodide restored from build.py's memory snapshot, weei unpacked, worker_main imported.
-  const { main, seconds, snapshot } = await startPython(BASE, ['weei.browser.worker_main']);
+  // boot.mjs: Pyodide, weei unpacked, worker_main imported. Not from build.py's memory snapshot:
+  // Python records at start-up whether the runtime has stack switching (JSPI), and the snapshot,
+  // made in Node without it, would say "no" here, where trainGpu's run_sync needs it.
+  const { main, seconds, snapshot } = await startPython(BASE, ['weei.browser.worker_main'], { useSnapshot: false });
   main.start((message) => post(message.toJs ? message.toJs({ dict_converter: Object.fromEntries }) : message));
   // Without callPromising (no JSPI) CPU requests still work; trainGpu then fails by name (gpu-error).
   handle = typeof main.handle.callPromising === 'function'

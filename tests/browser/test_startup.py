@@ -2,7 +2,9 @@
 
 build.py site ships weei-snapshot.bin, a Pyodide memory snapshot with weei's
 modules imported (tools/pyodide_snapshot.mjs); boot.mjs restores it in the
-page and in every training Worker. The page's start-up is split into tasks
+page. Training Workers start Pyodide the ordinary way: the snapshot, made in
+Node without stack switching, would take JSPI (trainGpu's run_sync) from
+them (test_gpu_job.py). The page's start-up is split into tasks
 so the page stays responsive (no main-thread task above 200 ms, measured by
 a PerformanceObserver installed before any script runs), and until the API
 is up the window's controls are disabled and say "Starting Weei…".
@@ -35,7 +37,7 @@ def test_site_ships_the_snapshot_and_the_boot_module(site: Path) -> None:
     assert (site / "boot.mjs").is_file()
 
 
-def test_page_and_workers_start_from_the_snapshot_with_their_own_randomness(
+def test_the_page_starts_from_the_snapshot_with_its_own_randomness_and_workers_train(
         weei_server: Any, browser: Any) -> None:
     draws = []
     for _ in range(2):
@@ -56,7 +58,7 @@ def test_page_and_workers_start_from_the_snapshot_with_their_own_randomness(
                    api: {HOOKS}.status().api, examples: trained.uniqueExamples }};
         }}""")
         context.close()
-        assert out["page"] is True and out["worker"] is True, out
+        assert out["page"] is True and out["worker"] is False, out
         assert out["api"] == "ready" and out["examples"] > 0
         assert not errors, errors
         draws.append(out["random"])
