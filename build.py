@@ -13,8 +13,10 @@
                             serves): Pyodide from node_modules (npm ci when it is
                             missing or not the locked version), the weei package
                             as weei-py.zip, app/static's pages and scripts, the
-                            kernel (recompiled when older than its C source) and
-                            the model packages
+                            kernel (recompiled when older than its C source),
+                            the model packages and weei-snapshot.bin, the Pyodide
+                            memory snapshot the page and the Workers start from
+                            (tools/pyodide_snapshot.mjs, run with node)
 
 Each subcommand is one ``cmd_*`` function registered in ``COMMANDS``; a new
 one (for example ``site``) adds a function and a line there.
@@ -60,7 +62,7 @@ from weei.modelkit import ARCHIVE_NAME, BuildError, model_manifest, probe_model 
 from weei.modelkit.compile import NATIVE_FLAGS, WASM_FLAGS, compile_wasm, run_tool  # noqa: E402
 from weei.modelkit.compile import compile_kernel as _compile_kernel  # noqa: E402
 
-__all__ = ["WASM_FLAGS", "NATIVE_FLAGS", "build_all", "model_manifest", "build_site", "pack_weei", "main"]
+__all__ = ["WASM_FLAGS", "NATIVE_FLAGS", "build_all", "model_manifest", "build_site", "make_snapshot", "pack_weei", "main"]
 
 C_DIR = Path("c")
 SDK_DIR = C_DIR / "sdk"
@@ -77,10 +79,13 @@ PY_PACKAGE_DIR = Path("app") / "py" / "weei"
 #: console pages, no node-only files).
 PYODIDE_FILES = ("pyodide.mjs", "pyodide.asm.mjs", "pyodide.asm.wasm", "python_stdlib.zip", "pyodide-lock.json")
 #: app/static files and directories that make up the site.
-SITE_FILES = ("index.html", "weei.js", "worker.js", "widget.js")
+SITE_FILES = ("index.html", "weei.js", "boot.mjs", "worker.js", "widget.js")
 SITE_DIRS = ("models", "kernel", "widget")
 #: A fixed timestamp makes weei-py.zip reproducible.
 _ZIP_DATE = (1980, 1, 1, 0, 0, 0)
+#: Makes the Pyodide memory snapshot (Pyodide started in Node, weei's modules imported).
+SNAPSHOT_SCRIPT = Path("tools") / "pyodide_snapshot.mjs"
+SNAPSHOT_NAME = "weei-snapshot.bin"
 
 DIGITS_FORMAT = "weei-digits-v1"
 #: A model directory with this file generates its dataset chunks (write_data(out_dir)).
@@ -264,6 +269,20 @@ def _kernel_up_to_date(static_dir: Path) -> list[Path]:
     return rebuilt
 
 
+def make_snapshot(site: Path) -> int:
+    """Write ``site``/weei-snapshot.bin from its own Pyodide and weei-py.zip
+    (so the snapshot always matches both); return its size in bytes.
+
+    It is a copy of Pyodide's memory after start-up and weei's imports, made
+    with Pyodide's (private) ``_makeSnapshot``: boot.mjs restores it with
+    ``_loadSnapshot``, which refuses a snapshot of another Pyodide build."""
+    if shutil.which("node") is None:
+        raise BuildError("node is needed to make the Pyodide snapshot (apt-get install nodejs)")
+    out = site / SNAPSHOT_NAME
+    run_tool(["node", str(ROOT / SNAPSHOT_SCRIPT), str(site / "pyodide"), str(site / "weei-py.zip"), str(out)], ROOT)
+    return out.stat().st_size
+
+
 def build_site(dist: Path) -> dict[str, Any]:
     """Assemble the static site in ``dist`` (replacing it); return a summary."""
     pyodide = ensure_pyodide()
@@ -279,6 +298,7 @@ def build_site(dist: Path) -> dict[str, Any]:
     for name in SITE_DIRS:
         shutil.copytree(static / name, tmp / name)
     count = pack_weei(tmp / "weei-py.zip")
+    snapshot = make_snapshot(tmp)
     # Swap in one step so a running `weei serve` never sees half a site.
     old = dist.with_name(dist.name + ".old")
     shutil.rmtree(old, ignore_errors=True)
@@ -287,7 +307,7 @@ def build_site(dist: Path) -> dict[str, Any]:
     os.replace(tmp, dist)
     shutil.rmtree(old, ignore_errors=True)
     size = sum(p.stat().st_size for p in dist.rglob("*") if p.is_file())
-    return {"pyodide": _locked_pyodide_version(), "python_files": count, "bytes": size,
+    return {"pyodide": _locked_pyodide_version(), "python_files": count, "bytes": size, "snapshot_bytes": snapshot,
             "kernels_rebuilt": [str(p.relative_to(ROOT)) for p in rebuilt]}
 
 
@@ -297,7 +317,7 @@ def cmd_site(args: argparse.Namespace) -> int:
     for path in summary["kernels_rebuilt"]:
         print(f"rebuilt {path} (older than its source)")
     print(f"wrote {dist} ({summary['bytes'] / 1e6:.1f} MB): pyodide {summary['pyodide']}, "
-          f"weei-py.zip with {summary['python_files']} files")
+          f"weei-py.zip with {summary['python_files']} files, {SNAPSHOT_NAME} {summary['snapshot_bytes'] / 1e6:.1f} MB")
     return 0
 
 

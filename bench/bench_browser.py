@@ -5,13 +5,16 @@
 Builds dist/ (build.py site), starts ``weei serve`` on a free port and drives
 the system Chromium (/usr/bin/chromium, or WEEI_CHROMIUM) through Playwright.
 
-1. Start-up. A page with the one embed tag, load until ``weeiReady``
-   resolves, against a bare page that only runs ``loadPyodide`` from the
-   same server (both from navigation start, each in a fresh browser
-   context, so nothing is cached). Target: weeiReady <= 1.1x bare. Also
-   reported: until the page's own Python (Pyodide + weei unpacked and
-   imported, started in the background) is ready, against the same bare
-   load: the cost weei adds to a Pyodide start.
+1. Start-up (issue 11, P5). A page with the one embed tag, from navigation
+   start until the API is usable (the controller ready), against a bare page
+   that only runs ``loadPyodide`` from the same server (each in a fresh
+   browser context, so nothing is cached). Goal: API usable <= 1.0x bare;
+   stretch: below it, the page and the Workers restored from build.py's
+   Pyodide memory snapshot. Also reported: weeiReady, the page's own Python
+   ready, a training Worker's start (in the Worker, and from ``new Worker``
+   to its ready message, created once the API is up), and the longest
+   main-thread task from navigation to API ready (a PerformanceObserver
+   installed before any script; issue 12 asks for none above 200 ms).
 2. Aggregation. In the page's Pyodide, ``WasmKernel.run_average`` over the
    browser engine (the inputs already staged in the module's memory, as
    bench_aggregate.py does for wasmtime) for U updates of ``--elems``
@@ -63,12 +66,24 @@ window.bareDone = loadPyodide({ indexURL: new URL('./pyodide/', location.href).h
 </script></body></html>"""
 
 WEEI_PAGE = """<!doctype html><html><head><meta charset=utf-8><link rel=icon href="data:,"></head><body>
+<script>
+window.longTasks = [];
+new PerformanceObserver((list) => { for (const e of list.getEntries()) longTasks.push([e.startTime, e.duration]); })
+  .observe({ type: 'longtask', buffered: true });
+</script>
 <script src="weei.js" data-test-hooks></script>
 <script>
 window.readyAt = weeiReady.then(() => performance.now());
 window.pythonAt = weeiReady.then((w) => w._internal.core.pagePython.start()).then(() => performance.now());
 window.apiAt = weeiReady.then(() => __weeiTestHooks.get('distributed-training').startApi())
   .then(() => performance.now());
+// A training Worker, started once the API is up (as a job's first assignment starts one).
+window.workerStart = apiAt.then(async () => {
+  const t0 = performance.now();
+  const client = __weeiTestHooks.get('distributed-training').worker();
+  const inside = await client.ready;
+  return { inside, wall: (performance.now() - t0) / 1000, snapshot: client.snapshot };
+});
 </script></body></html>"""
 
 
@@ -94,8 +109,9 @@ def _serve_html(html: str) -> Any:
     return lambda route: route.fulfill(status=200, content_type="text/html", body=html)
 
 
-def measure_startup(browser: Any, url: str, repeat: int) -> dict[str, float]:
-    bare, ready, python, api = [], [], [], []
+def measure_startup(browser: Any, url: str, repeat: int) -> dict[str, Any]:
+    bare, ready, python, api, worker_inside, worker_wall, longest = [], [], [], [], [], [], []
+    snapshots = {"page": True, "worker": True}
     for _ in range(repeat):
         for kind in ("bare", "weei"):
             context = browser.new_context()
@@ -109,10 +125,22 @@ def measure_startup(browser: Any, url: str, repeat: int) -> dict[str, float]:
             else:
                 ready.append(page.evaluate("window.readyAt") / 1000)
                 python.append(page.evaluate("window.pythonAt") / 1000)
-                api.append(page.evaluate("window.apiAt") / 1000)
+                api_ms = page.evaluate("window.apiAt")
+                api.append(api_ms / 1000)
+                worker = page.evaluate("window.workerStart")
+                worker_inside.append(worker["inside"])
+                worker_wall.append(worker["wall"])
+                snapshots["worker"] &= bool(worker["snapshot"])
+                snapshots["page"] &= bool(page.evaluate(
+                    "__weeiTestHooks.get('distributed-training').status().pagePythonSnapshot"))
+                tasks = page.evaluate("window.longTasks")
+                longest.append(max((d for t, d in tasks if t < api_ms), default=0.0))
             context.close()
     return {"bare": statistics.median(bare), "ready": statistics.median(ready),
-            "python": statistics.median(python), "api": statistics.median(api)}
+            "python": statistics.median(python), "api": statistics.median(api),
+            "worker_inside": statistics.median(worker_inside), "worker_wall": statistics.median(worker_wall),
+            "longest_task_ms": max(longest), "snapshot_page": snapshots["page"],
+            "snapshot_worker": snapshots["worker"]}
 
 
 AGGREGATE_JS = """async ([elems, updates, repeat]) => {
@@ -272,7 +300,8 @@ def main() -> int:
     update_bytes = args.elems * 4 * args.updates
     startup |= {"ready_over_bare": startup["ready"] / startup["bare"],
                 "python_over_bare": startup["python"] / startup["bare"],
-                "api_over_bare": startup["api"] / startup["bare"]}
+                "api_over_bare": startup["api"] / startup["bare"],
+                "worker_over_bare": startup["worker_wall"] / startup["bare"]}
     if aggregation is None or training is None:
         if args.json:
             print(json.dumps({"startup": startup}, indent=2))
@@ -310,14 +339,25 @@ def main() -> int:
     return 0 if all(t["identical"] for t in training) else 1
 
 
-def _print_startup(s: dict[str, float], repeat: int) -> None:
+def _print_startup(s: dict[str, Any], repeat: int) -> None:
     print("start-up (median of %d, from navigation start, cold context)" % repeat)
     print(f"  bare loadPyodide          {s['bare']:7.2f} s")
-    print(f"  weeiReady                 {s['ready']:7.2f} s   {s['ready_over_bare']:5.2f}x bare  (target <= 1.1x)")
+    print(f"  weeiReady                 {s['ready']:7.2f} s   {s['ready_over_bare']:5.2f}x bare")
     print(f"  page Python ready         {s['python']:7.2f} s   {s['python_over_bare']:5.2f}x bare  "
           "(Pyodide + weei, in the background)")
     print(f"  API ready (controller)    {s['api']:7.2f} s   {s['api_over_bare']:5.2f}x bare  "
           "(+ kernel, IndexedDB, TrainingController.init)")
+    print(f"  Worker start              {s['worker_wall']:7.2f} s   {s['worker_over_bare']:5.2f}x bare  "
+          f"(new Worker to ready; {s['worker_inside']:.2f} s inside the Worker)")
+    print(f"  longest main-thread task  {s['longest_task_ms']:7.0f} ms  (navigation to API ready, worst of {repeat}; "
+          "issue 12: none above 200 ms)")
+    snap = f"page {'yes' if s['snapshot_page'] else 'no'}, Workers {'yes' if s['snapshot_worker'] else 'no'}"
+    api = s["api_over_bare"]
+    print(f"P5 start-up: API usable {api:.2f} x bare loadPyodide ({s['api']:.2f} s vs {s['bare']:.2f} s, same run) "
+          f"(goal <= 1.0 x) {'MET' if api <= 1.0 else 'not met'}")
+    stretch = api < 1.0 and s["worker_over_bare"] < 1.0 and s["snapshot_page"] and s["snapshot_worker"]
+    print(f"P5 stretch: build-time memory snapshot ({snap}); API usable {api:.2f} x, Worker start "
+          f"{s['worker_over_bare']:.2f} x bare loadPyodide (goal < 1.0 x both) {'MET' if stretch else 'not met'}")
 
 
 if __name__ == "__main__":

@@ -31,7 +31,6 @@
   const script = document.currentScript;
   const BASE = new URL('./', script && script.src ? script.src : location.href).href;
   const VERSION = '0.1.0';
-  const PY_DIR = '/weei-py';
 
   const url = (path) => new URL(path, BASE).href;
 
@@ -83,20 +82,19 @@
     state: 'not-started', // not-started | starting | ready | failed
     error: null,
     seconds: null,
+    snapshot: null, // restored from build.py's memory snapshot (weei-snapshot.bin)?
     promise: null,
     start() {
       if (this.promise) return this.promise;
       this.state = 'starting';
       const t0 = performance.now();
       this.promise = (async () => {
-        const [{ loadPyodide }, archive] = await Promise.all([
-          import(url('pyodide/pyodide.mjs')),
-          fetchOk('weei-py.zip').then((r) => r.arrayBuffer()),
-        ]);
-        const pyodide = await loadPyodide({ indexURL: url('pyodide/') });
-        pyodide.unpackArchive(archive, 'zip', { extractDir: PY_DIR });
-        pyodide.runPython(`import sys\nif ${JSON.stringify(PY_DIR)} not in sys.path: sys.path.insert(0, ${JSON.stringify(PY_DIR)})`);
-        const main = pyodide.pyimport('weei.browser.page_main');
+        const { startPython, nextTask } = await import(url('boot.mjs'));
+        // page_main imports webgpu, which the snapshot leaves out: two imports, a yield between.
+        const { pyodide, main, snapshot } = await startPython(BASE, ['weei.browser.webgpu', 'weei.browser.page_main'],
+          { pause: nextTask });
+        this.snapshot = snapshot;
+        await nextTask();
         const session = main.start(BASE);
         this.seconds = (performance.now() - t0) / 1000;
         this.state = 'ready';
@@ -127,6 +125,7 @@
       this.nextId = 1;
       this.pending = new Map();
       this.startSeconds = null;
+      this.snapshot = null; // started from build.py's memory snapshot?
       this.ready = new Promise((resolve, reject) => {
         this._ready = { resolve, reject };
       });
@@ -145,6 +144,7 @@
     _onMessage(message) {
       if (message.type === 'ready') {
         this.startSeconds = message.seconds;
+        this.snapshot = Boolean(message.snapshot);
         this._ready.resolve(message.seconds);
         return;
       }
@@ -537,7 +537,9 @@
         if (typeof module.mountWidget !== 'function') {
           throw weeiError('widget-unavailable', `${where} does not export mountWidget(api, options)`);
         }
-        return module.mountWidget(api, options);
+        // Until the API is up the window's controls are disabled and say "Starting Weei…".
+        const starting = bridge.api ? null : startApi().then(() => {}, () => {});
+        return module.mountWidget(api, { ...options, starting });
       },
     };
 
@@ -637,6 +639,7 @@
         baseUrl: core.BASE,
         pagePython: core.pagePython.state,
         pagePythonError: core.pagePython.error,
+        pagePythonSnapshot: core.pagePython.snapshot,
         api: bridge.api ? 'ready' : (bridge.error ? 'failed' : (bridge.blocked ? 'waiting-for-another-tab'
           : (bridge.promise ? 'starting' : 'not-started'))),
         apiError: bridge.error,

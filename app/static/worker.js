@@ -5,19 +5,19 @@
 // line imports this file's absolute URL, so every URL here is resolved
 // against import.meta.url (the Weei server), never against the page.
 //
-// Start-up: load Pyodide from the Weei server, unpack the weei package
-// (weei-py.zip) into Pyodide's file system, import weei.browser.worker_main
-// and post {type: 'ready', seconds}. Requests that arrive before that wait
+// Start-up (boot.mjs): Pyodide from the Weei server (not from the page's
+// memory snapshot: see start()), the weei package (weei-py.zip) unpacked
+// into Pyodide's file system, weei.browser.worker_main imported; then
+// post {type: 'ready', seconds, snapshot (restored from it?)}. Requests that arrive before that wait
 // in a queue. The request protocol is documented in worker_main.py; this
 // file only moves messages and transfers every ArrayBuffer in a reply.
 //
 // Python is entered with `callPromising` (JSPI), so that the WebGPU shim's
 // run_sync can wait on a promise inside a request (trainGpu); requests run
 // one after another even while one waits (the model instance is shared).
-import { loadPyodide } from './pyodide/pyodide.mjs';
+import { startPython } from './boot.mjs';
 
 const BASE = new URL('./', import.meta.url).href;
-const PY_DIR = '/weei-py';
 
 const queue = [];
 let handle = null;
@@ -57,28 +57,21 @@ self.onmessage = (event) => {
 };
 
 async function start() {
-  const t0 = performance.now();
-  const [pyodide, archive] = await Promise.all([
-    loadPyodide({ indexURL: BASE + 'pyodide/' }),
-    fetch(BASE + 'weei-py.zip').then((r) => {
-      if (!r.ok) throw new Error(`GET weei-py.zip: HTTP ${r.status}`);
-      return r.arrayBuffer();
-    }),
-  ]);
-  pyodide.unpackArchive(archive, 'zip', { extractDir: PY_DIR });
-  pyodide.runPython(`import sys\nif ${JSON.stringify(PY_DIR)} not in sys.path: sys.path.insert(0, ${JSON.stringify(PY_DIR)})`);
-  const main = pyodide.pyimport('weei.browser.worker_main');
+  // boot.mjs: Pyodide, weei unpacked, worker_main imported. Not from build.py's memory snapshot:
+  // Python records at start-up whether the runtime has stack switching (JSPI), and the snapshot,
+  // made in Node without it, would say "no" here, where trainGpu's run_sync needs it.
+  const { main, seconds, snapshot } = await startPython(BASE, ['weei.browser.worker_main'], { useSnapshot: false });
   main.start((message) => post(message.toJs ? message.toJs({ dict_converter: Object.fromEntries }) : message));
   // Without callPromising (no JSPI) CPU requests still work; trainGpu then fails by name (gpu-error).
   handle = typeof main.handle.callPromising === 'function'
     ? (message) => main.handle.callPromising(message)
     : (message) => main.handle(message);
-  return (performance.now() - t0) / 1000;
+  return { seconds, snapshot };
 }
 
 start().then(
-  (seconds) => {
-    self.postMessage({ type: 'ready', seconds });
+  ({ seconds, snapshot }) => {
+    self.postMessage({ type: 'ready', seconds, snapshot });
     while (queue.length) dispatch(queue.shift());
   },
   (err) => {

@@ -288,9 +288,10 @@ export class Setup {
     }
     const coordinator = job && job.role === 'coordinator';
     const active = job && job.status !== 'completed';
-    const busy = Boolean(state.preparing);
+    const busy = Boolean(state.preparing) || this.starting;
     setDisabled(f.create, busy || Boolean(active));
-    f.create.textContent = state.preparing ? 'Preparing…' : (f.checkpoint.files[0] ? 'Continue from checkpoint' : 'Create job');
+    f.create.textContent = this.starting ? 'Starting Weei…' : state.preparing ? 'Preparing…'
+      : (f.checkpoint.files[0] ? 'Continue from checkpoint' : 'Create job');
     f.demoDigits.disabled = f.demoCartpole.disabled = f.demoTransformer.disabled = busy;
     f.apply.classList.toggle('hidden', !(coordinator && active));
     setDisabled(f.start, !(coordinator && job.status === 'ready'));

@@ -38,7 +38,7 @@ let mounted = null;
  * Open the window in `container` (default: document.body). Returns {close()}.
  * A second call while it is open brings the same window back into view.
  */
-export function mountWidget(api, { container = null, onClose = null } = {}) {
+export function mountWidget(api, { container = null, onClose = null, starting = null } = {}) {
   if (!api || typeof api.getState !== 'function') throw new Error('mountWidget needs the distributed-training API');
   if (mounted && mounted.host.isConnected && mounted.api === api) {
     mounted.focus();
@@ -50,7 +50,7 @@ export function mountWidget(api, { container = null, onClose = null } = {}) {
   root.append(h('style', { text: CSS }));
   (container || document.body).append(host);
 
-  const widget = new Widget(api, root, host, () => { if (onClose) onClose(); });
+  const widget = new Widget(api, root, host, () => { if (onClose) onClose(); }, starting);
   mounted = widget;
   return widget.handle;
 }
@@ -62,8 +62,12 @@ const SECTIONS = [
 ];
 
 class Widget {
-  constructor(api, root, host, onClose) {
+  constructor(api, root, host, onClose, starting = null) {
     this.api = api;
+    // weei.js's enable() passes a promise that settles when the API is up: until then the
+    // controls are disabled and say "Starting Weei…".
+    this.starting = Boolean(starting);
+    if (starting) Promise.resolve(starting).finally(() => { this.starting = false; this.keys = {}; this.schedule(); });
     this.root = root;
     this.host = host;
     this.onClose = onClose;
@@ -230,7 +234,7 @@ class Widget {
     if (!state) return;
     const job = state.job || null;
     const status = job ? `${job.role === 'participant' ? 'participant' : 'coordinator'} · ${job.status}`
-      : state.ready === false ? 'starting…' : 'no job';
+      : this.starting ? 'Starting Weei…' : 'no job';
     if (status !== this.status.textContent) this.live.textContent = `Weei: ${status}`;
     this.status.textContent = status;
     this.status.className = `chip ${job ? job.status : ''}`;
