@@ -96,6 +96,8 @@ class RoundLoop:
     rejected: list[RejectedUpdate]
     last_contributors: list[str]
     _empty_rounds: int
+    # Why the last attempt ended without a valid update: the cause a paused job names in its error.
+    _last_failure: str | None = None
     _saved_incomplete: bool
     _grace_until: float | None
     _commands: list[Command]
@@ -172,6 +174,7 @@ class RoundLoop:
         an idle participant of this round takes the work at once.
         """
         self.attempts.stop(attempt, error)
+        self._last_failure = f"{attempt.peer[:12]}: {error[:300]}"
         record = self.peers.get(attempt.peer)
         if record is not None and is_working(record.state):
             record.move("attempt_ended")
@@ -235,6 +238,7 @@ class RoundLoop:
             self._empty_round(now)
             return
         self._empty_rounds = 0
+        self._last_failure = None
         method = self.spec.settings.aggregation.method
         training_ended = self.stopwatch()
         if self._round_opened is not None:
@@ -283,8 +287,11 @@ class RoundLoop:
             self.dataset.end_round()
         if self._empty_rounds >= MAX_EMPTY_ROUNDS:
             self._job("fail")
+            cause = f" (last failure from {self._last_failure})" if self._last_failure else ""
             self.error = (f"no valid update in {self._empty_rounds} attempts at round "
-                          f"{self.checkpoint_round + 1}; the checkpoint of round {self.checkpoint_round} stays")
+                          f"{self.checkpoint_round + 1}{cause}; the checkpoint of round {self.checkpoint_round} stays. "
+                          "Fix the cause (a learning rate or batch size far from the model's defaults is a common "
+                          "one: Apply settings to job), then Resume")
             self._log("job.paused", reason="empty-rounds")
             return
         self._maybe_open_round(now)
