@@ -61,6 +61,7 @@ input[type=checkbox] { margin: 0 5px 0 0; vertical-align: -2px; }
 .hidden { display: none !important; }
 .error { color: #a3261b; background: #fdeceb; border: 1px solid #f3c1bc; border-radius: 6px; padding: 4px 8px; margin: 6px 0; white-space: pre-wrap; }
 .ok { color: #1d6b35; }
+.warn { color: #8a5a00; background: #fff1d6; border-radius: 6px; padding: 2px 8px; margin: 4px 0; }
 .chip { display: inline-block; font-size: 11.5px; padding: 0 7px; border-radius: 9px; background: #e6ebf2; color: #2b3a50; white-space: nowrap; }
 .chip.running, .chip.training, .chip.live { background: #dff3e4; color: #1d6b35; }
 .chip.paused, .chip.stale, .chip.loading { background: #fff1d6; color: #8a5a00; }
