@@ -1,0 +1,94 @@
+"""What the window's progress is built from: totals that count every local epoch, an estimate for
+experience jobs, slots that say their units, and the settings review through the controller."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from weei.core.errors import SettingsError
+from weei.demo.network import MemoryNetwork
+from weei.runtime.wasmtime_engine import WasmtimeEngine
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_controller import DIGITS_SETTINGS, package  # noqa: E402
+from test_live_progress import _make  # noqa: E402
+
+
+async def _run(c: Any) -> list[dict[str, Any]]:
+    seen: list[dict[str, Any]] = []
+    await c.start()
+    while (state := c.get_state())["job"]["status"] != "completed":
+        seen.append(state)
+        await asyncio.sleep(0.002)
+    await c.idle()
+    return seen
+
+
+def test_progress_counts_every_local_epoch() -> None:
+    """A chunk of 100 examples trained 3 local epochs is 300 examples of work: never "300 / 100"."""
+    async def main() -> None:
+        network, engine = MemoryNetwork(), WasmtimeEngine()
+        c = _make(network, engine, "me")
+        try:
+            await c.init()
+            await c.create_job(**package("digits-mlp"), settings={**DIGITS_SETTINGS, "epochs": 1, "localEpochs": 3})
+            seen = await _run(c)
+            mine = [s["progress"]["me"] for s in seen if "me" in s["progress"]]
+            assert mine and all(p["totalExamples"] == 300 for p in mine), mine[:3]
+            assert all(p["processedExamples"] <= p["totalExamples"] for p in mine)
+            assert max(p["processedExamples"] for p in mine) > 100
+        finally:
+            await network.close()
+
+    asyncio.run(main())
+
+
+def test_an_experience_job_has_an_estimate_and_slots_name_their_units() -> None:
+    async def main() -> None:
+        network, engine = MemoryNetwork(), WasmtimeEngine()
+        c = _make(network, engine, "me")
+        try:
+            await c.init()
+            await c.create_job(**package("cartpole-reinforce"),
+                               settings={"epochs": 6, "localEpochs": 1, "batchSize": 16, "coordinatorParticipates": True,
+                                         "experience": {"unitsPerAssignment": 32}})
+            seen = await _run(c)
+            slots = [slot for s in seen for slot in s["job"]["slots"]]
+            assert slots and all(slot["units"]["count"] == 32 and slot["chunkId"] == f"units-{slot['units']['start']}"
+                                 for slot in slots)
+            estimates = [s["estimatedRemainingMs"] for s in seen if "estimatedRemainingMs" in s]
+            assert estimates and all(e >= 0 for e in estimates)
+            assert "estimatedRemainingMs" not in c.get_state()  # completed: nothing left
+        finally:
+            await network.close()
+
+    asyncio.run(main())
+
+
+def test_review_settings_through_the_controller() -> None:
+    async def main() -> None:
+        network, engine = MemoryNetwork(), WasmtimeEngine()
+        c = _make(network, engine, "me")
+        try:
+            await c.init()
+            files = package("digits-mlp")
+            review = c.review_settings({**DIGITS_SETTINGS, "batchSize": 10**9}, json.loads(files["manifest"]))
+            assert review["needsConfirmation"] and [w["field"] for w in review["warnings"]] == ["batchSize"]
+            assert review["work"] == 2 * 1500
+            with pytest.raises(SettingsError) as err:
+                c.review_settings({**DIGITS_SETTINGS, "localEpochs": 0})
+            assert err.value.field == "localEpochs"
+            await c.create_job(**files, settings=DIGITS_SETTINGS)
+            # The active job's facts when no manifest is given.
+            assert c.review_settings({**DIGITS_SETTINGS, "epochs": 10**9})["needsConfirmation"]
+            assert not c.review_settings(DIGITS_SETTINGS)["needsConfirmation"]
+        finally:
+            await network.close()
+
+    asyncio.run(main())
