@@ -16,7 +16,7 @@ from weei.demo.network import MemoryNetwork
 from weei.runtime.wasmtime_engine import WasmtimeEngine
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_controller import DIGITS_SETTINGS, package  # noqa: E402
+from test_controller import DIGITS_SETTINGS, digits_validation, package  # noqa: E402
 from test_live_progress import _make  # noqa: E402
 
 
@@ -92,3 +92,49 @@ def test_review_settings_through_the_controller() -> None:
             await network.close()
 
     asyncio.run(main())
+
+
+def test_a_participant_lists_the_jobs_checkpoints_and_ends_completed() -> None:
+    """The coordinator's checkpoint notes fill the participant's job.checkpoints (charts, checkpoint list)."""
+    async def main() -> None:
+        network, engine = MemoryNetwork(), WasmtimeEngine()
+        coordinator, helper = _make(network, engine, "coord"), _make(network, engine, "helper")
+        try:
+            for c in (coordinator, helper):
+                await c.init()
+            settings = {**DIGITS_SETTINGS, "epochs": 1, "coordinatorParticipates": False, "workers": 1}
+            job_id = await coordinator.create_job(**package("digits-mlp"), settings=settings,
+                                                  validation=digits_validation())
+            coordinator.invite("helper")
+            await network.settle()
+            await helper.decide_invitation(job_id, True)
+            await network.settle()
+            await _run(coordinator)
+            await network.settle()
+            await coordinator.idle()
+            await network.settle()
+            theirs = coordinator.get_state()["job"]["checkpoints"]
+            mine = helper.get_state()["job"]
+            assert mine["status"] == "completed" and mine["role"] == "participant"
+            assert [c["artifact"] for c in mine["checkpoints"]] == [c["artifact"] for c in theirs]
+            assert [c["metrics"] for c in mine["checkpoints"]] == [c["metrics"] for c in theirs]
+            validated = [c for c in mine["checkpoints"] if "validationMetrics" in c]
+            assert validated and validated[-1]["validationMetrics"] == theirs[-1]["validationMetrics"]
+            assert network.refused == []
+        finally:
+            await network.close()
+
+    asyncio.run(main())
+
+
+def test_a_hostile_checkpoint_note_is_refused_by_name() -> None:
+    from weei.core.messages import CheckpointNote, MessageError, decode_message, encode_message
+
+    good = encode_message(CheckpointNote("j", 1, "a" * 64, 4, "f", 10, {"loss": 1.0}, 5.0))
+    assert decode_message(dict(good)) == decode_message(good)
+    for change, reason in [({"round": -1}, "bad-field"), ({"sha256": "x"}, "bad-field"),
+                           ({"metrics": {"loss": "NaN"}}, "non-finite-metric"), ({"createdAt": "now"}, "bad-field"),
+                           ({"validationError": "e" * 5000}, "bad-field"), ({"fileName": None}, "bad-field")]:
+        with pytest.raises(MessageError) as err:
+            decode_message({**good, **change})
+        assert err.value.reason == reason, (change, err.value)

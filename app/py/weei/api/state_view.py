@@ -137,7 +137,9 @@ class StateView:
                 "participants": {s.my_peer_id: {"connected": True, "approved": True,
                                                 "paused": s.paused_contribution,
                                                 "state": participant.state}},
-                "queue": [], "checkpoints": [], "slots": [], "incomplete": bool(participant.incomplete),
+                "queue": [], "slots": [], "incomplete": bool(participant.incomplete),
+                # The job's checkpoints as the coordinator's notes told them (summaries, no files).
+                "checkpoints": [json.loads(json.dumps(participant.checkpoints[r])) for r in sorted(participant.checkpoints)],
                 "shuffled": False, "validationUnavailable": False, "module": module,
                 "hasModuleFile": bool(module) and module["sha256"] in self.store.artifacts,
                 "localWorkers": self._local_workers(info=info, settings=settings),

@@ -41,14 +41,14 @@ from .attempts import Attempt, RoundAttempts, check_update
 from .commands import Command, Log, Phase, RunValidation, SaveCheckpoint, Send
 from .errors import AggregationError, SettingsError
 from .job import JobSpec
-from .messages import ArtifactRef, JobFinished, Message, Update, UpdateReceipt
+from .messages import ArtifactRef, CheckpointNote, JobFinished, Message, Update, UpdateReceipt
 from .peers import PeerRecord, available, eligible, loading
 from .rounds import (
     Kernel, RoundRecord, chunk_seed, close_round, make_assign, validation_command, validation_due,
 )
 from .schedule import DatasetSchedule, ExperienceSchedule
 from .seeds import assignment_seed
-from .states import JOB_TRANSITIONS, JobStatus, is_working, move
+from .states import JOB_TRANSITIONS, JobStatus, PeerState, is_working, move
 
 __all__ = ["RoundLoop", "RejectedUpdate", "MAX_EMPTY_ROUNDS", "REPEATED_OUTLIER_ROUNDS"]
 
@@ -76,6 +76,7 @@ class RoundLoop:
     """Rounds of one job: the state they share with the rest of the coordinator, and the loop itself."""
 
     spec: JobSpec
+    my_peer_id: str
     kernel: Kernel
     round_timeout_ms: float
     status: JobStatus
@@ -370,6 +371,15 @@ class RoundLoop:
         self._commands.append(SaveCheckpoint(round_, file, self.weights, self.weights_sha256, summary,
                                              state.data if state is not None else None))
         self._log("checkpoint.saved", round=round_, sha256=self.weights_sha256)
+        self._tell_checkpoint(summary)
+
+    def _tell_checkpoint(self, summary: dict[str, Any]) -> None:
+        """The participants' windows list the checkpoints too: a note (no weights) to each one taking part."""
+        note = CheckpointNote.of(self.spec.job_id, summary)
+        for peer, record in self.peers.items():
+            # Stopped: the job finished and a validation result came after (former members only).
+            if peer != self.my_peer_id and record.connected and (record.approved or record.state == PeerState.STOPPED):
+                self._send(peer, note)
 
     # --------------------------------------------------------------- helpers
 
