@@ -4,9 +4,12 @@ participant's window after completion."""
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from site_helpers import ROOT
+from test_api import DIGITS
+from test_peers import browsers  # noqa: F401 (the fixture: pages in browser processes of their own)
 from test_widget import API, HOST, fill, open_widget, state
 
 MODELS = ROOT / "app" / "static" / "models"
@@ -78,3 +81,69 @@ def test_a_manifest_of_another_model_says_so(weei_server: Any, page: Any) -> Non
     pg.wait_for_timeout(300)
     assert len(shown_errors(pg)) == 1, shown_errors(pg)
     assert not log.errors, log.errors
+
+
+def _bars_seen(pg: Any, peer: str) -> None:
+    """Record every value the coordinator's window shows on ``peer``'s bar (sampled every 50 ms)."""
+    pg.evaluate("""(peer) => {
+      window.barSeen = [];
+      setInterval(() => {
+        const bar = document.querySelector('[data-weei-widget]').shadowRoot
+          .querySelector(`.sec-progress .progress[data-peer="${peer}"] [role=progressbar]`);
+        if (bar) window.barSeen.push([Number(bar.getAttribute('aria-valuenow')), Number(bar.getAttribute('aria-valuemax')),
+                                      bar.getAttribute('aria-valuetext') || '']);
+      }, 50);
+    }""", peer)
+
+
+def test_remote_bars_move_and_the_participants_window_ends_in_success(weei_server: Any, browsers: Any) -> None:
+    room = "test-" + uuid.uuid4().hex[:8]
+    url = f"{weei_server.url}?room={room}"
+    coordinator, helper = browsers(url), browsers(url)
+    helper_id = helper.evaluate("T.api().getState().myPeerId")
+    coordinator.evaluate("(id) => T.waitFor('the helper connected', () => T.api().getState().peers.includes(id))",
+                         helper_id)
+    # Only the helper trains (the coordinator does not): every bar the coordinator shows is a remote peer's.
+    # 200 local epochs make each chunk take long enough for progress messages to arrive meanwhile.
+    job_id = coordinator.evaluate("""async (settings) => {
+      const training = T.api();
+      const { wasm, manifest, files, validation } = await T.pkg('digits-mlp');
+      await training.createJob({ wasm, manifest, files, validation, settings });
+      training.invite(training.getState().peers[0]);
+      return training.getState().job.id;
+    }""", {**DIGITS, "localEpochs": 200, "coordinatorParticipates": False,
+           "validationSchedule": {"enabled": True, "unit": "round", "every": 5}})
+    helper.evaluate("""(jobId) => T.waitFor('the invitation', () =>
+      T.api().getState().invitations.some(([id]) => id === jobId))""", job_id)
+    helper.evaluate("(jobId) => T.api().decideInvitation(jobId, true)", job_id)
+    for pg in (coordinator, helper):
+        pg.evaluate(f"{API}.enable()")
+        pg.get_by_role("dialog").wait_for()
+    coordinator.evaluate("""(id) => T.waitFor('the helper loaded the model', () => {
+      const p = T.api().getState().job.participants[id];
+      return p && p.approved && p.state !== 'approved';
+    })""", helper_id)
+    _bars_seen(coordinator, helper_id)
+    coordinator.evaluate("T.api().start()")
+    # The helper's own window shows its training while it trains (not "waiting for assignments").
+    helper.locator(f".sec-progress .progress[data-peer='{helper_id}']").first.wait_for(timeout=120_000)
+    coordinator.evaluate("T.waitFor('the job to finish', () => T.done(T.api().getState()), 300000)")
+
+    seen = coordinator.evaluate("window.barSeen")
+    moving = [(v, m, t) for v, m, t in seen if 0 < v < m]
+    assert moving, seen[-20:]  # part-way values: the helper's progress messages reached the coordinator
+    assert all(m == 100 * 200 for _, m, _ in moving)  # a chunk's examples over every local epoch
+    assert any("examples/s" in t for _, _, t in moving), moving[-3:]
+
+    # The helper's window after completion: success, the job's checkpoints, charts with values.
+    helper.locator("[data-final='success']").wait_for(timeout=30_000)
+    helper.wait_for_function(
+        f"() => document.querySelector('{HOST}').shadowRoot.querySelectorAll('table.checkpoints tbody tr').length >= 15")
+    rounds = coordinator.evaluate("T.api().getState().job.checkpoints.length")
+    assert helper.evaluate(f"document.querySelector('{HOST}').shadowRoot"
+                           ".querySelectorAll('table.checkpoints tbody tr').length") == rounds
+    assert helper.locator(".sec-metrics circle.pt").count() >= 2
+    text = helper.locator(".sec-progress").inner_text()
+    assert "Training finished" in text and "Waiting for assignments" not in text
+    assert "No values yet" not in helper.locator(".sec-metrics").inner_text()
+    assert "finished" in helper.locator("table.participants").inner_text()
