@@ -147,3 +147,25 @@ def test_remote_bars_move_and_the_participants_window_ends_in_success(weei_serve
     assert "Training finished" in text and "Waiting for assignments" not in text
     assert "No values yet" not in helper.locator(".sec-metrics").inner_text()
     assert "finished" in helper.locator("table.participants").inner_text()
+
+
+def test_a_failing_round_says_its_cause_in_the_window(weei_server: Any, page: Any) -> None:
+    """A learning rate of 10^9 makes every update non-finite: the job pauses and the window says why."""
+    pg, log = page
+    open_widget(pg, weei_server.url)
+    pg.get_by_role("button", name="Digits MLP demo").click()
+    pg.get_by_text("Digits MLP demo:").wait_for()
+    fill(pg, "Learning rate (optional)", "1000000000")
+    pg.get_by_role("button", name="Create job").click()
+    pg.get_by_role("button", name="Create anyway").click()  # the review asked first
+    pg.wait_for_function(f"() => {API}.getState().job?.status === 'ready'")
+    pg.get_by_role("button", name="Start", exact=True).click()
+    pg.wait_for_function(f"() => {API}.getState().job?.status === 'paused'", timeout=180_000)
+    cause = state(pg)["error"]
+    assert "no valid update" in cause and "last failure from" in cause, cause
+    pg.wait_for_function(f"""() => [...document.querySelector('{HOST}').shadowRoot.querySelectorAll('.error')]
+        .some((e) => !e.classList.contains('hidden') && e.textContent.includes('last failure from'))""")
+    errors = shown_errors(pg)
+    assert len([e for e in errors if "no valid update" in e]) == 1, errors
+    assert "Resume" in errors[0]
+    assert not log.errors, log.errors
