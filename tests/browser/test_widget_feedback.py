@@ -147,6 +147,13 @@ def test_remote_bars_move_and_the_participants_window_ends_in_success(weei_serve
     assert "Training finished" in text and "Waiting for assignments" not in text
     assert "No values yet" not in helper.locator(".sec-metrics").inner_text()
     assert "finished" in helper.locator("table.participants").inner_text()
+    # Diagnostics after the end: final snapshots, not "live" or a stage of the last assignment.
+    for pg in (coordinator, helper):
+        table = pg.locator("table.diagnostics")
+        pg.wait_for_function(f"() => document.querySelector('{HOST}').shadowRoot"
+                             ".querySelector('table.diagnostics')?.innerText.includes('final')")
+        text = table.inner_text()
+        assert "live" not in text and "uploading" not in text and "awaitingAggregation" not in text, text
 
 
 def test_a_failing_round_says_its_cause_in_the_window(weei_server: Any, page: Any) -> None:
