@@ -37,8 +37,14 @@ def test_progress_counts_every_local_epoch() -> None:
         c = _make(network, engine, "me")
         try:
             await c.init()
-            await c.create_job(**package("digits-mlp"), settings={**DIGITS_SETTINGS, "epochs": 1, "localEpochs": 3})
+            files = package("digits-mlp")
+            assert "estimatedMs" not in c.review_settings(DIGITS_SETTINGS, json.loads(files["manifest"]))
+            await c.create_job(**files, settings={**DIGITS_SETTINGS, "epochs": 1, "localEpochs": 3})
             seen = await _run(c)
+            # The next job of this model is estimated at the speed this device measured.
+            review = c.review_settings({**DIGITS_SETTINGS, "epochs": 4}, json.loads(files["manifest"]))
+            assert review["estimatedMs"] > 0 and review["work"] == 4 * 1500
+            assert any(w["message"].startswith("about ") for w in review["warnings"])
             mine = [s["progress"]["me"] for s in seen if "me" in s["progress"]]
             assert mine and all(p["totalExamples"] == 300 for p in mine), mine[:3]
             assert all(p["processedExamples"] <= p["totalExamples"] for p in mine)

@@ -135,6 +135,8 @@ export class Setup {
       this.fillSettings(defaults, experienceOf(pkg.manifestJson));
       f.venabled.checked = Boolean(pkg.validation) || Boolean(experienceOf(pkg.manifestJson));
       this.describeSelection();
+      this.confirmed = null;
+      await this.showReview(); // the estimated time, when this browser has trained this model before
     }));
     demo(f.demoDigits, 'digits-mlp', { epochs: 1, localEpochs: 1, batchSize: 32, coordinatorParticipates: true,
       validationSchedule: { enabled: true, unit: 'round', every: 5 } });

@@ -295,7 +295,7 @@ class TrainingController:
         """reviewSettings(settings, manifest?): legal settings that are likely mistakes (docs/api.md);
         the active job's facts unless a manifest is given. Invalid settings raise SettingsError."""
         parsed, s = TrainingSettings.from_json(settings), self.session
-        facts = facts_from_manifest(manifest) if manifest is not None or s.coordinator is None \
+        facts = facts_from_manifest(manifest, s.measured) if manifest is not None or s.coordinator is None \
             else facts_from_job(s.coordinator, s.live)
         return review_settings(parsed, facts).to_json()
 

@@ -20,7 +20,7 @@ amount of work alone decides. Thresholds are module constants (docs/api.md,
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Mapping
 
 from .coordinator import Coordinator
 from .errors import WeeiError
@@ -171,9 +171,10 @@ def _work(settings: TrainingSettings, facts: WorkFacts, experience: bool) -> int
     return settings.epochs * settings.local_epochs * facts.examples
 
 
-def facts_from_manifest(manifest: Any) -> WorkFacts:
+def facts_from_manifest(manifest: Any, speeds: Mapping[str, float] | None = None) -> WorkFacts:
     """WorkFacts from a selected manifest's JSON (a package or a chunk list); an invalid one
-    gives no facts (createJob names its problem)."""
+    gives no facts (createJob names its problem). ``speeds``: this device's last measured
+    speed by model id (a package names its model; one device, so an upper bound)."""
     try:
         parsed = parse_manifest_file(manifest)
     except WeeiError:
@@ -181,9 +182,10 @@ def facts_from_manifest(manifest: Any) -> WorkFacts:
     dataset = parsed.dataset_manifest if isinstance(parsed, ModelPackage) else parsed
     work = parsed.work_source if isinstance(parsed, ModelPackage) else None
     counts = [e.example_count for e in dataset.entries]
+    speed = speeds.get(parsed.model_id) if speeds and isinstance(parsed, ModelPackage) else None
     return WorkFacts(examples=sum(counts) if counts else None, largest_chunk=max(counts) if counts else None,
                      default_units=work.default_units if work is not None else None,
-                     unit_label=work.unit_label if work is not None else None)
+                     unit_label=work.unit_label if work is not None else None, examples_per_second=speed)
 
 
 def facts_from_job(coordinator: Coordinator, live: LiveProgress) -> WorkFacts:
