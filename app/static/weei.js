@@ -505,6 +505,8 @@
       resume() { return callAsync('resume'); },
       stop() { return callAsync('stop'); },
       updateSettings(settings) { return callAsync('updateSettings', { settings }); },
+      // Warnings for legal settings that are likely mistakes, with the job's estimated time (docs/api.md).
+      reviewSettings(settings, manifest) { return callSync('reviewSettings', { settings, manifest: manifest ?? null }); },
       runValidation() { return callAsync('runValidation'); },
       shuffleChunks() { return callAsync('shuffleChunks'); },
       exportCheckpoint() {

@@ -495,7 +495,7 @@ def test_methods_wait_for_python_and_the_api_lists_every_method(weei_server: Any
     assert out["device"] == [True, 1024, "cpu"] and out["resumed"] is False
     assert out["methods"] == sorted([
         "getState", "getRoom", "subscribe", "createJob", "continueFromCheckpoint", "invite", "decideInvitation", "start",
-        "pause", "resume", "stop", "updateSettings", "runValidation", "shuffleChunks", "exportCheckpoint",
+        "pause", "resume", "stop", "updateSettings", "reviewSettings", "runValidation", "shuffleChunks", "exportCheckpoint",
         "exportModule", "leave", "getDebugLog", "exportDebugLog", "clearDebugLog", "setMaxLocalWorkers",
         "setGpuMemoryBudgetMiB", "setBackendPreference", "pauseContribution", "listSavedJobs", "openSavedJob",
         "deleteSavedJob", "enable"])

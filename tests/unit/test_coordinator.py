@@ -319,6 +319,24 @@ def test_failing_rounds_keep_the_checkpoint_and_retry_the_same_round() -> None:
     assert any(log.event == "round.empty" for _, log in sim.logs)
 
 
+def test_a_paused_job_names_the_cause_of_its_failed_attempts() -> None:
+    """Attempts that fail in the model pause the job with the last failure in state.error (not only in the log)."""
+    spec, store = dataset_spec(2, settings=settings())
+    sim = Sim.create(spec, store, round_timeout_ms=1_000)
+    sim.behaviour["p1"] = lambda a, s, d: "model: the loss is not finite (learning rate too high?)"
+    sim.join("p1")
+    sim.coordinator.start(sim.now)
+    for _ in range(20):
+        sim.pump()
+        if sim.coordinator.status == "paused":
+            break
+        sim.advance(1_000)
+    c = sim.coordinator
+    assert c.status == "paused", c.error
+    assert "no valid update" in c.error and "p1: model: the loss is not finite" in c.error, c.error
+    assert "Resume" in c.error
+
+
 def test_repeated_empty_rounds_pause_the_job() -> None:
     spec, store = dataset_spec(4, settings=settings())
     sim = Sim.create(spec, store, round_timeout_ms=1_000)

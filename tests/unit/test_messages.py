@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from weei.core.messages import (
-    _TYPES, ArtifactRef, Assign, AssignmentFailed, ChunkRef, Deliver, DiagnosticsReport, Direction, Invitation,
+    _TYPES, ArtifactRef, Assign, AssignmentFailed, CheckpointNote, ChunkRef, Deliver, DiagnosticsReport, Direction, Invitation,
     InvitationDecision, JobFinished, Leave, MessageError, MessageReason, ModuleStatus, PauseContribution,
     Progress, TrainingStarted, UnitRange, Update, UpdateReceipt, decode_message, encode_message,
 )
@@ -54,6 +54,11 @@ SAMPLES = [
     ModuleStatus("job-1", True, None, (H1,), True),
     Assign("job-1", 2, "r2-c1", "r2-c1-a1", REF, {"localEpochs": 1, "batchSize": 2}, 3,
            ChunkRef("c1", "syn", 12, ArtifactRef("chunk", H2, 100)), shader_archive=ArtifactRef("wgsl", H3, 9708)),
+    # A checkpoint's summary for the participants' windows (docs/wire.md, "Checkpoint notes").
+    CheckpointNote("job-1", 3, H1, 456, "m-round-3.weei-checkpoint", 300, {"loss": 0.5}, 1.7e12),
+    CheckpointNote("job-1", 0, H2, 456, "m-round-0.weei-checkpoint", 0, {}, 0.0, {"acc": 0.9}, 32, None),
+    CheckpointNote("job-1", 4, H3, 456, "m-round-4.weei-checkpoint", 64, {"loss": 0.4}, 1.7e12, None, None,
+                   "the model failed: out of memory"),
 ]
 
 
@@ -63,7 +68,7 @@ def test_every_type_has_a_sample() -> None:
 
 def test_each_type_knows_its_direction() -> None:
     # Written out by hand (the spec's message flow), not derived from the classes.
-    to_participant = {"invitation", "deliver", "assign", "updateReceipt", "jobFinished"}
+    to_participant = {"invitation", "deliver", "assign", "updateReceipt", "jobFinished", "checkpoint"}
     to_coordinator = {"invitationDecision", "moduleStatus", "trainingStarted", "update", "assignmentFailed",
                       "pauseContribution", "leave", "diagnostics", "progress"}
     assert to_participant | to_coordinator == set(_TYPES)

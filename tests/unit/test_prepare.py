@@ -72,6 +72,16 @@ def test_a_different_module_than_the_package_names_is_refused() -> None:
     with pytest.raises(ManifestError) as err:
         _prepare(other, manifest, files)
     assert err.value.reason in ("wasm-size-mismatch", "wasm-sha256-mismatch")
+    # One demo's module with another's manifest: the error names the model the manifest is for.
+    assert "this manifest is for model 'digits-mlp'" in err.value.message, err.value.message
+    assert "is model 'cartpole-reinforce'" in err.value.message
+
+
+def test_a_rebuilt_module_of_the_same_model_keeps_the_mismatch_message() -> None:
+    wasm, manifest, files, _ = _package("digits-mlp")
+    with pytest.raises(ManifestError) as err:
+        _prepare(wasm + b"\0", manifest, files)  # a trailing byte: the same model, not the package's file
+    assert err.value.reason == "wasm-size-mismatch" and "this manifest is for" not in err.value.message
 
 
 def test_malformed_manifest_is_refused() -> None:

@@ -14,7 +14,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from .core.errors import ManifestError
+from .core.errors import ManifestError, WeeiError
 from .core.job import ChunkInfo, GpuOffer, JobSpec, ModuleInfo
 from .core.limits import check_file_size, check_selection_sizes
 from .core.manifest import (
@@ -55,6 +55,27 @@ class PreparedJob:
     gpu: GpuFiles | None = None  # executionFiles were selected: the job may train on a GPU
 
 
+_MODULE_MISMATCH = frozenset({"wasm-name-mismatch", "wasm-size-mismatch", "wasm-sha256-mismatch"})
+
+
+def _name_the_other_model(engine: Any, package: ModelPackage, wasm_name: str, wasm: bytes,
+                          exc: ManifestError) -> None:
+    """The selected module is not the package's: when it is another model altogether (the
+    usual mistake: one demo's module with another's manifest, both named model.wasm), say
+    which model the manifest is for instead of a size or hash mismatch. Raises the
+    ManifestError (same reason) with that message; returns when the module is the same
+    model (a rebuilt module: the original message stands) or does not load."""
+    try:
+        other = ModelInfo.from_json(ModelRuntime.load(wasm, engine).model_info()).id
+    except WeeiError:
+        return
+    if other == package.model_id:
+        return
+    raise ManifestError(exc.reason, f"this manifest is for model {package.model_id!r}, but the selected module "
+                                     f"{wasm_name} is model {other!r}: choose the manifest that came with "
+                                     f"{wasm_name}, or the module of {package.model_id!r}") from exc
+
+
 def prepare_job(engine: Any, *, job_id: str, wasm_name: str, wasm: bytes, manifest: Any,
                 files: Mapping[str, bytes], settings: Any, random_bytes: bytes,
                 validation: tuple[str, bytes] | None = None,
@@ -88,8 +109,13 @@ def prepare_job(engine: Any, *, job_id: str, wasm_name: str, wasm: bytes, manife
     gpu = None
     if package is not None:
         _check_archive_descriptor(package, execution_files)
-        selection = check_selection(package, wasm_name, wasm, files, validation[0] if validation else None,
-                                    execution_files)
+        try:
+            selection = check_selection(package, wasm_name, wasm, files, validation[0] if validation else None,
+                                        execution_files)
+        except ManifestError as exc:
+            if exc.reason in _MODULE_MISMATCH:
+                _name_the_other_model(engine, package, wasm_name, wasm, exc)
+            raise
         if selection.gpu:
             gpu = _gpu_files(package, execution_files)
     else:

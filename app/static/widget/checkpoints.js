@@ -30,14 +30,21 @@ export class Checkpoints {
     const cps = job ? job.checkpoints : [];
     const last = cps[cps.length - 1];
     c.toolbar.classList.toggle('hidden', !job);
-    setDisabled(c.download, !cps.length || !job || job.role !== 'coordinator');
+    const participant = Boolean(job && job.role === 'participant');
+    // A participant lists the coordinator's checkpoints (its checkpoint messages); the files stay there.
+    c.download.classList.toggle('hidden', participant);
+    setDisabled(c.download, !cps.length || !job || participant);
     setDisabled(c.module, !job || !job.hasModuleFile);
-    c.file.textContent = last ? `${last.artifact.fileName} · ${fmtBytes(last.artifact.bytes)}` : '';
+    c.file.textContent = last ? `${last.artifact.fileName} · ${fmtBytes(last.artifact.bytes)}`
+      + (participant ? ' · the coordinator keeps the checkpoint files' : '') : '';
     this.sections.checkpoints.note.textContent = last ? `${cps.length}, latest round ${last.artifact.round}` : '';
     const key = job ? [job.id, cps.length, cps.map((x) => (x.validationMetrics ? 'v' : '') + (x.validationError ? 'e' : '')).join('')] : null;
     this.section('checkpoints', key, () => {
       if (!job) return h('p', { class: 'muted', text: 'No job.' });
-      if (!cps.length) return h('p', { class: 'muted', text: 'No checkpoints yet.' });
+      if (!cps.length) {
+        return h('p', { class: 'muted', text: job.role === 'participant'
+          ? 'The job\'s checkpoints appear here as the coordinator saves them.' : 'No checkpoints yet.' });
+      }
       const metrics = (job.info && job.info.metrics) || [];
       const values = (obj) => metrics.map((m) => (obj && obj.values && typeof obj.values[m.id] === 'number'
         ? `${metrics.length > 1 ? m.label + ' ' : ''}${fmtNum(obj.values[m.id])}` : '')).filter(Boolean).join(' · ') || '—';

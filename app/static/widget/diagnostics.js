@@ -4,9 +4,10 @@
 import { h, missing, show, fmtNum, fmtMs, shortHash, copyButton } from './dom.js';
 
 export class Diagnostics {
-  renderDiagnostics(state) {
+  renderDiagnostics(state, job) {
     const diag = state.diagnostics || {};
-    const key = [diag, state.myPeerId];
+    const ended = Boolean(job && job.status === 'completed'); // the last snapshots are final, not live or stale
+    const key = [diag, state.myPeerId, ended];
     this.section('diagnostics', key, () => {
       const entries = Object.entries(diag);
       this.sections.diagnostics.note.textContent = entries.length ? `${entries.length} peer${entries.length === 1 ? '' : 's'}` : '';
@@ -23,7 +24,8 @@ export class Diagnostics {
         const gpuErr = typeof gpu.initializationError === 'string' && gpu.initializationError !== 'unknown' ? gpu.initializationError : null;
         const timing = [['prep', t.preparationMs], ['compile', t.compilationMs], ['train', t.trainingMs], ['upload', t.uploadMs]]
           .filter(([, v]) => typeof v === 'number').map(([k, v]) => `${k} ${fmtMs(v)}`);
-        const fresh = d.stale ? `stale ${Math.round((d.ageMs || 0) / 1000)} s` : 'live';
+        const fresh = ended ? 'final' : d.stale ? `stale ${Math.round((d.ageMs || 0) / 1000)} s` : 'live';
+        const stage = ended && d.stage !== 'error' ? 'finished' : d.stage;
         return h('tr', { class: peer === state.myPeerId ? 'me' : '', 'data-peer': peer },
           h('td', { title: peer }, peer === state.myPeerId ? 'this browser' : peer.slice(0, 10), copyButton(peer, 'peer ID'),
             d.connected === false ? h('div', { class: 'sub', text: 'disconnected' }) : null),
@@ -37,13 +39,13 @@ export class Diagnostics {
             h('div', { class: 'sub', text: `budget ${show(gpu.memoryBudgetMiB)} MiB` }), gpuErr ? h('div', { class: 'sub wrap', text: `error: ${gpuErr}` }) : null),
           h('td', {}, a ? `round ${a.round}` : '—', a ? h('div', { class: 'sub', text: `${show(a.chunkId)} · ${fmtNum(a.exampleCount)} ex` }) : null,
             a ? h('div', { class: 'sub', text: `batch ${show(a.batchSize)} · ${show(a.localEpochs)} ep · lr ${show(a.learningRate, fmtNum)}` }) : null),
-          h('td', {}, h('span', { class: `chip ${d.stage === 'error' ? 'error' : d.stage === 'training' ? 'training' : ''}`, text: show(d.stage) }),
+          h('td', {}, h('span', { class: `chip ${stage === 'error' ? 'error' : stage === 'training' ? 'training' : stage === 'finished' ? 'completed' : ''}`, text: show(stage), title: show(d.stage) }),
             d.error ? h('div', { class: 'sub wrap', text: d.error }) : null),
           h('td', { class: 'small' }, timing.length ? timing.map((x) => h('div', { text: x })) : '—'),
           h('td', {}, p.currentExamplesPerSecond == null ? '—' : `${fmtNum(p.currentExamplesPerSecond, 3)}/s`,
             h('div', { class: 'sub', text: `avg ${p.averageExamplesPerSecond == null ? '—' : fmtNum(p.averageExamplesPerSecond, 3) + '/s'}` }),
             h('div', { class: 'sub', text: `${fmtNum(p.processedExamples || 0)} / ${show(p.totalExamples, fmtNum)}` })),
-          h('td', {}, h('span', { class: `chip ${d.stale ? 'stale' : 'live'}`, text: fresh })));
+          h('td', {}, h('span', { class: `chip ${ended ? 'completed' : d.stale ? 'stale' : 'live'}`, text: fresh })));
       });
       const { text, hashes } = consistency(entries, state.myPeerId);
       return [

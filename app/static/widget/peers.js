@@ -90,12 +90,13 @@ export class Peers {
       return [h('h3', { text: 'Participants' }),
         !parts.length ? h('p', { class: 'small muted', text: 'Nobody yet.' }) : h('div', { class: 'tablewrap' }, h('table', { class: 'participants' },
           h('thead', {}, h('tr', {}, ['Peer', 'State', 'Connected', 'Approved', 'Paused'].map((t) => h('th', { text: t })))),
-          h('tbody', {}, parts.map(([peer, p]) => h('tr', {},
+          h('tbody', {}, parts.map(([peer, p]) => { const finished = job.status === 'completed' && p.state === 'stopped'; return h('tr', {},
             h('td', { class: 'mono', title: peer, text: peer === state.myPeerId ? 'this browser' : peer.slice(0, 16) }),
-            h('td', {}, h('span', { class: `chip ${p.state}`, text: p.state }),
+            // A member of a finished job is 'stopped' in the spec's terms: said as success, not as a red stop.
+            h('td', {}, h('span', { class: `chip ${finished ? 'completed' : p.state}`, text: finished ? 'finished' : p.state, title: p.state }),
               p.excluded ? h('span', { class: 'chip error', text: 'excluded', title: 'an outlier round after round (aggregation.excludeOutliersAfter)' }) : null),
-            h('td', { text: p.connected ? 'yes' : 'no' }), h('td', { text: p.approved ? 'yes' : 'no' }),
-            h('td', { text: p.paused ? 'yes' : 'no' }))))))];
+            h('td', { text: p.connected ? 'yes' : 'no' }), h('td', { text: p.approved || finished ? 'yes' : 'no' }),
+            h('td', { text: p.paused ? 'yes' : 'no' })); }))))];
     }, d.partsBox);
 
     this.section('peers.inv', invitations.map(([id]) => id), () => {

@@ -107,6 +107,8 @@ export class Setup {
     f.create = h('button', { type: 'button', class: 'primary', text: 'Create job' });
     f.apply = h('button', { type: 'button', text: 'Apply settings to job', title: 'updateSettings(): takes effect from the next round' });
     f.formError = h('div', { class: 'error hidden', role: 'alert' });
+    // reviewSettings(): the estimated time and values far outside the model's defaults (confirmed by a second click).
+    f.review = h('div', { class: 'review small hidden', role: 'status', 'data-review': '' });
     f.start = h('button', { type: 'button', class: 'primary', text: 'Start' });
     f.pause = h('button', { type: 'button', text: 'Pause' });
     f.resume = h('button', { type: 'button', class: 'primary', text: 'Resume' });
@@ -122,7 +124,7 @@ export class Setup {
       h('div', { class: 'row' }, h('span', { class: 'small muted', text: 'Built-in demos:' }), f.demoDigits, f.demoCartpole, f.demoTransformer),
       f.selection, f.demoError, files);
     f.settingsBox = h('details', { class: 'settings', open: true }, h('summary', { text: 'Settings' }), grid, f.robustHelp,
-      h('div', { class: 'row' }, f.create, f.apply), f.formError);
+      h('div', { class: 'row' }, f.create, f.apply), f.review, f.formError);
     append(s.content, f.jobBox, f.choose, f.settingsBox);
 
     const demo = (button, id, defaults) => button.addEventListener('click', () => this.act(button, f.demoError, async () => {
@@ -133,6 +135,8 @@ export class Setup {
       this.fillSettings(defaults, experienceOf(pkg.manifestJson));
       f.venabled.checked = Boolean(pkg.validation) || Boolean(experienceOf(pkg.manifestJson));
       this.describeSelection();
+      this.confirmed = null;
+      await this.showReview(); // the estimated time, when this browser has trained this model before
     }));
     demo(f.demoDigits, 'digits-mlp', { epochs: 1, localEpochs: 1, batchSize: 32, coordinatorParticipates: true,
       validationSchedule: { enabled: true, unit: 'round', every: 5 } });
@@ -158,8 +162,14 @@ export class Setup {
       this.describeSelection();
     });
 
-    f.create.addEventListener('click', () => this.act(f.create, f.formError, () => this.createJob()));
-    f.apply.addEventListener('click', () => this.act(f.apply, f.formError, () => this.api.updateSettings(this.readSettings())));
+    f.create.addEventListener('click', () => this.act(f.create, f.formError, async () => {
+      if (await this.confirmSettings('create', this.selection.manifestJson)) await this.createJob();
+    }));
+    f.apply.addEventListener('click', () => this.act(f.apply, f.formError, async () => {
+      if (await this.confirmSettings('apply', null)) await this.api.updateSettings(this.readSettings());
+    }));
+    // A changed value is reviewed again (notes show at once; a confirmation given for other values lapses).
+    grid.addEventListener('change', () => { this.confirmed = null; this.showReview(); });
     const control = (button, fn) => button.addEventListener('click', () => this.act(button, f.controlError, fn));
     control(f.start, () => this.api.start());
     control(f.pause, () => this.api.pause());
@@ -168,6 +178,40 @@ export class Setup {
     control(f.shuffle, () => this.api.shuffleChunks());
     control(f.validate, () => this.api.runValidation());
     this.fillSettings(null, null);
+  }
+
+  /** The review of the form's settings (null when the API has none or the form does not parse). */
+  async reviewForm(manifest) {
+    if (typeof this.api.reviewSettings !== 'function') return null;
+    let settings;
+    try { settings = this.readSettings(); } catch { return null; }
+    try {
+      return { settings, review: await this.api.reviewSettings(settings, manifest) };
+    } catch { return null; } // invalid settings: Create job names the field
+  }
+
+  /** Show the review's warnings under the form; returns it. */
+  async showReview(manifest = this.selection.manifestJson) {
+    const f = this.f;
+    const job = this.state && this.state.job;
+    const out = await this.reviewForm(job && job.role === 'coordinator' && job.status !== 'completed' ? null : manifest);
+    const warnings = out ? out.review.warnings : [];
+    f.review.replaceChildren(...warnings.map((w) => h('div', { class: w.level === 'confirm' ? 'warn' : 'muted', 'data-field': w.field },
+      w.level === 'confirm' ? '⚠ ' : '', h('b', { text: w.field }), `: ${w.message}`)));
+    f.review.classList.toggle('hidden', !warnings.length);
+    return out;
+  }
+
+  /** Before `what` ('create' or 'apply'): settings that need a confirmation are shown and the
+   *  button asks for a second click with the same values; returns whether to go on. */
+  async confirmSettings(what, manifest) {
+    const out = await this.showReview(manifest);
+    if (!out || !out.review.needsConfirmation) return true;
+    const key = JSON.stringify([what, out.settings]);
+    if (this.confirmed === key) { this.confirmed = null; return true; }
+    this.confirmed = key;
+    this.f.review.prepend(h('div', { class: 'warn', text: `These values are far outside the usual: check them, or click ${what === 'create' ? 'Create anyway' : 'Apply anyway'} to go on.` }));
+    return false;
   }
 
   describeSelection() {
@@ -290,8 +334,10 @@ export class Setup {
     const active = job && job.status !== 'completed';
     const busy = Boolean(state.preparing) || this.starting;
     setDisabled(f.create, busy || Boolean(active));
+    const pending = this.confirmed ? JSON.parse(this.confirmed)[0] : null;
     f.create.textContent = this.starting ? 'Starting Weei…' : state.preparing ? 'Preparing…'
-      : (f.checkpoint.files[0] ? 'Continue from checkpoint' : 'Create job');
+      : pending === 'create' ? 'Create anyway' : (f.checkpoint.files[0] ? 'Continue from checkpoint' : 'Create job');
+    f.apply.textContent = pending === 'apply' ? 'Apply anyway' : 'Apply settings to job';
     f.demoDigits.disabled = f.demoCartpole.disabled = f.demoTransformer.disabled = busy;
     f.apply.classList.toggle('hidden', !(coordinator && active));
     setDisabled(f.start, !(coordinator && job.status === 'ready'));

@@ -85,6 +85,7 @@ input[type=checkbox] { margin: 0 5px 0 0; vertical-align: -2px; }
 .hidden { display: none !important; }
 .error { color: var(--danger); background: var(--err-bg); border: 1px solid var(--err-border); border-radius: 6px; padding: 4px 8px; margin: 6px 0; white-space: pre-wrap; }
 .ok { color: var(--ok); }
+.warn { color: var(--chip-warn-fg); background: var(--chip-warn-bg); border-radius: 6px; padding: 2px 8px; margin: 4px 0; }
 .chip { display: inline-block; font-size: 11.5px; padding: 0 7px; border-radius: 9px; background: var(--chip-bg); color: var(--chip-fg); white-space: nowrap; }
 .chip.running, .chip.training, .chip.live { background: var(--chip-ok-bg); color: var(--chip-ok-fg); }
 .chip.paused, .chip.stale, .chip.loading { background: var(--chip-warn-bg); color: var(--chip-warn-fg); }

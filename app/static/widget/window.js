@@ -139,12 +139,19 @@ class Widget {
   /** Run an API call from a button: disable it meanwhile, show the error in `errorEl`. */
   async act(button, errorEl, fn) {
     this.globalError.dataset.sticky = '';
-    if (errorEl) { errorEl.textContent = ''; errorEl.classList.add('hidden'); }
+    // One error surface: a new action supersedes the banner of an older error, and an error
+    // shown beside its button is not repeated in the banner (state.error says it too).
+    this.dismissedError = this.state && this.state.error;
+    this.inlineError = null;
+    for (const el of this.root.querySelectorAll('.error[role=alert]')) {
+      if (el !== this.globalError) { el.textContent = ''; el.classList.add('hidden'); }
+    }
     if (button) { button.disabled = true; button.dataset.running = '1'; }
     try {
       return await fn();
     } catch (err) {
       if (errorEl) {
+        this.inlineError = String(err && err.message || err);
         errorEl.textContent = errorText(err);
         errorEl.classList.remove('hidden');
       } else {
@@ -238,7 +245,10 @@ class Widget {
     if (status !== this.status.textContent) this.live.textContent = `Weei: ${status}`;
     this.status.textContent = status;
     this.status.className = `chip ${job ? job.status : ''}`;
-    if (state.error) {
+    if (!state.error) this.dismissedError = null; // the same text later is a new error
+    const repeated = state.error && (state.error === this.dismissedError
+      || (this.inlineError && state.error.includes(this.inlineError)));
+    if (state.error && !repeated) {
       this.globalError.textContent = state.error;
       this.globalError.classList.remove('hidden');
     } else if (this.globalError.dataset.sticky !== '1') {

@@ -39,6 +39,7 @@ from ..core.limits import max_bytes
 from ..core.messages import Message
 from ..core.participant import Participant
 from ..core.settings import TrainingSettings
+from ..core.settings_review import facts_from_job, facts_from_manifest, review_settings
 from ..gpu.archive import check_descriptor, parse_archive
 from ..gpu.errors import GpuError
 from ..prepare import GpuFiles, PreparedJob, prepare_job
@@ -289,6 +290,14 @@ class TrainingController:
         coordinator.update_settings(TrainingSettings.from_json(settings), self.clock())
         await self.executor.save_job_record()
         await self._drain()
+
+    def review_settings(self, settings: Mapping[str, Any], manifest: Any = None) -> dict[str, Any]:
+        """reviewSettings(settings, manifest?): legal settings that are likely mistakes (docs/api.md);
+        the active job's facts unless a manifest is given. Invalid settings raise SettingsError."""
+        parsed, s = TrainingSettings.from_json(settings), self.session
+        facts = facts_from_manifest(manifest, s.measured) if manifest is not None or s.coordinator is None \
+            else facts_from_job(s.coordinator, s.live)
+        return review_settings(parsed, facts).to_json()
 
     @_busy
     async def run_validation(self) -> None:

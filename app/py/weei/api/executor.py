@@ -387,6 +387,13 @@ class Executor:
         s.live.report(s.my_peer_id, processed, total, metrics, now,
                       attempt_id=current.attempt_id if current is not None else None,
                       elapsed_ms=s.participant.training_elapsed_ms(now) if s.participant is not None else None)
+        model, rate = (s.participant.model_info or {}).get("id") if s.participant else None, \
+            s.live.records_per_second([s.my_peer_id])
+        if isinstance(model, str) and rate:  # a few models at most: the oldest goes past 64
+            s.measured.pop(model[:256], None)
+            s.measured[model[:256]] = rate
+            if len(s.measured) > 64:
+                s.measured.pop(next(iter(s.measured)))
         if s.participant is not None and total is not None and \
                 s.participant.report_progress(processed, int(total), metrics, now):
             self.spawn(self.drain())  # the Progress message leaves (the participant rate-limits it)

@@ -61,6 +61,7 @@ from ..gpu.trainer import EventSink, GpuAssignment, GpuOutcome, GpuTrainer
 from ..prepare import GpuFiles
 from ..runtime import Engine, ModelRuntime
 from .compute import CpuWorkerBackend
+from .local_training import local_epochs
 from .ports import TaskCancelled, WorkerResult, WorkerTask
 from .session import Session
 
@@ -289,7 +290,8 @@ class GpuComputeBackend:
         s.recorder.set_stage("compiling", s.monotonic())
         work = _work(assign, chunk)
         tag = assign.attempt_id
-        total = assign.chunk.example_count if assign.chunk is not None else assign.experience.unit_count
+        total = assign.chunk.example_count * local_epochs(assign.settings) if assign.chunk is not None \
+            else assign.experience.unit_count  # what the model counts (docs/abi.md)
 
         def on_event(kind: str, payload: dict[str, Any]) -> None:
             if tag != self._gpu_attempt:

@@ -34,7 +34,7 @@ from ..core.sandbox import SpeedMeter
 from ..core.seeds import split_assignment
 from .ports import ProgressSink, TaskCancelled, WorkerPool, WorkerResult, WorkerTask
 
-__all__ = ["LocalWorkers", "effective_workers"]
+__all__ = ["LocalWorkers", "effective_workers", "local_epochs"]
 
 
 def effective_workers(*, requested: int, device_limit: int, model_max: int, experience: bool,
@@ -110,8 +110,9 @@ class LocalWorkers:
             assert chunk is not None
             task = WorkerTask("train", weights, auxiliary, data=chunk, format=assign.chunk.format,
                               seed=assign.seed, settings=settings, working_bytes=working_bytes)
-            examples = assign.chunk.example_count
-            result = await self.run(0, module_sha256, module, task, examples * _epochs(settings),
+            # The model counts every local epoch's examples (docs/abi.md): so does the total.
+            examples = assign.chunk.example_count * local_epochs(settings)
+            result = await self.run(0, module_sha256, module, task, examples,
                                     self._progress(tag, 1, examples), tag=tag)
             assert result.weights is not None
             return TrainOutcome(result.weights, result.metrics, result.count, result.optimizer_steps)
@@ -163,7 +164,7 @@ class LocalWorkers:
         return report
 
 
-def _epochs(settings: Mapping[str, Any]) -> int:
+def local_epochs(settings: Mapping[str, Any]) -> int:
     """Passes over the chunk an assignment asks for (``localEpochs``, 1 when absent or odd)."""
     epochs = settings.get("localEpochs", 1)
     return epochs if isinstance(epochs, int) and not isinstance(epochs, bool) and epochs > 0 else 1

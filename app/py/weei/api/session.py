@@ -58,6 +58,8 @@ class Session:
     live: LiveProgress = field(default_factory=LiveProgress)  # state.progress and liveMetrics
     actual: str = "unknown"  # the mode this device trained in, once it has
     fallback: str | None = None  # the GpuError reason the last assignment fell back to the CPU with
+    # Model id -> this device's last measured training speed (records/s): reviewSettings estimates a new job with it.
+    measured: dict[str, float] = field(default_factory=dict)
 
     def record(self, event: str, details: Mapping[str, Any] | None = None) -> None:
         """Add an event to the debug log, stamped now."""

@@ -9,6 +9,7 @@ from typing import Any, Callable
 from ..core.coordinator import Coordinator
 from ..core.errors import WeeiError
 from ..core.live_progress import estimate_remaining_ms
+from ..core.modelinfo import effective_units_per_assignment
 from ..core.settings import TrainingSettings
 from ..core.states import JobStatus
 from .compute import ComputeBackend
@@ -136,7 +137,9 @@ class StateView:
                 "participants": {s.my_peer_id: {"connected": True, "approved": True,
                                                 "paused": s.paused_contribution,
                                                 "state": participant.state}},
-                "queue": [], "checkpoints": [], "slots": [], "incomplete": bool(participant.incomplete),
+                "queue": [], "slots": [], "incomplete": bool(participant.incomplete),
+                # The job's checkpoints as the coordinator's notes told them (summaries, no files).
+                "checkpoints": [json.loads(json.dumps(participant.checkpoints[r])) for r in sorted(participant.checkpoints)],
                 "shuffled": False, "validationUnavailable": False, "module": module,
                 "hasModuleFile": bool(module) and module["sha256"] in self.store.artifacts,
                 "localWorkers": self._local_workers(info=info, settings=settings),
@@ -169,21 +172,41 @@ class StateView:
         return {"requested": requested, "capacity": capacity, "effective": effective, "active": self.backend.active}
 
     def _estimate(self, coordinator: Coordinator) -> int | None:
-        """estimatedRemainingMs of a running dataset job (docs/api.md gives the formula)."""
+        """estimatedRemainingMs of a running job (docs/api.md gives the formula)."""
         dataset = coordinator.dataset
-        if dataset is None or coordinator.status != JobStatus.RUNNING or dataset.finished:
+        if coordinator.status != JobStatus.RUNNING:
             return None
         live = self.session.live
-        counts = {c.id: c.example_count for c in coordinator.spec.chunks}
+        working = [p for p, r in coordinator.peers.items()
+                   if r.loaded and r.connected and not r.paused and not r.excluded]
+        if dataset is None:
+            return self._estimate_experience(coordinator, working)
+        if dataset.finished:
+            return None
+        passes = coordinator.spec.settings.local_epochs  # a chunk's work: its examples, every local epoch
+        counts = {c.id: c.example_count * passes for c in coordinator.spec.chunks}
         unassigned = sum(counts.get(c, 0) for c in dataset.queue)
         for attempt in coordinator.attempts.open():  # in flight, no progress heard of it yet
             if attempt.chunk_id is not None and not live.reports(attempt.peer, attempt.attempt_id):
                 unassigned += counts.get(attempt.chunk_id, 0)
         unassigned += max(0, dataset.planned_epochs - dataset.epoch - 1) * sum(counts.values())
         # The peers that can train now (loaded, connected, not paused nor excluded) at their last known rates.
-        working = [p for p, r in coordinator.peers.items()
-                   if r.loaded and r.connected and not r.paused and not r.excluded]
         return estimate_remaining_ms(unassigned, live, working)
+
+    def _estimate_experience(self, coordinator: Coordinator, working: list[str]) -> int | None:
+        """An experience job: every working peer plays the round's units; rounds after the open one
+        count in full, the open one's attempts by what their peers have not reported yet."""
+        settings, info = coordinator.spec.settings, coordinator.spec.info
+        if info.work_source is None:
+            return None
+        units = effective_units_per_assignment(settings, info)
+        open_attempts = coordinator.attempts.open()
+        later = max(0, settings.epochs - coordinator.checkpoint_round - (1 if open_attempts else 0))
+        unassigned = later * units * len(working)
+        for attempt in open_attempts:
+            if not self.session.live.reports(attempt.peer, attempt.attempt_id):
+                unassigned += attempt.units.count if attempt.units is not None else units
+        return estimate_remaining_ms(unassigned, self.session.live, working)
 
     def _diagnostics(self, now: float) -> dict[str, Any]:
         s = self.session

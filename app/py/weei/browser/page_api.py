@@ -104,6 +104,7 @@ class PageApi:
             "clearDebugLog": lambda _a: controller.clear_debug_log(),
             "exportCheckpoint": self._export_checkpoint,
             "exportModule": self._export_module,
+            "reviewSettings": lambda a: controller.review_settings(_arg(a, "settings"), _arg(a, "manifest")),
         }
 
     # -- calls from the page ---------------------------------------------------

@@ -57,6 +57,8 @@ class Attempt:
             "status": str(self.status),
             "startedAt": self.started_at,
         }
+        if self.units is not None:  # additive: the window says "32 episodes", not the id "units-64"
+            out["units"] = {"start": self.units.start, "count": self.units.count}
         if self.error:
             out["error"] = self.error
         return out

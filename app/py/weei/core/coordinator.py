@@ -37,8 +37,9 @@ from .attempts import RoundAttempts
 from .commands import Log
 from .errors import UsageError
 from .job import JobSpec
+from .participant import CHECKPOINTS_KEPT
 from .messages import (
-    AssignmentFailed, Deliver, DiagnosticsReport, Invitation, InvitationDecision, Leave, Message, ModuleStatus,
+    AssignmentFailed, CheckpointNote, Deliver, DiagnosticsReport, Invitation, InvitationDecision, Leave, Message, ModuleStatus,
     PauseContribution, Progress, TrainingStarted, Update,
 )
 from .peers import PeerRecord, loading
@@ -407,6 +408,7 @@ class Coordinator(RoundLoop):
                     summary["validationMetrics"] = {"values": dict(metrics or {}), "examplesProcessed": examples}
                     summary.pop("validationError", None)
                 self._log("validation.finished", round=round_, error=error)
+                self._tell_checkpoint(summary)
                 return
 
     # ------------------------------------------------------- participant flow
@@ -429,6 +431,9 @@ class Coordinator(RoundLoop):
         self._send(peer, Deliver(self.spec.job_id, self.spec.module.ref, self.spec.info.raw, aux, gpu,
                                  self.spec.working_bytes, self.spec.cpu_backend),
                    (self.spec.module.ref, *aux.values()))
+        if peer != self.my_peer_id:  # the checkpoints saved before it joined, for its window
+            for summary in self.checkpoints[-CHECKPOINTS_KEPT:]:
+                self._send(peer, CheckpointNote.of(self.spec.job_id, summary))
 
     def _add_local_participant(self) -> None:
         """The coordinator's own participant machine joins without an invitation

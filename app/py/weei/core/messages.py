@@ -45,6 +45,7 @@ __all__ = [
     "JobFinished",
     "DiagnosticsReport",
     "Progress",
+    "CheckpointNote",
     "Message",
     "check_gpu_offer",
     "decode_message",
@@ -556,15 +557,19 @@ class Progress(_Message):
         return cls(_str(obj, "jobId"), _str(obj, "attemptId"), processed, total, _int(obj, "elapsedMs"), metrics)
 
 
+# Defined in a private module (this one is near its size limit) that needs the helpers above:
+# import it from here, never from _checkpoint_note.
+from ._checkpoint_note import CheckpointNote  # noqa: E402
+
 Message = (
     Invitation | InvitationDecision | Deliver | ModuleStatus | Assign | TrainingStarted | Update | AssignmentFailed
-    | UpdateReceipt | PauseContribution | Leave | JobFinished | DiagnosticsReport | Progress
+    | UpdateReceipt | PauseContribution | Leave | JobFinished | DiagnosticsReport | Progress | CheckpointNote
 )
 
 _TYPES: dict[str, Any] = {
     cls.TYPE: cls
     for cls in (Invitation, InvitationDecision, Deliver, ModuleStatus, Assign, TrainingStarted, Update, AssignmentFailed,
-                UpdateReceipt, PauseContribution, Leave, JobFinished, DiagnosticsReport, Progress)
+                UpdateReceipt, PauseContribution, Leave, JobFinished, DiagnosticsReport, Progress, CheckpointNote)
 }
 
 

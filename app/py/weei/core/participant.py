@@ -28,7 +28,8 @@ from .commands import Command, LoadModule, Log, Send, Train
 from .errors import UsageError
 from .floats import first_non_finite
 from .messages import (
-    ArtifactRef, Assign, AssignmentFailed, Deliver, Invitation, InvitationDecision, JobFinished, Leave, Message,
+    ArtifactRef, Assign, AssignmentFailed, CheckpointNote, Deliver, Invitation, InvitationDecision, JobFinished, Leave,
+    Message,
     ModuleStatus, PauseContribution, Progress, TrainingStarted, Update, UpdateReceipt,
 )
 from .live_progress import ProgressThrottle
@@ -37,9 +38,12 @@ from .states import (
     takes_part,
 )
 
-__all__ = ["Participant", "TrainOutcome"]
+__all__ = ["Participant", "TrainOutcome", "CHECKPOINTS_KEPT"]
 
 P = PeerState
+
+#: Checkpoint summaries a participant keeps for its window (the newest rounds; each is a few hundred bytes).
+CHECKPOINTS_KEPT = 1000
 
 
 @dataclass(frozen=True)
@@ -72,6 +76,7 @@ class Participant:
         self.incomplete: bool | None = None
         self.last_error: str | None = None
         self._throttle = ProgressThrottle()
+        self.checkpoints: dict[int, dict[str, Any]] = {}  # round -> CheckpointSummary (CheckpointNote)
         self._training_since: float | None = None  # when the current attempt started training
         self._commands: list[Command] = []
 
@@ -153,6 +158,11 @@ class Participant:
             if not message.accepted:
                 self.last_error = message.reason
                 self._log("update.rejected", attempt=message.attempt_id, reason=message.reason)
+        elif isinstance(message, CheckpointNote):
+            # The job's checkpoints, as the coordinator saved them (a validation result replaces its round's).
+            self.checkpoints[message.round] = message.summary()
+            while len(self.checkpoints) > CHECKPOINTS_KEPT:
+                del self.checkpoints[min(self.checkpoints)]
         elif isinstance(message, JobFinished):
             self.incomplete = message.incomplete
             self.current = self.pending = None

@@ -41,14 +41,14 @@ from .attempts import Attempt, RoundAttempts, check_update
 from .commands import Command, Log, Phase, RunValidation, SaveCheckpoint, Send
 from .errors import AggregationError, SettingsError
 from .job import JobSpec
-from .messages import ArtifactRef, JobFinished, Message, Update, UpdateReceipt
+from .messages import ArtifactRef, CheckpointNote, JobFinished, Message, Update, UpdateReceipt
 from .peers import PeerRecord, available, eligible, loading
 from .rounds import (
     Kernel, RoundRecord, chunk_seed, close_round, make_assign, validation_command, validation_due,
 )
 from .schedule import DatasetSchedule, ExperienceSchedule
 from .seeds import assignment_seed
-from .states import JOB_TRANSITIONS, JobStatus, is_working, move
+from .states import JOB_TRANSITIONS, JobStatus, PeerState, is_working, move
 
 __all__ = ["RoundLoop", "RejectedUpdate", "MAX_EMPTY_ROUNDS", "REPEATED_OUTLIER_ROUNDS"]
 
@@ -76,6 +76,7 @@ class RoundLoop:
     """Rounds of one job: the state they share with the rest of the coordinator, and the loop itself."""
 
     spec: JobSpec
+    my_peer_id: str
     kernel: Kernel
     round_timeout_ms: float
     status: JobStatus
@@ -96,6 +97,8 @@ class RoundLoop:
     rejected: list[RejectedUpdate]
     last_contributors: list[str]
     _empty_rounds: int
+    # Why the last attempt ended without a valid update: the cause a paused job names in its error.
+    _last_failure: str | None = None
     _saved_incomplete: bool
     _grace_until: float | None
     _commands: list[Command]
@@ -172,6 +175,7 @@ class RoundLoop:
         an idle participant of this round takes the work at once.
         """
         self.attempts.stop(attempt, error)
+        self._last_failure = f"{attempt.peer[:12]}: {error[:300]}"
         record = self.peers.get(attempt.peer)
         if record is not None and is_working(record.state):
             record.move("attempt_ended")
@@ -235,6 +239,7 @@ class RoundLoop:
             self._empty_round(now)
             return
         self._empty_rounds = 0
+        self._last_failure = None
         method = self.spec.settings.aggregation.method
         training_ended = self.stopwatch()
         if self._round_opened is not None:
@@ -283,8 +288,11 @@ class RoundLoop:
             self.dataset.end_round()
         if self._empty_rounds >= MAX_EMPTY_ROUNDS:
             self._job("fail")
+            cause = f" (last failure from {self._last_failure})" if self._last_failure else ""
             self.error = (f"no valid update in {self._empty_rounds} attempts at round "
-                          f"{self.checkpoint_round + 1}; the checkpoint of round {self.checkpoint_round} stays")
+                          f"{self.checkpoint_round + 1}{cause}; the checkpoint of round {self.checkpoint_round} stays. "
+                          "Fix the cause (a learning rate or batch size far from the model's defaults is a common "
+                          "one: Apply settings to job), then Resume")
             self._log("job.paused", reason="empty-rounds")
             return
         self._maybe_open_round(now)
@@ -363,6 +371,15 @@ class RoundLoop:
         self._commands.append(SaveCheckpoint(round_, file, self.weights, self.weights_sha256, summary,
                                              state.data if state is not None else None))
         self._log("checkpoint.saved", round=round_, sha256=self.weights_sha256)
+        self._tell_checkpoint(summary)
+
+    def _tell_checkpoint(self, summary: dict[str, Any]) -> None:
+        """The participants' windows list the checkpoints too: a note (no weights) to each one taking part."""
+        note = CheckpointNote.of(self.spec.job_id, summary)
+        for peer, record in self.peers.items():
+            # Stopped: the job finished and a validation result came after (former members only).
+            if peer != self.my_peer_id and record.connected and (record.approved or record.state == PeerState.STOPPED):
+                self._send(peer, note)
 
     # --------------------------------------------------------------- helpers
 
