@@ -80,6 +80,9 @@ class RoundAttempts:
     received: dict[str, Received] = field(default_factory=dict)  # by assignment id
     closed: set[str] = field(default_factory=set)
     issued: int = 0  # attempts ever handed out: numbers each attempt id
+    # The open attempts by id, in hand-out order: with 1,000 peers, a lookup per update must not scan the round.
+    # An attempt closes only through stop() and accept(), which take it out.
+    _open: dict[str, Attempt] = field(default_factory=dict, repr=False)
 
     def new(self, peer: str, round_: int, assignment_id: str, chunk_id: str | None, units: UnitWork | None,
             seed: int, now: float, timeout_ms: float) -> Attempt:
@@ -88,25 +91,26 @@ class RoundAttempts:
         attempt = Attempt(peer, round_, assignment_id, f"{assignment_id}-a{self.issued}", chunk_id, units, seed, now,
                           now + timeout_ms)
         self.current.append(attempt)
+        self._open[attempt.attempt_id] = attempt
         return attempt
 
     def open(self) -> list[Attempt]:
-        return [a for a in self.current if a.open]
+        return list(self._open.values())
 
     def open_one(self, attempt_id: str) -> Attempt | None:
-        return next((a for a in self.current if a.attempt_id == attempt_id and a.open), None)
+        return self._open.get(attempt_id)
 
     def open_of(self, peer: str) -> list[Attempt]:
-        return [a for a in self.current if a.open and a.peer == peer]
+        return [a for a in self._open.values() if a.peer == peer]
 
     def busy_peers(self) -> set[str]:
-        return {a.peer for a in self.current if a.open}
+        return {a.peer for a in self._open.values()}
 
     def peers_of_round(self, round_: int) -> set[str]:
         return {a.peer for a in self.current if a.round == round_}
 
     def any_open(self) -> bool:
-        return any(a.open for a in self.current)
+        return bool(self._open)
 
     def round_open(self) -> bool:
         """Some attempt is out, or some update waits for the round to close."""
@@ -117,19 +121,21 @@ class RoundAttempts:
         return bool(self.current) and not self.any_open()
 
     def deadlines(self) -> list[float]:
-        return [a.deadline for a in self.current if a.open]
+        return [a.deadline for a in self._open.values()]
 
     def late(self, now: float) -> list[Attempt]:
-        return [a for a in self.current if a.open and a.deadline <= now]
+        return [a for a in self._open.values() if a.deadline <= now]
 
     def stop(self, attempt: Attempt, error: str) -> None:
         attempt.move("stopped")
         attempt.error = error
         self.closed.add(attempt.attempt_id)
+        self._open.pop(attempt.attempt_id, None)
 
     def accept(self, attempt: Attempt, update: Update, weights: bytes) -> None:
         attempt.move("received")
         self.closed.add(attempt.attempt_id)
+        self._open.pop(attempt.attempt_id, None)
         self.received[attempt.assignment_id] = Received(attempt, update, weights)
 
     def take_round(self) -> list[Received]:
@@ -142,6 +148,7 @@ class RoundAttempts:
     def clear(self) -> None:
         self.current = []
         self.received = {}
+        self._open = {}
 
 
 def check_update(attempts: RoundAttempts, peer: str, update: Update, blobs: Mapping[str, bytes], *,
