@@ -4,8 +4,8 @@ Every participant is a real ``Participant`` state machine; between them and
 the coordinator runs an in-memory transport that sends every message through
 its JSON text (as the data channel does) and hands attachments over as the
 framing reader does (``VerifiedBlobs``: the sender named them by hashing
-them). Training is simulated: the round's checkpoint plus a fixed per-peer
-delta (fixed seeds). One dataset chunk per participant and round, FedAvg.
+them). Training is simulated: the round's checkpoint plus a delta drawn from
+the assignment's seed (fixed seeds). One dataset chunk per participant and round, FedAvg.
 
 Timed: only the coordinator's own calls (``receive``/``take_commands``),
 with the monotonic clock:
@@ -17,10 +17,12 @@ with the monotonic clock:
 * memory: tracemalloc in a separate, untimed run: what the coordinator and
   its participants hold after the rounds, and the peak.
 
-Prints the curve as a table, and one ``P6`` line: per-update time stays
-within 1 ms + the update's O(weights) work (the finite scan and, for a
-host that hands over unhashed bytes, its SHA-256, measured here) at every
-N, and grows less than 1.5 x from N=10 to N=1,000 (linear rounds).
+Prints the curve as a table, and one ``P6`` line: MET when the per-update
+time stays within 1 ms + the update's O(weights) work (the finite scan and,
+for a host that hands over unhashed bytes, its SHA-256, measured here) at
+every N and grows less than 1.5 x from N=10 to N=1,000, and a round's time
+per participant grows less than 1.5 x from N=100 to N=1,000 (linear; from 10
+to 100 the round's updates leave the CPU caches, a one-time step).
 """
 
 from __future__ import annotations
@@ -84,10 +86,10 @@ class Network:
         self.coordinator = Coordinator.create(spec, start, my_peer_id=COORD, kernel=NativeKernel(), now=self.now)
         self.peers = [f"p{i:04d}" for i in range(n)]
         self.participants = {p: Participant(p) for p in self.peers}
-        self.deltas = {p: (rng.standard_normal(weight_count, dtype=np.float32) * np.float32(1e-3)) for p in self.peers}
         self.queue: deque[tuple[str, Send]] = deque()
         self.trains: list[tuple[str, Train]] = []
         self.update_times: list[float] = []
+        self.close_times: list[float] = []
         self.coordinator_time = 0.0
         self.round_times: list[float] = []
         self._coord()
@@ -117,8 +119,11 @@ class Network:
         t0 = time.perf_counter()
         self._coord(self.coordinator.receive, peer, message, verified, self.now)
         elapsed = time.perf_counter() - t0
-        if isinstance(message, Update) and self.coordinator.checkpoint_round == before:
-            self.update_times.append(elapsed)  # accepted, round still open: one update's own cost
+        if isinstance(message, Update):
+            if self.coordinator.checkpoint_round == before:
+                self.update_times.append(elapsed)  # accepted, round still open: one update's own cost
+            else:
+                self.close_times.append(elapsed)  # the last update: aggregation, checkpoint, next hand-out
 
     # ------------------------------------------------------------------ the transport
 
@@ -156,7 +161,8 @@ class Network:
         assign = train.assign
         participant.training_started(assign.attempt_id, self.now)
         start = np.frombuffer(self.store[assign.checkpoint.sha256], dtype=np.float32)
-        weights = (start + self.deltas[peer]).tobytes()
+        delta = np.random.default_rng(assign.seed).standard_normal(start.size, dtype=np.float32) * np.float32(1e-3)
+        weights = (start + delta).tobytes()
         count = assign.chunk.example_count if assign.chunk is not None else 1
         participant.training_finished(assign.attempt_id, TrainOutcome(weights, {"loss": 1.0}, count), self.now)
         self._drain(peer)
@@ -188,7 +194,7 @@ def timed(n: int, weight_count: int) -> dict[str, float]:
     net.join_all()
     rounds = net.run()
     return {"update": statistics.median(net.update_times), "update_mean": statistics.fmean(net.update_times),
-            "round": statistics.median(rounds)}
+            "round": statistics.median(rounds), "close": statistics.median(net.close_times)}
 
 
 def memory(n: int, weight_count: int) -> tuple[int, int]:
@@ -220,25 +226,31 @@ def weight_work(weight_count: int) -> float:
 def main() -> int:
     weight_count = 1 << 14  # 64 KB of weights: the per-update constant shows, the O(weights) part is small
     ns = (10, 100, 1000)
-    print(f"{'N':>5} {'update ms (median)':>19} {'update ms (mean)':>17} {'round ms':>9} {'round ms / N':>13} "
+    print(f"{'N':>5} {'update ms (median)':>19} {'update ms (mean)':>17} {'close ms':>9} {'round ms':>9} {'round ms / N':>13} "
           f"{'held MB':>8} {'peak MB':>8} {'held KB / N':>12}")
     rows = {}
     for n in ns:
         t = timed(n, weight_count)
         held, peak = memory(n, weight_count)
         rows[n] = t
-        print(f"{n:>5} {t['update'] * 1e3:>19.3f} {t['update_mean'] * 1e3:>17.3f} {t['round'] * 1e3:>9.1f} "
+        print(f"{n:>5} {t['update'] * 1e3:>19.3f} {t['update_mean'] * 1e3:>17.3f} {t['close'] * 1e3:>9.1f} {t['round'] * 1e3:>9.1f} "
               f"{t['round'] * 1e3 / n:>13.3f} {held / 2**20:>8.1f} {peak / 2**20:>8.1f} {held / 1024 / n:>12.1f}")
     work = weight_work(weight_count)
     print(f"weights: {weight_count} float32 ({weight_count * 4 // 1024} KB); rounds per N: {ROUNDS}; "
-          f"one update's O(weights) checks (finite scan + SHA-256): {work * 1e3:.3f} ms")
+          f"one update's O(weights) checks (finite scan + SHA-256): {work * 1e3:.3f} ms; held/peak: tracemalloc "
+          f"of coordinator, participants and the artifact store after the job")
+    per_n = {n: rows[n]["round"] / n for n in ns}
     worst = max(rows[n]["update"] for n in ns)
     growth = rows[ns[-1]]["update"] / rows[ns[0]]["update"]
-    round_growth = (rows[ns[-1]]["round"] / ns[-1]) / (rows[ns[0]]["round"] / ns[0])
-    met = worst <= 0.001 + work and growth <= 1.5
-    print(f"P6 scale 10 -> 1000 participants: per update {rows[ns[0]]['update'] * 1e3:.3f} -> "
-          f"{rows[ns[-1]]['update'] * 1e3:.3f} ms ({growth:.2f} x; goal <= 1 ms + {work * 1e3:.3f} ms O(weights), "
-          f"< 1.5 x), per round / N {round_growth:.2f} x {'MET' if met else 'not met'}")
+    # Linear: the cost per participant of a round does not grow once the round's updates have left
+    # the CPU caches (10 x 64 KB fit, 100 x 64 KB do not: that step is the memory, not the algorithm).
+    round_growth = per_n[ns[-1]] / per_n[ns[1]]
+    met = worst <= 0.001 + work and growth <= 1.5 and round_growth <= 1.5
+    updates = "/".join(f"{rows[n]['update'] * 1e3:.3f}" for n in ns)
+    rounds = "/".join(f"{per_n[n] * 1e3:.3f}" for n in ns)
+    print(f"P6 scale 10/100/1000 participants: per update {updates} ms (goal <= 1 ms + {work * 1e3:.3f} ms "
+          f"O(weights), growth {growth:.2f} x <= 1.5 x); per round / N {rounds} ms"
+          f" (1000 vs 100: {round_growth:.2f} x <= 1.5 x) {'MET' if met else 'not met'}")
     return 0
 
 

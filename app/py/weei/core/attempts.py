@@ -14,6 +14,7 @@ sends, logs or gives work back: the coordinator does that.
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
@@ -83,6 +84,8 @@ class RoundAttempts:
     # The open attempts by id, in hand-out order: with 1,000 peers, a lookup per update must not scan the round.
     # An attempt closes only through stop() and accept(), which take it out.
     _open: dict[str, Attempt] = field(default_factory=dict, repr=False)
+    # (deadline, attempt id) of every attempt handed out this round; closed ones are dropped when they surface.
+    _deadlines: list[tuple[float, str]] = field(default_factory=list, repr=False)
 
     def new(self, peer: str, round_: int, assignment_id: str, chunk_id: str | None, units: UnitWork | None,
             seed: int, now: float, timeout_ms: float) -> Attempt:
@@ -92,6 +95,7 @@ class RoundAttempts:
                           now + timeout_ms)
         self.current.append(attempt)
         self._open[attempt.attempt_id] = attempt
+        heapq.heappush(self._deadlines, (attempt.deadline, attempt.attempt_id))
         return attempt
 
     def open(self) -> list[Attempt]:
@@ -120,8 +124,12 @@ class RoundAttempts:
         """Every attempt of a round with attempts has an outcome: the round can close."""
         return bool(self.current) and not self.any_open()
 
-    def deadlines(self) -> list[float]:
-        return [a.deadline for a in self._open.values()]
+    def next_deadline(self) -> float | None:
+        """The earliest deadline of an open attempt, or None (amortized O(log n): the host asks after every event)."""
+        heap = self._deadlines
+        while heap and heap[0][1] not in self._open:
+            heapq.heappop(heap)
+        return heap[0][0] if heap else None
 
     def late(self, now: float) -> list[Attempt]:
         return [a for a in self._open.values() if a.deadline <= now]
@@ -149,6 +157,7 @@ class RoundAttempts:
         self.current = []
         self.received = {}
         self._open = {}
+        self._deadlines = []
 
 
 def check_update(attempts: RoundAttempts, peer: str, update: Update, blobs: Mapping[str, bytes], *,
