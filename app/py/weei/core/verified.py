@@ -39,8 +39,8 @@ class VerifiedBlobs(Mapping[str, bytes]):
 
     __slots__ = ("_blobs",)
 
-    def __init__(self, blobs: Mapping[str, bytes] = ()) -> None:  # type: ignore[assignment]
-        self._blobs: dict[str, bytes] = dict(blobs)
+    def __init__(self, blobs: Mapping[str, bytes] | None = None) -> None:
+        self._blobs: dict[str, bytes] = dict(blobs or {})
 
     @classmethod
     def check(cls, blobs: Mapping[str, bytes]) -> VerifiedBlobs:
