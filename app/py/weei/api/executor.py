@@ -25,6 +25,7 @@ from typing import Any, Coroutine
 from ..core.commands import Command, LoadModule, Log, Phase, RunValidation, SaveCheckpoint, Send, Train
 from ..core.errors import UsageError, WeeiError
 from ..core.messages import Assign, Progress
+from ..core.verified import VerifiedBlobs
 from .compute import ComputeBackend
 from .job_store import JobStore
 from .local_training import effective_workers
@@ -157,7 +158,8 @@ class Executor:
             s.participant.receive(s.my_peer_id, command.message, now)
         else:
             assert s.coordinator is not None
-            blobs = {ref.sha256: self.store.artifact(ref.sha256) for ref in command.attachments}
+            # The local participant named its trained weights by hashing them: not hashed again.
+            blobs = VerifiedBlobs({ref.sha256: self.store.artifact(ref.sha256) for ref in command.attachments})
             s.coordinator.receive(s.my_peer_id, command.message, blobs, now)
 
     # ---------------------------------------------------------- persistence

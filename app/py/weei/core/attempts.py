@@ -14,13 +14,15 @@ sends, logs or gives work back: the coordinator does that.
 
 from __future__ import annotations
 
-import hashlib
+import heapq
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+from . import verified
 from .messages import Update
 from .schedule import UnitWork
 from .states import ATTEMPT_TRANSITIONS, AttemptStatus, is_open, move
+from .verified import is_verified
 
 __all__ = ["Attempt", "RoundAttempts", "Received", "check_update"]
 
@@ -81,6 +83,11 @@ class RoundAttempts:
     received: dict[str, Received] = field(default_factory=dict)  # by assignment id
     closed: set[str] = field(default_factory=set)
     issued: int = 0  # attempts ever handed out: numbers each attempt id
+    # The open attempts by id, in hand-out order: with 1,000 peers, a lookup per update must not scan the round.
+    # An attempt closes only through stop() and accept(), which take it out.
+    _open: dict[str, Attempt] = field(default_factory=dict, repr=False)
+    # (deadline, attempt id) of every attempt handed out this round; closed ones are dropped when they surface.
+    _deadlines: list[tuple[float, str]] = field(default_factory=list, repr=False)
 
     def new(self, peer: str, round_: int, assignment_id: str, chunk_id: str | None, units: UnitWork | None,
             seed: int, now: float, timeout_ms: float) -> Attempt:
@@ -89,25 +96,27 @@ class RoundAttempts:
         attempt = Attempt(peer, round_, assignment_id, f"{assignment_id}-a{self.issued}", chunk_id, units, seed, now,
                           now + timeout_ms)
         self.current.append(attempt)
+        self._open[attempt.attempt_id] = attempt
+        heapq.heappush(self._deadlines, (attempt.deadline, attempt.attempt_id))
         return attempt
 
     def open(self) -> list[Attempt]:
-        return [a for a in self.current if a.open]
+        return list(self._open.values())
 
     def open_one(self, attempt_id: str) -> Attempt | None:
-        return next((a for a in self.current if a.attempt_id == attempt_id and a.open), None)
+        return self._open.get(attempt_id)
 
     def open_of(self, peer: str) -> list[Attempt]:
-        return [a for a in self.current if a.open and a.peer == peer]
+        return [a for a in self._open.values() if a.peer == peer]
 
     def busy_peers(self) -> set[str]:
-        return {a.peer for a in self.current if a.open}
+        return {a.peer for a in self._open.values()}
 
     def peers_of_round(self, round_: int) -> set[str]:
         return {a.peer for a in self.current if a.round == round_}
 
     def any_open(self) -> bool:
-        return any(a.open for a in self.current)
+        return bool(self._open)
 
     def round_open(self) -> bool:
         """Some attempt is out, or some update waits for the round to close."""
@@ -117,20 +126,26 @@ class RoundAttempts:
         """Every attempt of a round with attempts has an outcome: the round can close."""
         return bool(self.current) and not self.any_open()
 
-    def deadlines(self) -> list[float]:
-        return [a.deadline for a in self.current if a.open]
+    def next_deadline(self) -> float | None:
+        """The earliest deadline of an open attempt, or None (amortized O(log n): the host asks after every event)."""
+        heap = self._deadlines
+        while heap and heap[0][1] not in self._open:
+            heapq.heappop(heap)
+        return heap[0][0] if heap else None
 
     def late(self, now: float) -> list[Attempt]:
-        return [a for a in self.current if a.open and a.deadline <= now]
+        return [a for a in self._open.values() if a.deadline <= now]
 
     def stop(self, attempt: Attempt, error: str) -> None:
         attempt.move("stopped")
         attempt.error = error
         self.closed.add(attempt.attempt_id)
+        self._open.pop(attempt.attempt_id, None)
 
     def accept(self, attempt: Attempt, update: Update, weights: bytes) -> None:
         attempt.move("received")
         self.closed.add(attempt.attempt_id)
+        self._open.pop(attempt.attempt_id, None)
         self.received[attempt.assignment_id] = Received(attempt, update, weights)
 
     def take_round(self) -> list[Received]:
@@ -143,6 +158,8 @@ class RoundAttempts:
     def clear(self) -> None:
         self.current = []
         self.received = {}
+        self._open = {}
+        self._deadlines = []
 
 
 def check_update(attempts: RoundAttempts, peer: str, update: Update, blobs: Mapping[str, bytes], *,
@@ -176,7 +193,8 @@ def check_update(attempts: RoundAttempts, peer: str, update: Update, blobs: Mapp
         return "missing-weights", "the update's weights did not arrive"
     if len(data) != weight_bytes:
         return "wrong-size", f"weights are {len(data)} bytes, the model has {weight_bytes}"
-    if hashlib.sha256(data).hexdigest() != update.weights.sha256:
+    # Hashed once: a receiver that hashed the bytes on arrival hands them over as VerifiedBlobs.
+    if not is_verified(blobs) and verified.sha256_hex(data) != update.weights.sha256:
         return "hash-mismatch", "the weights do not match their SHA-256"
     bad = first_non_finite(data)
     if bad >= 0:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import json
 import struct
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping, NoReturn
@@ -102,59 +101,7 @@ class CheckpointMetadata:
             raise CheckpointError("invalid-metadata", "checkpoint metadata: must be a JSON object")
         _check.check_depth(obj, _fail("invalid-metadata", "document"))
         raw = copy.deepcopy(obj)
-        version = raw.get("version")
-        if not _check.is_integer(version) or version not in (1, 2):
-            raise CheckpointError("unsupported-version", f"checkpoint metadata version: must be 1 or 2, not {version!r}")
-        round_ = raw.get("round")
-        if not _check.is_integer(round_) or round_ < 0:
-            raise CheckpointError("invalid-round", f"checkpoint metadata round: must be a whole number 0 or more, not {round_!r}")
-        ck = _field(raw, "checkpoint", _check.as_object, "checkpoint")
-        if ck.get("format") != "float32-le":
-            raise CheckpointError("unsupported-weight-format", f"checkpoint metadata checkpoint.format: must be 'float32-le', not {ck.get('format')!r}")
-        size = _field(ck, "bytes", _check.as_int, "checkpoint.bytes", minimum=4)
-        if size % 4:
-            raise CheckpointError("invalid-metadata", f"checkpoint metadata checkpoint.bytes: {size} is not a whole number of float32 values")
-        _field(ck, "sha256", _check.as_sha256, "checkpoint.sha256")
-        if ck.get("kind", "checkpoint") != "checkpoint":
-            raise CheckpointError("invalid-metadata", f"checkpoint metadata checkpoint.kind: must be 'checkpoint', not {ck.get('kind')!r}")
-        if "round" in ck and ck["round"] != round_:
-            raise CheckpointError("invalid-round", f"checkpoint metadata checkpoint.round {ck['round']!r} differs from round {round_}")
-        if "jobId" in raw:
-            _check.as_str(raw["jobId"], _fail("invalid-metadata", "jobId"))
-        if "incomplete" in raw:
-            _check.as_bool(raw["incomplete"], _fail("invalid-metadata", "incomplete"))
-
-        state = raw.get("aggregationState")
-        if version == 1 and state is not None:
-            raise CheckpointError("unexpected-aggregation-state", "checkpoint metadata aggregationState: version 1 has no aggregation state")
-        if version == 2:
-            if state is None:
-                raise CheckpointError("missing-aggregation-state", "checkpoint metadata aggregationState: version 2 needs it")
-            state = _check.as_object(state, _fail("invalid-aggregation-state", "aggregationState"))
-            method = state.get("method")
-            if not isinstance(method, str) or method not in _STATE_COPIES:
-                raise CheckpointError("invalid-aggregation-state", f"checkpoint metadata aggregationState.method: must be fedavgm or fedadam, not {method!r}")
-            _field(state, "step", _check.as_int, "aggregationState.step", "invalid-aggregation-state", minimum=1)
-            state_bytes = _field(state, "bytes", _check.as_int, "aggregationState.bytes", "invalid-aggregation-state", minimum=0)
-            if state_bytes != _STATE_COPIES[method] * size:
-                raise CheckpointError(
-                    "state-size-mismatch",
-                    f"checkpoint metadata aggregationState.bytes: {state_bytes}, {method} needs {_STATE_COPIES[method]} x {size}",
-                )
-            _field(state, "sha256", _check.as_sha256, "aggregationState.sha256", "invalid-aggregation-state")
-
-        try:
-            info = ModelInfo.from_json(_check.require(raw, "modelInfo", _fail("invalid-model-info", "modelInfo")))
-            check_weight_size(info, size)
-        except ManifestError as exc:
-            raise CheckpointError("invalid-model-info", f"checkpoint metadata modelInfo: {exc}") from exc
-        try:
-            settings = TrainingSettings.from_json(_check.require(raw, "settings", _fail("invalid-settings", "settings")))
-        except SettingsError as exc:
-            raise CheckpointError("invalid-settings", f"checkpoint metadata {exc}") from exc
-        _check_metrics(_check.require(raw, "metrics", _fail("invalid-metrics", "metrics")))
-        _check_progress(raw)
-        return cls(raw, info, settings)
+        return cls(raw, *_check_metadata(raw))
 
     def to_json(self) -> dict[str, Any]:
         """The metadata JSON (a deep copy)."""
@@ -213,6 +160,66 @@ class CheckpointMetadata:
     def auxiliary_weights(self) -> dict[str, str]:
         """SHA-256 of each auxiliary weights file, by slot id."""
         return dict(self._raw.get("auxiliaryWeights", {}))
+
+
+def _check_metadata(raw: dict[str, Any]) -> tuple[ModelInfo, TrainingSettings]:
+    """Every metadata check, on ``raw`` as it is (no copy): the model info and settings it holds.
+
+    Raises: CheckpointError with a reason code.
+    """
+    version = raw.get("version")
+    if not _check.is_integer(version) or version not in (1, 2):
+        raise CheckpointError("unsupported-version", f"checkpoint metadata version: must be 1 or 2, not {version!r}")
+    round_ = raw.get("round")
+    if not _check.is_integer(round_) or round_ < 0:
+        raise CheckpointError("invalid-round", f"checkpoint metadata round: must be a whole number 0 or more, not {round_!r}")
+    ck = _field(raw, "checkpoint", _check.as_object, "checkpoint")
+    if ck.get("format") != "float32-le":
+        raise CheckpointError("unsupported-weight-format", f"checkpoint metadata checkpoint.format: must be 'float32-le', not {ck.get('format')!r}")
+    size = _field(ck, "bytes", _check.as_int, "checkpoint.bytes", minimum=4)
+    if size % 4:
+        raise CheckpointError("invalid-metadata", f"checkpoint metadata checkpoint.bytes: {size} is not a whole number of float32 values")
+    _field(ck, "sha256", _check.as_sha256, "checkpoint.sha256")
+    if ck.get("kind", "checkpoint") != "checkpoint":
+        raise CheckpointError("invalid-metadata", f"checkpoint metadata checkpoint.kind: must be 'checkpoint', not {ck.get('kind')!r}")
+    if "round" in ck and ck["round"] != round_:
+        raise CheckpointError("invalid-round", f"checkpoint metadata checkpoint.round {ck['round']!r} differs from round {round_}")
+    if "jobId" in raw:
+        _check.as_str(raw["jobId"], _fail("invalid-metadata", "jobId"))
+    if "incomplete" in raw:
+        _check.as_bool(raw["incomplete"], _fail("invalid-metadata", "incomplete"))
+
+    state = raw.get("aggregationState")
+    if version == 1 and state is not None:
+        raise CheckpointError("unexpected-aggregation-state", "checkpoint metadata aggregationState: version 1 has no aggregation state")
+    if version == 2:
+        if state is None:
+            raise CheckpointError("missing-aggregation-state", "checkpoint metadata aggregationState: version 2 needs it")
+        state = _check.as_object(state, _fail("invalid-aggregation-state", "aggregationState"))
+        method = state.get("method")
+        if not isinstance(method, str) or method not in _STATE_COPIES:
+            raise CheckpointError("invalid-aggregation-state", f"checkpoint metadata aggregationState.method: must be fedavgm or fedadam, not {method!r}")
+        _field(state, "step", _check.as_int, "aggregationState.step", "invalid-aggregation-state", minimum=1)
+        state_bytes = _field(state, "bytes", _check.as_int, "aggregationState.bytes", "invalid-aggregation-state", minimum=0)
+        if state_bytes != _STATE_COPIES[method] * size:
+            raise CheckpointError(
+                "state-size-mismatch",
+                f"checkpoint metadata aggregationState.bytes: {state_bytes}, {method} needs {_STATE_COPIES[method]} x {size}",
+            )
+        _field(state, "sha256", _check.as_sha256, "aggregationState.sha256", "invalid-aggregation-state")
+
+    try:
+        info = ModelInfo.from_json(_check.require(raw, "modelInfo", _fail("invalid-model-info", "modelInfo")))
+        check_weight_size(info, size)
+    except ManifestError as exc:
+        raise CheckpointError("invalid-model-info", f"checkpoint metadata modelInfo: {exc}") from exc
+    try:
+        settings = TrainingSettings.from_json(_check.require(raw, "settings", _fail("invalid-settings", "settings")))
+    except SettingsError as exc:
+        raise CheckpointError("invalid-settings", f"checkpoint metadata {exc}") from exc
+    _check_metrics(_check.require(raw, "metrics", _fail("invalid-metrics", "metrics")))
+    _check_progress(raw)
+    return info, settings
 
 
 def _check_metrics(value: Any) -> None:
@@ -346,7 +353,9 @@ def write_checkpoint(
     has checked every value is finite (``finite_checked``, for example after
     aggregation) saves those passes over the weights.
     """
-    meta = metadata.to_json() if isinstance(metadata, CheckpointMetadata) else copy.deepcopy(metadata)
+    # A shallow copy: only top-level keys, ``checkpoint`` and ``aggregationState`` (copied below) change.
+    meta = metadata.to_json() if isinstance(metadata, CheckpointMetadata) else dict(metadata) \
+        if isinstance(metadata, dict) else metadata
     if not isinstance(meta, dict):
         raise CheckpointError("invalid-metadata", "checkpoint metadata: must be a JSON object")
     w = weights if isinstance(weights, bytes) else memoryview(weights).cast("B").tobytes()
@@ -360,7 +369,7 @@ def write_checkpoint(
     if state is None:
         meta.pop("aggregationState", None)
     else:
-        s = memoryview(state).cast("B").tobytes()
+        s = state if isinstance(state, bytes) else memoryview(state).cast("B").tobytes()
         agg = dict(meta.get("aggregationState") or {})
         agg["bytes"] = len(s)
         agg["sha256"] = hashlib.sha256(s).hexdigest()
@@ -369,11 +378,14 @@ def write_checkpoint(
     # Same text JavaScript's JSON.stringify(metadata) gives, so files match.
     text = stringify(meta).encode("utf-8")
     # The writer never emits a file the reader refuses: run the reader's
-    # checks on what was written (lengths and hashes hold by construction,
-    # so the weights are not hashed twice).
+    # checks on the metadata it wrote (lengths and hashes hold by
+    # construction, so the weights are not hashed twice). The checks run on
+    # the dict itself, not on a parse of ``text``: stringify refuses what
+    # is not JSON, and NaN, which it writes as null, fails as_number either way.
     if len(text) > MAX_METADATA_BYTES:
         raise CheckpointError("metadata-too-large", f"checkpoint: metadata of {len(text)} bytes, at most {MAX_METADATA_BYTES}")
-    CheckpointMetadata.from_json(json.loads(text))
+    _check.check_depth(meta, _fail("invalid-metadata", "document"))
+    _check_metadata(meta)
     labels = (("weight", "weights-non-finite"), ("aggregation state value", "state-non-finite"))
     for (what, reason), part in zip(labels, parts):
         if finite_checked:
@@ -384,7 +396,8 @@ def write_checkpoint(
     total = 4 + len(text) + sum(len(p) for p in parts)
     if total > MAX_CHECKPOINT_FILE_BYTES:
         raise CheckpointError("file-too-large", f"checkpoint: {total} bytes, at most {MAX_CHECKPOINT_FILE_BYTES} are accepted")
-    return struct.pack("<I", len(text)) + text + b"".join(parts)
+    # One join, one copy of the weights and state.
+    return b"".join((struct.pack("<I", len(text)), text, *parts))
 
 
 # ------------------------------------------------------------ what a checkpoint records

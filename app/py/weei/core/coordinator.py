@@ -160,9 +160,7 @@ class Coordinator(RoundLoop):
 
     def next_timer(self) -> float | None:
         """When ``handle_timer`` must next be called (ms since epoch), or None."""
-        times = self.attempts.deadlines()
-        if self._grace_until is not None:
-            times.append(self._grace_until)
+        times = [t for t in (self.attempts.next_deadline(), self._grace_until) if t is not None]
         return min(times) if times else None
 
     def handle_timer(self, now: float) -> None:

@@ -106,11 +106,14 @@ class JobSpec:
     def is_experience(self) -> bool:
         return bool(self.info.is_experience)
 
+    # chunk() runs for every hand-out and every update: an index, not a scan (1,000 peers, issue 11 P6).
+    _chunk_index: dict[str, ChunkInfo] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_chunk_index", {c.id: c for c in reversed(self.chunks)})  # the first of an id wins
+
     def chunk(self, chunk_id: str) -> ChunkInfo:
-        for chunk in self.chunks:
-            if chunk.id == chunk_id:
-                return chunk
-        raise KeyError(chunk_id)
+        return self._chunk_index[chunk_id]
 
     @property
     def data_bytes(self) -> int:

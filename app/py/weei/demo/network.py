@@ -18,6 +18,7 @@ from ..api.controller import TrainingController
 from ..core.commands import Send
 from ..core.errors import WeeiError
 from ..core.messages import decode_message, encode_message
+from ..core.verified import VerifiedBlobs
 
 __all__ = ["MemoryNetwork", "MemoryTransport"]
 
@@ -92,7 +93,8 @@ class MemoryNetwork:
         except WeeiError as exc:
             self.refused.append(f"{src}->{peer}: {exc}")
             return
-        await self.controllers[peer].receive(src, message, blobs)
+        # Checked above, once, as the framing reader checks on arrival: the coordinator does not hash them again.
+        await self.controllers[peer].receive(src, message, VerifiedBlobs(blobs))
 
     async def settle(self) -> None:
         """Wait until every inbox is empty and every controller is idle."""

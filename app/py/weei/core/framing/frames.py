@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 import struct
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, is_dataclass
 from enum import Enum, IntEnum
 from typing import Any, Union
@@ -318,7 +318,7 @@ class MessageReceived:
 
     peer_id: str
     message: Message
-    blobs: dict[str, bytes]
+    blobs: Mapping[str, bytes]  # a VerifiedBlobs: the reader hashed each artifact on arrival
     transfer_id: int
 
 

@@ -28,6 +28,7 @@ from ..errors import UsageError, WeeiError
 from ..limits import MAX_AUXILIARY_BYTES, MAX_FILE_BYTES, max_bytes
 from ..messages import Message, decode_message
 from ..transfers import RateMeter, TransferDone, TransferFailed, progress_of
+from ..verified import VerifiedBlobs
 from .frames import (HARD_MAX_FRAME_BYTES, MAX_ATTACHMENTS, MIN_FRAME_BYTES, Abort, ArtifactBegin, ChannelBroken,
                      Data, Event, Frame, FrameError, FrameReason, MessageBegin, MessageReceived, parse_frame,
                      referenced_artifacts)
@@ -281,7 +282,8 @@ class FrameReader:
             out.append(TransferFailed(self.peer_id, blame, "receive", FrameError(reason, detail), t.tid))
             return
         assert message is not None
-        out.append(MessageReceived(self.peer_id, message, blobs, t.tid))
+        # Each artifact was hashed as its fragments arrived (_data, _complete): say so, so nobody hashes it again.
+        out.append(MessageReceived(self.peer_id, message, VerifiedBlobs(blobs), t.tid))
 
     def _release(self, sha: str) -> None:
         held = self._pool[sha]

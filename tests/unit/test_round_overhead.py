@@ -1,0 +1,190 @@
+"""Round overhead at the coordinator (issue 11, P4/P6): what the fast paths must keep.
+
+An update is hashed once, on arrival (the framing reader hashes while the
+fragments come in and hands the bytes over as ``VerifiedBlobs``); the
+checkpoint writer checks its metadata without parsing its own text, and its
+files are byte for byte what they were before; attempts and chunks are
+looked up by id, with the same answers as the scans they replace.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+import pytest
+from sim import COORD, Sim, dataset_spec, default_outcome, experience_spec, initial_weights
+
+from weei.core import verified
+from weei.core.attempts import RoundAttempts
+from weei.core.checkpoint import read_checkpoint, write_checkpoint
+from weei.core.commands import SaveCheckpoint, Send
+from weei.core.coordinator import Coordinator
+from weei.core.errors import UsageError
+from weei.core.framing import FrameReader, FrameWriter, MessageReceived, referenced_artifacts
+from weei.core.messages import ArtifactRef, Assign, InvitationDecision, ModuleStatus, Update
+from weei.core.verified import VerifiedBlobs
+from weei.kernel.numpy_kernel import NumpyKernel
+
+
+@pytest.fixture
+def hashes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts the core's hashes of arriving artifacts (the real SHA-256, counted at its one seam)."""
+    sizes: list[int] = []
+    real = verified.sha256_hex
+
+    def counting(data: Any) -> str:
+        sizes.append(len(data))
+        return real(data)
+
+    monkeypatch.setattr(verified, "sha256_hex", counting)
+    return sizes
+
+
+def _round_one(peers: tuple[str, ...] = ("p1", "p2", "p3")) -> tuple[Coordinator, list[tuple[str, Update, bytes]]]:
+    """A started dataset job: its coordinator and each peer's trained update of round 1."""
+    spec, _ = dataset_spec(len(peers), weight_count=1000)
+    c = Coordinator.create(spec, initial_weights(1000), my_peer_id=COORD, kernel=NumpyKernel(), now=0.0)
+    for peer in peers:
+        c.invite(peer, 0.0)
+        c.receive(peer, InvitationDecision(spec.job_id, True), {}, 0.0)
+        c.receive(peer, ModuleStatus(spec.job_id, True, None, ()), {}, 0.0)
+    c.start(0.0)
+    updates = []
+    for command in c.take_commands():
+        if isinstance(command, Send) and isinstance(command.message, Assign):
+            assign = command.message
+            outcome = default_outcome(assign, c.weights)
+            ref = ArtifactRef("update", hashlib.sha256(outcome.weights).hexdigest(), len(outcome.weights))
+            update = Update(spec.job_id, assign.round, assign.assignment_id, assign.attempt_id,
+                            assign.checkpoint.sha256, ref, dict(outcome.metrics), outcome.count)
+            updates.append((command.peer, update, outcome.weights))
+    assert len(updates) == len(peers)
+    return c, updates
+
+
+def _through_the_channel(update: Update, weights: bytes) -> MessageReceived:
+    """The update as the coordinator's framing reader delivers it."""
+    writer = FrameWriter("p")
+    (ref,) = referenced_artifacts(update)
+    writer.enqueue(update, [(ref, weights)])
+    reader = FrameReader("coord")
+    events = [e for frame in writer.frames(0.0) for e in reader.feed(frame, 0.0)]
+    (got,) = [e for e in events if isinstance(e, MessageReceived)]
+    return got
+
+
+def _saved(c: Coordinator) -> list[SaveCheckpoint]:
+    return [command for command in c.take_commands() if isinstance(command, SaveCheckpoint)]
+
+
+def test_an_update_from_the_channel_is_not_hashed_again(hashes: list[int]) -> None:
+    c, updates = _round_one()
+    for peer, update, weights in updates:
+        got = _through_the_channel(update, weights)
+        assert isinstance(got.blobs, VerifiedBlobs) and dict(got.blobs) == {update.weights.sha256: weights}
+        c.receive(peer, got.message, got.blobs, 1.0)
+    assert hashes == []  # the reader hashed each update as it arrived; the coordinator used that
+    (saved,) = _saved(c)
+    assert saved.round == 1 and c.last_contributors == ["p1", "p2", "p3"]
+
+
+def test_an_update_in_a_plain_mapping_is_hashed_exactly_once_and_gives_the_same_checkpoint(hashes: list[int]) -> None:
+    c, updates = _round_one()
+    for peer, update, weights in updates:
+        c.receive(peer, update, {update.weights.sha256: weights}, 1.0)
+    assert hashes == [4000, 4000, 4000]  # one hash per update, none for anything else
+    (plain,) = _saved(c)
+    c2, updates2 = _round_one()
+    for peer, update, weights in updates2:
+        c2.receive(peer, update, VerifiedBlobs.check({update.weights.sha256: weights}), 1.0)
+    (checked,) = _saved(c2)
+    assert checked.file == plain.file
+
+
+def test_a_tampered_update_in_a_plain_mapping_is_still_refused() -> None:
+    c, updates = _round_one(("p1", "p2"))
+    peer, update, weights = updates[0]
+    c.receive(peer, update, {update.weights.sha256: bytes([weights[0] ^ 1]) + weights[1:]}, 1.0)
+    assert [r.reason.split(":")[0] for r in c.rejected] == ["hash-mismatch"]
+
+
+def test_verified_blobs_check_refuses_bytes_that_do_not_match_their_name() -> None:
+    data = b"\x00" * 8
+    good = VerifiedBlobs.check({hashlib.sha256(data).hexdigest(): data})
+    assert list(good) == [hashlib.sha256(data).hexdigest()] and len(good) == 1
+    with pytest.raises(UsageError) as err:
+        VerifiedBlobs.check({"0" * 64: data})
+    assert err.value.reason == "hash-mismatch"
+
+
+# Each job's checkpoint files, SHA-256 of their hashes in order, as the writer made them before
+# it stopped parsing its own metadata (computed with main at 2468314).
+GOLDEN = {
+    "fedavg": "9ff444bd767d441b0f1918249bacf6241dfc8876804bd4bb5f609ee52bb81b84",
+    "fedadam": "8826c65df8b3d69d5a9b5a525c587e6447c5c0e0f15d97d1a7d7fdad34d021c4",
+    "fedavgm": "c05ec6c430e3fdeba45cd11adfdba35dcad43a38bef4203d517bb776822d85bc",
+    "experience": "b482b30f9008550bc9f31d76490dbdf4797597e2c0b2253d4101d5b2aa1c03d8",
+}
+
+
+def _files_digest(sim: Sim) -> str:
+    return hashlib.sha256("".join(hashlib.sha256(s.file).hexdigest() for s in sim.saved).encode()).hexdigest()
+
+
+@pytest.mark.parametrize("method", ["fedavg", "fedadam", "fedavgm"])
+def test_checkpoint_files_are_byte_identical_to_before(method: str) -> None:
+    spec, store = dataset_spec(6, settings={"epochs": 2, "aggregation": {"method": method}}, weight_count=300)
+    sim = Sim.start_job(spec, store, ["p1", "p2", "p3"])
+    sim.run_to_end()
+    assert len(sim.saved) == 5
+    for saved in sim.saved:
+        assert read_checkpoint(saved.file).weights == saved.weights
+    assert _files_digest(sim) == GOLDEN[method]
+
+
+def test_experience_checkpoint_files_are_byte_identical_to_before() -> None:
+    spec, store = experience_spec(settings={"epochs": 3, "aggregation": {"method": "fedadam"}}, weight_count=40)
+    sim = Sim.start_job(spec, store, ["p1", "p2"], job_seed=12345)
+    sim.run_to_end()
+    assert len(sim.saved) == 4
+    assert _files_digest(sim) == GOLDEN["experience"]
+
+
+def test_the_writer_does_not_parse_its_own_metadata(monkeypatch: pytest.MonkeyPatch) -> None:
+    spec, store = dataset_spec(4, settings={"aggregation": {"method": "fedadam"}}, weight_count=64)
+    sim = Sim.start_job(spec, store, ["p1", "p2"])
+    sim.run_to_end()
+    last = read_checkpoint(sim.saved[-1].file)
+    parsed: list[Any] = []
+    real = json.loads
+    monkeypatch.setattr(json, "loads", lambda *a, **k: parsed.append(a) or real(*a, **k))
+    again = write_checkpoint(last.metadata, last.weights, last.state)
+    assert parsed == []
+    assert again == sim.saved[-1].file
+
+
+def test_open_attempts_by_id_answer_as_the_scan_did() -> None:
+    attempts = RoundAttempts()
+    a = [attempts.new(f"p{i}", 1, f"r1-c{i}", None, None, i, now=10.0 * i, timeout_ms=100.0) for i in range(4)]
+    assert attempts.next_deadline() == 100.0
+    attempts.stop(a[0], "gone")
+    attempts.accept(a[2], Update("j", 1, "r1-c2", a[2].attempt_id, "a" * 64, ArtifactRef("update", "b" * 64, 4),
+                                 {}, 1), b"\x00" * 4)
+    assert attempts.open() == [a[1], a[3]] == [x for x in attempts.current if x.open]
+    assert attempts.open_one(a[0].attempt_id) is None and attempts.open_one(a[1].attempt_id) is a[1]
+    assert attempts.busy_peers() == {"p1", "p3"} and attempts.open_of("p3") == [a[3]]
+    assert attempts.next_deadline() == 110.0 and attempts.late(125.0) == [a[1]]
+    assert attempts.any_open() and not attempts.all_ended()
+    attempts.stop(a[1], "late")
+    attempts.stop(a[3], "late")
+    assert attempts.next_deadline() is None and attempts.all_ended() and attempts.open() == []
+
+
+def test_chunks_are_found_by_id() -> None:
+    spec, _ = dataset_spec(5)
+    assert [spec.chunk(c.id) for c in spec.chunks] == list(spec.chunks)
+    assert spec.with_settings(spec.settings).chunk("c004") is spec.chunks[4]
+    with pytest.raises(KeyError):
+        spec.chunk("c999")
