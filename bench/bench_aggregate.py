@@ -124,6 +124,19 @@ def main() -> None:
                 f"  target {name:22}: >=0.7x memcpy {'MET' if ok_copy else 'not met'}"
                 f"; >=4x np.average {'-' if ok_avg is None else ('MET' if ok_avg else 'not met')}"
             )
+    finite_scan(args.repeat)
+
+
+def finite_scan(repeat: int) -> None:
+    """The non-finite check of an update on its slow path (every high byte a candidate), 64 MiB, next to
+    SHA-256 of the same bytes (both run on every update that arrives)."""
+    from weei.core.floats import first_non_finite
+
+    data = np.full(16 * 1024 * 1024, -3.0e38, dtype="<f4").tobytes()
+    scan = best_of(lambda: first_non_finite(data), repeat)
+    sha = best_of(lambda: hashlib.sha256(data).digest(), repeat)
+    print(f"\nnon-finite scan, 64 MiB slow path: {scan * 1e3:.1f} ms, {sha / scan:.2f} x the speed of SHA-256 "
+          f"({sha * 1e3:.1f} ms)")
 
 
 if __name__ == "__main__":

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import struct
-import time
 
 import pytest
 from hypothesis import given, settings
@@ -67,16 +66,11 @@ def test_matches_reference_on_floats(values: list[float]) -> None:
     assert first_non_finite(data) == reference(data)
 
 
-def test_64_mib_is_fast() -> None:
+def test_64_mib_on_the_slow_path_is_exact() -> None:
+    # Every high byte a candidate: the slow path over 64 MiB (its speed is bench_aggregate's, not a test's).
     n = 16 * 1024 * 1024
-    finite = struct.pack("<f", -3.0e38) * n  # every high byte is a candidate: the slow path
-    start = time.perf_counter()
+    finite = struct.pack("<f", -3.0e38) * n
     assert first_non_finite(finite) is None
-    elapsed = time.perf_counter() - start
     last = bytearray(finite)
     last[-4:] = struct.pack("<f", float("nan"))
-    start = time.perf_counter()
     assert first_non_finite(last) == n - 1
-    elapsed = max(elapsed, time.perf_counter() - start)
-    # Measured ~0.1 s here; a loose bound so a loaded CI machine still passes.
-    assert elapsed < 1.5, elapsed
