@@ -3,13 +3,15 @@
 Every fact comes from running the module through weei.runtime: getModelInfo
 for the id, workSource and auxiliaryWeights, createInitialWeights for the
 weight size, describeChunk for each dataset chunk (``training-*.bin`` of the
-data folder). Inline files are described by the size and SHA-256 of
+data folder), and one train and one evaluate for the CPU backend's
+``estimatedWorkingBytes`` (:func:`measure_working_bytes`). Inline files are described by the size and SHA-256 of
 JSON.stringify(value, null, 2) + "\\n".
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,11 +19,15 @@ from typing import Any
 from ..core.jsonfmt import descriptor
 from .compile import BuildError
 
-__all__ = ["INIT_SEED", "ARCHIVE_NAME", "ModelFacts", "probe_model", "gpu_backend", "auxiliary_file_name",
-           "model_manifest"]
+__all__ = ["INIT_SEED", "ARCHIVE_NAME", "WORKING_MARGIN", "ModelFacts", "probe_model", "measure_working_bytes",
+           "gpu_backend", "auxiliary_file_name", "model_manifest"]
 
 INIT_SEED = 0
 ARCHIVE_NAME = "model.wgsl.json"
+#: estimatedWorkingBytes = the measured peak × this, rounded up to a MiB: a chunk, a batch or a
+#: unit count other than the measured ones may need a little more (weei.core.sandbox adds headroom too).
+WORKING_MARGIN = 1.25
+_MIB = 1 << 20
 
 
 def _sha256(data: bytes) -> str:
@@ -36,13 +42,20 @@ class ModelFacts:
     weight_bytes: int
     chunks: list[dict[str, Any]]
     gpu: bool = False  # exports gpuBegin / gpuNext / gpuEnd
+    peak_memory: int = 0  # the module's linear memory after one train and one evaluate (measure_working_bytes)
+
+    @property
+    def working_bytes(self) -> int:
+        """The CPU backend's estimatedWorkingBytes: the measured peak with :data:`WORKING_MARGIN`."""
+        return math.ceil(self.peak_memory * WORKING_MARGIN / _MIB) * _MIB
 
 
 def probe_model(wasm: bytes, data_dir: Path) -> ModelFacts:
     """Run the module: model info, initial weight size, dataset chunk entries.
 
     Raises: BuildError when a dataset model declares other than one data
-    format; the runtime's ModelError when an operation fails.
+    format or has no chunk to measure its memory on; the runtime's
+    ModelError when an operation fails.
     """
     from ..runtime import ModelRuntime, WasmtimeEngine
 
@@ -64,7 +77,58 @@ def probe_model(wasm: bytes, data_dir: Path) -> ModelFacts:
                 "format": formats[0],
                 "exampleCount": runtime.describe_chunk(formats[0], data),
             })
-    return ModelFacts(info, weight_bytes, chunks, runtime.has_gpu_operations)
+    first = data_dir / chunks[0]["fileName"] if chunks else None
+    auxiliary = {slot["id"]: data_dir / auxiliary_file_name(slot["id"]) for slot in info.get("auxiliaryWeights", [])}
+    peak = measure_working_bytes(wasm, info, first.read_bytes() if first else None,
+                                 {k: p.read_bytes() for k, p in auxiliary.items() if p.is_file()})
+    return ModelFacts(info, weight_bytes, chunks, runtime.has_gpu_operations, peak)
+
+
+def measure_working_bytes(wasm: bytes, info: dict[str, Any], chunk: bytes | None,
+                          auxiliary: dict[str, bytes] | None = None) -> int:
+    """The module's linear memory after one train and one evaluate in a fresh instance: its peak.
+
+    A WebAssembly memory only grows, so its size after the calls is the
+    most they used (the inputs the host copied in included). A dataset
+    model trains one step on ``chunk`` with the whole chunk as its batch
+    (a ``batchSize`` beyond the chunk changes nothing, so no batch needs
+    more), then evaluates the chunk; an experience model trains one update
+    on its default ``unitsPerAssignment`` and evaluates its
+    ``evaluationUnits``. Auxiliary slots get their file from ``auxiliary``,
+    else the initial weights (a snapshot slot's round-1 value).
+
+    Raises: BuildError for a dataset model without a chunk.
+    """
+    from ..runtime import ModelRuntime, WasmtimeEngine
+
+    runtime = ModelRuntime.load(wasm, WasmtimeEngine())
+    weights = runtime.create_initial_weights(INIT_SEED)
+    slots = [slot["id"] for slot in info.get("auxiliaryWeights", [])]
+
+    def load(w: bytes) -> None:
+        runtime.load_model(w)
+        if slots:
+            runtime.load_auxiliary({k: (auxiliary or {}).get(k, weights) for k in slots})
+
+    load(weights)
+    source = info.get("workSource")
+    if source is not None:
+        units = int(source.get("unitsPerAssignment", {}).get("default", 1))
+        trained = runtime.train(experience=(0, max(1, units), 1), seed=1, settings={"localEpochs": 1}, step_limit=1)
+        load(trained.weights)
+        runtime.evaluate(experience=(0, int(source.get("evaluationUnits", 1)), 2))
+    else:
+        if chunk is None:
+            raise BuildError(f"{info['id']}: no training-*.bin chunk in data/ to measure the model's memory on "
+                             "(weei data chunk writes them)")
+        fmt = info["dataFormats"][0]["id"]
+        examples = runtime.describe_chunk(fmt, chunk)
+        trained = runtime.train(data=chunk, format=fmt, seed=1,
+                                settings={"localEpochs": 1, "batchSize": max(1, examples)}, step_limit=1)
+        load(trained.weights)
+        runtime.evaluate(data=chunk, format=fmt)
+    # ModelRuntime has no public accessor for it (runtime/abi.py is at its 600-line bound).
+    return runtime._instance.memory_size()
 
 
 def _descriptor(file_name: str, value: Any) -> dict[str, Any]:
@@ -141,7 +205,7 @@ def model_manifest(wasm: bytes, facts: ModelFacts, archive: bytes | None = None)
             "artifacts": [dict(wasm_desc)],
             "requiredFeatures": ["wasm-simd128"],
             "minimumDeviceLimits": {},
-            "estimatedWorkingBytes": 4194304,
+            "estimatedWorkingBytes": facts.working_bytes,
             "numericalMode": "fp32-standard",
         }, *([gpu_backend(archive)] if archive is not None else [])],
         "policy": {
