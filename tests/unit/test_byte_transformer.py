@@ -114,7 +114,11 @@ def test_manifest_lists_55_chunks_of_48_records() -> None:
     assert [e["fileName"] for e in entries] == [f"training-{k:03d}.bin" for k in range(1, 56)]
     assert {e["exampleCount"] for e in entries} == {48} and {e["bytes"] for e in entries} == {8 + 48 * 65}
     assert manifest["execution"]["weightBytes"] == 2_347_776
-    assert [b["id"] for b in manifest["execution"]["backends"]] == ["cpu-wasm-simd"]  # no GPU archive yet
+    # the GPU backend (gpu.c) with the shared WGSL pack, the same archive as digits-mlp's (docs/gpu.md)
+    assert [b["id"] for b in manifest["execution"]["backends"]] == ["cpu-wasm-simd", "gpu-webgpu"]
+    archive = (PACKAGE / "model.wgsl.json").read_bytes()
+    assert archive == (PACKAGE.parent / "digits-mlp" / "model.wgsl.json").read_bytes()
+    assert manifest["execution"]["backends"][1]["shaderArchive"]["bytes"] == len(archive)
 
 
 @pytest.mark.parametrize("mutate, expected", [

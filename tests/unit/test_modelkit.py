@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 import json
 import random
 import shutil
@@ -164,3 +165,44 @@ def test_data_chunk_layout_and_errors(tmp_path: Path, capsys: pytest.CaptureFixt
     csv_path.write_text("1,2,0\n3,4,1\n", encoding="utf-8")
     assert main(["data", "chunk", str(csv_path), "--chunks", "3", "--out", str(tmp_path / "f")]) == 1
     assert "[bad-chunk-count]" in capsys.readouterr().err
+
+
+def test_sdk_is_package_data_found_through_importlib_resources() -> None:
+    from importlib import resources
+
+    from weei.modelkit import sdk_dir
+
+    shipped = resources.files("weei.modelkit") / "sdk"
+    assert sdk_dir() == Path(str(shipped)) and (shipped / "weei_sdk.h").is_file()
+    assert {p.name for p in sdk_dir().iterdir()} == {p.name for p in (ROOT / "c" / "sdk").iterdir()}
+    pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    assert '"modelkit/sdk/*.c", "modelkit/sdk/*.h"' in pyproject
+
+
+@pytest.mark.build
+def test_model_new_and_build_from_an_installed_wheel(tmp_path: Path) -> None:
+    """An installed weei (a wheel, not the checkout) carries the SDK: model new + data chunk + model build."""
+    import subprocess
+    import sys
+
+    wheels, site = tmp_path / "wheels", tmp_path / "site"
+    pip = [sys.executable, "-m", "pip", "-q", "--disable-pip-version-check"]
+    subprocess.run([*pip, "wheel", str(ROOT), "--no-deps", "-w", str(wheels)], check=True, cwd=tmp_path)
+    (wheel,) = wheels.glob("weei-*.whl")
+    subprocess.run([*pip, "install", "--no-deps", "--target", str(site), str(wheel)], check=True, cwd=tmp_path)
+    write_blobs(tmp_path / "records.csv", n=300)
+    folder = tmp_path / "blobs"
+    script = (
+        "import sys, weei; from weei.cli import main\n"
+        f"assert weei.__file__.startswith({str(site)!r}), weei.__file__\n"
+        f"assert main(['model', 'new', 'blobs', '--dir', {str(folder)!r}]) == 0\n"
+        f"assert main(['data', 'chunk', {str(tmp_path / 'records.csv')!r}, '--chunks', '3', "
+        f"'--out', {str(folder / 'data')!r}]) == 0\n"
+        f"sys.exit(main(['model', 'build', {str(folder)!r}]))\n")
+    # Only the installed copy on the path (run outside the checkout): the SDK must come from the wheel.
+    proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True,
+                          env={"PATH": os.environ["PATH"], "PYTHONPATH": str(site), "HOME": str(tmp_path)})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "OK: the package is ready to share" in proc.stdout
+    assert not (site / "weei" / "modelkit" / "sdk").is_symlink()
+    assert (folder / "sdk" / "weei_sdk.h").read_bytes() == (ROOT / "c" / "sdk" / "weei_sdk.h").read_bytes()

@@ -211,11 +211,13 @@ def test_the_package_estimate_travels_from_prepare_to_the_participant() -> None:
 
     wasm, manifest, files, _ = _package("digits-mlp")
     spec = _prepare(wasm, manifest, files).spec
-    assert spec.working_bytes == 4194304  # the CPU backend's estimatedWorkingBytes
-    assert spec_from_record(spec_to_record(spec, job_seed=None, validation_sha256=None))[0].working_bytes == 4194304
+    working = manifest["execution"]["backends"][0]["estimatedWorkingBytes"]  # measured by the build
+    assert manifest["execution"]["backends"][0]["kind"] == "cpu" and working == 2097152
+    assert spec.working_bytes == working  # the CPU backend's estimatedWorkingBytes
+    assert spec_from_record(spec_to_record(spec, job_seed=None, validation_sha256=None))[0].working_bytes == working
     assert _prepare(wasm, manifest["inlineJson"]["dataset-manifest.json"], files).spec.working_bytes is None
     deliver = Deliver("job", spec.module.ref, spec.info.raw, {}, None, spec.working_bytes)
-    assert deliver.to_json()["workingBytes"] == 4194304 and decode_message(deliver.to_json()) == deliver
+    assert deliver.to_json()["workingBytes"] == working and decode_message(deliver.to_json()) == deliver
     assert "workingBytes" not in Deliver("job", spec.module.ref, spec.info.raw).to_json()  # old peers: as before
     for bad in (-1, "4194304", 1.5, True):
         with pytest.raises(WeeiError):

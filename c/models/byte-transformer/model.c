@@ -10,22 +10,16 @@
  */
 #include "transformer.h"
 
-#define DEFAULT_LR 0.002f
-#define DEFAULT_BATCH 8
 #define EVAL_BATCH 16
-/* Activations cost ~2.2 MB per record, so a large batchSize would need
- * gigabytes; a minibatch larger than this runs as micro-batches whose
- * gradients are summed, which keeps memory fixed whatever batchSize is. */
-#define MICRO_BATCH 8
 
 static const char FORMAT[] = "weei-bytes-v1";
 
-static float *g_loaded; /* weights of the last loadModel */
-static int g_has_weights;
-static float *g_out;    /* output region of train / createInitialWeights */
+float *g_loaded; /* weights of the last loadModel */
+int g_has_weights;
+float *g_out;    /* output region of train / createInitialWeights / gpuEnd */
 
 /* Both live in the heap, where every region handed to the host must be. */
-static int buffers(void) {
+int tfm_buffers(void) {
     if (!g_loaded) g_loaded = weei_malloc(TFM_WEIGHT_BYTES);
     if (!g_out) g_out = weei_malloc(TFM_WEIGHT_BYTES);
     return g_loaded && g_out ? 0 : weei_fail("out of memory");
@@ -63,7 +57,7 @@ int model_get_info(const wj_doc *in) {
 
 int model_create_initial_weights(const wj_doc *in, uint64_t seed) {
     (void)in;
-    if (buffers() != 0) return -1;
+    if (tfm_buffers() != 0) return -1;
     tfm_init(g_out, seed);
     jw_obj_begin();
     jw_key("weights"); jw_region(g_out, TFM_WEIGHT_BYTES);
@@ -83,7 +77,7 @@ int model_load(const wj_doc *in, const weei_region *w) {
         weei_msg_int(&m, w->bytes);
         return weei_fail(m.buf);
     }
-    if (buffers() != 0) return -1;
+    if (tfm_buffers() != 0) return -1;
     for (uint32_t i = 0; i < TFM_N_PARAMS; i++) {
         float v;
         weei_memcopy(&v, w->data + (size_t)i * 4, 4);
@@ -134,7 +128,7 @@ int model_describe_chunk(const wj_doc *in, const char *format, const weei_region
 }
 
 /* Reads {"data": region, "format": "..."}; the example count or weei_fail. */
-static int64_t read_data(const wj_doc *in, weei_region *d, const char *op) {
+int64_t tfm_read_data(const wj_doc *in, weei_region *d, const char *op) {
     char format[64];
     const char *error;
     if (wj_get(in, 0, "experience") >= 0) {
@@ -153,7 +147,7 @@ static int64_t read_data(const wj_doc *in, weei_region *d, const char *op) {
     return n;
 }
 
-static int read_step_limit(const wj_doc *in, uint32_t *limit) {
+int tfm_read_step_limit(const wj_doc *in, uint32_t *limit) {
     uint64_t v;
     int t = wj_get(in, 0, "stepLimit");
     *limit = 0xFFFFFFFFu;
@@ -166,7 +160,7 @@ static int read_step_limit(const wj_doc *in, uint32_t *limit) {
 int model_train(const wj_doc *in) {
     if (!g_has_weights) return weei_fail("train called before loadModel");
     weei_region d;
-    int64_t n64 = read_data(in, &d, "train");
+    int64_t n64 = tfm_read_data(in, &d, "train");
     if (n64 < 0) return -1;
     uint32_t n = (uint32_t)n64;
     weei_settings s;
@@ -174,7 +168,7 @@ int model_train(const wj_doc *in) {
     uint64_t seed;
     if (weei_read_seed(in, &seed) != 0) return -1;
     uint32_t step_limit;
-    if (read_step_limit(in, &step_limit) != 0) return -1;
+    if (tfm_read_step_limit(in, &step_limit) != 0) return -1;
     uint32_t batch = s.batch_size < n ? s.batch_size : n;
     uint32_t micro = batch < MICRO_BATCH ? batch : MICRO_BATCH;
 
@@ -251,7 +245,7 @@ int model_train(const wj_doc *in) {
 int model_evaluate(const wj_doc *in) {
     if (!g_has_weights) return weei_fail("evaluate called before loadModel");
     weei_region d;
-    int64_t n64 = read_data(in, &d, "evaluate");
+    int64_t n64 = tfm_read_data(in, &d, "evaluate");
     if (n64 < 0) return -1;
     uint32_t n = (uint32_t)n64;
     tfm_work w;

@@ -86,4 +86,21 @@ double tfm_loss(tfm_work *w, const float *p, uint32_t count, float *grad, uint32
 /* Initial weights from a seed. */
 void tfm_init(float *p, uint64_t seed);
 
+/* Training defaults. Activations cost ~2.2 MB per record, so a large
+ * batchSize would need gigabytes; a minibatch larger than TFM_MICRO_BATCH
+ * runs as micro-batches whose gradients are summed, which keeps memory
+ * fixed whatever batchSize is (on the GPU: a minibatch is at most this). */
+#define DEFAULT_LR 0.002f
+#define DEFAULT_BATCH 8
+#define MICRO_BATCH 8
+
+/* model.c's state and input readers, shared with gpu.c (the GPU backend). */
+extern float *g_loaded; /* weights of the last loadModel */
+extern int g_has_weights;
+extern float *g_out;
+int tfm_buffers(void);
+/* Reads {"data": region, "format": "..."}; the example count or weei_fail. */
+int64_t tfm_read_data(const wj_doc *in, weei_region *d, const char *op);
+int tfm_read_step_limit(const wj_doc *in, uint32_t *limit);
+
 #endif

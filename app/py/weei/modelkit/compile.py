@@ -8,6 +8,7 @@ the repository gets the same code generation as the reference models.
 from __future__ import annotations
 
 import subprocess
+from importlib import resources
 from pathlib import Path
 
 __all__ = ["WASM_FLAGS", "MODEL_EXTRA_FLAGS", "KERNEL_EXTRA_FLAGS", "NATIVE_FLAGS", "BuildError", "run_tool",
@@ -62,12 +63,11 @@ def compile_kernel(source: Path, out: Path, cwd: Path) -> None:
 def sdk_dir() -> Path:
     """The C SDK (weei_sdk.h and its .c files) that ``weei model new`` copies.
 
-    It lives in the repository's c/sdk; the weei package is installed from
-    the checkout (``make setup``: pip install -e), so it is found next to
-    the package's source.
+    It is package data, ``weei/modelkit/sdk`` (pyproject.toml): in a checkout
+    that folder is a symlink to c/sdk, in an installed wheel a copy of it.
     """
-    path = Path(__file__).resolve().parents[4] / "c" / "sdk"
+    path = Path(str(resources.files(__package__) / "sdk"))
     if not (path / "weei_sdk.h").is_file():
-        raise BuildError(f"the C SDK is not at {path}: install weei from a checkout of its repository "
-                         "(make setup)")
+        raise BuildError(f"the C SDK is not at {path}: this weei installation lacks its package data "
+                         "(reinstall weei)")
     return path

@@ -3,13 +3,15 @@
 Every fact comes from running the module through weei.runtime: getModelInfo
 for the id, workSource and auxiliaryWeights, createInitialWeights for the
 weight size, describeChunk for each dataset chunk (``training-*.bin`` of the
-data folder). Inline files are described by the size and SHA-256 of
+data folder), and one train and one evaluate for the CPU backend's
+``estimatedWorkingBytes`` (:func:`measure_working_bytes`). Inline files are described by the size and SHA-256 of
 JSON.stringify(value, null, 2) + "\\n".
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,11 +19,17 @@ from typing import Any
 from ..core.jsonfmt import descriptor
 from .compile import BuildError
 
-__all__ = ["INIT_SEED", "ARCHIVE_NAME", "ModelFacts", "probe_model", "gpu_backend", "auxiliary_file_name",
-           "model_manifest"]
+__all__ = ["INIT_SEED", "ARCHIVE_NAME", "WORKING_MARGIN", "GPU_WORKING_FLOOR", "ModelFacts", "probe_model",
+           "measure_working_bytes", "measure_gpu_program", "gpu_backend", "auxiliary_file_name", "model_manifest"]
 
 INIT_SEED = 0
 ARCHIVE_NAME = "model.wgsl.json"
+#: estimatedWorkingBytes = the measured peak × this, rounded up to a MiB: a chunk, a batch or a
+#: unit count other than the measured ones may need a little more (weei.core.sandbox adds headroom too).
+WORKING_MARGIN = 1.25
+_MIB = 1 << 20
+#: The least a GPU backend announces (what every one announced before programs were measured).
+GPU_WORKING_FLOOR = 16 << 20
 
 
 def _sha256(data: bytes) -> str:
@@ -36,13 +44,27 @@ class ModelFacts:
     weight_bytes: int
     chunks: list[dict[str, Any]]
     gpu: bool = False  # exports gpuBegin / gpuNext / gpuEnd
+    peak_memory: int = 0  # the module's linear memory after one train and one evaluate (measure_working_bytes)
+    gpu_program_bytes: int = 0  # the largest device program's buffers and staging (measure_gpu_program)
+
+    @property
+    def working_bytes(self) -> int:
+        """The CPU backend's estimatedWorkingBytes: the measured peak with :data:`WORKING_MARGIN`."""
+        return math.ceil(self.peak_memory * WORKING_MARGIN / _MIB) * _MIB
+
+    @property
+    def gpu_working_bytes(self) -> int:
+        """The GPU backend's estimatedWorkingBytes: the measured program with :data:`WORKING_MARGIN`,
+        at least :data:`GPU_WORKING_FLOOR`."""
+        return max(GPU_WORKING_FLOOR, math.ceil(self.gpu_program_bytes * WORKING_MARGIN / _MIB) * _MIB)
 
 
 def probe_model(wasm: bytes, data_dir: Path) -> ModelFacts:
     """Run the module: model info, initial weight size, dataset chunk entries.
 
     Raises: BuildError when a dataset model declares other than one data
-    format; the runtime's ModelError when an operation fails.
+    format or has no chunk to measure its memory on; the runtime's
+    ModelError when an operation fails.
     """
     from ..runtime import ModelRuntime, WasmtimeEngine
 
@@ -64,7 +86,96 @@ def probe_model(wasm: bytes, data_dir: Path) -> ModelFacts:
                 "format": formats[0],
                 "exampleCount": runtime.describe_chunk(formats[0], data),
             })
-    return ModelFacts(info, weight_bytes, chunks, runtime.has_gpu_operations)
+    first = data_dir / chunks[0]["fileName"] if chunks else None
+    auxiliary = {slot["id"]: data_dir / auxiliary_file_name(slot["id"]) for slot in info.get("auxiliaryWeights", [])}
+    peak = measure_working_bytes(wasm, info, first.read_bytes() if first else None,
+                                 {k: p.read_bytes() for k, p in auxiliary.items() if p.is_file()})
+    program = measure_gpu_program(wasm, info, first.read_bytes() if first else None) if runtime.has_gpu_operations else 0
+    return ModelFacts(info, weight_bytes, chunks, runtime.has_gpu_operations, peak, program)
+
+
+def measure_gpu_program(wasm: bytes, info: dict[str, Any], chunk: bytes | None) -> int:
+    """The bytes of the largest device program gpuBegin emits (buffers plus readback staging, the
+    sum the budget rule checks, docs/gpu.md): at the model's default settings and, for a dataset
+    model, with the whole chunk as one batch when the model takes it (the largest a batch gets)."""
+    from ..core.errors import ModelError
+    from ..runtime import ModelRuntime, WasmtimeEngine
+
+    runtime = ModelRuntime.load(wasm, WasmtimeEngine())
+    weights = runtime.create_initial_weights(INIT_SEED)
+    source = info.get("workSource")
+    tries: list[dict[str, Any]] = [{}]
+    if source is None and chunk is not None:
+        tries.append({"batchSize": max(1, runtime.describe_chunk(info["dataFormats"][0]["id"], chunk))})
+    largest = 0
+    for settings in tries:
+        runtime.load_model(weights)
+        if info.get("auxiliaryWeights"):
+            runtime.load_auxiliary({slot["id"]: weights for slot in info["auxiliaryWeights"]})
+        try:
+            if source is not None:
+                units = int(source.get("unitsPerAssignment", {}).get("default", 1))
+                begun, _, _ = runtime.gpu_begin(experience=(0, max(1, units), 1), seed=1, settings=settings)
+            elif chunk is not None:
+                begun, _, _ = runtime.gpu_begin(data=chunk, format=info["dataFormats"][0]["id"], seed=1,
+                                                settings=settings)
+            else:
+                continue
+        except ModelError:
+            if not settings:
+                raise
+            continue  # a batch the GPU program does not take trains on the CPU: no program to size
+        program = begun["program"]
+        ranges = [*program.get("stepReadback", []), *program.get("finalReadback", [])]
+        largest = max(largest, sum(int(b["bytes"]) for b in program["buffers"]) + sum(int(r["bytes"]) for r in ranges))
+    return largest
+
+
+def measure_working_bytes(wasm: bytes, info: dict[str, Any], chunk: bytes | None,
+                          auxiliary: dict[str, bytes] | None = None) -> int:
+    """The module's linear memory after one train and one evaluate in a fresh instance: its peak.
+
+    A WebAssembly memory only grows, so its size after the calls is the
+    most they used (the inputs the host copied in included). A dataset
+    model trains one step on ``chunk`` with the whole chunk as its batch
+    (a ``batchSize`` beyond the chunk changes nothing, so no batch needs
+    more), then evaluates the chunk; an experience model trains one update
+    on its default ``unitsPerAssignment`` and evaluates its
+    ``evaluationUnits``. Auxiliary slots get their file from ``auxiliary``,
+    else the initial weights (a snapshot slot's round-1 value).
+
+    Raises: BuildError for a dataset model without a chunk.
+    """
+    from ..runtime import ModelRuntime, WasmtimeEngine
+
+    runtime = ModelRuntime.load(wasm, WasmtimeEngine())
+    weights = runtime.create_initial_weights(INIT_SEED)
+    slots = [slot["id"] for slot in info.get("auxiliaryWeights", [])]
+
+    def load(w: bytes) -> None:
+        runtime.load_model(w)
+        if slots:
+            runtime.load_auxiliary({k: (auxiliary or {}).get(k, weights) for k in slots})
+
+    load(weights)
+    source = info.get("workSource")
+    if source is not None:
+        units = int(source.get("unitsPerAssignment", {}).get("default", 1))
+        trained = runtime.train(experience=(0, max(1, units), 1), seed=1, settings={"localEpochs": 1}, step_limit=1)
+        load(trained.weights)
+        runtime.evaluate(experience=(0, int(source.get("evaluationUnits", 1)), 2))
+    else:
+        if chunk is None:
+            raise BuildError(f"{info['id']}: no training-*.bin chunk in data/ to measure the model's memory on "
+                             "(weei data chunk writes them)")
+        fmt = info["dataFormats"][0]["id"]
+        examples = runtime.describe_chunk(fmt, chunk)
+        trained = runtime.train(data=chunk, format=fmt, seed=1,
+                                settings={"localEpochs": 1, "batchSize": max(1, examples)}, step_limit=1)
+        load(trained.weights)
+        runtime.evaluate(data=chunk, format=fmt)
+    # ModelRuntime has no public accessor for it (runtime/abi.py is at its 600-line bound).
+    return runtime._instance.memory_size()
 
 
 def _descriptor(file_name: str, value: Any) -> dict[str, Any]:
@@ -72,7 +183,7 @@ def _descriptor(file_name: str, value: Any) -> dict[str, Any]:
     return {"fileName": file_name, "bytes": size, "sha256": sha}
 
 
-def gpu_backend(archive: bytes) -> dict[str, Any]:
+def gpu_backend(archive: bytes, working_bytes: int = GPU_WORKING_FLOOR) -> dict[str, Any]:
     """The GPU backend entry of a model with gpu* operations (docs/gpu.md)."""
     desc = {"fileName": ARCHIVE_NAME, "bytes": len(archive), "sha256": _sha256(archive)}
     return {
@@ -87,7 +198,7 @@ def gpu_backend(archive: bytes) -> dict[str, Any]:
         "requiredFeatures": [],
         "minimumDeviceLimits": {"maxStorageBuffersPerShaderStage": 5, "maxComputeInvocationsPerWorkgroup": 64,
                                 "maxComputeWorkgroupSizeX": 64},
-        "estimatedWorkingBytes": 16777216,
+        "estimatedWorkingBytes": working_bytes,
         "numericalMode": "fp32-standard",
     }
 
@@ -141,9 +252,9 @@ def model_manifest(wasm: bytes, facts: ModelFacts, archive: bytes | None = None)
             "artifacts": [dict(wasm_desc)],
             "requiredFeatures": ["wasm-simd128"],
             "minimumDeviceLimits": {},
-            "estimatedWorkingBytes": 4194304,
+            "estimatedWorkingBytes": facts.working_bytes,
             "numericalMode": "fp32-standard",
-        }, *([gpu_backend(archive)] if archive is not None else [])],
+        }, *([gpu_backend(archive, facts.gpu_working_bytes)] if archive is not None else [])],
         "policy": {
             "preference": ["cpu-wasm-simd"],
             "cpuFallback": "restart-assignment",

@@ -1,0 +1,435 @@
+/* byte-transformer's GPU backend (docs/gpu.md): gpuBegin emits a
+ * weei-device-program-v1 program over wgsl/ (transformer.wgsl for the
+ * embedding, layer norms, attention, dense layers through a transposed or
+ * bias-free weight and the embedding gradient; softmax_xent.wgsl,
+ * matmul.wgsl's weight_grad, reduce.wgsl and optimizer.wgsl's adam for the
+ * rest), the same operations in the same order as net.c's tfm_loss and
+ * model_train. gpuNext packs each minibatch (the same shuffled order, the
+ * same Adam step sizes) and folds the step's per-position losses into the
+ * metrics in train's float64 order; gpuEnd answers like train.
+ *
+ * A minibatch runs whole on the device, so the GPU trains batchSize up to
+ * MICRO_BATCH (8, the default); a larger one would be summed from
+ * micro-batches on the CPU, which this program does not do: gpuBegin
+ * refuses it and the assignment falls back to the CPU by name. */
+#include "transformer.h"
+
+#define D TFM_D
+#define T TFM_T
+#define F TFM_F
+#define H TFM_H
+#define V TFM_V
+#define L TFM_L
+#define STEP_WORDS (WEEI_GPU_STEP_WORDS + 1) /* + step[8]: the current layer's base offset */
+
+static struct {
+    int active;
+    uint32_t n, batch, epochs, epoch, start, step_limit, steps, pending;
+    uint8_t *records; /* the chunk's records, copied: input regions die with gpuBegin */
+    uint32_t *order, *tokens, *targets;
+    uint32_t step[WEEI_GPU_STEP_WORDS];
+    uint32_t bases[L + 1]; /* each layer's offset in the weight vector, then 0 */
+    weei_rng rng;
+    weei_gpu_adam adam;
+    double loss_sum;
+    uint32_t correct;
+    uint64_t processed, total;
+} G;
+
+static void end_session(void) {
+    weei_mfree(G.records); weei_mfree(G.order); weei_mfree(G.tokens); weei_mfree(G.targets);
+    weei_memzero(&G, sizeof G);
+}
+
+static const char *const NAMES_LN[] = { "D", "NROWS", "G_OFF", 0 };
+static const char *const NAMES_DENSE[] = { "K", "C", "W_OFF", "B_OFF", "HAS_BIAS", "TRANS", "ACT", 0 };
+static const char *const NAMES_WB[] = { "IN", "OUT", "W_OFF", "B_OFF", 0 };
+static const char *const NAMES_ATTN[] = { "D", "T", "H", "HD", "SCALE_BITS", 0 };
+
+static void dense_pipeline(const char *id, const char *entry, uint32_t k, uint32_t c, uint32_t w_off, uint32_t b_off,
+                           uint32_t has_bias, uint32_t trans, uint32_t act) {
+    const uint32_t v[] = { k, c, w_off, b_off, has_bias, trans, act };
+    weei_gpu_pipeline(id, "transformer.wgsl", entry, NAMES_DENSE, v);
+}
+
+static void ln_pipeline(const char *id, const char *entry, uint32_t rows, uint32_t g_off) {
+    const uint32_t v[] = { D, rows, g_off };
+    weei_gpu_pipeline(id, "transformer.wgsl", entry, NAMES_LN, v);
+}
+
+static void wb_pipeline(const char *id, uint32_t in, uint32_t out, uint32_t w_off, uint32_t b_off) {
+    const uint32_t v[] = { in, out, w_off, b_off };
+    weei_gpu_pipeline(id, "transformer.wgsl", "weight_bias_grad", NAMES_WB, v);
+}
+
+static void pipelines(uint32_t rows) {
+    float scale = 1.0f / __builtin_sqrtf((float)TFM_HD); /* net.c's attention scale, to the bit */
+    const uint32_t attn[] = { D, T, H, TFM_HD, weei_f32_bits(scale) };
+    static const char *const embed_names[] = { "D", "T", "P_OFF", 0 };
+    const uint32_t embed[] = { D, T, TFM_OFF_POS };
+    static const char *const dt_names[] = { "D", 0 };
+    const uint32_t dt[] = { D };
+    static const char *const eg_names[] = { "D", "T", "V", 0 };
+    const uint32_t eg[] = { D, T, V };
+    static const char *const classes[] = { "CLASSES", 0 };
+    const uint32_t cls[] = { V };
+    static const char *const wgrad[] = { "IN", "OUT", "W_OFF", 0 };
+    const uint32_t det[] = { D, V, 0 };
+    static const char *const colsum[] = { "COLS", "OUT_OFF", 0 };
+    const uint32_t bout[] = { V, TFM_OFF_BOUT };
+    static const char *const n_params[] = { "N", 0 };
+    const uint32_t np[] = { TFM_N_PARAMS };
+
+    jw_key("pipelines");
+    jw_arr_begin();
+    weei_gpu_pipeline("embed", "transformer.wgsl", "embed", embed_names, embed);
+    weei_gpu_pipeline("add", "transformer.wgsl", "add", dt_names, dt);
+    ln_pipeline("ln1", "ln_forward", rows, LY_LN1G);
+    ln_pipeline("ln2", "ln_forward", rows, LY_LN2G);
+    ln_pipeline("lnf", "ln_forward", rows, TFM_OFF_LNF);
+    dense_pipeline("qkv", "dense", D, 3 * D, LY_WQKV, LY_BQKV, 1, 0, 0);
+    weei_gpu_pipeline("attn", "transformer.wgsl", "attn_forward", NAMES_ATTN, attn);
+    dense_pipeline("wo", "dense", D, D, LY_WO, LY_BO, 1, 0, 0);
+    dense_pipeline("w1", "dense", D, F, LY_W1, LY_B1, 1, 0, 1);
+    dense_pipeline("w2", "dense", F, D, LY_W2, LY_B2, 1, 0, 0);
+    dense_pipeline("logits", "dense", D, V, 0, TFM_OFF_BOUT, 1, 1, 0);
+    weei_gpu_pipeline("xent", "softmax_xent.wgsl", "forward_backward", classes, cls);
+    weei_gpu_pipeline("det", "matmul.wgsl", "weight_grad", wgrad, det);
+    weei_gpu_pipeline("bout", "reduce.wgsl", "column_sum", colsum, bout);
+    dense_pipeline("dyf", "dense", V, D, 0, 0, 0, 0, 0);
+    ln_pipeline("lnf_back", "ln_backward", rows, TFM_OFF_LNF);
+    ln_pipeline("lnf_grad", "ln_param_grad", rows, TFM_OFF_LNF);
+    wb_pipeline("w2_grad", F, D, LY_W2, LY_B2);
+    dense_pipeline("w2_dx", "dense_relu_backward", D, F, LY_W2, 0, 0, 1, 0);
+    wb_pipeline("w1_grad", D, F, LY_W1, LY_B1);
+    dense_pipeline("w1_dx", "dense", F, D, LY_W1, 0, 0, 1, 0);
+    ln_pipeline("ln2_back", "ln_backward", rows, LY_LN2G);
+    ln_pipeline("ln2_grad", "ln_param_grad", rows, LY_LN2G);
+    wb_pipeline("wo_grad", D, D, LY_WO, LY_BO);
+    dense_pipeline("wo_dx", "dense", D, D, LY_WO, 0, 0, 1, 0);
+    weei_gpu_pipeline("score_grad", "transformer.wgsl", "attn_score_grad", NAMES_ATTN, attn);
+    weei_gpu_pipeline("qk_grad", "transformer.wgsl", "attn_qk_grad", NAMES_ATTN, attn);
+    weei_gpu_pipeline("v_grad", "transformer.wgsl", "attn_v_grad", NAMES_ATTN, attn);
+    wb_pipeline("qkv_grad", D, 3 * D, LY_WQKV, LY_BQKV);
+    dense_pipeline("qkv_dx", "dense", 3 * D, D, LY_WQKV, 0, 0, 1, 0);
+    ln_pipeline("ln1_back", "ln_backward", rows, LY_LN1G);
+    ln_pipeline("ln1_grad", "ln_param_grad", rows, LY_LN1G);
+    weei_gpu_pipeline("embed_grad", "transformer.wgsl", "embed_grad", eg_names, eg);
+    weei_gpu_pipeline("adam", "optimizer.wgsl", "adam", n_params, np);
+    jw_arr_end();
+}
+
+/* A per-layer buffer's id: name + layer digit. */
+static const char *lid(char *buf, const char *name, uint32_t l) {
+    uint32_t k = 0;
+    while (name[k]) { buf[k] = name[k]; k++; }
+    buf[k] = (char)('0' + l);
+    buf[k + 1] = 0;
+    return buf;
+}
+
+static void buffers_of(uint32_t B) {
+    const uint64_t n = (uint64_t)B * T, act = n * D * 4, ln = (n * D + n) * 4, att = (uint64_t)B * H * T * T * 4;
+    char id[16];
+    jw_key("buffers");
+    jw_arr_begin();
+    weei_gpu_buffer("weights", TFM_WEIGHT_BYTES, "weights");
+    weei_gpu_buffer("grad", TFM_WEIGHT_BYTES, "zeros");
+    weei_gpu_buffer("adam_m", TFM_WEIGHT_BYTES, "zeros");
+    weei_gpu_buffer("adam_v", TFM_WEIGHT_BYTES, "zeros");
+    weei_gpu_buffer("tokens", n * 4, "batch");
+    weei_gpu_buffer("targets", n * 4, "batch");
+    weei_gpu_buffer("step", STEP_WORDS * 4, "batch");
+    weei_gpu_buffer("bases", (L + 1) * 4, "batch");
+    weei_gpu_buffer("stats", n * 8, "zeros");
+    for (uint32_t l = 0; l <= L; l++) weei_gpu_buffer(lid(id, "x", l), act, "zeros");
+    for (uint32_t l = 0; l < L; l++) {
+        weei_gpu_buffer(lid(id, "xh1_", l), ln, "zeros");
+        weei_gpu_buffer(lid(id, "y1_", l), act, "zeros");
+        weei_gpu_buffer(lid(id, "qkv", l), 3 * act, "zeros");
+        weei_gpu_buffer(lid(id, "prob", l), att, "zeros");
+        weei_gpu_buffer(lid(id, "att", l), act, "zeros");
+        weei_gpu_buffer(lid(id, "xm", l), act, "zeros");
+        weei_gpu_buffer(lid(id, "xh2_", l), ln, "zeros");
+        weei_gpu_buffer(lid(id, "y2_", l), act, "zeros");
+        weei_gpu_buffer(lid(id, "h", l), n * F * 4, "zeros");
+    }
+    weei_gpu_buffer("xhf", ln, "zeros");
+    weei_gpu_buffer("yf", act, "zeros");
+    weei_gpu_buffer("logits", n * V * 4, "zeros");
+    weei_gpu_buffer("dlogits", n * V * 4, "zeros");
+    weei_gpu_buffer("det", (uint64_t)D * V * 4, "zeros");
+    weei_gpu_buffer("dx", act, "zeros");
+    weei_gpu_buffer("dy", act, "zeros");
+    weei_gpu_buffer("datt", act, "zeros");
+    weei_gpu_buffer("dqkv", 3 * act, "zeros");
+    weei_gpu_buffer("dh", n * F * 4, "zeros");
+    weei_gpu_buffer("gsc", att, "zeros");
+    jw_arr_end();
+}
+
+/* step[8] = bases[k]: the layer base the next dispatches read. */
+static void set_base(uint32_t k) {
+    jw_obj_begin();
+    jw_key("op"); jw_str("copy");
+    jw_key("from"); jw_str("bases");
+    jw_key("fromOffset"); jw_uint((uint64_t)k * 4);
+    jw_key("to"); jw_str("step");
+    jw_key("toOffset"); jw_uint(WEEI_GPU_STEP_WORDS * 4);
+    jw_key("bytes"); jw_uint(4);
+    jw_obj_end();
+}
+
+static void clear(const char *id, uint64_t bytes) {
+    jw_obj_begin();
+    jw_key("op"); jw_str("clear");
+    jw_key("buffer"); jw_str(id);
+    jw_key("offset"); jw_uint(0);
+    jw_key("bytes"); jw_uint(bytes);
+    jw_obj_end();
+}
+
+/* A dispatch of up to 8 bindings given as (binding, buffer) pairs, NULL-padded by number. */
+static void run(const char *pipeline, uint64_t invocations, const char *b0, const char *b1, const char *b2,
+                const char *b4, const char *b5, const char *b6, const char *b7) {
+    const char *const b[8] = { b0, b1, b2, "step", b4, b5, b6, b7 };
+    int count = 8;
+    while (count > 0 && !b[count - 1]) count--;
+    weei_gpu_dispatch(pipeline, b, count, weei_gpu_groups(invocations));
+}
+
+static void steps_of(uint32_t B) {
+    const uint64_t n = (uint64_t)B * T, nh = (uint64_t)B * H * T;
+    char x[8], x1[8], xh1[8], y1[8], qkv[8], prob[8], att[8], xm[8], xh2[8], y2[8], h[8];
+    jw_key("steps");
+    jw_arr_begin();
+    /* forward (tfm_loss) */
+    run("embed", n * D, 0, "weights", "x0", 0, "tokens", 0, 0);
+    for (uint32_t l = 0; l < L; l++) {
+        lid(x, "x", l); lid(x1, "x", l + 1); lid(xh1, "xh1_", l); lid(y1, "y1_", l); lid(qkv, "qkv", l);
+        lid(prob, "prob", l); lid(att, "att", l); lid(xm, "xm", l); lid(xh2, "xh2_", l); lid(y2, "y2_", l);
+        lid(h, "h", l);
+        set_base(l);
+        run("ln1", n, x, "weights", y1, 0, 0, xh1, 0);
+        run("qkv", n * 3 * D, y1, "weights", qkv, 0, 0, 0, 0);
+        run("attn", nh, qkv, 0, att, 0, 0, prob, 0);
+        run("wo", n * D, att, "weights", xm, 0, 0, 0, 0);
+        run("add", n * D, x, 0, xm, 0, 0, 0, 0);
+        run("ln2", n, xm, "weights", y2, 0, 0, xh2, 0);
+        run("w1", n * F, y2, "weights", h, 0, 0, 0, 0);
+        run("w2", n * D, h, "weights", x1, 0, 0, 0, 0);
+        run("add", n * D, xm, 0, x1, 0, 0, 0, 0);
+    }
+    set_base(L);
+    lid(x, "x", L);
+    run("lnf", n, x, "weights", "yf", 0, 0, "xhf", 0);
+    run("logits", n * V, "yf", "weights", "logits", 0, 0, 0, 0);
+    {
+        const char *const b[] = { "logits", "targets", "dlogits", "step", "stats" };
+        weei_gpu_dispatch("xent", b, 5, weei_gpu_groups(n));
+    }
+    /* backward */
+    {
+        const char *const b[] = { "yf", "dlogits", "det", "step" };
+        weei_gpu_dispatch("det", b, 4, weei_gpu_groups((uint64_t)D * V));
+        const char *const c[] = { "dlogits", 0, "grad", "step" };
+        weei_gpu_dispatch("bout", c, 4, weei_gpu_groups(V));
+    }
+    run("dyf", n * D, "dlogits", "weights", "dy", 0, 0, 0, 0);
+    clear("dx", n * D * 4);
+    run("lnf_back", n, "dy", "weights", "dx", "xhf", 0, 0, 0);
+    run("lnf_grad", D, "dy", 0, "grad", "xhf", 0, 0, 0);
+    for (uint32_t l = L; l-- > 0;) {
+        lid(xh1, "xh1_", l); lid(y1, "y1_", l); lid(qkv, "qkv", l); lid(prob, "prob", l); lid(att, "att", l);
+        lid(xh2, "xh2_", l); lid(y2, "y2_", l); lid(h, "h", l);
+        set_base(l);
+        run("w2_grad", (uint64_t)F * D + D, h, 0, "grad", 0, 0, 0, "dx");
+        run("w2_dx", n * F, "dx", "weights", "dh", h, 0, 0, 0);
+        run("w1_grad", (uint64_t)D * F + F, y2, 0, "grad", 0, 0, 0, "dh");
+        run("w1_dx", n * D, "dh", "weights", "dy", 0, 0, 0, 0);
+        run("ln2_back", n, "dy", "weights", "dx", xh2, 0, 0, 0);
+        run("ln2_grad", D, "dy", 0, "grad", xh2, 0, 0, 0);
+        run("wo_grad", (uint64_t)D * D + D, att, 0, "grad", 0, 0, 0, "dx");
+        run("wo_dx", n * D, "dx", "weights", "datt", 0, 0, 0, 0);
+        run("score_grad", nh, qkv, 0, "gsc", prob, 0, 0, "datt");
+        run("qk_grad", nh, qkv, 0, "dqkv", "gsc", 0, 0, 0);
+        run("v_grad", nh, 0, 0, "dqkv", prob, 0, 0, "datt");
+        run("qkv_grad", (uint64_t)D * 3 * D + 3 * D, y1, 0, "grad", 0, 0, 0, "dqkv");
+        run("qkv_dx", n * D, "dqkv", "weights", "dy", 0, 0, 0, 0);
+        run("ln1_back", n, "dy", "weights", "dx", xh1, 0, 0, 0);
+        run("ln1_grad", D, "dy", 0, "grad", xh1, 0, 0, 0);
+    }
+    run("embed_grad", (uint64_t)(V + T) * D, "dx", 0, "grad", "det", "tokens", 0, 0);
+    {
+        const char *const b[] = { "weights", "grad", "adam_m", "adam_v", "step" };
+        weei_gpu_dispatch("adam", b, 5, weei_gpu_groups(TFM_N_PARAMS));
+    }
+    jw_arr_end();
+}
+
+static void write_program(uint32_t B) {
+    jw_key("format"); jw_str("weei-device-program-v1");
+    buffers_of(B);
+    pipelines(B * T);
+    steps_of(B);
+    jw_key("stepReadback"); weei_gpu_readback("stats", (uint64_t)B * T * 8);
+    jw_key("finalReadback"); weei_gpu_readback("weights", TFM_WEIGHT_BYTES);
+}
+
+static void shuffle_epoch(void) {
+    for (uint32_t i = 0; i < G.n; i++) G.order[i] = i;
+    weei_shuffle_u32(&G.rng, G.order, G.n);
+}
+
+static int gpu_begin(const wj_doc *in) {
+    if (!g_has_weights) return weei_fail("gpuBegin called before loadModel");
+    weei_region d;
+    int64_t n64 = tfm_read_data(in, &d, "gpuBegin");
+    if (n64 < 0) return -1;
+    weei_settings s;
+    if (weei_read_settings(in, &s, DEFAULT_BATCH, DEFAULT_LR) != 0) return -1;
+    uint64_t seed;
+    if (weei_read_seed(in, &seed) != 0) return -1;
+    uint32_t step_limit;
+    if (tfm_read_step_limit(in, &step_limit) != 0) return -1;
+    end_session();
+    G.n = (uint32_t)n64;
+    G.batch = s.batch_size < G.n ? s.batch_size : G.n;
+    if (G.batch > MICRO_BATCH) {
+        end_session();
+        return weei_fail("gpuBegin: the GPU program trains minibatches of at most 8 records (batchSize > 8 is "
+                         "summed from micro-batches on the CPU)");
+    }
+    G.epochs = s.local_epochs;
+    G.step_limit = step_limit;
+    weei_gpu_adam_init(&G.adam, s.learning_rate);
+    G.total = (uint64_t)G.n * s.local_epochs;
+    G.records = weei_malloc((size_t)G.n * TFM_RECORD);
+    G.order = weei_malloc((size_t)G.n * 4);
+    G.tokens = weei_malloc((size_t)G.batch * T * 4);
+    G.targets = weei_malloc((size_t)G.batch * T * 4);
+    if (!G.records || !G.order || !G.tokens || !G.targets) { end_session(); return weei_fail("out of memory"); }
+    weei_memcopy(G.records, d.data + TFM_HEADER, (size_t)G.n * TFM_RECORD);
+    for (uint32_t l = 0; l < L; l++) G.bases[l] = TFM_OFF_LAYERS + l * LY_SIZE;
+    G.bases[L] = 0;
+    weei_rng_seed(&G.rng, seed);
+    shuffle_epoch();
+    G.active = 1;
+    jw_obj_begin();
+    jw_key("program");
+    jw_obj_begin();
+    write_program(G.batch);
+    jw_obj_end();
+    jw_key("weights"); jw_region(g_loaded, TFM_WEIGHT_BYTES);
+    jw_key("totalExamples"); jw_uint(G.total);
+    jw_obj_end();
+    return 0;
+}
+
+/* Folds the finished step's stats (loss, hit per position) into the metrics
+ * in model_train's float64 order: weei_softmax_xent's mean times the count. */
+static int take_stats(const weei_region *r) {
+    uint32_t count = G.pending, rows = count * T;
+    if (r->bytes < (uint64_t)rows * 8) return weei_fail("gpuNext: the stats readback is too short");
+    double total = 0.0;
+    uint32_t hits = 0;
+    for (uint32_t k = 0; k < rows; k++) {
+        float loss, hit;
+        weei_memcopy(&loss, r->data + (size_t)k * 8, 4);
+        weei_memcopy(&hit, r->data + (size_t)k * 8 + 4, 4);
+        total += (double)loss;
+        if (hit != 0.0f) hits++;
+    }
+    G.loss_sum += total / rows * count;
+    G.correct += hits;
+    G.steps++;
+    G.processed += count;
+    G.pending = 0;
+    static const char *const ids[2] = { "loss", "accuracy" };
+    double mv[2] = { G.loss_sum / (double)G.processed, (double)G.correct / ((double)G.processed * T) };
+    weei_progress(G.processed, G.total, ids, mv, 2);
+    return 0;
+}
+
+static void upload(const char *id, const void *data, uint64_t bytes) {
+    jw_obj_begin(); jw_key("buffer"); jw_str(id); jw_key("data"); jw_region(data, bytes); jw_obj_end();
+}
+
+/* Packs the next minibatch (tfm_gather's tokens and targets) and its step scalars. */
+static void pack_batch(void) {
+    uint32_t count = G.n - G.start < G.batch ? G.n - G.start : G.batch;
+    for (uint32_t b = 0; b < count; b++) {
+        const uint8_t *rec = G.records + (size_t)G.order[G.start + b] * TFM_RECORD;
+        for (uint32_t t = 0; t < T; t++) {
+            G.tokens[b * T + t] = rec[t];
+            G.targets[b * T + t] = rec[t + 1];
+        }
+    }
+    uint32_t rows = count * T;
+    weei_gpu_adam_step(&G.adam, rows, 1.0f / (float)rows, G.step);
+    G.start += count;
+    G.pending = count;
+    jw_obj_begin();
+    jw_key("batch");
+    jw_arr_begin();
+    upload("tokens", G.tokens, (uint64_t)rows * 4);
+    upload("targets", G.targets, (uint64_t)rows * 4);
+    upload("step", G.step, WEEI_GPU_STEP_WORDS * 4);
+    upload("bases", G.bases, (L + 1) * 4);
+    jw_arr_end();
+    jw_obj_end();
+}
+
+static int gpu_next(const wj_doc *in) {
+    if (!G.active) return weei_fail("gpuNext called without gpuBegin");
+    weei_region r[1];
+    int count = weei_gpu_read_regions(in, r, 1);
+    if (count < 0) return -1;
+    if (G.pending) {
+        if (count != 1) return weei_fail("gpuNext: expected the step's stats readback");
+        if (take_stats(&r[0]) != 0) return -1;
+    } else if (count != 0) {
+        return weei_fail("gpuNext: no step ran, nothing to read back");
+    }
+    if (G.start >= G.n && G.epoch + 1 < G.epochs) {
+        G.epoch++;
+        G.start = 0;
+        shuffle_epoch();
+    }
+    if (G.steps >= G.step_limit || G.start >= G.n) {
+        jw_raw("{\"done\":true}");
+        return 0;
+    }
+    pack_batch();
+    return 0;
+}
+
+static int gpu_end(const wj_doc *in) {
+    if (!G.active) return weei_fail("gpuEnd called without gpuBegin");
+    if (G.pending || (G.steps < G.step_limit && (G.start < G.n || G.epoch + 1 < G.epochs)))
+        return weei_fail("gpuEnd called before gpuNext answered done");
+    weei_region r[1];
+    int count = weei_gpu_read_regions(in, r, 1);
+    if (count < 0) return -1;
+    if (count != 1 || r[0].bytes != TFM_WEIGHT_BYTES) return weei_fail("gpuEnd: expected the weights readback");
+    if (tfm_buffers() != 0) return -1;
+    weei_memcopy(g_out, r[0].data, TFM_WEIGHT_BYTES);
+    for (uint32_t i = 0; i < TFM_N_PARAMS; i++)
+        if (!weei_isfinite_f32(g_out[i])) { end_session(); return weei_fail("training diverged: a weight is not finite (lower the learning rate)"); }
+    jw_obj_begin();
+    jw_key("weights"); jw_region(g_out, TFM_WEIGHT_BYTES);
+    jw_key("metrics");
+    jw_obj_begin();
+    jw_key("loss"); jw_num(G.loss_sum / (double)G.processed);
+    jw_key("accuracy"); jw_num((double)G.correct / ((double)G.processed * T));
+    jw_obj_end();
+    jw_key("uniqueExamples"); jw_uint(G.processed < G.n ? G.processed : G.n);
+    jw_key("optimizerSteps"); jw_uint(G.steps);
+    jw_obj_end();
+    end_session();
+    return 0;
+}
+
+WEEI_EXPORT("gpuBegin") uint32_t tfm_op_gpu_begin(uint32_t p, uint32_t n) { return weei_run_op(p, n, gpu_begin); }
+WEEI_EXPORT("gpuNext") uint32_t tfm_op_gpu_next(uint32_t p, uint32_t n) { return weei_run_op(p, n, gpu_next); }
+WEEI_EXPORT("gpuEnd") uint32_t tfm_op_gpu_end(uint32_t p, uint32_t n) { return weei_run_op(p, n, gpu_end); }
