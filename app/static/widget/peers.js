@@ -84,7 +84,7 @@ export class Peers {
       review.addEventListener('click', () => this.reviewInvitation(jobId));
       return h('div', { class: 'notice', 'data-job': jobId },
         h('span', {}, h('b', { text: 'Invitation' }), ` to train ${(inv.modelInfo && inv.modelInfo.name) || 'a model'} from `,
-          h('span', { class: 'mono', text: String(inv.coordinator || 'a peer').slice(0, 16) }), '.'), review);
+          h('span', { class: 'mono', text: String(inv.coordinator || 'a peer') }), '.'), review);
     }), this.noticeBox);
   }
 
@@ -229,6 +229,7 @@ export const ROOM_CSS = `
 .roombar { padding: 6px 12px; background: #eef3fa; border-bottom: 1px solid #d5deea; font-size: 12.5px; }
 .roombar p, .roombar .row { margin: 2px 0; }
 .roombar .invite input { flex: 1; min-width: 12em; font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size: 12px; }
+.notices { position: sticky; top: 0; z-index: 1; }
 .notices:empty { display: none; }
 .notice { display: flex; align-items: center; justify-content: space-between; gap: 8px; flex-wrap: wrap;
   margin: 6px 0; padding: 6px 10px; border-radius: 8px; background: #fff6dc; border: 1px solid #e8c96b; color: #4a3500; }
