@@ -263,7 +263,7 @@
     const stats = { trainings: 0, lastTraining: null };
 
     // -- the page's controller ----------------------------------------------------
-    const bridge = { api: null, promise: null, error: null, seconds: null, listening: false, blocked: false };
+    const bridge = { api: null, promise: null, error: null, seconds: null, listening: false, slot: null };
     const listeners = new Set();
 
     function deliver(state) {
@@ -283,13 +283,6 @@
       bridge.api.listen(want);
     }
 
-    // One controller per browser profile and origin: every tab shares the
-    // IndexedDB database, and two controllers would both continue the same
-    // saved job. The first tab holds a Web Lock for its lifetime; another tab
-    // waits (its state says why; its calls are refused) and takes over when
-    // that one closes. Without Web Locks (not a secure context) there is no
-    // such guard.
-    const LOCK = 'weei.distributed-training.controller';
     // The room key: from the invite link's fragment (#room=KEY; a fragment reaches no HTTP log and
     // no Referer), else ?room= or data-room on the script tag. docs/signaling.md "Rooms and keys".
     const room = new URLSearchParams(location.hash.slice(1)).get('room')
@@ -302,41 +295,64 @@
       return { key: room, invite: link.href };
     }
     const localPeerId = room ? '' : tabPeerId();
-    const ANOTHER_TAB = 'Weei is running in another tab of this browser; this tab takes over when that one is closed';
 
-    function holdLock() {
+    // Each tab is its own peer with its own storage namespace: slot 0 is the
+    // IndexedDB database `weei` (and the bare localStorage keys), slot N the
+    // database `weei-tab-N` (keys prefixed `weei-tab-N:`). A slot is held by a
+    // Web Lock for the tab's lifetime, so two controllers never continue the
+    // same saved job; the tab keeps its slot across reloads (sessionStorage),
+    // and a new tab takes the lowest free one (so a tab opened after the
+    // others closed finds the saved jobs of slot 0). docs/api.md "Tabs".
+    const SLOT_KEY = 'weei.tabSlot';
+    const slotLock = (n) => `weei.distributed-training.slot-${n}`;
+    const namespaceOf = (n) => (n === 0 ? '' : `weei-tab-${n}`);
+
+    function holdSlot() {
       const locks = navigator.locks;
-      if (!locks || typeof locks.request !== 'function') return Promise.resolve();
+      let remembered = null;
+      try { remembered = Number.parseInt(sessionStorage.getItem(SLOT_KEY), 10); } catch { /* no sessionStorage */ }
+      const mine = Number.isInteger(remembered) && remembered >= 0 ? remembered : null;
+      const keep = (n) => {
+        try { sessionStorage.setItem(SLOT_KEY, String(n)); } catch { /* no sessionStorage */ }
+        bridge.slot = n;
+        return n;
+      };
+      // Without Web Locks (not a secure context) there is no guard: the remembered slot, else 0.
+      if (!locks || typeof locks.request !== 'function') return Promise.resolve(keep(mine ?? 0));
       const forever = () => new Promise(() => {});
-      return new Promise((granted) => {
-        const failed = (err) => {  // for example a sandboxed frame: run unguarded
-          console.warn('[weei] no Web Lock, another tab may run Weei too:', err);
-          bridge.blocked = false;
-          granted();
-        };
-        locks.request(LOCK, { ifAvailable: true }, (lock) => {
-          if (lock) {
-            granted();
-            return forever();
-          }
-          bridge.blocked = true;
-          deliver(getState());
-          locks.request(LOCK, () => {
-            bridge.blocked = false;
-            granted();
-            return forever();
-          }).catch(failed);
-          return undefined;
-        }).catch(failed);
+      // true: held; false: taken (or waited long enough); null: no locks here (a sandboxed frame).
+      const tryHold = (n, options) => new Promise((answer) => {
+        locks.request(slotLock(n), options, (lock) => {
+          answer(Boolean(lock));
+          return lock ? forever() : undefined;
+        }).catch((err) => answer(err && err.name === 'AbortError' ? false : null));
       });
+      return (async () => {
+        // A reload: the old document's lock goes as it unloads, so wait a little for our slot.
+        // A duplicated tab copied sessionStorage: the original still holds the slot; take another.
+        if (mine !== null) {
+          const signal = typeof AbortSignal.timeout === 'function' ? AbortSignal.timeout(1500) : undefined;
+          const held = await tryHold(mine, signal ? { signal } : { ifAvailable: true });
+          if (held !== false) return keep(mine); // held, or unguarded
+        }
+        for (let n = 0; ; n += 1) {
+          const held = n === mine ? false : await tryHold(n, { ifAvailable: true });
+          if (held) return keep(n);
+          if (held === null) {
+            console.warn('[weei] no Web Locks here: this tab shares its storage with other tabs');
+            return keep(mine ?? 0);
+          }
+        }
+      })();
     }
 
     function startApi() {
       if (bridge.promise) return bridge.promise;
       const t0 = performance.now();
       bridge.promise = (async () => {
-        const [{ session }] = await Promise.all([core.pagePython.start(), holdLock()]);
+        const [{ session }, slot] = await Promise.all([core.pagePython.start(), holdSlot()]);
         const api = await session.open_api({
+          namespace: namespaceOf(slot), // this tab's storage (see holdSlot)
           // Peers meet in a room: ?room=CODE on the page, or data-room on the script tag.
           room,
           createWorker: () => new core.WorkerClient(),
@@ -361,9 +377,7 @@
     }
 
     async function callAsync(name, args = {}, buffers = undefined) {
-      const started = startApi();
-      if (bridge.blocked) throw weeiError('open-in-another-tab', `${name}(): ${ANOTHER_TAB}`);
-      const api = await started;
+      const api = await startApi();
       return unwrap(await api.call(name, JSON.stringify(args), buffers));
     }
 
@@ -375,7 +389,6 @@
     function callSync(name, args = {}) {
       if (!bridge.api) {
         if (bridge.error) throw weeiError('python-unavailable', `Weei could not start in this page: ${bridge.error}`, 'InternalError');
-        if (bridge.blocked) throw weeiError('open-in-another-tab', `${name}(): ${ANOTHER_TAB}`);
         return startApi().then((api) => unwrap(api.call_sync(name, JSON.stringify(args))));
       }
       return unwrap(bridge.api.call_sync(name, JSON.stringify(args)));
@@ -384,12 +397,10 @@
     function getState() {
       if (bridge.api) return JSON.parse(bridge.api.get_state_json());
       const state = TRAINING_STATE_FIELDS();
-      if (!bridge.blocked) state.myPeerId = localPeerId;
+      state.myPeerId = localPeerId;
       if (bridge.error) {
         state.busy = false;
         state.error = `Weei could not start in this page: ${bridge.error}`;
-      } else if (bridge.blocked) {
-        state.error = ANOTHER_TAB;
       }
       return state;
     }
@@ -642,8 +653,9 @@
         pagePython: core.pagePython.state,
         pagePythonError: core.pagePython.error,
         pagePythonSnapshot: core.pagePython.snapshot,
-        api: bridge.api ? 'ready' : (bridge.error ? 'failed' : (bridge.blocked ? 'waiting-for-another-tab'
-          : (bridge.promise ? 'starting' : 'not-started'))),
+        api: bridge.api ? 'ready' : (bridge.error ? 'failed' : (bridge.promise ? 'starting' : 'not-started')),
+        // This tab's storage slot (null until the API starts): 0 is the database `weei`.
+        slot: bridge.slot,
         apiError: bridge.error,
         apiSeconds: bridge.seconds,
         worker: worker ? (worker.startSeconds === null ? 'starting' : 'ready') : 'none',

@@ -571,7 +571,10 @@ def test_every_method_answers_right_after_weei_ready(weei_server: Any, page: Any
     assert not log.errors, log.errors
 
 
-def test_a_second_tab_waits_and_takes_over_when_the_first_closes(weei_server: Any, page: Any) -> None:
+def test_each_tab_is_its_own_peer_and_a_later_tab_continues_the_saved_job(weei_server: Any, page: Any) -> None:
+    """Tabs of one browser profile: each runs its own controller over a storage namespace of its own
+    (so two never continue the same saved job); a reload keeps the tab's namespace; a tab opened after
+    the first closed takes the first namespace and continues its saved job."""
     first, log = page
     ready(first, weei_server.url)
     job_id = first.evaluate("""async () => {
@@ -579,28 +582,51 @@ def test_a_second_tab_waits_and_takes_over_when_the_first_closes(weei_server: An
       return T.api().createJob({ wasm, manifest, files, settings: { epochs: 1, localEpochs: 1, batchSize: 16,
                                                                      coordinatorParticipates: true } });
     }""")
-    second = first.context.new_page()
-    second.set_default_timeout(TIMEOUT_MS)
     errors: list[str] = []
-    second.on("pageerror", lambda e: errors.append(f"pageerror: {e}"))
-    second.goto(weei_server.url)
-    second.evaluate(PRELUDE)
-    waiting = second.evaluate("""async () => {
+
+    def tab() -> Any:
+        pg = first.context.new_page()
+        pg.set_default_timeout(TIMEOUT_MS)
+        pg.on("pageerror", lambda e: errors.append(f"pageerror: {e}"))
+        ready(pg, weei_server.url)
+        return pg
+
+    look = """async () => {
       const training = T.api();
-      T.hooks().startApi().catch(() => {});
-      await T.waitFor('the second tab to wait', () => T.hooks().status().api === 'waiting-for-another-tab', 60000);
-      return { state: training.getState(), call: await T.rejection(() => training.listSavedJobs()),
-               sync: await T.rejection(() => training.getDebugLog()) };
-    }""")
-    assert "another tab" in waiting["state"]["error"] and waiting["state"]["myPeerId"] == ""
-    assert waiting["call"]["reason"] == waiting["sync"]["reason"] == "open-in-another-tab"
-    first.close()
-    took_over = second.evaluate("""async () => {
-      const training = T.api();
-      await T.hooks().startApi();
       const s = training.getState();
-      return { job: s.job && s.job.id, status: s.job && s.job.status, error: s.error || null,
+      return { slot: T.hooks().status().slot, peer: s.myPeerId, job: s.job ? s.job.id : null, error: s.error || null,
                saved: (await training.listSavedJobs()).map((j) => j.id) };
+    }"""
+    second = tab()
+    mine = second.evaluate(look)
+    theirs = first.evaluate(look)
+    assert theirs["slot"] == 0 and theirs["job"] == job_id
+    assert mine["slot"] == 1 and mine["job"] is None and mine["saved"] == [] and mine["error"] is None
+    assert mine["peer"] and mine["peer"] != theirs["peer"]
+    # The second tab runs a job of its own, in its own storage (its debug log under its namespace).
+    create = """async () => {
+      const { wasm, manifest, files } = await T.pkg('digits-mlp');
+      return T.api().createJob({ wasm, manifest, files, settings: { epochs: 1, localEpochs: 1, batchSize: 16,
+                                                                     coordinatorParticipates: true } });
+    }"""
+    second_job = second.evaluate(create)
+    assert second_job != job_id
+    assert second_job in second.evaluate("() => localStorage.getItem('weei-tab-1:weei.debugLog') || ''")
+    assert second_job not in json.dumps(first.evaluate("() => T.api().getDebugLog().events"))
+    assert first.evaluate(look)["saved"] == [job_id]
+    second.reload()
+    ready(second)
+    assert second.evaluate(look) == {**mine, "job": second_job, "saved": [second_job]}, \
+        "a reload keeps the tab's namespace and peer ID"
+
+    first.close()
+    third = tab()
+    assert third.evaluate(look)["slot"] == 0
+    took_over = third.evaluate("""async () => {
+      const s = T.api().getState();
+      return { job: s.job && s.job.id, status: s.job && s.job.status, error: s.error || null,
+               saved: (await T.api().listSavedJobs()).map((j) => j.id) };
     }""")
     assert took_over == {"job": job_id, "status": "ready", "error": None, "saved": [job_id]}
+    assert second.evaluate(look)["job"] == second_job, "the second tab never took the first one's job"
     assert not log.errors and not errors, log.errors + errors

@@ -19,7 +19,7 @@ export class Peers {
     d.peersBox = h('div');
     d.partsBox = h('div');
     d.invBox = h('div');
-    append(this.sections.peers.content, this.buildRoom(), d.peersBox, d.partsBox, d.invBox,
+    append(this.sections.peers.content, d.peersBox, d.partsBox, d.invBox,
       h('h3', { text: 'This device' }),
       h('div', { class: 'row' },
         h('label', {}, d.pause, 'Pause my contribution'),
@@ -29,25 +29,74 @@ export class Peers {
       d.line, d.error);
   }
 
-  // The room and its invite link (the key is in the fragment), with a Copy button.
-  buildRoom() {
+  // The room bar under the window's title: the room, this peer's ID, the invite link and its Copy
+  // button (the key is in the link's fragment), so nobody has to look for them.
+  buildRoomBar() {
     const room = typeof this.api.getRoom === 'function' ? this.api.getRoom() : null;
-    if (!room) return h('p', { class: 'small muted', text: 'Not in a room: this browser trains alone. Open an invite link to join one.' });
-    const link = h('input', { type: 'text', name: 'inviteLink', readonly: true, value: room.invite, style: 'width:100%' });
-    const note = h('span', { class: 'small muted' });
-    const copy = h('button', { type: 'button', name: 'copyInvite', text: 'Copy invite link' });
-    copy.addEventListener('click', async () => {
-      link.select();
-      try {
-        await navigator.clipboard.writeText(room.invite);
-        note.textContent = ' copied';
-      } catch (err) {
-        note.textContent = ' select the link and copy it';
-      }
-    });
-    return h('div', {}, h('h3', { text: 'Room' }),
-      h('p', { class: 'small', text: 'Anyone with this link can join the room and its jobs:' }),
-      link, h('div', { class: 'row' }, copy, note));
+    const r = (this.roomBar = { room });
+    r.peer = h('span', { class: 'mono', 'data-field': 'myPeerId', text: '…' });
+    r.copyPeer = copyButton('Copy ID', () => this.state && this.state.myPeerId, { name: 'copyPeerId', title: 'Copy this browser\'s peer ID' });
+    if (!room) {
+      r.el = h('div', { class: 'roombar', 'data-room': '' },
+        h('p', {}, h('b', { text: 'Not in a room' }), ': this browser trains alone. To train with others, open an invite link '
+          + '(…/#room=KEY: `weei serve` prints one) here and in the other browsers.'),
+        h('p', { class: 'row' }, h('span', { class: 'muted', text: 'This browser: ' }), r.peer, r.copyPeer));
+      return r.el;
+    }
+    const link = h('input', { type: 'text', name: 'inviteLink', readonly: true, value: room.invite, 'aria-label': 'Invite link' });
+    link.addEventListener('focus', () => link.select());
+    const copy = copyButton('Copy invite link', () => room.invite, { name: 'copyInvite', primary: true, select: link });
+    r.el = h('div', { class: 'roombar', 'data-room': room.key },
+      h('p', { class: 'row' }, h('span', { class: 'muted', text: 'Room' }),
+        h('span', { class: 'mono', title: room.key, text: room.key.length > 12 ? room.key.slice(0, 10) + '…' : room.key }),
+        h('span', { class: 'muted', text: '· this browser' }), r.peer, r.copyPeer),
+      h('div', { class: 'row invite' }, link, copy),
+      h('p', { class: 'small muted', text: 'Anyone with this link joins the room (the key after # is its secret): '
+        + 'open it in another tab, browser or machine, then invite that peer to a job.' }));
+    return r.el;
+  }
+
+  renderRoomBar(state) {
+    const r = this.roomBar;
+    const me = state.myPeerId || '';
+    r.peer.textContent = me || (r.room ? 'connecting…' : '…');
+    r.peer.title = me;
+    r.copyPeer.disabled = !me;
+  }
+
+  // An invitation raises a notice at the top of the window (and says so in a live region):
+  // the invitation's card, with what the model is, sits in the Peers section, where Review leads.
+  renderNotice(state) {
+    const invitations = state.invitations || [];
+    const ids = invitations.map(([id]) => id);
+    this.seenInvitations = this.seenInvitations || new Set();
+    const fresh = invitations.filter(([id]) => !this.seenInvitations.has(id));
+    for (const id of ids) this.seenInvitations.add(id);
+    if (fresh.length) {
+      const [jobId, entry] = fresh[0];
+      const inv = (entry && entry.invitation) || entry || {};
+      this.live.textContent = `Invitation to train ${(inv.modelInfo && inv.modelInfo.name) || jobId}`
+        + ` from ${inv.coordinator || 'a peer'}: review it at the top of the window.`;
+    }
+    this.section('notice', ids, () => invitations.map(([jobId, entry]) => {
+      const inv = (entry && entry.invitation) || entry || {};
+      const review = h('button', { type: 'button', class: 'primary', name: 'reviewInvitation', text: 'Review' });
+      review.addEventListener('click', () => this.reviewInvitation(jobId));
+      return h('div', { class: 'notice', 'data-job': jobId },
+        h('span', {}, h('b', { text: 'Invitation' }), ` to train ${(inv.modelInfo && inv.modelInfo.name) || 'a model'} from `,
+          h('span', { class: 'mono', text: String(inv.coordinator || 'a peer') }), '.'), review);
+    }), this.noticeBox);
+  }
+
+  /** Open the Peers section and bring the invitation's card (its Accept button) into view. */
+  reviewInvitation(jobId) {
+    const sec = this.sections.peers;
+    sec.el.open = true;
+    const card = Array.from(sec.content.querySelectorAll('.invitation')).find((c) => c.dataset.job === jobId);
+    if (!card) return;
+    card.scrollIntoView({ block: 'center' });
+    const accept = card.querySelector('button.primary');
+    if (accept) accept.focus();
   }
 
   renderPeers(state, job) {
@@ -71,12 +120,20 @@ export class Peers {
     const coordinator = job && job.role === 'coordinator' && job.status !== 'completed';
 
     // Connected peers with Invite buttons: rebuilt only when who can be invited changes.
-    this.section('peers.list', [peers, coordinator, Object.keys(participants)], () => {
+    const why = inviteBlocked(job);
+    this.section('peers.list', [peers, coordinator, Object.keys(participants), why], () => {
       const errorEl = h('div', { class: 'error hidden', role: 'alert' });
       const out = [h('h3', { text: 'Connected peers' })];
-      if (!peers.length) out.push(h('p', { class: 'small muted', text: 'No other browser is connected to you.' }));
+      if (!peers.length) {
+        out.push(h('p', { class: 'small muted', text: this.roomBar.room
+          ? 'No other browser in this room yet: send the invite link (Copy invite link, at the top) and open it there.'
+          : 'Not in a room, so no other browser can connect: open an invite link to join one.' }));
+      } else if (why) {
+        out.push(h('p', { class: 'small muted', 'data-field': 'inviteHint', text: why }));
+      }
       for (const peer of peers) {
-        const invite = h('button', { type: 'button', text: participants[peer] ? 'Invited' : 'Invite', disabled: !coordinator || Boolean(participants[peer]) });
+        const invite = h('button', { type: 'button', text: participants[peer] ? 'Invited' : 'Invite', disabled: !coordinator || Boolean(participants[peer]),
+          title: participants[peer] ? 'Already in this job' : (why || `Offer this job to ${peer}`) });
         invite.addEventListener('click', () => this.act(invite, errorEl, () => this.api.invite(peer)));
         out.push(h('div', { class: 'row' }, h('span', { class: 'mono', text: peer }), invite));
       }
@@ -138,3 +195,47 @@ export class Peers {
       h('div', { class: 'row' }, accept, decline), err);
   }
 }
+
+/** Why Invite is disabled for this job (null when it is not). */
+function inviteBlocked(job) {
+  if (!job) return 'Invite offers a job to a peer: create one first (Job setup, e.g. a demo, then Create job).';
+  if (job.role !== 'coordinator') return 'Only the job\'s coordinator invites; this browser takes part in it.';
+  if (job.status === 'completed') return 'This job is completed: create a new job to invite peers.';
+  return null;
+}
+
+/**
+ * A Copy button: writes text() to the clipboard and says so beside itself; where the clipboard is refused
+ * (an insecure context), selects `select` (an input) so the person can copy it by hand.
+ */
+export function copyButton(label, text, { name = null, title = null, primary = false, select = null } = {}) {
+  const button = h('button', { type: 'button', class: primary ? 'primary' : null, name, title, text: label });
+  button.addEventListener('click', async () => {
+    const value = text();
+    if (!value) return;
+    if (select) select.select();
+    try {
+      await navigator.clipboard.writeText(value);
+      button.textContent = 'Copied';
+    } catch {
+      button.textContent = select ? 'Press Ctrl+C' : 'Copy failed';
+    }
+    setTimeout(() => { button.textContent = label; }, 1600);
+  });
+  return button;
+}
+
+// The room bar's and the notice's styles (the window's own are in styles.js).
+export const ROOM_CSS = `
+.roombar { padding: 6px 12px; background: #eef3fa; border-bottom: 1px solid #d5deea; font-size: 12.5px; }
+.roombar p, .roombar .row { margin: 2px 0; }
+.roombar .invite input { flex: 1; min-width: 12em; font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size: 12px; }
+.notices { position: sticky; top: 0; z-index: 1; }
+.notices:empty { display: none; }
+.notice { display: flex; align-items: center; justify-content: space-between; gap: 8px; flex-wrap: wrap;
+  margin: 6px 0; padding: 6px 10px; border-radius: 8px; background: #fff6dc; border: 1px solid #e8c96b; color: #4a3500; }
+@media (prefers-color-scheme: dark) {
+  .roombar { background: #1f2a3a; border-color: #34445c; }
+  .notice { background: #3a300f; border-color: #8a6d1c; color: #fbe7a8; }
+}
+`;

@@ -15,7 +15,8 @@
 // section is rebuilt only when the part of the state it shows changed.
 //
 // Layout (one module per section of the window, in app/static/widget/):
-//   window.js      mountWidget: window, drag, subscribe/render loop
+//   window.js      mountWidget: window, drag, subscribe/render loop; the room bar and the
+//                  invitation notice at the top (their build/render methods are in peers.js)
 //   dom.js         helpers (DOM, formatting, files); styles.js: the CSS
 //   setup.js       Job setup (demos, files, settings form, job controls)
 //   progress.js, charts.js (Metrics), checkpoints.js, diagnostics.js,
@@ -28,7 +29,7 @@ import { Progress } from './progress.js';
 import { Metrics } from './charts.js';
 import { Checkpoints } from './checkpoints.js';
 import { Diagnostics } from './diagnostics.js';
-import { Peers } from './peers.js';
+import { Peers, ROOM_CSS } from './peers.js';
 import { Saved } from './saved.js';
 import { DebugLog } from './debuglog.js';
 
@@ -47,7 +48,7 @@ export function mountWidget(api, { container = null, onClose = null, starting = 
   const host = document.createElement('div');
   host.setAttribute('data-weei-widget', 'distributed-training');
   const root = host.attachShadow({ mode: 'open' });
-  root.append(h('style', { text: CSS }));
+  root.append(h('style', { text: CSS }), h('style', { text: ROOM_CSS }));
   (container || document.body).append(host);
 
   const widget = new Widget(api, root, host, () => { if (onClose) onClose(); }, starting);
@@ -174,7 +175,9 @@ class Widget {
     this.title = h('h2', { id: 'weei-title', text: 'Weei · Distributed training' });
     this.head = h('div', { class: 'head', tabindex: '0', title: 'Drag to move; arrow keys move too' }, this.title, this.status, close);
     this.globalError = h('div', { class: 'error hidden', role: 'alert' });
-    this.body = h('div', { class: 'body' }, this.globalError);
+    // The top of the window: incoming invitations (peers.js renderNotice), announced in a live region.
+    this.noticeBox = h('div', { class: 'notices', role: 'region', 'aria-label': 'Invitations' });
+    this.body = h('div', { class: 'body' }, this.noticeBox, this.globalError);
     this.sections = {};
     for (const [id, label] of SECTIONS) {
       const note = h('span', { class: 'note' });
@@ -184,8 +187,9 @@ class Widget {
       this.sections[id] = { el, note, content };
       this.body.append(el);
     }
-    this.live = liveRegion(); // status changes, read out by screen readers
-    this.win = h('div', { class: 'win', role: 'dialog', 'aria-labelledby': 'weei-title', tabindex: '-1' }, this.head, this.body, this.live);
+    this.live = liveRegion(); // status changes and invitations, read out by screen readers
+    this.win = h('div', { class: 'win', role: 'dialog', 'aria-labelledby': 'weei-title', tabindex: '-1' },
+      this.head, this.buildRoomBar(), this.body, this.live);
     this.win.addEventListener('keydown', (e) => { if (e.key === 'Escape' && !e.defaultPrevented) { e.preventDefault(); this.close(); } });
     this.root.append(this.win);
     this.dragging();
@@ -254,6 +258,8 @@ class Widget {
     } else if (this.globalError.dataset.sticky !== '1') {
       this.globalError.classList.add('hidden');
     }
+    this.renderRoomBar(state);
+    this.renderNotice(state);
     this.renderSetup(state, job);
     this.renderProgress(state, job);
     this.renderMetrics(state, job);

@@ -1,7 +1,8 @@
 """The controller's KeyValue port over ``localStorage`` (Pyodide, in the page).
 
-The controller keeps its debug log here (``weei.debugLog``), so it survives
-reloads of this browser profile. ``localStorage`` is synchronous and small
+The controller keeps its debug log here (``weei.debugLog``; a second tab's
+under its namespace, ``weei-tab-N:weei.debugLog``), so it survives reloads of
+this browser profile. ``localStorage`` is synchronous and small
 (about 5 MB per origin): a ``set`` that does not fit (QuotaExceededError)
 or a storage the browser disabled must not stop a job, so ``set`` never
 raises; the failure is counted in :attr:`LocalStorageKeyValue.failures` and
@@ -23,7 +24,9 @@ __all__ = ["LocalStorageKeyValue"]
 class LocalStorageKeyValue:
     """:class:`weei.api.ports.KeyValue` over ``window.localStorage``."""
 
-    def __init__(self, storage: Any = None) -> None:
+    def __init__(self, storage: Any = None, prefix: str = "") -> None:
+        # ``prefix``: this tab's namespace ("weei-tab-N:"; "" for the first tab), so tabs keep apart.
+        self._prefix = prefix
         if storage is None:
             try:
                 storage = js.localStorage
@@ -36,7 +39,7 @@ class LocalStorageKeyValue:
         if self._storage is None:
             return None
         try:
-            value = self._storage.getItem(key)
+            value = self._storage.getItem(self._prefix + key)
         except JsException:
             return None
         return None if is_nullish(value) else str(value)
@@ -45,7 +48,7 @@ class LocalStorageKeyValue:
         if self._storage is None:
             return
         try:
-            self._storage.setItem(key, value)
+            self._storage.setItem(self._prefix + key, value)
         except JsException as exc:
             self.failures += 1
             if self.failures == 1:
@@ -54,6 +57,6 @@ class LocalStorageKeyValue:
     def remove(self, key: str) -> None:
         if self._storage is not None:
             try:
-                self._storage.removeItem(key)
+                self._storage.removeItem(self._prefix + key)
             except JsException:
                 pass

@@ -39,7 +39,7 @@ from weei.kernel.wasm_kernel import WasmKernel
 from . import webgpu
 from .convert import from_js_value, is_nullish
 from .engine import BrowserEngine, PageEngine, to_uint8array
-from .idb import IndexedDBStorage
+from .idb import DB_NAME, IndexedDBStorage
 from .local_storage import LocalStorageKeyValue
 from .page_api import PageApi
 from .rtc import BrowserTransport
@@ -141,7 +141,10 @@ class PageSession:
             return self.api
         t0 = time.perf_counter()
         kernel = await self.kernel()
-        storage = await IndexedDBStorage.open()
+        # This tab's storage namespace (weei.js holds its slot by a Web Lock): "" is the database
+        # `weei` and the bare localStorage keys; "weei-tab-N" a database and a key prefix of its own.
+        namespace = str(hooks.namespace) if not is_nullish(getattr(hooks, "namespace", None)) else ""
+        storage = await IndexedDBStorage.open(namespace or DB_NAME)
         t1 = time.perf_counter()
         date_now = js.Date.now
         performance = js.performance
@@ -151,7 +154,7 @@ class PageSession:
         pool = BrowserWorkerPool(hooks.createWorker, deadlines_ms=from_js_value(getattr(hooks, "taskDeadlinesMs", None)))
         # webgpu.gpu only says whether the page has WebGPU: GPU assignments train in a Worker, on its navigator.gpu.
         controller = TrainingController(
-            my_peer_id=peer_id, storage=storage, kv=LocalStorageKeyValue(), pool=pool,
+            my_peer_id=peer_id, storage=storage, kv=LocalStorageKeyValue(prefix=f"{namespace}:" if namespace else ""), pool=pool,
             kernel=kernel, engine=engine,
             clock=lambda: float(date_now()), monotonic=lambda: float(performance.now()),
             random_bytes=random_bytes, transport=transport, environment=environment(), gpu=webgpu.gpu,
