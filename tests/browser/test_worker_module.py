@@ -101,3 +101,68 @@ def test_worker_compiles_a_module_once_and_shares_the_pages_module(weei_server: 
     assert out["aFirst"] == out["aSecond"] == out["b"] == expected
     assert out["badModule"]["kind"] == "usage" and out["badModule"]["reason"] == "invalid-request"
     assert not log.errors, log.errors
+
+
+# The page's pool with two Workers whose WorkerClient records every loadModel: each Worker gets the module's bytes
+# with one WebAssembly.Module, the same object for both (compiled once in the page), and trains like wasmtime.
+POOL_JS = """async ([chunkNames, seeds, settings]) => {
+  const get = async (path) => new Uint8Array(await (await fetch(new URL(path, location.href))).arrayBuffer());
+  const { core } = weei._internal;
+  const { pyodide } = await core.pagePython.start();
+  const loads = [];
+  const createWorker = () => {
+    const client = new core.WorkerClient();
+    const request = client.request.bind(client);
+    client.request = (op, fields, options) => {
+      if (op === 'loadModel') loads.push({ bytes: fields.wasm.byteLength, module: fields.module });
+      return request(op, fields, options);
+    };
+    return client;
+  };
+  const ns = pyodide.globals.get('dict')();
+  ns.set('create_worker', createWorker);
+  ns.set('wasm', await get('models/digits-mlp/model.wasm'));
+  ns.set('chunks', await Promise.all(chunkNames.map((n) => get('models/digits-mlp/data/' + n))));
+  ns.set('seeds', seeds);
+  ns.set('settings', settings);
+  const out = await pyodide.runPythonAsync(`
+import hashlib
+from weei.api.ports import WorkerTask
+from weei.browser.workers import BrowserWorkerPool
+from weei.runtime import ModelRuntime
+from weei.browser.engine import BrowserEngine
+
+module = wasm.to_bytes()
+sha = hashlib.sha256(module).hexdigest()
+engine = BrowserEngine()
+runtime = ModelRuntime.load(module, engine)
+weights = runtime.create_initial_weights(5)
+engine.close()
+pool = BrowserWorkerPool(create_worker, device_limit=2)
+shas = []
+for index in (0, 1):  # Worker 0 trains chunk 0, then Worker 1 trains chunk 1 from its weights
+    task = WorkerTask("train", weights, {}, data=chunks[index].to_bytes(), format="weei-digits-v1",
+                      seed=int(seeds[index]), settings=settings.to_py())
+    weights = (await pool.run(index, sha, module, task)).weights
+    shas.append(hashlib.sha256(weights).hexdigest())
+pool.terminate()
+shas
+`, { globals: ns });
+  const shas = out.toJs();
+  out.destroy();
+  ns.destroy();
+  return { shas, loads: loads.length, withModule: loads.filter((l) => l.module instanceof WebAssembly.Module).length,
+           sameModule: loads.length === 2 && loads[0].module === loads[1].module };
+}"""
+
+
+def test_the_pool_compiles_a_module_once_for_all_its_workers(weei_server: Any, page: Any) -> None:
+    pg, log = page
+    pg.goto(weei_server.url)
+    chunks = sorted((MODELS / "digits-mlp" / "data").glob("training-*.bin"))[:2]
+    seeds = ["11", "12"]
+    out = pg.evaluate(POOL_JS, [[c.name for c in chunks], seeds, SETTINGS])
+    assert out["loads"] == 2 and out["withModule"] == 2, out
+    assert out["sameModule"], "both Workers must get the module the page compiled once"
+    assert out["shas"] == wasmtime_shas(chunks, seeds)
+    assert not log.errors, log.errors
