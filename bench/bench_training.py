@@ -101,7 +101,8 @@ class Measurement:
     workload: str
     unit: str
     units: int
-    per_second: dict[str, float]  # native, native-sse, wasmtime[, worker, worker-inside, worker-warm, worker-no-liftoff]
+    # native, native-sse, wasmtime[, worker, worker-inside, worker-warm, worker-no-liftoff]
+    per_second: dict[str, float]
     fingerprints: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -117,7 +118,8 @@ def native_binary(model_id: str, out: Path, flags: list[str] | None = None, suff
     sources += sorted(str(p) for p in build.SDK_DIR.glob("*.c"))
     exe = out / f"native-{model_id}{suffix}"
     subprocess.run(
-        ["clang", *(flags or build.NATIVE_FLAGS), "-o", str(exe), str(build.C_DIR / "bench" / "bench_main.c"), *sources],
+        ["clang", *(flags or build.NATIVE_FLAGS), "-o", str(exe), str(build.C_DIR / "bench" / "bench_main.c"),
+         *sources],
         cwd=ROOT, check=True,
     )
     return exe
