@@ -1,17 +1,29 @@
-"""Training speed of the reference models: wasm under wasmtime versus native C.
+"""Training speed of the reference models: the browser's Worker and wasmtime versus native C (goal P2).
 
-    .venv/bin/python bench/bench_training.py [--repeat 3] [--json]
+    .venv/bin/python bench/bench_training.py [--repeat 3] [--json] [--no-worker] [--diagnose-liftoff]
 
-Both sides are built from the same C right now (c/models/<id>, c/sdk): the
-wasm with build.py's flags, the native binary with clang -O3 -march=native
-and the driver c/bench/bench_main.c. Both run the same sequence of train
-operations with the same JSON inputs and seeds (each train starting from
-the previous one's weights), so they do identical work; the final weights
-must agree bit for bit (-ffp-contract=off on both sides), which the
-benchmark checks. Each side is measured --repeat times, alternating, and
-the best time counts. The wasm side goes through weei.runtime
-(ModelRuntime + WasmtimeEngine), so it includes the host's per-call costs
-(JSON, copying the chunk into module memory), as in real training.
+Every side is built from the same C right now (c/models/<id>, c/sdk): the
+wasm with build.py's flags, two native binaries with the driver
+c/bench/bench_main.c: ``-march=native`` (256-bit AVX2 + FMA here) and the
+same-width one (``-msse4.2 -mno-avx``: 128-bit, like wasm SIMD128), so a
+ratio says how much is the vector width and how much is the wasm path. All
+sides run the same sequence of train operations with the same JSON inputs
+and seeds (each train starting from the previous one's weights), so they do
+identical work; the final weights must agree bit for bit (-ffp-contract=off
+everywhere), which the benchmark checks. Each side is measured --repeat
+times, alternating, and the best time counts.
+
+The wasmtime side goes through weei.runtime (ModelRuntime + WasmtimeEngine)
+in this process. The Worker side is the product path in headless Chromium
+(build.py site, ``weei serve``), in a fresh page per repetition: the module
+compiled once in the page and sent with its bytes in ``loadModel`` (not
+timed; as the page's Worker pool does), then one ``train`` request per chunk
+or assignment with the weights and the chunk transferred, timed in the page
+from the first request to the last reply (messages, JSON and copies
+included). Two Workers run one after another: the first starts from cold
+code (V8 runs baseline code until it has optimized the hot functions; that
+is ``worker``), the second shares the compiled module the first warmed
+(``worker-warm``: a second local Worker, a replacement, the next job).
 
 Workloads:
   digits-chunks   digits-mlp on the 15 committed chunks of 100 examples,
@@ -20,18 +32,33 @@ Workloads:
                   batch 32, 20 passes (compute-bound)
   cartpole        cartpole-reinforce, 48 assignments of 32 episodes, each
                   from the previous one's weights (episodes grow longer)
+
+Goal lines (issue 11, P2), each ending in MET or not met:
+  P2 worker/wasmtime    both Workers >= 0.9 x wasmtime on every workload
+  P2 wasm/native        both Workers and wasmtime >= 0.75 x native
+                        -march=native (the same-width ratios alongside)
+  P2 chunks/merged      per side, the 15-chunk rate >= 0.5 x the merged rate
+
+--diagnose-liftoff runs the Worker side once more in a Chromium started
+with ``--js-flags=--no-liftoff`` (optimized code from the start; users pass
+no flags, so this is a diagnostic line, not a goal).
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import json
+import os
+import signal
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "app" / "py"))
@@ -40,12 +67,24 @@ sys.path.insert(0, str(ROOT))
 import build  # noqa: E402  (build.py at the repository root)
 from weei.runtime import ModelRuntime, WasmtimeEngine  # noqa: E402
 
-__all__ = ["Measurement", "fnv1a", "native_binary", "run", "main", "wasm_dataset", "wasm_experience"]
+__all__ = [
+    "Measurement", "fnv1a", "native_binary", "run", "main", "p2_lines", "wasm_dataset", "wasm_experience",
+    "SAME_WIDTH_FLAGS",
+]
 
 DATA = ROOT / "app" / "static" / "models" / "digits-mlp" / "data"
 FORMAT = "weei-digits-v1"
 SEED = 1000
 FNV_OFFSET, FNV_PRIME = 1469598103934665603, 1099511628211
+#: The native reference as wide as wasm SIMD128: SSE4.2, no AVX (so no 256-bit vectors, no FMA).
+SAME_WIDTH_FLAGS = ["-O3", "-msse4.2", "-mno-avx", "-ffp-contract=off", "-fno-math-errno"]
+CHROMIUM = os.environ.get("WEEI_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]
+#: Goals of issue 11 (P2).
+WORKER_OVER_WASMTIME, WASM_OVER_NATIVE, CHUNKS_OVER_MERGED = 0.9, 0.75, 0.5
 
 
 def fnv1a(data: bytes) -> str:
@@ -57,25 +96,30 @@ def fnv1a(data: bytes) -> str:
 
 @dataclass(frozen=True)
 class Measurement:
+    """One workload: units per second on every side, and the final weights' fingerprints."""
+
     workload: str
     unit: str
     units: int
-    native_per_second: float
-    wasm_per_second: float
-    identical_weights: bool
+    # native, native-sse, wasmtime[, worker, worker-inside, worker-warm, worker-no-liftoff]
+    per_second: dict[str, float]
+    fingerprints: dict[str, str] = field(default_factory=dict)
 
     @property
-    def ratio(self) -> float:
-        """wasm speed as a fraction of native speed."""
-        return self.wasm_per_second / self.native_per_second
+    def identical_weights(self) -> bool:
+        return len(set(self.fingerprints.values())) == 1
+
+    def ratio(self, side: str, reference: str) -> float:
+        return self.per_second[side] / self.per_second[reference]
 
 
-def native_binary(model_id: str, out: Path) -> Path:
+def native_binary(model_id: str, out: Path, flags: list[str] | None = None, suffix: str = "") -> Path:
     sources = sorted(str(p) for p in (build.MODELS_DIR / model_id).glob("*.c"))
     sources += sorted(str(p) for p in build.SDK_DIR.glob("*.c"))
-    exe = out / f"native-{model_id}"
+    exe = out / f"native-{model_id}{suffix}"
     subprocess.run(
-        ["clang", *build.NATIVE_FLAGS, "-o", str(exe), str(build.C_DIR / "bench" / "bench_main.c"), *sources],
+        ["clang", *(flags or build.NATIVE_FLAGS), "-o", str(exe), str(build.C_DIR / "bench" / "bench_main.c"),
+         *sources],
         cwd=ROOT, check=True,
     )
     return exe
@@ -126,60 +170,279 @@ def _merged_chunk(paths: list[Path]) -> bytes:
     return b"WDG1" + (len(records) // 65).to_bytes(4, "little") + records
 
 
-def run(repeat: int = 3, epochs: int = 20, assignments: int = 48) -> list[Measurement]:
-    """Measure every workload; return one Measurement each."""
+# -- the Worker side (headless Chromium) ------------------------------------------------------------------
+
+# Fresh worker.js Workers, one after another, spoken to with their own protocol (worker_main.py), as the
+# page's pool does: the module compiled once in the page and sent with its bytes in loadModel (so the Workers
+# share V8's compiled code), createInitialWeights, then the timed train requests, each with the weights and
+# the chunk transferred. The first Worker starts from cold code; the next ones get the code the first one warmed.
+WORKER_JS = """async ([model, files, plan, workers]) => {
+  const get = async (name) => (await fetch(new URL('bench/' + name, location.href))).arrayBuffer();
+  const wasm = await get(model);
+  const module = await WebAssembly.compile(wasm);
+  const chunks = await Promise.all(files.map(get));
+  const runs = [];
+  for (let w = 0; w < workers; w++) {
+    const worker = new Worker(new URL('worker.js', location.href), { type: 'module' });
+    const pending = new Map();
+    let next = 1;
+    const ready = new Promise((resolve, reject) => {
+      worker.onmessage = (event) => {
+        const m = event.data;
+        if (m.type === 'ready') resolve(m.seconds);
+        else if (m.type === 'error') reject(new Error(m.message));
+        else if (m.type === 'reply') {
+          const p = pending.get(m.id);
+          pending.delete(m.id);
+          if (m.ok) p.resolve(m); else p.reject(new Error(JSON.stringify(m.error)));
+        }
+      };
+    });
+    const request = (op, fields, transfer = []) => new Promise((resolve, reject) => {
+      const id = next++;
+      pending.set(id, { resolve, reject });
+      worker.postMessage({ id, op, ...fields }, transfer);
+    });
+    try {
+      await ready;
+      const bytes = wasm.slice(0);
+      await request('loadModel', { wasm: bytes, module }, [bytes]);
+      let weights = (await request('createInitialWeights', { seed: '1' })).weights;
+      let units = 0, inside = 0;
+      const t0 = performance.now();
+      for (const step of plan) {
+        const fields = { weights, seed: step.seed, settings: step.settings };
+        const transfer = [weights];
+        if (step.experience) fields.experience = step.experience;
+        else {
+          fields.data = chunks[step.chunk].slice(0);
+          fields.format = step.format;
+          transfer.push(fields.data);
+        }
+        const r = await request('train', fields, transfer);
+        weights = r.weights;
+        units += r.uniqueExamples ?? r.completedUnits;
+        inside += r.seconds;
+      }
+      const seconds = (performance.now() - t0) / 1000;
+      let binary = '';
+      for (const b of new Uint8Array(weights)) binary += String.fromCharCode(b);
+      runs.push({ seconds, inside, units, weights: btoa(binary) });
+    } finally {
+      worker.terminate();
+    }
+  }
+  return runs;
+}"""
+
+BENCH_PAGE = '<!doctype html><html><head><meta charset=utf-8><link rel=icon href="data:,"></head><body></body></html>'
+
+
+class WorkerBench:
+    """Chromium (Playwright) on ``weei serve`` over dist/; :meth:`train` runs one plan in a fresh Worker.
+
+    ``browsers`` maps a side's name to the extra Chromium flags of its browser."""
+
+    def __init__(self, files: dict[str, bytes], browsers: dict[str, tuple[str, ...]]) -> None:
+        self._files = files
+        self._flags = browsers
+        self._server: subprocess.Popen[str] | None = None
+        self._pw: Any = None
+        self._browsers: dict[str, Any] = {}
+
+    def __enter__(self) -> WorkerBench:
+        from playwright.sync_api import sync_playwright
+
+        self._server = subprocess.Popen(
+            [sys.executable, "-m", "weei.cli", "serve", "--port", "0", "--dir", str(ROOT / "dist")],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env=os.environ | {"PYTHONPATH": str(ROOT / "app" / "py")},
+        )
+        assert self._server.stdout is not None
+        line = self._server.stdout.readline()
+        if "http://" not in line:
+            self._server.kill()
+            raise RuntimeError(f"weei serve did not start: {line}")
+        self.url = line[line.index("http://"):].split()[0]
+        self._pw = sync_playwright().start()
+        for side, flags in self._flags.items():
+            self._browsers[side] = self._pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS + list(flags))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for browser in self._browsers.values():
+            browser.close()
+        if self._pw is not None:
+            self._pw.stop()
+        if self._server is not None:
+            self._server.send_signal(signal.SIGINT)
+            self._server.wait(timeout=15)
+
+    @property
+    def sides(self) -> list[str]:
+        return list(self._flags)
+
+    def train(self, side: str, model: str, files: list[str], plan: list[dict[str, Any]],
+              workers: int = 2) -> list[tuple[float, float, int, str]]:
+        """Per Worker, one after another in one page: (wall seconds in the page, seconds inside the
+        Worker, units, weights fingerprint)."""
+        context = self._browsers[side].new_context()
+        try:
+            page = context.new_page()
+            page.set_default_timeout(600_000)
+            page.route(self.url + "bench-page.html",
+                       lambda route: route.fulfill(status=200, content_type="text/html", body=BENCH_PAGE))
+            page.route(self.url + "bench/*", lambda route: route.fulfill(
+                status=200, content_type="application/octet-stream",
+                body=self._files[route.request.url.rsplit("/", 1)[1]]))
+            page.goto(self.url + "bench-page.html")
+            runs = page.evaluate(WORKER_JS, [model, files, plan, workers])
+        finally:
+            context.close()
+        return [(r["seconds"], r["inside"], r["units"], fnv1a(base64.b64decode(r["weights"]))) for r in runs]
+
+
+def _dataset_plan(n_files: int, epochs: int, batch: int) -> list[dict[str, Any]]:
+    return [{"chunk": k, "format": FORMAT, "seed": str(SEED + e * n_files + k),
+             "settings": {"localEpochs": 1, "batchSize": batch}}
+            for e in range(epochs) for k in range(n_files)]
+
+
+def _experience_plan(assignments: int, count: int) -> list[dict[str, Any]]:
+    return [{"experience": {"unitStart": a * count, "unitCount": count, "seed": str(SEED + a)},
+             "seed": "0", "settings": {"localEpochs": 1, "batchSize": 16}} for a in range(assignments)]
+
+
+def _build_site() -> None:
+    proc = subprocess.run([sys.executable, "build.py", "site"], cwd=ROOT, capture_output=True, text=True)
+    if proc.returncode:
+        raise RuntimeError("build.py site failed:\n" + proc.stdout + proc.stderr)
+
+
+def run(repeat: int = 3, epochs: int = 20, assignments: int = 48, worker: bool = True,
+        no_liftoff: bool = False) -> list[Measurement]:
+    """Measure every workload on every side; return one Measurement each."""
     chunk_paths = sorted(DATA.glob("training-*.bin"))
-    results = []
     with tempfile.TemporaryDirectory(prefix="weei-bench-") as tmp_name:
         tmp = Path(tmp_name)
         merged = tmp / "merged.bin"
         merged.write_bytes(_merged_chunk(chunk_paths))
+        modules = {"digits-mlp": _wasm("digits-mlp", tmp), "cartpole-reinforce": _wasm("cartpole-reinforce", tmp)}
         engine = WasmtimeEngine()
-        digits = ModelRuntime.load(_wasm("digits-mlp", tmp), engine)
-        cartpole = ModelRuntime.load(_wasm("cartpole-reinforce", tmp), engine)
-        native_digits = native_binary("digits-mlp", tmp)
-        native_cartpole = native_binary("cartpole-reinforce", tmp)
-        workloads = [
-            ("digits-chunks", "examples", native_digits,
+        runtimes = {name: ModelRuntime.load(wasm, engine) for name, wasm in modules.items()}
+        natives = {(name, kind): native_binary(name, tmp, flags, suffix)
+                   for name in modules for kind, flags, suffix in (("native", None, ""),
+                                                                    ("native-sse", SAME_WIDTH_FLAGS, "-sse"))}
+        served = {f"{name}.wasm": wasm for name, wasm in modules.items()}
+        served |= {p.name: p.read_bytes() for p in chunk_paths} | {"merged.bin": merged.read_bytes()}
+        chunk_files = [p.read_bytes() for p in chunk_paths]
+        workloads: list[tuple[str, str, str, list[str], Callable[[], tuple[float, int, str]], list[str], list[Any]]] = [
+            ("digits-chunks", "examples", "digits-mlp",
              ["dataset", FORMAT, str(SEED), str(epochs), "32", *map(str, chunk_paths)],
-             lambda: wasm_dataset(digits, [p.read_bytes() for p in chunk_paths], epochs, 32)),
-            ("digits-merged", "examples", native_digits,
+             lambda: wasm_dataset(runtimes["digits-mlp"], chunk_files, epochs, 32),
+             [p.name for p in chunk_paths], _dataset_plan(len(chunk_paths), epochs, 32)),
+            ("digits-merged", "examples", "digits-mlp",
              ["dataset", FORMAT, str(SEED), str(epochs), "32", str(merged)],
-             lambda: wasm_dataset(digits, [merged.read_bytes()], epochs, 32)),
-            ("cartpole", "episodes", native_cartpole,
+             lambda: wasm_dataset(runtimes["digits-mlp"], [merged.read_bytes()], epochs, 32),
+             ["merged.bin"], _dataset_plan(1, epochs, 32)),
+            ("cartpole", "episodes", "cartpole-reinforce",
              ["experience", str(SEED), str(assignments), "32"],
-             lambda: wasm_experience(cartpole, assignments, 32)),
+             lambda: wasm_experience(runtimes["cartpole-reinforce"], assignments, 32),
+             [], _experience_plan(assignments, 32)),
         ]
-        for name, unit, exe, args, wasm_run in workloads:
-            best_native = best_wasm = float("inf")
-            native_units = wasm_units = 0
-            native_fp = wasm_fp = ""
-            for _ in range(repeat):
-                seconds, native_units, native_fp = _run_native(exe, args)
-                best_native = min(best_native, seconds)
-                seconds, wasm_units, wasm_fp = wasm_run()
-                best_wasm = min(best_wasm, seconds)
-            if native_units != wasm_units:
-                raise RuntimeError(f"{name}: native trained {native_units} {unit}, wasm {wasm_units}")
-            results.append(Measurement(
-                name, unit, wasm_units, native_units / best_native, wasm_units / best_wasm, native_fp == wasm_fp,
-            ))
+        browsers: dict[str, tuple[str, ...]] = {}
+        if worker:
+            _build_site()
+            browsers["worker"] = ()
+            if no_liftoff:
+                browsers["worker-no-liftoff"] = ("--js-flags=--no-liftoff",)
+        results = []
+        bench = WorkerBench(served, browsers).__enter__() if browsers else None
+        try:
+            for name, unit, model, args, wasm_run, files, plan in workloads:
+                best: dict[str, float] = {}
+                prints: dict[str, str] = {}
+                counts: dict[str, int] = {}
+
+                def note(side: str, seconds: float, units: int, fingerprint: str) -> None:
+                    best[side] = min(best.get(side, float("inf")), seconds)
+                    counts[side], prints[side] = units, fingerprint
+
+                for _ in range(repeat):
+                    for kind in ("native", "native-sse"):
+                        note(kind, *_run_native(natives[(model, kind)], args))
+                    note("wasmtime", *wasm_run())
+                    for side in bench.sides if bench else []:
+                        runs = bench.train(side, f"{model}.wasm", files, plan, 2 if side == "worker" else 1)
+                        seconds, inside, units, fingerprint = runs[0]
+                        note(side, seconds, units, fingerprint)
+                        if side == "worker":
+                            note("worker-inside", inside, units, fingerprint)
+                            note("worker-warm", *(runs[1][i] for i in (0, 2, 3)))
+                if len(set(counts.values())) != 1:
+                    raise RuntimeError(f"{name}: the sides trained different amounts: {counts}")
+                units = counts["native"]
+                results.append(Measurement(name, unit, units, {k: units / v for k, v in best.items()}, prints))
+        finally:
+            if bench is not None:
+                bench.__exit__(None, None, None)
     return results
 
 
+def _verdict(ok: bool) -> str:
+    return "MET" if ok else "not met"
+
+
+def p2_lines(results: list[Measurement]) -> list[str]:
+    """The goal lines of issue 11's P2 (each begins with P2 and ends with MET or not met)."""
+    lines = []
+    by_name = {m.workload: m for m in results}
+    for m in results:
+        if "worker" not in m.per_second:
+            continue
+        cold, warm = m.ratio("worker", "wasmtime"), m.ratio("worker-warm", "wasmtime")
+        lines.append(f"P2 worker/wasmtime {m.workload}: first Worker {cold:.2f} x, next Worker (shared code) "
+                     f"{warm:.2f} x (goal both >= {WORKER_OVER_WASMTIME}) "
+                     f"{_verdict(min(cold, warm) >= WORKER_OVER_WASMTIME)}")
+    for m in results:
+        sides = [s for s in ("worker", "worker-warm", "wasmtime") if s in m.per_second]
+        figures = "; ".join(f"{s} {m.ratio(s, 'native'):.2f} x -march=native, {m.ratio(s, 'native-sse'):.2f} x "
+                            "-msse4.2 -mno-avx" for s in sides)
+        r = min(m.ratio(s, "native") for s in sides)
+        lines.append(f"P2 wasm/native {m.workload}: {figures} (goal all >= {WASM_OVER_NATIVE} x -march=native) "
+                     f"{_verdict(r >= WASM_OVER_NATIVE)}")
+    if "digits-chunks" in by_name and "digits-merged" in by_name:
+        for side in ("worker", "worker-warm", "wasmtime"):
+            if side in by_name["digits-chunks"].per_second:
+                r = by_name["digits-chunks"].per_second[side] / by_name["digits-merged"].per_second[side]
+                lines.append(f"P2 chunks/merged {side}: 15 chunks at {r:.2f} x the merged chunk's rate "
+                             f"(goal >= {CHUNKS_OVER_MERGED}) {_verdict(r >= CHUNKS_OVER_MERGED)}")
+    return lines
+
+
 def main() -> int:
-    parser = argparse.ArgumentParser(description="wasm (wasmtime) versus native training speed")
+    parser = argparse.ArgumentParser(description="Worker, wasmtime and native training speed (issue 11, P2)")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument("--no-worker", action="store_true", help="skip the browser (wasmtime and native only)")
+    parser.add_argument("--diagnose-liftoff", action="store_true",
+                        help="also run the Worker in a Chromium with --js-flags=--no-liftoff (diagnostic only)")
     args = parser.parse_args()
-    results = run(args.repeat)
+    results = run(args.repeat, worker=not args.no_worker, no_liftoff=args.diagnose_liftoff)
     if args.json:
-        print(json.dumps([asdict(m) | {"ratio": m.ratio} for m in results], indent=2))
+        print(json.dumps([asdict(m) | {"identical_weights": m.identical_weights} for m in results], indent=2))
     else:
-        print(f"{'workload':<15} {'unit':<9} {'units':>6} {'native/s':>12} {'wasmtime/s':>12} {'wasm/native':>12}  same weights")
+        sides = [s for s in ("native", "native-sse", "wasmtime", "worker", "worker-inside", "worker-warm",
+                             "worker-no-liftoff") if s in results[0].per_second]
+        print(f"units per second, best of {args.repeat} (native: -march=native; native-sse: -msse4.2 -mno-avx; "
+              "worker: a page's first Worker, cold code; worker-inside: its own train time; worker-warm: the "
+              "next Worker, sharing the page's compiled module)")
+        print(f"{'workload':<15} {'units':>6} " + " ".join(f"{s:>17}" for s in sides) + "  same weights")
         for m in results:
-            print(f"{m.workload:<15} {m.unit:<9} {m.units:>6} {m.native_per_second:>12.0f} "
-                  f"{m.wasm_per_second:>12.0f} {m.ratio:>12.2f}  {'yes' if m.identical_weights else 'NO'}")
+            print(f"{m.workload:<15} {m.units:>6} " + " ".join(f"{m.per_second[s]:>17.0f}" for s in sides)
+                  + f"  {'yes' if m.identical_weights else 'NO'}")
+        for line in p2_lines(results):
+            print(line)
     return 0 if all(m.identical_weights for m in results) else 1
 
 

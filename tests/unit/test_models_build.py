@@ -163,12 +163,14 @@ def test_wasm_and_native_builds_compute_the_same_bits(tmp_path: Path) -> None:
     chunks = sorted((STATIC / "models" / "digits-mlp" / "data").glob("training-*.bin"))[:3]
 
     digits = ModelRuntime.load((STATIC / "models" / "digits-mlp" / "model.wasm").read_bytes(), engine)
-    exe = bench.native_binary("digits-mlp", tmp_path)
-    out = json.loads(subprocess.run(
-        [str(exe), "dataset", "weei-digits-v1", str(bench.SEED), "2", "16", *map(str, chunks)],
-        check=True, capture_output=True, text=True).stdout)
     _, units, fingerprint = bench.wasm_dataset(digits, [p.read_bytes() for p in chunks], 2, 16)
-    assert (out["units"], out["weightsFnv1a"]) == (units, fingerprint) == (600, fingerprint)
+    # Both native references of the benchmark: -march=native and the 128-bit one (SSE4.2, no AVX).
+    for exe in (bench.native_binary("digits-mlp", tmp_path),
+                bench.native_binary("digits-mlp", tmp_path, bench.SAME_WIDTH_FLAGS, "-sse")):
+        out = json.loads(subprocess.run(
+            [str(exe), "dataset", "weei-digits-v1", str(bench.SEED), "2", "16", *map(str, chunks)],
+            check=True, capture_output=True, text=True).stdout)
+        assert (out["units"], out["weightsFnv1a"]) == (units, fingerprint) == (600, fingerprint)
 
     cartpole = ModelRuntime.load((STATIC / "models" / "cartpole-reinforce" / "model.wasm").read_bytes(), engine)
     exe = bench.native_binary("cartpole-reinforce", tmp_path)

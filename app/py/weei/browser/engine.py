@@ -9,7 +9,10 @@ where Chromium refuses synchronous compiles of more than 8 MB), and
 instantiating ``WebAssembly.Instance``. Import and export lists come from
 ``WebAssembly.Module.imports/exports``, which give kinds but no function
 signatures (``signature=None``; ``ModelRuntime`` then checks results
-instead).
+instead). Compiled modules are cached by SHA-256 of their bytes
+(:class:`BrowserEngine`), so loading the same module again, in this engine
+or in a Worker it was posted to (:meth:`BrowserEngine.adopt`), reuses V8's
+compiled code, optimized functions included.
 
 Bytes cross the FFI in bulk only: :meth:`BrowserInstance.read` copies a
 ``subarray`` of a ``Uint8Array`` over the exported memory with one
@@ -39,7 +42,7 @@ from __future__ import annotations
 from typing import Any
 
 import js  # type: ignore[import-not-found]
-from pyodide.ffi import JsException, create_proxy  # type: ignore[import-not-found]
+from pyodide.ffi import JsException, JsProxy, create_proxy  # type: ignore[import-not-found]
 
 from weei.runtime.engine import (
     CompileError,
@@ -87,29 +90,83 @@ def _extern_list(descriptors: Any, module: bool) -> tuple[ExternInfo, ...]:
 class BrowserEngine:
     """An :class:`~weei.runtime.engine.Engine` over the browser's ``WebAssembly``.
 
-    Keeps the instances it creates so :meth:`close` can release their proxies.
+    Keeps the instances it creates so :meth:`close` can release their proxies,
+    and the last :data:`CACHE_SIZE` compiled modules by SHA-256 of their bytes:
+    V8 compiles a module's functions with its baseline compiler first and
+    installs optimized code in the compiled module as they get hot, so a
+    module compiled once and instantiated again (or posted to another Worker
+    and :meth:`adopt`-ed there) keeps its optimized code.
     """
+
+    CACHE_SIZE = 4
 
     def __init__(self) -> None:
         self._instances: list[BrowserInstance] = []
+        self._compiled: dict[str, Any] = {}  # sha256 -> WebAssembly.Module, oldest first
+        self.compiles = 0  # modules this engine compiled itself (not from the cache)
+
+    @staticmethod
+    def _key(wasm: Buffer) -> str:
+        import hashlib
+
+        return hashlib.sha256(memoryview(wasm).cast("B")).hexdigest()
+
+    def _remember(self, key: str, module: Any) -> None:
+        self._compiled.pop(key, None)
+        self._compiled[key] = module  # most recently used last
+        while len(self._compiled) > self.CACHE_SIZE:
+            del self._compiled[next(iter(self._compiled))]
+
+    def _cached(self, wasm: Buffer) -> BrowserModule | None:
+        if not isinstance(wasm, (bytes, bytearray, memoryview)) or not self._compiled:
+            return None
+        key = self._key(wasm)
+        module = self._compiled.get(key)
+        if module is None:
+            return None
+        self._remember(key, module)
+        return BrowserModule(self, module)
+
+    def adopt(self, wasm: Buffer, module: Any) -> bool:
+        """Use ``module`` (a ``WebAssembly.Module`` compiled elsewhere from
+        these bytes, e.g. posted by the page) for :meth:`compile` of ``wasm``.
+        Returns False (and keeps nothing) when ``module`` is not one."""
+        if not isinstance(wasm, (bytes, bytearray, memoryview)) or not isinstance(module, JsProxy):
+            return False
+        if not js.WebAssembly.Module.prototype.isPrototypeOf(module):
+            return False
+        self._remember(self._key(wasm), module)
+        return True
 
     def compile(self, wasm: Buffer) -> BrowserModule:
-        """Compile synchronously. Raises :class:`CompileError`."""
+        """The cached module for these bytes, else compile synchronously.
+        Raises :class:`CompileError`."""
+        cached = self._cached(wasm)
+        if cached is not None:
+            return cached
         source = self._source(wasm)
         try:
             module = js.WebAssembly.Module.new(source)
         except JsException as exc:
             raise CompileError(str(exc)) from None
+        self.compiles += 1
+        self._remember(self._key(wasm), module)
         return BrowserModule(self, module)
 
     async def compile_async(self, wasm: Buffer) -> BrowserModule:
-        """Compile with ``WebAssembly.compile`` (off the main thread's size
-        limit). Raises :class:`CompileError`."""
+        """The cached module for these bytes, else compile with
+        ``WebAssembly.compile`` (off the main thread's size limit). Raises
+        :class:`CompileError`."""
+        cached = self._cached(wasm)
+        if cached is not None:
+            return cached
         source = self._source(wasm)
         try:
             module = await js.WebAssembly.compile(source)
         except JsException as exc:
             raise CompileError(str(exc)) from None
+        self.compiles += 1
+        self._remember(self._key(wasm), module)
         return BrowserModule(self, module)
 
     @staticmethod
@@ -126,7 +183,8 @@ class BrowserEngine:
         self._instances.append(instance)
 
     def close(self) -> None:
-        """Close every instance this engine created (their progress proxies)."""
+        """Close every instance this engine created (their progress proxies);
+        compiled modules stay cached."""
         for instance in self._instances:
             instance.close()
         self._instances.clear()
@@ -138,22 +196,9 @@ class PageEngine(BrowserEngine):
     Chromium refuses synchronous ``WebAssembly.Module`` compiles of large
     modules on the main thread, yet ``ModelRuntime.load`` (job preparation)
     compiles synchronously. So the page awaits :meth:`precompile` first and
-    :meth:`compile` then takes the compiled module from a small cache, by
-    SHA-256 of the bytes; bytes not precompiled compile synchronously as in
-    :class:`BrowserEngine`.
+    :meth:`compile` then takes the compiled module from the cache; bytes not
+    precompiled compile synchronously as in :class:`BrowserEngine`.
     """
-
-    CACHE_SIZE = 4
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._compiled: dict[str, Any] = {}  # sha256 -> WebAssembly.Module, oldest first
-
-    @staticmethod
-    def _key(wasm: Buffer) -> str:
-        import hashlib
-
-        return hashlib.sha256(memoryview(wasm).cast("B")).hexdigest()
 
     async def precompile(self, wasm: Buffer) -> bool:
         """Compile ``wasm`` asynchronously into the cache. Returns False (and
@@ -161,26 +206,11 @@ class PageEngine(BrowserEngine):
         then reports the error where the caller expects it."""
         if not isinstance(wasm, (bytes, bytearray, memoryview)):
             return False
-        key = self._key(wasm)
-        if key in self._compiled:
-            self._compiled[key] = self._compiled.pop(key)  # most recently used last
-            return True
         try:
-            module = await self.compile_async(wasm)
+            await self.compile_async(wasm)
         except CompileError:
             return False
-        self._compiled[key] = module.js_module
-        while len(self._compiled) > self.CACHE_SIZE:
-            del self._compiled[next(iter(self._compiled))]
         return True
-
-    def compile(self, wasm: Buffer) -> BrowserModule:
-        """The precompiled module for these bytes, else a synchronous compile."""
-        if isinstance(wasm, (bytes, bytearray, memoryview)) and self._compiled:
-            module = self._compiled.get(self._key(wasm))
-            if module is not None:
-                return BrowserModule(self, module)
-        return super().compile(wasm)
 
 
 class BrowserModule:

@@ -10,8 +10,16 @@ returns (``ArrayBuffer`` fields are transferred, not copied).
 Requests are plain objects with an ``id`` (echoed back) and an ``op``:
 
 ===================== ====================================================
-``loadModel``         ``wasm`` (ArrayBuffer): compile and instantiate the
-                      model module; replies ``modelInfo`` (an object)
+``loadModel``         ``wasm`` (ArrayBuffer), optional ``module`` (the
+                      ``WebAssembly.Module`` compiled from those bytes by
+                      the page, shared by its Workers); instantiate the
+                      model module; replies ``modelInfo`` (an object),
+                      ``compiled`` (whether this Worker compiled the bytes
+                      itself) and ``seconds``. Compiled modules are kept by
+                      SHA-256 (``BrowserEngine``): V8 installs optimized
+                      code in the compiled module as functions get hot, so
+                      a module loaded again, or shared with the Worker that
+                      warmed it, starts with that code
 ``createInitialWeights`` ``seed`` (u64 as a decimal string or a number);
                       replies ``weights``
 ``train``             ``weights``, then ``data`` + ``format`` + ``seed``
@@ -204,16 +212,21 @@ class WorkerSession:
     def _load_model(self, msg: Any) -> dict[str, Any]:
         wasm = _bytes(msg, "wasm")
         assert wasm is not None
-        if self._engine is not None:
-            self._engine.close()
+        module = _field(msg, "module")
+        # One engine per Worker: its cache of compiled modules outlives the instances.
+        if self._engine is None:
+            self._engine = BrowserEngine()
+        self._engine.close()
         self._runtime = None
-        self._engine = BrowserEngine()
         start = time.perf_counter()
+        if module is not None and not self._engine.adopt(wasm, module):
+            raise UsageError("invalid-request", "module must be the WebAssembly.Module compiled from wasm")
+        compiles = self._engine.compiles
         self._runtime = ModelRuntime.load(wasm, self._engine, self._on_progress)
         info = self._runtime.model_info()
         # model_info() deep-copies: ask once, not before every train.
         self._needs_auxiliary = bool(info.get("auxiliaryWeights"))
-        return {"modelInfo": info, "seconds": time.perf_counter() - start}
+        return {"modelInfo": info, "compiled": self._engine.compiles > compiles, "seconds": time.perf_counter() - start}
 
     def _require(self) -> ModelRuntime:
         if self._runtime is None:

@@ -13,6 +13,14 @@ Worker 0 while it trains, and the validation then waits for the training.
 Per task: ``loadModel`` when the Worker does not hold this module yet (or
 its last task failed: the instance may be broken), then ``train`` or
 ``evaluate`` with the weights and data transferred as ``ArrayBuffer``s.
+The page compiles each (module, memory limit) once, asynchronously, and
+sends the ``WebAssembly.Module`` with the bytes in every ``loadModel``: all
+Workers then share V8's compiled code, and a function optimized while one
+Worker trains is optimized for all of them, for Workers started later (a
+cancelled task's replacement) and for the next job with the same module.
+V8 compiles lazily, so this compile only validates; the cost of a cold
+module (baseline code until V8 has optimized the hot functions) is paid
+once per page instead of once per Worker.
 Progress messages go to the task's sink as ``(index, {processedExamples,
 totalExamples, metrics})``. :attr:`BrowserWorkerPool.active` counts tasks
 running now (not waiting in a queue).
@@ -81,6 +89,8 @@ __all__ = ["BrowserWorkerPool", "WorkerGpuHost", "TASK_DEADLINES_S"]
 #: match the CPython host's call deadline (the ceiling of weei.core.sandbox.operation_deadline_s;
 #: a task's own deadline from the measured pace is shorter).
 TASK_DEADLINES_S = {"loadModel": 300.0, "train": 900.0, "evaluate": 900.0, "trainGpu": 900.0}
+#: Compiled (module, memory limit) pairs the pool keeps for its Workers.
+MODULE_CACHE_SIZE = 2
 
 
 def _error(exc: JsException) -> WeeiError | GpuError:
@@ -128,6 +138,7 @@ class BrowserWorkerPool:
         self._device_limit = max(1, int(device_limit))
         self._clients: dict[int, Any] = {}
         self._loaded: dict[int, tuple[str, int]] = {}  # index -> (module sha256, memory limit) the Worker holds
+        self._compiled: dict[tuple[str, int], tuple[bytes, Any]] = {}  # -> (capped bytes, WebAssembly.Module)
         self._tasks = TaskBook()
 
     @property
@@ -246,6 +257,23 @@ class BrowserWorkerPool:
             except JsException:
                 pass
 
+    async def _compiled_module(self, module_sha256: str, module: bytes, limit: int) -> tuple[bytes, Any]:
+        """The module capped at ``limit`` and its ``WebAssembly.Module`` (None when it does not compile:
+        the Worker then compiles the bytes and reports the error by name)."""
+        key = (module_sha256, limit)
+        held = self._compiled.pop(key, None)
+        if held is None:
+            capped = cap_module_memory(module, limit)
+            try:
+                compiled = await js.WebAssembly.compile(to_uint8array(capped))
+            except JsException:
+                compiled = None
+            held = (capped, compiled)
+        self._compiled[key] = held  # most recently used last
+        while len(self._compiled) > MODULE_CACHE_SIZE:
+            del self._compiled[next(iter(self._compiled))]
+        return held
+
     async def _run(self, index: int, module_sha256: str, module: bytes, task: WorkerTask,
                    on_progress: ProgressSink | None, extra: dict[str, Any] | None = None) -> Any:
         client = self._clients.get(index)
@@ -256,8 +284,10 @@ class BrowserWorkerPool:
         held = self._loaded.get(index)
         if held is None or held[0] != module_sha256 or held[1] < limit:
             self._loaded.pop(index, None)
-            wasm = to_uint8array(cap_module_memory(module, limit)).buffer
-            await self._request(index, client, "loadModel", {"wasm": wasm}, [wasm], None)
+            capped, compiled = await self._compiled_module(module_sha256, module, limit)
+            wasm = to_uint8array(capped).buffer
+            fields = {"wasm": wasm} if compiled is None else {"wasm": wasm, "module": compiled}
+            await self._request(index, client, "loadModel", fields, [wasm], None)
             self._loaded[index] = (module_sha256, limit)
         weights = to_uint8array(task.weights).buffer
         fields: dict[str, Any] = {"weights": weights}
