@@ -15,6 +15,7 @@ from ..core.debuglog import DebugLog
 from ..core.diagnostics import DiagnosticsBook, DiagnosticsRecorder
 from ..core.live_progress import LiveProgress
 from ..core.participant import Participant
+from ..core.relay import RelayNode
 from .ports import Transport
 
 __all__ = ["Session", "DeviceSettings"]
@@ -58,6 +59,7 @@ class Session:
     live: LiveProgress = field(default_factory=LiveProgress)  # state.progress and liveMetrics
     actual: str = "unknown"  # the mode this device trained in, once it has
     fallback: str | None = None  # the GpuError reason the last assignment fell back to the CPU with
+    relay: RelayNode | None = None  # this device's part in relaying checkpoints to the job's other participants
 
     def record(self, event: str, details: Mapping[str, Any] | None = None) -> None:
         """Add an event to the debug log, stamped now."""

@@ -44,7 +44,7 @@ import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from .commands import Log, Send
+from .commands import Command, Log, Send
 from .messages import ArtifactRef
 from .relay_messages import MAX_FORWARD, MAX_PIECES, Piece, RelayDone, RelayPiece, RelayPlan
 
@@ -57,6 +57,7 @@ __all__ = [
     "Relays",
     "Broadcast",
     "RelayNode",
+    "relay_assignments",
 ]
 
 PIECE_BYTES = 1 << 20
@@ -114,6 +115,25 @@ class Relays:
                          timeout_ms if timeout_ms is not None else relay_timeout_ms(len(data)))
 
 
+def relay_assignments(relays: Relays, commands: list[Command], artifact: ArtifactRef, data: bytes, round_: int,
+                      now: float) -> tuple[list[Command], Broadcast | None]:
+    """The coordinator's hook when a round opens: ``commands`` (its Sends of the round) with the checkpoint
+    relayed, and the ``Broadcast`` to drive, or the commands unchanged (None) when relaying does not pay.
+
+    The Sends to other peers that attach ``artifact`` wait in the broadcast
+    until their peer reports holding it; plans and pieces go out instead.
+    """
+    carrying = [c for c in commands if isinstance(c, Send) and c.peer != relays.coordinator
+                and any(a.sha256 == artifact.sha256 for a in c.attachments)]
+    if len(carrying) < 2 or len(data) < relays.min_relay_bytes:
+        return commands, None
+    cast = relays.broadcast(round_, artifact.sha256, data, [c.peer for c in carrying], now)
+    for send in carrying:
+        cast.hold(send)
+    held = set(map(id, carrying))
+    return [c for c in commands if id(c) not in held] + list(cast.take_commands()), cast
+
+
 class Broadcast:
     """The coordinator's side of one relayed artifact: the plans, the deadlines, the fallbacks."""
 
@@ -131,6 +151,7 @@ class Broadcast:
         self.fell_back: set[str] = set()
         self.given_up: set[str] = set()  # a direct send that failed as well: the round's deadline decides
         self.errors: list[str] = []  # named, newest last: "peer: reason"
+        self.waiting: dict[str, Send] = {}  # a target's Assign, sent once it holds the artifact
         self._commands: list[Send | Log] = []
         # Peers blamed before relay nothing: they hang straight under the coordinator, as leaves.
         trusted = [t for t in targets if t not in relays.blamed]
@@ -166,7 +187,7 @@ class Broadcast:
                 source = self.plan[target][0]
                 if source is None:
                     self._error(target, "stalled: no relayDone from a direct send by its deadline")
-                    self.given_up.add(target)
+                    self._give_up(target)
                 else:
                     self._blame(source, f"stalled: {target} had not received every piece by its deadline", now)
 
@@ -180,6 +201,7 @@ class Broadcast:
             return
         if message.ok:
             self.delivered.add(peer)
+            self._release(peer, relayed=True)
             return
         source = self.plan[peer][0]
         if source is None or message.source != source:
@@ -193,6 +215,7 @@ class Broadcast:
         if peer not in self.plan or peer in self.gone:
             return
         self.gone.add(peer)
+        self.waiting.pop(peer, None)
         if self.plan[peer][1]:
             self._blame(peer, "left", now)
 
@@ -207,7 +230,7 @@ class Broadcast:
                 continue
             if child in self.fell_back:
                 self._error(child, "its direct send failed too")
-                self.given_up.add(child)
+                self._give_up(child)
                 continue
             self.fell_back.add(child)
             self.plan[child] = (None, self.plan[child][1])
@@ -215,6 +238,24 @@ class Broadcast:
             self._send_plan(child)
             self._send_pieces(child)
         self.plan[relay] = (self.plan[relay][0], ())
+
+    def hold(self, send: Send) -> None:
+        """Keep ``send`` (an Assign naming the artifact) until its peer holds the artifact."""
+        self.waiting[send.peer] = send
+
+    def _release(self, peer: str, *, relayed: bool) -> None:
+        send = self.waiting.pop(peer, None)
+        if send is None:
+            return
+        if relayed:  # the peer holds it now: the Assign names it without carrying it
+            send = Send(send.peer, send.message, tuple(a for a in send.attachments if a.sha256 != self.artifact),
+                        send.blobs)
+        self._commands.append(send)
+
+    def _give_up(self, target: str) -> None:
+        """Relaying failed twice for ``target``: its Assign goes as before the relay, the artifact attached."""
+        self.given_up.add(target)
+        self._release(target, relayed=False)
 
     def _send_plan(self, target: str) -> None:
         source, children = self.plan[target]
@@ -268,6 +309,11 @@ class RelayNode:
     def take_commands(self) -> list[Send | Log]:
         out, self._commands = self._commands, []
         return out
+
+    @property
+    def kept(self) -> set[str]:
+        """The artifacts this node assembled and still plans for: the host keeps them for the Assign naming them."""
+        return {sha for sha, held in self.held.items() if held.done}
 
     def take_assembled(self) -> dict[str, bytes]:
         """Artifacts completed since the last call (the host stores them under their SHA-256)."""
