@@ -61,8 +61,8 @@ __all__ = [
 ]
 
 PIECE_BYTES = 1 << 20
-#: Below this an artifact goes straight to every target: pieces and plans cost more than they save.
-MIN_RELAY_BYTES = 4 << 20
+#: Below this (two pieces) an artifact goes straight to every target: with one piece nothing is pipelined.
+MIN_RELAY_BYTES = 2 * PIECE_BYTES
 
 
 def split(data: bytes, piece_bytes: int = PIECE_BYTES) -> list[tuple[Piece, bytes]]:
@@ -160,6 +160,9 @@ class Broadcast:
             tree(trusted, relays.fanout) if relays_ok else {t: (None, ()) for t in trusted})
         self.plan.update({t: (None, ()) for t in targets if t in relays.blamed})
         self.deadline = {t: now + timeout_ms for t in targets}
+        direct = sum(1 for t in targets if self.plan[t][0] is None)
+        self._commands.append(Log("relay.planned", {"round": round_, "artifact": artifact, "targets": len(targets),
+                                                    "fromCoordinator": direct, "pieces": len(self.pieces)}))
         for target in targets:
             self._send_plan(target)
         for target in targets:
@@ -380,6 +383,8 @@ class RelayNode:
             held.done = True
             self.assembled[held.plan.artifact] = b"".join(held.pieces[i] for i in range(len(pieces)))
             held.pieces = {}
+            self._commands.append(Log("relay.received", {"round": held.plan.round, "artifact": held.plan.artifact,
+                                                         "source": held.plan.source}))
             self._report(held, held.plan.source, None)
 
     def transfer_failed(self, sender: str, reason: str) -> None:
