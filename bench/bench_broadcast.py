@@ -13,6 +13,19 @@ the checkpoint, which the participant's ``FrameReader`` has reassembled and
 verified against its SHA-256 (the bytes are compared again after the clock
 stops).
 
+Relayed: the same room and a fresh checkpoint, delivered as the product does
+it since the relay (``weei.core.relay``, docs/peers.md): the coordinator's
+host drives a ``Broadcast`` (plans, then the pieces to the first participant
+of a chain), each participant's host a ``RelayNode`` (each verified piece
+forwarded at once to the next), relayDone reports back. Timed from the
+first send until every participant has assembled the checkpoint (compared
+with the original bytes afterwards). ``copies`` is the coordinator's own
+bytes sent over the checkpoint's size.
+
+The P3 line (issue 11): the relayed delivery to 4 over the direct delivery
+to 1, best of each, in the same run; ``--no-relay`` gives the line of the
+direct send (the code before the relay).
+
 Raw: the same number of bytes between two plain aiortc
 ``RTCPeerConnection``s (SDP handed over in-process), 64 KiB messages on an
 ordered, reliable ``RTCDataChannel`` with the transport's back-pressure
@@ -56,7 +69,7 @@ from aiortc import RTCConfiguration, RTCDataChannel, RTCPeerConnection  # noqa: 
 from weei.agent.transport import HIGH_WATER, LOW_WATER, AgentTransport  # noqa: E402
 from weei.api.link_transport import now_ms  # noqa: E402
 from weei.core.commands import Log, Send  # noqa: E402
-from weei.core.messages import ArtifactRef, Assign, Message, UnitRange  # noqa: E402
+from weei.core.messages import ArtifactRef, Assign, Message, TrainingStarted, UnitRange  # noqa: E402
 from weei.core.relay import Broadcast, RelayNode, Relays  # noqa: E402
 from weei.core.relay_messages import RelayDone, RelayPiece, RelayPlan  # noqa: E402
 from weei.server.signaling import SignalingConfig, create_signaling_app  # noqa: E402
@@ -170,6 +183,7 @@ class Participant:
         self.got: tuple[float, bytes] | None = None
         self.arrived: asyncio.Event = asyncio.Event()
         self.errors: list[str] = []
+        self.ack = False  # a --child process: acknowledge every checkpoint to the coordinator
 
     def reset(self, sha: str) -> None:
         self.expect, self.got = sha, None
@@ -186,16 +200,25 @@ class Participant:
                     self.transport.send(command, command.blobs)
                 elif command.event == "relay.failed":
                     self.errors.append(f"{command.details}")
-            data = self.node.take_assembled().get(self.expect or "")
-            if data is not None:
-                self.got = (time.perf_counter(), data)
-                self.arrived.set()
+            for sha, data in self.node.take_assembled().items():
+                self._arrive(sha, data)
+            return
+        if self.ack and isinstance(message, Assign):
+            self._arrive(message.checkpoint.sha256, blobs[message.checkpoint.sha256])
             return
         if not isinstance(message, Assign) or message.checkpoint.sha256 != self.expect:
             self.errors.append(f"unexpected {message.TYPE} from {peer}")
             return
         self.got = (time.perf_counter(), blobs[message.checkpoint.sha256])
         self.arrived.set()
+
+    def _arrive(self, sha: str, data: bytes) -> None:
+        if self.ack and self.transport is not None and self.coordinator is not None:
+            got = hashlib.sha256(data).hexdigest()  # what this process holds, for the parent to compare
+            self.transport.send(Send(self.coordinator, TrainingStarted("bench-job", got)), {})
+        elif sha == self.expect:
+            self.got = (time.perf_counter(), data)
+            self.arrived.set()
 
     async def peer_disconnected(self, peer: str) -> None:
         self.errors.append(f"{peer} disconnected")
@@ -211,6 +234,9 @@ class Coordinator:
         self.transport = transport
         self.cast: Broadcast | None = None
         self.logs: list[Log] = []
+        self.acks: dict[str, tuple[float, str]] = {}  # --processes: peer -> (when, the SHA-256 it holds)
+        self.expect = 0
+        self.all_in = asyncio.Event()
 
     def run(self) -> None:
         assert self.cast is not None
@@ -221,7 +247,11 @@ class Coordinator:
                 self.logs.append(command)
 
     async def receive(self, peer: str, message: Message, blobs: Mapping[str, bytes]) -> None:
-        if isinstance(message, RelayDone) and self.cast is not None:
+        if isinstance(message, TrainingStarted):
+            self.acks[peer] = (time.perf_counter(), message.attempt_id)
+            if len(self.acks) >= self.expect:
+                self.all_in.set()
+        elif isinstance(message, RelayDone) and self.cast is not None:
             self.cast.relay_done(peer, message, now_ms())
             self.run()
 
@@ -286,25 +316,37 @@ class Room:
         relayed down a chain of participants (``weei.core.relay``)."""
         assert self.relays is not None
         sha = hashlib.sha256(weights).hexdigest()
-        for receiver in self.receivers:
-            receiver.reset(sha)
+        self._reset(sha)
         sent = self.coordinator.bytes_sent
         started = time.perf_counter()
-        self.host.cast = self.relays.broadcast(round_, sha, weights, [t.peer_id for t in self.transports],
-                                               now_ms())  # type: ignore[misc]
+        self.host.cast = self.relays.broadcast(round_, sha, weights, self.targets(), now_ms())
         self.host.run()
         await self._wait(sha)
-        finished = max(r.got[0] for r in self.receivers if r.got is not None)
-        for receiver in self.receivers:
-            assert receiver.got is not None and not receiver.errors, receiver.errors
-            assert receiver.got[1] == weights, "the checkpoint arrived with other bytes"
+        finished = self._check(weights)
         assert not self.host.cast.errors, self.host.cast.errors
         self.copies = (self.coordinator.bytes_sent - sent) / len(weights)
         return finished - started
 
+    def targets(self) -> list[str]:
+        return [t.peer_id for t in self.transports]  # type: ignore[misc]
+
+    def _reset(self, sha: str) -> None:
+        for receiver in self.receivers:
+            receiver.reset(sha)
+
+    def _arrived(self) -> Any:
+        return asyncio.gather(*(r.arrived.wait() for r in self.receivers))
+
+    def _check(self, weights: bytes) -> float:
+        """When the last participant had the checkpoint; each one's bytes are the original's."""
+        for receiver in self.receivers:
+            assert receiver.got is not None and not receiver.errors, receiver.errors
+            assert receiver.got[1] == weights, "the checkpoint arrived with other bytes"
+        return max(r.got[0] for r in self.receivers if r.got is not None)
+
     async def _wait(self, sha: str) -> None:
         deadline = time.monotonic() + TIMEOUT_S
-        waiting = asyncio.gather(*(r.arrived.wait() for r in self.receivers))
+        waiting = self._arrived()
         while not waiting.done():
             if time.monotonic() > deadline:
                 waiting.cancel()
@@ -312,7 +354,7 @@ class Room:
                     f"the checkpoint did not reach every participant within {TIMEOUT_S:.0f} s: sent "
                     f"{self.coordinator.bytes_sent} B; received {[t.bytes_received for t in self.transports]} B; "
                     f"errors {[t.transfers_state()['transferErrors'] for t in self.transports]} "
-                    f"{[r.errors for r in self.receivers]}")
+                    f"{[r.errors for r in self.receivers]} acks {sorted(self.host.acks)}")
             await asyncio.wait([waiting], timeout=0.5)
             if self.host.cast is not None:  # the relay's deadlines, on this clock
                 self.host.cast.handle_timer(now_ms())
@@ -323,20 +365,15 @@ class Room:
         sha = hashlib.sha256(weights).hexdigest()
         ref = ArtifactRef("checkpoint", sha, len(weights))
         blobs = {sha: weights}
-        sends = [Send(t.peer_id, assign_for(i, round_, ref), (ref,))  # type: ignore[arg-type]
-                 for i, t in enumerate(self.transports)]
-        for receiver in self.receivers:
-            receiver.reset(sha)
+        sends = [Send(peer, assign_for(i, round_, ref), (ref,)) for i, peer in enumerate(self.targets())]
+        self._reset(sha)
         self.host.cast = None
         sent = self.coordinator.bytes_sent
         started = time.perf_counter()
         for send in sends:
             self.coordinator.send(send, blobs)
         await self._wait(sha)
-        finished = max(r.got[0] for r in self.receivers if r.got is not None)
-        for receiver in self.receivers:
-            assert receiver.got is not None and not receiver.errors, receiver.errors
-            assert receiver.got[1] == weights, "the checkpoint arrived with other bytes"
+        finished = self._check(weights)
         assert self.coordinator.dropped == 0
         self.copies = (self.coordinator.bytes_sent - sent) / len(weights)
         return finished - started
@@ -344,6 +381,79 @@ class Room:
     async def close(self) -> None:
         await asyncio.gather(self.coordinator.close(), *(t.close() for t in self.transports),
                              return_exceptions=True)
+
+
+class ProcessRoom(Room):
+    """``--processes``: each participant is a process of its own (``--child``), as on its own machine.
+
+    A participant acknowledges a checkpoint with a ``trainingStarted`` whose
+    attempt id is the SHA-256 it computed over the bytes it holds; the time
+    is the coordinator's when the last acknowledgement arrives.
+    """
+
+    def __init__(self, url: str, n: int) -> None:
+        super().__init__(url, 0)
+        self.n = n
+        self.children: list[asyncio.subprocess.Process] = []
+        self.ids: list[str] = []
+
+    async def open(self, room: str) -> None:
+        await self.coordinator.connect()
+        self.coordinator.attach(self.host)
+        await self.coordinator.join(room)
+        assert self.coordinator.peer_id is not None
+        for _ in range(self.n):
+            self.children.append(await asyncio.create_subprocess_exec(
+                sys.executable, __file__, "--child", self.url, room, self.coordinator.peer_id, str(self.n),
+                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE))
+        for child in self.children:
+            assert child.stdout is not None
+            self.ids.append((await asyncio.wait_for(child.stdout.readline(), 120)).decode().strip())
+        for peer in self.ids:
+            await self.coordinator.wait_for_peer(peer, 60)
+        self.relays = Relays(self.coordinator.peer_id, "bench-job")
+
+    def targets(self) -> list[str]:
+        return list(self.ids)
+
+    def _reset(self, sha: str) -> None:
+        self.host.acks.clear()
+        self.host.all_in.clear()
+        self.host.expect = self.n
+
+    def _arrived(self) -> Any:
+        return asyncio.ensure_future(self.host.all_in.wait())
+
+    def _check(self, weights: bytes) -> float:
+        sha = hashlib.sha256(weights).hexdigest()
+        assert sorted(self.host.acks) == sorted(self.ids), self.host.acks
+        assert all(got == sha for _, got in self.host.acks.values()), "a checkpoint arrived with other bytes"
+        return max(t for t, _ in self.host.acks.values())
+
+    async def close(self) -> None:
+        for child in self.children:
+            if child.stdin is not None:
+                child.stdin.close()
+        await asyncio.gather(*(asyncio.wait_for(c.wait(), 30) for c in self.children), return_exceptions=True)
+        await self.coordinator.close()
+
+
+async def child(url: str, room: str, coordinator: str, n: int) -> None:
+    """One participant of ``ProcessRoom``: relays what it is told to, acknowledges each checkpoint."""
+    transport = AgentTransport(SignalingClient(url))
+    receiver = Participant(transport)
+    receiver.coordinator, receiver.ack = coordinator, True
+    await transport.connect()
+    transport.attach(receiver)
+    await transport.join(room)
+    assert transport.peer_id is not None
+    receiver.node = RelayNode(transport.peer_id)
+    deadline = time.monotonic() + 120
+    while len(transport.peers()) < n and time.monotonic() < deadline:  # the coordinator and the n-1 others
+        await asyncio.sleep(0.1)
+    print(transport.peer_id, flush=True)
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)  # until the parent closes stdin
+    await transport.close()
 
 
 # ---------------------------------------------------------------------- main
@@ -364,7 +474,7 @@ def checkpoint(nbytes: int, seed: int) -> bytes:
     return np.random.default_rng(seed).standard_normal(nbytes // 4, dtype=np.float32).tobytes()
 
 
-async def measure(mb: float, repeat: int, counts: list[int], relay: bool) -> tuple[list[tuple[str, ...]], dict[tuple[str, int], float]]:
+async def measure(mb: float, repeat: int, counts: list[int], relay: bool, processes: bool) -> tuple[list[tuple[str, ...]], dict[tuple[str, int], float]]:
     nbytes = int(mb * MB) // 4 * 4
     server = TestServer(create_signaling_app(SignalingConfig(secret=b"b" * 32)), host="127.0.0.1")
     await server.start_server()
@@ -379,7 +489,7 @@ async def measure(mb: float, repeat: int, counts: list[int], relay: bool) -> tup
     try:
         await raw.open()
         for n in counts:
-            rooms[n] = Room(url, n)
+            rooms[n] = ProcessRoom(url, n) if processes else Room(url, n)
             await rooms[n].open(f"broadcast-{n}")
         await raw.transfer(checkpoint(nbytes, 99))  # warm-up: SCTP congestion window, allocators
         for n in counts:
@@ -434,19 +544,27 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3, help="best of this many (default 3)")
     parser.add_argument("--peers", default="1,2,4", help="participant counts (default 1,2,4)")
     parser.add_argument("--no-relay", action="store_true", help="only the direct broadcast (as before the relay)")
+    parser.add_argument("--processes", action="store_true",
+                        help="each participant in a process of its own (default: every peer in this one)")
+    parser.add_argument("--child", nargs=4, metavar=("URL", "ROOM", "COORDINATOR", "N"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child:
+        asyncio.run(child(*args.child[:3], int(args.child[3])))
+        return 0
     counts = [int(x) for x in args.peers.split(",")]
     started = time.monotonic()
-    rows, best = asyncio.run(measure(args.mb, args.repeat, counts, not args.no_relay))
+    rows, best = asyncio.run(measure(args.mb, args.repeat, counts, not args.no_relay, args.processes))
     header = ("transfer", "best s", "MB/s each", "MB/s total", "total/raw", "each/raw", "CPU", "copies",
               "all runs s")
     widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
-    print(f"checkpoint broadcast, {args.mb:g} MB float32, best of {args.repeat}, one process, "
-          f"{os.cpu_count()} CPUs, 127.0.0.1")
+    where = "a process per participant" if args.processes else "one process"
+    print(f"checkpoint broadcast, {args.mb:g} MB float32, best of {args.repeat}, {where}, "
+          f"{os.cpu_count()} CPUs, 127.0.0.1, load average {os.getloadavg()[0]:.1f}")
     for row in (header, *rows):
         print("  ".join(cell.rjust(w) if i else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths))))
-    print("total/raw: aggregate broadcast rate over the raw rate measured just before it; CPU: process CPU time "
-          "over wall time of that run (100% = one core; every peer shares one event loop)")
+    print("total/raw: aggregate broadcast rate over the raw rate measured just before it; CPU: this process's CPU "
+          "time over wall time of that run (100% = one core; " + (
+              "the coordinator only)" if args.processes else "every peer shares one event loop)"))
     print(f"(whole run {time.monotonic() - started:.0f} s)")
     print("copies: checkpoint copies the coordinator itself sent (its bytes over the checkpoint's size)")
     if args.no_relay:
