@@ -382,6 +382,9 @@ class Coordinator(RoundLoop):
                 self._maybe_open_round(now)
         elif isinstance(message, Leave):
             record.move("leave")
+            if self.broadcast is not None:  # what it was to relay goes direct
+                self.broadcast.peer_left(peer, now)
+                self._commands += self.broadcast.take_commands()
             for attempt in self.attempts.open_of(peer):
                 self._end_attempt(attempt, "participant left", now, failed=False, reassign=True)
             self._log("participant.left", peer=peer)

@@ -93,8 +93,9 @@ def tree(targets: Sequence[str], fanout: int) -> dict[str, tuple[str | None, tup
 
 
 def relay_timeout_ms(nbytes: int) -> float:
-    """How long a target may take: 10 s plus the bytes at 1 MB/s (a slow channel, not a stalled one)."""
-    return 10_000 + nbytes / 1000
+    """How long a target may take: 30 s plus the bytes at 100 kB/s. Generous: a busy machine's channel
+    is slow, not stalled, and a fallback sends the bytes once more."""
+    return 30_000 + nbytes / 100
 
 
 @dataclass
@@ -172,6 +173,8 @@ class Broadcast:
     # ----------------------------------------------------------------- host surface
 
     def take_commands(self) -> list[Send | Log]:
+        if self.complete:
+            self.pieces = []  # only a fallback needs them, and none can come any more
         out, self._commands = self._commands, []
         return out
 
