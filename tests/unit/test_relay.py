@@ -121,7 +121,7 @@ def test_a_chain_delivers_to_every_target_with_one_copy_from_the_coordinator() -
     assert net.sent_by[C] == len(data)  # one copy, not four
     assert net.sent_by["p1"] == net.sent_by["p2"] == net.sent_by["p3"] == len(data)
     assert net.sent_by["p4"] == 0  # its relayDone only
-    assert cast.next_timer() is None
+    assert cast.next_timer() is None and cast.pieces == []  # the coordinator's copy in pieces is freed
 
 
 def test_the_pieces_flow_as_a_pipeline() -> None:
