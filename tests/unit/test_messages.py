@@ -15,6 +15,7 @@ from weei.core.messages import (
     InvitationDecision, JobFinished, Leave, MessageError, MessageReason, ModuleStatus, PauseContribution,
     Progress, TrainingStarted, UnitRange, Update, UpdateReceipt, decode_message, encode_message,
 )
+from weei.core.relay_messages import Piece, RelayDone, RelayPiece, RelayPlan
 
 H1, H2, H3 = "a" * 64, "b" * 64, "0123456789abcdef" * 4
 REF = ArtifactRef("checkpoint", H1, 64)
@@ -59,6 +60,12 @@ SAMPLES = [
     CheckpointNote("job-1", 0, H2, 456, "m-round-0.weei-checkpoint", 0, {}, 0.0, {"acc": 0.9}, 32, None),
     CheckpointNote("job-1", 4, H3, 456, "m-round-4.weei-checkpoint", 64, {"loss": 0.4}, 1.7e12, None, None,
                    "the model failed: out of memory"),
+    # The checkpoint relay (docs/wire.md, "Relayed broadcast").
+    RelayPlan("job-1", 3, H1, 30, "coord", ("p2", "p3"), (Piece(H2, 20), Piece(H3, 10))),
+    RelayPlan("job-1", 3, H1, 30, "p1", (), (Piece(H2, 30),)),
+    RelayPiece("job-1", 3, H1, 1, ArtifactRef("checkpoint", H3, 10)),
+    RelayDone("job-1", 3, H1, "p1", True),
+    RelayDone("job-1", 3, H1, "p1", False, "bad-piece: piece 1 is not the one the plan lists"),
 ]
 
 
@@ -68,9 +75,10 @@ def test_every_type_has_a_sample() -> None:
 
 def test_each_type_knows_its_direction() -> None:
     # Written out by hand (the spec's message flow), not derived from the classes.
-    to_participant = {"invitation", "deliver", "assign", "updateReceipt", "jobFinished", "checkpoint"}
+    to_participant = {"invitation", "deliver", "assign", "updateReceipt", "jobFinished", "checkpoint", "relayPlan",
+                      "relayPiece"}
     to_coordinator = {"invitationDecision", "moduleStatus", "trainingStarted", "update", "assignmentFailed",
-                      "pauseContribution", "leave", "diagnostics", "progress"}
+                      "pauseContribution", "leave", "diagnostics", "progress", "relayDone"}
     assert to_participant | to_coordinator == set(_TYPES)
     for kind, cls in _TYPES.items():
         want = Direction.TO_PARTICIPANT if kind in to_participant else Direction.TO_COORDINATOR

@@ -110,6 +110,8 @@ class Executor:
             commands += [("coordinator", c) for c in s.coordinator.take_commands()]
         if s.participant is not None:
             commands += [("participant", c) for c in s.participant.take_commands()]
+        if s.relay is not None:
+            commands += [("relay", c) for c in s.relay.take_commands()]
         for _, command in commands:
             if isinstance(command, RunValidation):
                 s.evaluating += 1  # released by _validate
@@ -466,6 +468,7 @@ class Executor:
             self.timer.cancel()
             self.timer = None
         self.module_sha = ""
+        self.session.relay = None
         self.residency.forget_job()
         self.store.evict(set(self.residency.pinned))
 

@@ -7,6 +7,8 @@ from typing import Any, Mapping
 from ..core.errors import WeeiError
 from ..core.messages import Direction, Invitation, Message, Progress, decode_message
 from ..core.participant import Participant
+from ..core.relay import RelayNode
+from ..core.relay_messages import RelayPiece, RelayPlan
 from .executor import Executor
 from .job_store import PARTICIPATION_KEY, JobStore
 from .session import Session
@@ -38,6 +40,8 @@ class PeerEvents:
             s.invitations[message.job_id] = {"invitation": {
                 "coordinator": message.coordinator, "modelInfo": message.model_info, "module": message.module,
                 "dataBytes": message.data_bytes, "settings": message.settings}, "receivedAt": now}
+        elif isinstance(message, (RelayPlan, RelayPiece)):
+            self._relay(peer, message, blobs)
         elif s.coordinator is not None and peer != s.my_peer_id and message.DIRECTION is Direction.TO_COORDINATOR:
             s.coordinator.receive(peer, message, blobs, now)
         elif s.participant is not None:
@@ -45,6 +49,20 @@ class PeerEvents:
             if s.participant.state == "stopped":
                 await self.store.delete_setting(PARTICIPATION_KEY)
         await self.executor.drain(quiet=isinstance(message, Progress))
+
+    def _relay(self, peer: str, message: RelayPlan | RelayPiece, blobs: Mapping[str, bytes]) -> None:
+        """A relayed checkpoint's plan or piece (core/relay.py): only for the job this device takes part in."""
+        s = self.session
+        p = s.participant
+        if s.relay is None:
+            s.relay = RelayNode(s.my_peer_id)
+        if isinstance(message, RelayPlan):
+            s.relay.plan(peer, message, job_id=p.job_id if p is not None else None,
+                         coordinator=p.coordinator if p is not None else None)
+        else:
+            s.relay.piece(peer, message, blobs)
+        for sha, data in s.relay.take_assembled().items():
+            self.store.remember(sha, data)
 
     def rejoin(self, record: Any) -> None:
         s = self.session

@@ -79,6 +79,8 @@ class Residency:
         participant = session.participant
         if participant is not None and participant.job_id is not None:
             keep |= self.module_refs
+            if session.relay is not None:  # a relayed checkpoint, until the Assign naming it comes
+                keep |= session.relay.kept
             for assign in (participant.current, participant.pending):
                 if assign is not None:
                     keep |= assign_refs(assign)

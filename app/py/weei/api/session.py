@@ -15,6 +15,7 @@ from ..core.debuglog import DebugLog
 from ..core.diagnostics import DiagnosticsBook, DiagnosticsRecorder
 from ..core.live_progress import LiveProgress
 from ..core.participant import Participant
+from ..core.relay import RelayNode
 from .ports import Transport
 
 __all__ = ["Session", "DeviceSettings"]
@@ -60,6 +61,7 @@ class Session:
     fallback: str | None = None  # the GpuError reason the last assignment fell back to the CPU with
     # Model id -> this device's last measured training speed (records/s): reviewSettings estimates a new job with it.
     measured: dict[str, float] = field(default_factory=dict)
+    relay: RelayNode | None = None  # this device's part in relaying checkpoints to the job's other participants
 
     def record(self, event: str, details: Mapping[str, Any] | None = None) -> None:
         """Add an event to the debug log, stamped now."""

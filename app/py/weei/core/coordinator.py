@@ -43,6 +43,8 @@ from .messages import (
     PauseContribution, Progress, TrainingStarted, Update,
 )
 from .peers import PeerRecord, loading
+from .relay import Relays
+from .relay_messages import RelayDone
 from .roundloop import MAX_EMPTY_ROUNDS, RejectedUpdate, RoundLoop
 from .rounds import Kernel, check_can_validate, check_method, check_units, held_round, snapshot_rounds
 from .schedule import DatasetSchedule, ExperienceSchedule
@@ -98,6 +100,8 @@ class Coordinator(RoundLoop):
         self.diagnostics_sink: Callable[[str, dict[str, Any], float], None] | None = None
         self.stopwatch = _no_stopwatch  # the host sets its monotonic clock: phases get their durations
         self._round_opened = None
+        self.relays = Relays(my_peer_id, spec.job_id)
+        self.broadcast = None
         # Live progress of an open attempt goes to the host's LiveProgress book (bounded per peer);
         # it answers False for a report older than the one it holds.
         self.progress_sink: Callable[[str, Progress, float], bool] | None = None
@@ -161,12 +165,18 @@ class Coordinator(RoundLoop):
     def next_timer(self) -> float | None:
         """When ``handle_timer`` must next be called (ms since epoch), or None."""
         times = [t for t in (self.attempts.next_deadline(), self._grace_until) if t is not None]
+        relay_due = self.broadcast.next_timer() if self.broadcast is not None else None
+        if relay_due is not None:
+            times.append(relay_due)
         return min(times) if times else None
 
     def handle_timer(self, now: float) -> None:
         if self._grace_until is not None and now >= self._grace_until:
             self._grace_until = None
             self._maybe_open_round(now)
+        if self.broadcast is not None:
+            self.broadcast.handle_timer(now)
+            self._commands += self.broadcast.take_commands()
         late = self.attempts.late(now)
         for attempt in late:
             self._end_attempt(attempt, "missed the round deadline", now, failed=False, reassign=False)
@@ -334,6 +344,9 @@ class Coordinator(RoundLoop):
             return
         record.connected = False
         record.move("disconnect")
+        if self.broadcast is not None:
+            self.broadcast.peer_left(peer, now)
+            self._commands += self.broadcast.take_commands()
         for attempt in self.attempts.open_of(peer):
             self._end_attempt(attempt, "participant disconnected", now, failed=False, reassign=True)
         self._log("peer.disconnected", peer=peer)
@@ -380,10 +393,17 @@ class Coordinator(RoundLoop):
                 self._maybe_open_round(now)
         elif isinstance(message, Leave):
             record.move("leave")
+            if self.broadcast is not None:  # what it was to relay goes direct
+                self.broadcast.peer_left(peer, now)
+                self._commands += self.broadcast.take_commands()
             for attempt in self.attempts.open_of(peer):
                 self._end_attempt(attempt, "participant left", now, failed=False, reassign=True)
             self._log("participant.left", peer=peer)
             self._maybe_close_round(now)
+        elif isinstance(message, RelayDone):
+            if self.broadcast is not None:
+                self.broadcast.relay_done(peer, message, now)
+                self._commands += self.broadcast.take_commands()
         elif isinstance(message, Progress):
             attempt = self.attempts.open_one(message.attempt_id)
             if attempt is None or attempt.peer != peer:

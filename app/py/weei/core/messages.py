@@ -591,3 +591,8 @@ def decode_message(obj: Any) -> Message:
 def encode_message(message: Message) -> dict[str, Any]:
     """The JSON form of a message (the inverse of ``decode_message``)."""
     return message.to_json()
+
+
+# The checkpoint relay's messages (relay_messages.py, kept apart for this module's size) add themselves to
+# _TYPES when that module loads; importing it here means whoever decodes messages also decodes them.
+from . import relay_messages  # noqa: E402,F401

@@ -43,6 +43,7 @@ from .errors import AggregationError, SettingsError
 from .job import JobSpec
 from .messages import ArtifactRef, CheckpointNote, JobFinished, Message, Update, UpdateReceipt
 from .peers import PeerRecord, available, eligible, loading
+from .relay import Broadcast, Relays, relay_assignments
 from .rounds import (
     Kernel, RoundRecord, chunk_seed, close_round, make_assign, validation_command, validation_due,
 )
@@ -105,6 +106,8 @@ class RoundLoop:
     # The host's monotonic clock (ms), read only to time phases for the debug log.
     stopwatch: Callable[[], float]
     _round_opened: float | None  # the stopwatch when the open round's work went out
+    relays: Relays  # the job's relay policy (core/relay.py)
+    broadcast: Broadcast | None  # the open round's relayed checkpoint, if it is relayed
 
     def _job(self, event: str) -> None:
         self.status = move("job", JOB_TRANSITIONS, self.status, event)
@@ -127,9 +130,14 @@ class RoundLoop:
             return
         self.attempts.clear()
         round_ = self.checkpoint_round + 1
+        mark = len(self._commands)
         for peer in peers:
             if not self._hand_out(peer, round_, now):
                 break
+        # Participants relay the checkpoint to each other rather than each getting it from here.
+        ref = ArtifactRef("checkpoint", self.weights_sha256, len(self.weights))
+        self._commands[mark:], self.broadcast = relay_assignments(self.relays, self._commands[mark:], ref,
+                                                                  self.weights, round_, now)
         self._round_opened = self.stopwatch()
         if not self.attempts.current:
             # Nothing could be handed out: every remaining chunk was dropped.
