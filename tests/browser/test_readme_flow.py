@@ -77,7 +77,7 @@ def follow_the_readme(first: Any, second: Any) -> None:
                 notice = pg.locator(".notices .notice")
                 expect(notice).to_be_visible(timeout=TIMEOUT_MS)
                 assert ids["first"][:16] in notice.inner_text()
-                assert "Invitation to train" in (shadow(pg, "[role=status]") or "")
+                assert "Invitation to train" in (shadow(pg, "[role=status][aria-live]") or "")
                 box = pg.evaluate("() => { const r = document.querySelector('[data-weei-widget]').shadowRoot"
                                   ".querySelector('.notices').getBoundingClientRect(); return r.top; }")
                 assert box < 200, "the notice is at the top of the window"
