@@ -91,8 +91,10 @@
       this.promise = (async () => {
         const { startPython, nextTask } = await import(url('boot.mjs'));
         // page_main imports webgpu, which the snapshot leaves out: two imports, a yield between.
+        // WEEI_NO_SNAPSHOT: start the ordinary way. A restored snapshot cannot run_sync (it was made in
+        // Node, without the JSPI the page has), which only code driving WebGPU from the page's Python needs.
         const { pyodide, main, snapshot } = await startPython(BASE, ['weei.browser.webgpu', 'weei.browser.page_main'],
-          { pause: nextTask });
+          { pause: nextTask, useSnapshot: !globalThis.WEEI_NO_SNAPSHOT });
         this.snapshot = snapshot;
         await nextTask();
         const session = main.start(BASE);

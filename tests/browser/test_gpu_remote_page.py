@@ -9,13 +9,14 @@ GPU through the shim in its training Worker (the gpu.trained events say so).
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from site_helpers import CHROMIUM, CHROMIUM_ARGS, TIMEOUT_MS
+from site_helpers import CHROMIUM, CHROMIUM_ARGS, ROOT, TIMEOUT_MS
 from test_api import ready
 
 SETTINGS = {"epochs": 1, "localEpochs": 1, "batchSize": 32, "coordinatorParticipates": False}
@@ -81,5 +82,6 @@ def test_an_invited_page_fetches_the_archive_and_trains_on_its_gpu(weei_server: 
     trained = [e["details"] for e in events if e["event"] == "gpu.trained"]
     assert len(trained) == 15 and all(t["host"] == "worker" for t in trained), events[:3]
     assert remote["execution"]["actual"] == "gpu" and remote["execution"]["backend"] == "gpu-webgpu"
-    assert remote["model"]["wgsl"]["present"] is True and len(remote["model"]["wgsl"]["sha256"]) == 4
+    assert remote["model"]["wgsl"]["present"] is True and len(remote["model"]["wgsl"]["sha256"]) == len(
+        json.loads((ROOT / "app/static/models/digits-mlp/model.wgsl.json").read_text())["modules"])
     assert remote["timings"]["compilationMs"] is not None

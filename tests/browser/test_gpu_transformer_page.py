@@ -56,6 +56,7 @@ def test_a_transformer_step_through_the_shim(weei_server: Any, webgpu_browser: A
     here = scope["one_step"](wgpu.gpu, WasmtimeEngine(), wasm, archive, chunk, estimate)
 
     page = webgpu_browser.new_page()
+    page.add_init_script("window.WEEI_NO_SNAPSHOT = true")  # the shim needs run_sync (docs/browser.md)
     page.set_default_timeout(TIMEOUT_MS)
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))

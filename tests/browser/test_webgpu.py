@@ -77,6 +77,7 @@ def test_the_executor_through_the_shim(weei_server: Any, webgpu_browser: Any) ->
     here = scope["one_step"](wgpu.gpu, WasmtimeEngine(), wasm, archive, chunk)
 
     page = webgpu_browser.new_page()
+    page.add_init_script("window.WEEI_NO_SNAPSHOT = true")  # the shim needs run_sync (docs/browser.md)
     page.set_default_timeout(TIMEOUT_MS)
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))

@@ -129,7 +129,12 @@ export class Setup {
 
     const demo = (button, id, defaults) => button.addEventListener('click', () => this.act(button, f.demoError, async () => {
       f.selection.textContent = `Loading the ${button.textContent}…`;
-      const pkg = await loadDemo(id);
+      // Create job waits for the package: a click while it loads would find no module chosen.
+      this.loadingDemo = true;
+      this.keys = {};
+      this.refresh();
+      let pkg;
+      try { pkg = await loadDemo(id); } finally { this.loadingDemo = false; }
       for (const name of ['wasm', 'manifest', 'files', 'validation', 'checkpoint']) f[name].value = '';
       this.selection = { ...pkg, label: button.textContent };
       this.fillSettings(defaults, experienceOf(pkg.manifestJson));
@@ -332,7 +337,7 @@ export class Setup {
     }
     const coordinator = job && job.role === 'coordinator';
     const active = job && job.status !== 'completed';
-    const busy = Boolean(state.preparing) || this.starting;
+    const busy = Boolean(state.preparing) || this.starting || Boolean(this.loadingDemo);
     setDisabled(f.create, busy || Boolean(active));
     const pending = this.confirmed ? JSON.parse(this.confirmed)[0] : null;
     f.create.textContent = this.starting ? 'Starting Weei…' : state.preparing ? 'Preparing…'
