@@ -57,8 +57,10 @@ def test_absurd_settings_ask_for_a_confirmation_and_errors_show_once(weei_server
     assert state(pg)["job"]["settings"]["epochs"] == 2
 
     # Apply settings to the job: a learning rate of 10^9 needs a confirmation too, then applies.
-    if not pg.get_by_label("Learning rate (optional)", exact=True).is_visible():
-        pg.locator("details.settings summary").click()  # the form folds away once a job exists
+    # The form folds away once a job exists (on the render that first shows the job): wait for it, reopen it.
+    pg.wait_for_function("() => document.querySelector('[data-weei-widget]').shadowRoot"
+                         ".querySelector('details.settings').open === false")
+    pg.locator("details.settings summary").click()
     fill(pg, "Learning rate (optional)", "1000000000")
     pg.get_by_role("button", name="Apply settings to job").click()
     pg.locator("[data-review] .warn[data-field='learningRate']").first.wait_for()
