@@ -246,3 +246,26 @@ def test_entry_points_keep_their_meaning() -> None:
     src = ("@compute @workgroup_size(64, 1)\nfn a() {}\n@compute@workgroup_size(1)fn b(){} fn c(){}\n"
            "@vertex fn v() {} @compute x fn d() {} @compute\n\n  fn e () {}")
     assert entry_points_of(src) == ("a", "b", "e")
+
+
+@pytest.mark.parametrize("where", ["buffer", "pipeline"])
+def test_a_deep_name_in_a_device_program_is_refused_by_name(where: str) -> None:
+    # Found by make fuzz: the error message repr()'d the 900-deep value and raised RecursionError.
+    from test_gpu_program import _program
+
+    from weei.gpu import DeviceLimits, parse_program
+
+    deep: Any = "x"
+    for _ in range(900):
+        deep = [deep]
+    program = _program()
+    step = next(s for s in program["steps"] if s.get("op") == "dispatch")
+    if where == "buffer":
+        step["bindings"][0]["buffer"] = deep
+    else:
+        step["pipeline"] = deep
+    archive = parse_archive((Path(__file__).resolve().parents[2] / "app/static/models/digits-mlp/model.wgsl.json")
+                            .read_bytes())
+    with pytest.raises(GpuError, match=f"unknown {where} an array"):
+        parse_program(program, archive=archive, limits=DeviceLimits(), weight_bytes=16, budget_bytes=64 << 20,
+                      estimated_working_bytes=16 << 20)

@@ -202,9 +202,9 @@ def parse_program(
             raise _bad(f"{p}.id", f"duplicate pipeline {pid!r}")
         module = archive.module(q["module"]) if isinstance(q["module"], str) else None
         if module is None:
-            raise GpuError("module-missing", f"device program: {p}.module: the archive has no module {q['module']!r}")
+            raise GpuError("module-missing", f"device program: {p}.module: the archive has no module {_named(q['module'])}")
         if q["entryPoint"] not in module.entry_points:
-            raise GpuError("entry-point-missing", f"device program: {p}: {module.name} has no entry point {q['entryPoint']!r}")
+            raise GpuError("entry-point-missing", f"device program: {p}: {module.name} has no entry point {_named(q['entryPoint'])}")
         consts = q.get("constants", {})
         if not isinstance(consts, dict) or len(consts) > MAX_CONSTANTS:
             raise _bad(f"{p}.constants", f"must be an object of at most {MAX_CONSTANTS} numbers")
@@ -250,9 +250,17 @@ def parse_program(
     return DeviceProgram(tuple(buffers.values()), tuple(pipelines.values()), tuple(steps), step_rb, final_rb, total)
 
 
+def _named(value: Any) -> str:
+    """A name from the program for an error message: never repr() of an untrusted structure (a deep one
+    recurses past the interpreter's limit; make fuzz found it)."""
+    if isinstance(value, str):
+        return repr(value[:80])
+    return "an object" if isinstance(value, dict) else "an array" if isinstance(value, list) else type(value).__name__
+
+
 def _buffer_ref(value: Any, path: str, buffers: Mapping[str, BufferSpec]) -> BufferSpec:
     if not isinstance(value, str) or value not in buffers:
-        raise _bad(path, f"unknown buffer {value!r}")
+        raise _bad(path, f"unknown buffer {_named(value)}")
     return buffers[value]
 
 
@@ -261,7 +269,7 @@ def _dispatch(
 ) -> Dispatch:
     d = _obj(item, p, ("op", "pipeline", "bindings", "workgroups"))
     if not isinstance(d["pipeline"], str) or d["pipeline"] not in pipelines:
-        raise _bad(f"{p}.pipeline", f"unknown pipeline {d['pipeline']!r}")
+        raise _bad(f"{p}.pipeline", f"unknown pipeline {_named(d['pipeline'])}")
     most = limits.max_storage_buffers_per_shader_stage
     bindings: list[Binding] = []
     for j, entry in enumerate(_list(d["bindings"], f"{p}.bindings", most, 1)):
