@@ -64,13 +64,18 @@ def _get(value: Any, path: Path) -> Any:
 
 
 def _set(value: Any, path: Path, new: Any) -> Any:
-    """``value`` with the node at ``path`` replaced by ``new``; copies only the containers on the path."""
-    if not path:
-        return new
-    head, rest = path[0], path[1:]
-    copy: Any = dict(value) if isinstance(value, dict) else list(value)
-    copy[head] = _set(value[head], rest, new)
-    return copy
+    """``value`` with the node at ``path`` replaced by ``new``; copies only the containers on the path.
+
+    Iterative: paths into grafted deep values are longer than the interpreter's recursion limit."""
+    chain = [value]
+    for key in path[:-1]:
+        chain.append(chain[-1][key])
+    result = new
+    for node, key in zip(reversed(chain), reversed(path)):
+        copy: Any = dict(node) if isinstance(node, dict) else list(node)
+        copy[key] = result
+        result = copy
+    return result
 
 
 def _scalar(rng: random.Random, objects: bool) -> Any:
