@@ -34,7 +34,7 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, Protocol, TypeVar
 
 from ..core.commands import Send
@@ -279,14 +279,14 @@ class LinkTransport:
             what = _SETUP.get(type(command), type(command).__name__)
             await self._run(self.links.setup_failed(command.link, f"{what} failed: {exc}", now_ms()))
 
-    async def _platform_call(self, link: int, operation: Awaitable[_T]) -> _T:
+    async def _platform_call(self, link: int, operation: Coroutine[Any, Any, _T]) -> _T:
         """``operation``'s result; raises _LinkGone if ``link`` closes first, TimeoutError after the connect
         timeout (see the module docstring)."""
         gone = self._gone.get(link)
-        task = asyncio.ensure_future(operation)
         if gone is None:
-            task.cancel()
+            operation.close()  # never started: nothing to cancel, no "never awaited" warning
             raise _LinkGone()
+        task = asyncio.ensure_future(operation)
         try:
             done, _ = await asyncio.wait({task, gone}, timeout=self.connect_timeout_s,
                                          return_when=asyncio.FIRST_COMPLETED)

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..core._check import _describe
 from .archive import ShaderArchive
 from .errors import GpuError
 
@@ -253,9 +254,7 @@ def parse_program(
 def _named(value: Any) -> str:
     """A name from the program for an error message: never repr() of an untrusted structure (a deep one
     recurses past the interpreter's limit; make fuzz found it)."""
-    if isinstance(value, str):
-        return repr(value[:80])
-    return "an object" if isinstance(value, dict) else "an array" if isinstance(value, list) else type(value).__name__
+    return repr(value[:80]) if isinstance(value, str) else _describe(value)
 
 
 def _buffer_ref(value: Any, path: str, buffers: Mapping[str, BufferSpec]) -> BufferSpec:
