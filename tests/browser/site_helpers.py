@@ -14,9 +14,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 DIST = ROOT / "dist"
 CHROMIUM = os.environ.get("WEEI_CHROMIUM", "/usr/bin/chromium")
+#: As weei.demo.browsers.CHROMIUM_ARGS (why --disable-dev-shm-usage: there).
 CHROMIUM_ARGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--disable-dev-shm-usage",
 ]
 #: Generous: a cold Pyodide start is ~5 s on 2 cores; a whole test takes ~10 s.
 TIMEOUT_MS = 90_000

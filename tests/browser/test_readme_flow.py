@@ -91,15 +91,35 @@ def follow_the_readme(first: Any, second: Any) -> None:
                 continue
             pg.get_by_role("button", name=name, exact=True).click()
     # Each round trains in both tabs; checkpoints appear in the first.
-    first.wait_for_function(
-        "(peer) => { const s = " + API + ".getState(); return s.job && s.job.checkpoints.length >= 1"
-        " && " + API + ".getDebugLog().events.some((e) => e.event === 'update.accepted' && e.details.peer === peer); }",
-        arg=ids["second"], timeout=180_000)
+    try:
+        first.wait_for_function(
+            "(peer) => { const s = " + API + ".getState(); return s.job && s.job.checkpoints.length >= 1"
+            " && " + API + ".getDebugLog().events.some((e) => e.event === 'update.accepted'"
+            " && e.details.peer === peer); }",
+            arg=ids["second"], timeout=180_000)
+    except Exception as exc:
+        raise AssertionError(f"{exc}\n{explain(tabs)}") from None
     assert second.evaluate(f"{API}.getState().job.role") == "participant"
     first.wait_for_function(
         "() => document.querySelector('[data-weei-widget]').shadowRoot"
         ".querySelectorAll('table.checkpoints tbody tr').length >= 1")
     first.evaluate(f"{API}.stop()")
+
+
+def explain(tabs: dict[str, Any]) -> str:
+    """What each tab's API says about its job and the last of its debug log: a timeout here is otherwise
+    silent about which side stalled."""
+    out = []
+    for name, pg in tabs.items():
+        try:
+            out.append(f"--- {name} tab: " + pg.evaluate(
+                "() => { const a = " + API + "; const s = a.getState(); return JSON.stringify({"
+                "job: s.job && {role: s.job.role, status: s.job.status, round: s.job.round,"
+                " checkpoints: s.job.checkpoints.length}, peers: s.peers, diagnostics: s.diagnostics,"
+                " events: a.getDebugLog().events.slice(-40).map((e) => [e.event, e.details])}); }"))
+        except Exception as exc:  # a crashed page still lets the other tab speak
+            out.append(f"--- {name} tab: unreadable ({exc})")
+    return "\n".join(out)
 
 
 @pytest.fixture

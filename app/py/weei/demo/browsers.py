@@ -31,8 +31,11 @@ __all__ = ["run_browser_demo"]
 
 ROOT = Path(__file__).resolve().parents[4]
 CHROMIUM = os.environ.get("WEEI_CHROMIUM", "/usr/bin/chromium")
+# --disable-dev-shm-usage: containers often mount a 64 MB /dev/shm, too small for several Pyodide
+# renderers; Chromium then kills a renderer ("Target crashed"). /tmp has no such cap.
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--disable-dev-shm-usage"]
 JOB_TIMEOUT_S = 600
 
 # Page-side helpers: the package's files as File objects, and a compact state for the table.
