@@ -24,6 +24,10 @@ from weei.runtime.wasmtime_engine import WasmtimeEngine
 DIGITS = models_dir() / "digits-mlp"
 NO_VALIDATION = {"enabled": False, "unit": "epoch", "every": 1}
 ENDLESS = {"localEpochs": 10**6, "batchSize": 16, "learningRate": 0.05}
+#: "At once": an interrupted task ends within this, where an uninterrupted one would run for hours. Quiet it
+#: takes milliseconds; the bound is generous because a loaded 2-core machine delays the threads that
+#: deliver the interrupt, not because cancelling may be slow.
+PROMPT_S = 5.0
 
 
 def digits() -> tuple[bytes, bytes]:
@@ -61,8 +65,8 @@ def test_interrupt_stops_a_running_train_call_and_the_engine_trains_again() -> N
     wait_for(lambda: progress, 30, "the first progress report")
     started = time.monotonic()
     engine.interrupt("cancelled")
-    thread.join(5)
-    assert not thread.is_alive() and time.monotonic() - started < 1.0
+    thread.join(PROMPT_S)
+    assert not thread.is_alive() and time.monotonic() - started < PROMPT_S
     [error] = failure
     assert isinstance(error, ModelError) and error.reason == "cancelled"
     assert runtime.broken is not None  # mid-operation: the instance is not called again
@@ -125,9 +129,9 @@ def test_pool_cancel_interrupts_the_running_task_and_the_worker_trains_the_next(
         assert pool.cancel("old") == 2
         for task in (running, queued):
             with pytest.raises(TaskCancelled) as caught:
-                await asyncio.wait_for(task, 5)
+                await asyncio.wait_for(task, PROMPT_S)
             assert caught.value.reason == "cancelled"
-        assert time.monotonic() - started < 1.0
+        assert time.monotonic() - started < PROMPT_S
         seen = len(reports)
         # Another tag's task is untouched.
         assert (await other).weights is not None
@@ -158,8 +162,8 @@ def test_stop_interrupts_the_local_training_and_the_next_job_trains_at_once() ->
         started = time.monotonic()
         await c.stop()
         assert c.get_state()["progress"] == {}
-        await asyncio.wait_for(c.idle(), 2)  # the training task ended: it was interrupted
-        assert time.monotonic() - started < 2.0 and c.pool.active == 0
+        await asyncio.wait_for(c.idle(), PROMPT_S)  # the training task ended: it was interrupted
+        assert time.monotonic() - started < PROMPT_S and c.pool.active == 0
         assert c.get_state()["job"]["status"] == "completed"
 
         await c.create_job(**package("digits-mlp"), settings={**DIGITS_SETTINGS, "epochs": 1,
@@ -223,8 +227,8 @@ def test_a_remote_participant_stops_training_an_attempt_it_no_longer_holds(how: 
                 await network.settle()
             else:
                 await peer.peer_disconnected("coordinator")
-            await asyncio.wait_for(peer.idle(), 2)
-            assert time.monotonic() - started < 2.0 and peer.pool.active == 0
+            await asyncio.wait_for(peer.idle(), PROMPT_S)
+            assert time.monotonic() - started < PROMPT_S and peer.pool.active == 0
             assert peer.get_state()["progress"] == {}
         finally:
             await network.close()

@@ -418,9 +418,9 @@ def test_no_progress_callback(echo_wasm: bytes, engine: WasmtimeEngine) -> None:
 
 def test_16_mib_round_trip(rt: ModelRuntime) -> None:
     weights = np.random.default_rng(1).standard_normal(4 * MiB, dtype=np.float32)  # 16 MiB
-    start = time.perf_counter()
+    start = time.thread_time()  # CPU time: a loaded machine does not stretch it
     result = loaded(rt, weights.tobytes()).train(data=bytes(16 * MiB), format="echo-v1")
-    elapsed = time.perf_counter() - start
+    elapsed = time.thread_time() - start
     assert rt.weight_bytes == 16 * MiB
     assert np.array_equal(np.frombuffer(result.weights, "<f4"), weights + np.float32(1))
     assert result.unique_examples == 4 * MiB
@@ -448,12 +448,12 @@ def test_copy_throughput_16_mib(echo_wasm: bytes, engine: WasmtimeEngine) -> Non
     ptr = instance.call("alloc", 16 * MiB)
     assert isinstance(ptr, int) and ptr > 0
     data = np.random.default_rng(2).bytes(16 * MiB)
-    start = time.perf_counter()
+    start = time.thread_time()  # CPU time: a loaded machine does not stretch it
     instance.write(ptr, data)
     back = instance.read(ptr, 16 * MiB)
-    elapsed = time.perf_counter() - start
+    elapsed = time.thread_time() - start
     assert back == data
-    assert elapsed < 1.0, f"16 MiB write+read took {elapsed:.3f} s"
+    assert elapsed < 1.0, f"16 MiB write+read took {elapsed:.3f} CPU-s (per-byte copying takes minutes)"
 
 
 # -- the protocol without wasm, and fuzzing ------------------------------------------------------
