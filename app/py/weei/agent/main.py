@@ -4,8 +4,9 @@ The agent is the browser's participant side with other adapters: a
 ``TrainingController`` whose peer ID comes from the signaling server, disk
 storage (``storage.py``), a wasmtime Worker pool, the native aggregation
 kernel, and the aiortc transport (``transport.py``). It joins a room, lets
-the acceptance policy (``policy.py``) decide every invitation, trains what
-it accepted, and stays for the next job until SIGINT or SIGTERM, when it
+the acceptance policy (``policy.py``) decide every invitation (asking a
+coordinator trusted for its room to prove the room key, ``room_check.py``),
+trains what it accepted, and stays for the next job until SIGINT or SIGTERM, when it
 leaves the job it is in, closes its connections and exits 0.
 """
 
@@ -27,9 +28,11 @@ from ..api.controller import TrainingController
 from ..core.errors import WeeiError
 from ..core.framing import referenced_artifacts
 from ..core.messages import Invitation, Message
+from ..core.room_proof import RoomProof
 from ..core.signaling_protocol import room_code
 from ..server.signaling_client import SignalingClient
 from .policy import AcceptancePolicy, CoordinatorTrust, Decision
+from .room_check import RoomCheck
 from .storage import DiskKeyValue, DiskStorage
 
 if TYPE_CHECKING:
@@ -107,6 +110,7 @@ class Agent:
         self.kv = DiskKeyValue(Path(options.data_dir) / "kv.json")
         self.transport: AgentTransport | None = None
         self.controller: TrainingController | None = None
+        self.room_check: RoomCheck | None = None
         self.decisions: dict[str, Decision] = {}
         self._deciding: set[str] = set()
         self._latest: dict[str, str] = {}  # artifact kind -> newest SHA-256 kept on disk
@@ -144,12 +148,16 @@ class Agent:
             my_peer_id=welcome.peer_id, storage=self.storage, kv=self.kv,
             pool=ThreadWorkerPool(engine, device_limit=opts.workers), kernel=NativeKernel(), engine=engine,
             clock=lambda: time.time() * 1000.0, monotonic=lambda: time.monotonic() * 1000.0,
-            random_bytes=os.urandom, transport=self.transport, environment=agent_environment(), gpu=_wgpu())
+            random_bytes=os.urandom, transport=self.transport, environment=agent_environment(), gpu=_wgpu(),
+            room_key=opts.room)
         await controller.init()
         if opts.workers is not None:
             await controller.set_max_local_workers(opts.workers)
         await controller.set_backend_preference(opts.backend)
         self.controller = controller
+        transport = self.transport
+        self.room_check = RoomCheck(opts.room, welcome.peer_id, lambda send: transport.send(send, {}),
+                                    controller.session.record)
         self.transport.attach(self, has=lambda sha: sha in controller.artifacts)
         controller.subscribe(self._on_state)
         peers = await self.transport.join(opts.room)
@@ -167,6 +175,10 @@ class Agent:
     async def receive(self, peer: str, message: Message, blobs: Mapping[str, bytes]) -> None:
         controller = self.controller
         if controller is None:
+            return
+        if isinstance(message, RoomProof):  # the answer to a challenge of ours (_decide), not the controller's
+            if self.room_check is not None:
+                self.room_check.received(peer, message)
             return
         await self._keep(message, blobs)
         before = controller.invitations.get(message.job_id) if isinstance(message, Invitation) else None
@@ -207,13 +219,25 @@ class Agent:
         controller = self.controller
         assert controller is not None
         invitation = controller.invitations[job_id]["invitation"]
-        decision = await self.policy.decide(job_id, invitation, self._senders.get(job_id, ""))
+        sender = self._senders.get(job_id, "")
+        decision = await self.policy.decide(job_id, invitation, sender)
+        if decision.accepted and decision.room_proof:
+            decision = await self._prove(job_id, sender, decision)
         self.decisions[job_id] = decision
         self.say(f"{'accepted' if decision.accepted else 'refused'} job {job_id} from "
                  f"{invitation.get('coordinator')}: {decision.reason}")
         if job_id not in controller.invitations:
             return
         await controller.decide_invitation(job_id, decision.accepted)
+
+    async def _prove(self, job_id: str, coordinator: str, decision: Decision) -> Decision:
+        """Trusted for being in the room: the coordinator itself must prove the room key first."""
+        if self.room_check is None:
+            return Decision(False, "no room to ask the coordinator to prove")
+        verdict = await self.room_check.prove(job_id, coordinator)
+        if not verdict.proven:
+            return Decision(False, f"{verdict.reason}: {verdict.message}")
+        return Decision(True, f"{decision.reason}; {verdict.message}")
 
     # ---------------------------------------------------------------- reporting
 
@@ -282,7 +306,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="accept invitations whose model module has this SHA-256 (repeatable)")
     parser.add_argument("--trust-room", action="store_true",
                         help="--accept-model accepts invitations from any coordinator in the room (every member "
-                             "entered with the invite link's key)")
+                             "entered with the invite link's key) once it proves the room key to the agent")
     parser.add_argument("--accept-coordinator", action="append", default=[], metavar="PEER_ID",
                         help="--accept-model accepts invitations from this coordinator (repeatable)")
     parser.add_argument("--interactive", action="store_true",

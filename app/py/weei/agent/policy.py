@@ -11,7 +11,10 @@ agent could otherwise spend its compute on that module):
   server assigned and only its holder can resume (the resume token is bound
   to the room and expires, docs/signaling.md) -- or ``--trust-room``: any
   coordinator in the agent's room, where every member entered with the
-  room key of the invite link (the server checked it at each join).
+  room key of the invite link (the server checked it at each join), and
+  the coordinator itself proves the key before the agent accepts
+  (``Decision.room_proof``, core/room_proof.py): the server's gatekeeping
+  alone is not trusted with the agent's compute.
 
 The coordinator is the peer the invitation came from; an invitation that
 names another coordinator than its sender is refused. ``--interactive``
@@ -77,6 +80,8 @@ class CoordinatorTrust:
 class Decision:
     accepted: bool
     reason: str
+    # Accepted by --trust-room alone: only once the coordinator proves the room key (the agent asks it).
+    room_proof: bool = False
 
 
 def _size(n: Any) -> str:
@@ -127,8 +132,10 @@ class AcceptancePolicy:
                                    f"but came from {sender}")
         model_ok = sha in self.accept_models
         if model_ok and self.trust.allows(sender):
-            who = "--trust-room" if self.trust.room else "--accept-coordinator"
-            return Decision(True, f"module sha256 {sha} is allowed by --accept-model, coordinator {sender} by {who}")
+            by_room = sender not in self.trust.peers  # a listed peer ID needs no proof of the room key
+            who = "--trust-room" if by_room else "--accept-coordinator"
+            return Decision(True, f"module sha256 {sha} is allowed by --accept-model, coordinator {sender} by {who}",
+                            room_proof=by_room)
         if self.interactive:
             print(describe_invitation(job_id, invitation), file=self.out, flush=True)
             answer = await _in_thread(self.ask, "Accept and download the module and data? [y/N] ")

@@ -73,14 +73,15 @@ class TrainingController:
     """One browser's side of the API. Call ``await init()`` once before use.
 
     ``backend`` is where training and validation run; by default the CPU
-    Worker pool ``pool`` (``compute.CpuWorkerBackend``).
+    Worker pool ``pool`` (``compute.CpuWorkerBackend``). ``room_key``: the room's key; a coordinator proves it.
     """
 
     def __init__(self, *, my_peer_id: str, storage: Storage, kv: KeyValue, pool: WorkerPool,
                  kernel: AggregationKernel, engine: Engine, clock: Callable[[], float],
                  monotonic: Callable[[], float], random_bytes: Callable[[int], bytes],
                  transport: Transport | None = None, environment: Mapping[str, Any] | None = None,
-                 backend: ComputeBackend | None = None, gpu: Any = None, gpu_host: GpuHost | None = None) -> None:
+                 backend: ComputeBackend | None = None, gpu: Any = None, gpu_host: GpuHost | None = None,
+                 room_key: str | None = None) -> None:
         self.pool = pool
         self.kernel = kernel
         self.engine = engine
@@ -99,7 +100,7 @@ class TrainingController:
             session=self.session, gpu=gpu, host=gpu_host)
         self.view = StateView(self.session, self.store, self.backend)
         self.executor = Executor(self.session, self.store, self.backend, kv, self.view)
-        self.peer_events = PeerEvents(self.session, self.store, self.executor)
+        self.peer_events = PeerEvents(self.session, self.store, self.executor, room_key)
         self.kv = kv
 
     # What hosts read (the agent, the transports' dedupe, the demo network).

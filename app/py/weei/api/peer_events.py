@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from ..core.commands import Send
 from ..core.errors import WeeiError
 from ..core.messages import Direction, Invitation, Message, Progress, decode_message
 from ..core.participant import Participant
 from ..core.relay import RelayNode
 from ..core.relay_messages import RelayPiece, RelayPlan
+from ..core.room_proof import RoomChallenge, RoomProof, answer_challenge, proof_key
 from .executor import Executor
 from .job_store import PARTICIPATION_KEY, JobStore
 from .session import Session
@@ -19,10 +21,12 @@ __all__ = ["PeerEvents"]
 class PeerEvents:
     """Turns peer events into calls on the state machines, then drains."""
 
-    def __init__(self, session: Session, store: JobStore, executor: Executor) -> None:
+    def __init__(self, session: Session, store: JobStore, executor: Executor, room_key: str | None = None) -> None:
         self.session = session
         self.store = store
         self.executor = executor
+        # What this device proves the room key with when it coordinates (core/room_proof.py); not the key.
+        self._proof_key = proof_key(room_key) if room_key else None
 
     async def receive(self, peer: str, message: Message, blobs: Mapping[str, bytes]) -> None:
         """A message from another peer, with its verified attachments."""
@@ -42,6 +46,10 @@ class PeerEvents:
                 "dataBytes": message.data_bytes, "settings": message.settings}, "receivedAt": now}
         elif isinstance(message, (RelayPlan, RelayPiece)):
             self._relay(peer, message, blobs)
+        elif isinstance(message, RoomChallenge):
+            self._prove_room_key(peer, message)
+        elif isinstance(message, RoomProof):  # only the agent asks for proofs, and it reads them itself
+            s.record("room.proof.ignored", {"from": peer, "jobId": message.job_id[:64], "reason": "not asked"})
         elif s.coordinator is not None and peer != s.my_peer_id and message.DIRECTION is Direction.TO_COORDINATOR:
             s.coordinator.receive(peer, message, blobs, now)
         elif s.participant is not None:
@@ -63,6 +71,17 @@ class PeerEvents:
             s.relay.piece(peer, message, blobs)
         for sha, data in s.relay.take_assembled().items():
             self.store.remember(sha, data)
+
+    def _prove_room_key(self, peer: str, challenge: RoomChallenge) -> None:
+        """A participant asks this coordinator to prove the room key for its job (no proof without a key)."""
+        s = self.session
+        if s.coordinator is None or s.coordinator.spec.job_id != challenge.job_id or s.transport is None:
+            s.record("room.challenge.ignored", {"from": peer, "jobId": challenge.job_id[:64],
+                                                "reason": "not a job this device coordinates"})
+            return
+        answer = answer_challenge(self._proof_key, coordinator=s.my_peer_id, participant=peer, challenge=challenge)
+        s.record("room.challenge.answered", {"from": peer, "jobId": challenge.job_id, "proof": answer.proof is not None})
+        s.transport.send(Send(peer, answer), {})
 
     def rejoin(self, record: Any) -> None:
         s = self.session
