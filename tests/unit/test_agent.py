@@ -212,7 +212,9 @@ def test_agent_trains_digits_with_a_coordinator_over_webrtc(tmp_path: Path) -> N
                 assert state["job"]["status"] == "completed", state.get("error")
                 assert agent.decisions[job_id].accepted
                 # --trust-room accepted only once the coordinator proved the room key to the agent itself
-                assert "proved the room key" in agent.decisions[job_id].reason
+                assert f"job {job_id}: coordinator {coord_transport.peer_id} proved the room key" in out.getvalue()
+                assert [e["event"] for e in agent.controller.get_debug_log()["events"]
+                        if e["event"].startswith("room.proof.")] == ["room.proof.asked", "room.proof.accepted"]
 
                 updates = [r for r in coord_transport.log if r.direction == "receive" and r.type == "update"]
                 assert updates and all(r.peer == agent.peer_id for r in updates), "no update came from the agent"

@@ -225,3 +225,81 @@ def test_a_coordinator_in_the_room_answers_its_own_job_only_and_without_a_key_sa
             await network.close()
 
     asyncio.run(main())
+
+
+def test_a_participant_in_a_keyed_room_accepts_only_a_coordinator_that_proves_the_key() -> None:
+    """decideInvitation(job, true) in a keyed room (a page, the agent): the proof first, else a decline."""
+    from test_controller import DIGITS_SETTINGS, package
+    from weei.core.errors import UsageError
+    from weei.demo.network import MemoryNetwork
+
+    async def main() -> None:
+        network = MemoryNetwork()
+        engine = WasmtimeEngine()
+
+        def make(peer: str, room_key: str | None) -> TrainingController:
+            c = TrainingController(my_peer_id=peer, storage=MemoryStorage(), kv=MemoryKeyValue(),
+                                   pool=ThreadWorkerPool(engine, 1), kernel=NativeKernel(), engine=engine,
+                                   clock=lambda: time.time() * 1000, monotonic=lambda: time.monotonic() * 1000,
+                                   random_bytes=os.urandom, transport=network.transport(peer), room_key=room_key)
+            network.attach(c)
+            return c
+
+        keyed, keyless = make("keyed", ROOM), make("keyless", None)
+        member, stranger, member2, plain = make("member", ROOM), make("stranger", "other-room"), \
+            make("member2", ROOM), make("plain", None)
+        peers = (keyed, keyless, member, stranger, member2, plain)
+        try:
+            for c in peers:
+                await c.init()
+            job = await keyed.create_job(**package("digits-mlp"), settings={**DIGITS_SETTINGS, "epochs": 1})
+            other = await keyless.create_job(**package("digits-mlp"), settings={**DIGITS_SETTINGS, "epochs": 1})
+            for c, who in ((keyed, "member"), (keyed, "stranger"), (keyless, "member2"), (keyless, "plain")):
+                c.invite(who)
+            await network.settle()
+
+            await member.decide_invitation(job, True)
+            with pytest.raises(UsageError) as mismatch:
+                await stranger.decide_invitation(job, True)
+            with pytest.raises(UsageError) as missing:
+                await member2.decide_invitation(other, True)
+            await plain.decide_invitation(other, True)  # no room key, nothing to prove: as before
+            await network.settle()
+
+            assert mismatch.value.reason == "room-proof-mismatch" and missing.value.reason == "room-proof-missing"
+            assert "holds no room key" in missing.value.message
+            states = {p: c.get_state()["job"]["participants"][p]["state"]
+                      for c, p in ((keyed, "member"), (keyed, "stranger"), (keyless, "member2"), (keyless, "plain"))}
+            assert states["stranger"] == states["member2"] == "declined", states
+            assert states["member"] != "declined" and states["plain"] != "declined", states
+            assert member.participant is not None and stranger.participant is None and member2.participant is None
+            refused = [e["details"] for e in stranger.get_debug_log()["events"] if e["event"] == "room.proof.refused"]
+            assert [(d["reason"], d["coordinator"], d["jobId"]) for d in refused] == [
+                ("room-proof-mismatch", "keyed", job)]
+            asked = [e for c in peers for e in c.get_debug_log()["events"] if e["event"] == "room.proof.asked"]
+            assert len(asked) == 3  # member, stranger, member2; plain asked nothing
+        finally:
+            await network.close()
+
+    asyncio.run(main())
+
+
+def test_a_silent_coordinator_times_out_by_name() -> None:
+    """The asyncio side of the check (api/room_check.py): a challenge nobody answers ends as a timeout."""
+    from weei.api.room_check import RoomCheck
+
+    sent: list[object] = []
+    log: list[tuple[str, dict[str, object]]] = []
+    check = RoomCheck(proof_key(ROOM), AGENT, sent.append, lambda e, d: log.append((e, dict(d))), os.urandom,
+                      timeout_ms=200)
+    heard: list[object] = []
+    check.listeners.append(heard.append)
+    verdict = asyncio.run(asyncio.wait_for(check.prove("job-1", COORD), 30))
+    assert verdict.reason is RoomProofReason.TIMEOUT and heard == [verdict]
+    [send] = sent
+    assert isinstance(send.message, RoomChallenge) and send.peer == COORD
+    assert [e for e, _ in log] == ["room.proof.asked", "room.proof.refused"]
+    assert log[1][1]["reason"] == "room-proof-timeout"
+    # the answer that comes too late decides nothing more
+    check.received(COORD, answer(ROOM, send.message))
+    assert log[-1][0] == "room.proof.ignored" and heard == [verdict]

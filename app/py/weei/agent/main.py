@@ -4,10 +4,11 @@ The agent is the browser's participant side with other adapters: a
 ``TrainingController`` whose peer ID comes from the signaling server, disk
 storage (``storage.py``), a wasmtime Worker pool, the native aggregation
 kernel, and the aiortc transport (``transport.py``). It joins a room, lets
-the acceptance policy (``policy.py``) decide every invitation (asking a
-coordinator trusted for its room to prove the room key, ``room_check.py``),
-trains what it accepted, and stays for the next job until SIGINT or SIGTERM, when it
-leaves the job it is in, closes its connections and exits 0.
+the acceptance policy (``policy.py``) decide every invitation (the
+controller then asks the coordinator to prove the room key before it
+accepts, ``api/room_check.py``), trains what it accepted, and stays for
+the next job until SIGINT or SIGTERM, when it leaves the job it is in,
+closes its connections and exits 0.
 """
 
 from __future__ import annotations
@@ -25,14 +26,13 @@ from typing import TYPE_CHECKING, Any, Mapping, TextIO
 
 from .. import __version__
 from ..api.controller import TrainingController
-from ..core.errors import WeeiError
+from ..core.errors import UsageError, WeeiError
 from ..core.framing import referenced_artifacts
 from ..core.messages import Invitation, Message
-from ..core.room_proof import RoomProof
+from ..core.room_proof import ProofVerdict
 from ..core.signaling_protocol import room_code
 from ..server.signaling_client import SignalingClient
 from .policy import AcceptancePolicy, CoordinatorTrust, Decision
-from .room_check import RoomCheck
 from .storage import DiskKeyValue, DiskStorage
 
 if TYPE_CHECKING:
@@ -110,7 +110,6 @@ class Agent:
         self.kv = DiskKeyValue(Path(options.data_dir) / "kv.json")
         self.transport: AgentTransport | None = None
         self.controller: TrainingController | None = None
-        self.room_check: RoomCheck | None = None
         self.decisions: dict[str, Decision] = {}
         self._deciding: set[str] = set()
         self._latest: dict[str, str] = {}  # artifact kind -> newest SHA-256 kept on disk
@@ -155,9 +154,8 @@ class Agent:
             await controller.set_max_local_workers(opts.workers)
         await controller.set_backend_preference(opts.backend)
         self.controller = controller
-        transport = self.transport
-        self.room_check = RoomCheck(opts.room, welcome.peer_id, lambda send: transport.send(send, {}),
-                                    controller.session.record)
+        if controller.peer_events.room_check is not None:
+            controller.peer_events.room_check.listeners.append(self._on_room_proof)
         self.transport.attach(self, has=lambda sha: sha in controller.artifacts)
         controller.subscribe(self._on_state)
         peers = await self.transport.join(opts.room)
@@ -175,10 +173,6 @@ class Agent:
     async def receive(self, peer: str, message: Message, blobs: Mapping[str, bytes]) -> None:
         controller = self.controller
         if controller is None:
-            return
-        if isinstance(message, RoomProof):  # the answer to a challenge of ours (_decide), not the controller's
-            if self.room_check is not None:
-                self.room_check.received(peer, message)
             return
         await self._keep(message, blobs)
         before = controller.invitations.get(message.job_id) if isinstance(message, Invitation) else None
@@ -219,25 +213,19 @@ class Agent:
         controller = self.controller
         assert controller is not None
         invitation = controller.invitations[job_id]["invitation"]
-        sender = self._senders.get(job_id, "")
-        decision = await self.policy.decide(job_id, invitation, sender)
-        if decision.accepted and decision.room_proof:
-            decision = await self._prove(job_id, sender, decision)
+        decision = await self.policy.decide(job_id, invitation, self._senders.get(job_id, ""))
+        if job_id in controller.invitations:
+            try:  # accepting first asks the coordinator to prove the room key (api/room_check.py)
+                await controller.decide_invitation(job_id, decision.accepted)
+            except UsageError as exc:  # room-proof-*: declined, nothing downloaded
+                decision = Decision(False, f"{exc.reason}: {exc.message}")
         self.decisions[job_id] = decision
         self.say(f"{'accepted' if decision.accepted else 'refused'} job {job_id} from "
                  f"{invitation.get('coordinator')}: {decision.reason}")
-        if job_id not in controller.invitations:
-            return
-        await controller.decide_invitation(job_id, decision.accepted)
 
-    async def _prove(self, job_id: str, coordinator: str, decision: Decision) -> Decision:
-        """Trusted for being in the room: the coordinator itself must prove the room key first."""
-        if self.room_check is None:
-            return Decision(False, "no room to ask the coordinator to prove")
-        verdict = await self.room_check.prove(job_id, coordinator)
-        if not verdict.proven:
-            return Decision(False, f"{verdict.reason}: {verdict.message}")
-        return Decision(True, f"{decision.reason}; {verdict.message}")
+    def _on_room_proof(self, verdict: ProofVerdict) -> None:
+        reason = f"{verdict.reason}: " if verdict.reason is not None else ""
+        self.say(f"job {verdict.job_id}: {reason}{verdict.message}")
 
     # ---------------------------------------------------------------- reporting
 
@@ -306,7 +294,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="accept invitations whose model module has this SHA-256 (repeatable)")
     parser.add_argument("--trust-room", action="store_true",
                         help="--accept-model accepts invitations from any coordinator in the room (every member "
-                             "entered with the invite link's key) once it proves the room key to the agent")
+                             "entered with the invite link's key; a coordinator proves the key before the agent "
+                             "accepts)")
     parser.add_argument("--accept-coordinator", action="append", default=[], metavar="PEER_ID",
                         help="--accept-model accepts invitations from this coordinator (repeatable)")
     parser.add_argument("--interactive", action="store_true",

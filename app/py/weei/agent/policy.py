@@ -11,10 +11,13 @@ agent could otherwise spend its compute on that module):
   server assigned and only its holder can resume (the resume token is bound
   to the room and expires, docs/signaling.md) -- or ``--trust-room``: any
   coordinator in the agent's room, where every member entered with the
-  room key of the invite link (the server checked it at each join), and
-  the coordinator itself proves the key before the agent accepts
-  (``Decision.room_proof``, core/room_proof.py): the server's gatekeeping
-  alone is not trusted with the agent's compute.
+  room key of the invite link (the server checked it at each join).
+
+Whatever accepts, the controller then asks the coordinator to prove the
+room key before the acceptance goes out (``api/room_check.py``): the
+server's gatekeeping alone is not trusted with the agent's compute, and a
+coordinator that cannot prove the key is declined with a ``room-proof-*``
+reason.
 
 The coordinator is the peer the invitation came from; an invitation that
 names another coordinator than its sender is refused. ``--interactive``
@@ -80,8 +83,6 @@ class CoordinatorTrust:
 class Decision:
     accepted: bool
     reason: str
-    # Accepted by --trust-room alone: only once the coordinator proves the room key (the agent asks it).
-    room_proof: bool = False
 
 
 def _size(n: Any) -> str:
@@ -132,10 +133,8 @@ class AcceptancePolicy:
                                    f"but came from {sender}")
         model_ok = sha in self.accept_models
         if model_ok and self.trust.allows(sender):
-            by_room = sender not in self.trust.peers  # a listed peer ID needs no proof of the room key
-            who = "--trust-room" if by_room else "--accept-coordinator"
-            return Decision(True, f"module sha256 {sha} is allowed by --accept-model, coordinator {sender} by {who}",
-                            room_proof=by_room)
+            who = "--trust-room" if self.trust.room else "--accept-coordinator"
+            return Decision(True, f"module sha256 {sha} is allowed by --accept-model, coordinator {sender} by {who}")
         if self.interactive:
             print(describe_invitation(job_id, invitation), file=self.out, flush=True)
             answer = await _in_thread(self.ask, "Accept and download the module and data? [y/N] ")

@@ -100,7 +100,7 @@ class TrainingController:
             session=self.session, gpu=gpu, host=gpu_host)
         self.view = StateView(self.session, self.store, self.backend)
         self.executor = Executor(self.session, self.store, self.backend, kv, self.view)
-        self.peer_events = PeerEvents(self.session, self.store, self.executor, room_key)
+        self.peer_events = PeerEvents(self.session, self.store, self.executor, room_key, random_bytes)
         self.kv = kv
 
     # What hosts read (the agent, the transports' dedupe, the demo network).
@@ -241,20 +241,8 @@ class TrainingController:
 
     @_busy
     async def decide_invitation(self, job_id: str, accepted: bool) -> None:
-        s = self.session
-        if job_id not in s.invitations or s.participant is None:
-            raise UsageError("no-invitation", f"there is no pending invitation for job {job_id}")
-        invitation = s.participant.invitation
-        s.participant.decide(accepted, self.clock())
-        del s.invitations[job_id]
-        if accepted and invitation is not None:
-            # Kept so a restarted agent or a reloaded page takes part again when the coordinator is back.
-            await self.store.put_setting(PARTICIPATION_KEY, {"invitation": invitation.to_json(),
-                                                             "from": s.participant.coordinator})
-        await self._drain()  # the decision must leave before a declined machine is dropped
-        if not accepted:
-            s.participant = None
-            self.view.notify()
+        """In a keyed room, accepting needs the coordinator's proof of the room key (peer_events.py)."""
+        await self.peer_events.decide_invitation(job_id, accepted, self.clock)
 
     @_busy
     async def start(self) -> None:

@@ -1,35 +1,36 @@
-"""The agent asks a coordinator to prove the room key (core/room_proof.py on asyncio).
+"""A participant in a keyed room asks the coordinator to prove the room key (core/room_proof.py on asyncio).
 
-``--trust-room`` accepts a coordinator because it is in the agent's room;
-before the agent gives it compute, the coordinator must show it holds the
-room key itself (docs/agent.md, "The coordinator proves the room key").
-Every challenge and verdict goes to the debug log; the decision is the
-agent's (``main.py``), this only answers "proven or not, and why".
+Accepting an invitation gives a coordinator this device's compute; in a
+room, every member entered with the room key, but only the signaling
+server checked it. ``decide_invitation(job, True)`` therefore first asks
+the coordinator itself (docs/agent.md, "The coordinator proves the room
+key"). Every challenge and verdict goes to the debug log and to the
+``listeners`` (the agent prints them); the decision is the controller's.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from typing import Any, Callable, Mapping
 
 from ..core.commands import Send
 from ..core.room_proof import (NONCE_BYTES, PROOF_TIMEOUT_MS, CoordinatorProofs, ProofIgnored, ProofVerdict,
-                               RoomProof, proof_key)
+                               RoomProof)
 
 __all__ = ["RoomCheck"]
 
 
 class RoomCheck:
     """``await prove(job_id, coordinator)`` sends a challenge and returns its verdict; ``received`` takes
-    the RoomProof messages that arrive meanwhile."""
+    the RoomProof messages that arrive meanwhile. ``key`` is ``proof_key(room key)``."""
 
-    def __init__(self, room_key: str, me: str, send: Callable[[Send], None],
-                 record: Callable[[str, Mapping[str, Any]], None], *, timeout_ms: float = PROOF_TIMEOUT_MS,
-                 monotonic: Callable[[], float] = lambda: time.monotonic() * 1000.0,
-                 random_bytes: Callable[[int], bytes] = os.urandom) -> None:
-        self.proofs = CoordinatorProofs(proof_key(room_key), me, timeout_ms=timeout_ms)
+    def __init__(self, key: bytes, me: str, send: Callable[[Send], None],
+                 record: Callable[[str, Mapping[str, Any]], None], random_bytes: Callable[[int], bytes], *,
+                 timeout_ms: float = PROOF_TIMEOUT_MS,
+                 monotonic: Callable[[], float] = lambda: time.monotonic() * 1000.0) -> None:
+        self.proofs = CoordinatorProofs(key, me, timeout_ms=timeout_ms)
+        self.listeners: list[Callable[[ProofVerdict], None]] = []
         self._send = send
         self._record = record
         self._monotonic = monotonic
@@ -40,7 +41,7 @@ class RoomCheck:
         """Challenge ``coordinator`` for ``job_id`` and wait for the verdict (at most the proof timeout)."""
         previous = self._waiting.pop(job_id, None)
         if previous is not None:
-            previous.cancel()  # a newer invitation of the job asks again, with a new nonce
+            previous.cancel()  # a newer decision on the job asks again, with a new nonce
         future: asyncio.Future[ProofVerdict] = asyncio.get_running_loop().create_future()
         self._waiting[job_id] = future
         self._send(self.proofs.challenge(job_id, coordinator, self._random_bytes(NONCE_BYTES), self._monotonic()))
@@ -69,6 +70,8 @@ class RoomCheck:
         if verdict.reason is not None:
             details["reason"] = str(verdict.reason)
         self._record(event, details)
+        for listener in list(self.listeners):
+            listener(verdict)
         future = self._waiting.pop(verdict.job_id, None)
         if future is not None and not future.done():
             future.set_result(verdict)
