@@ -40,6 +40,10 @@ def test_a_room_key_in_the_query_is_in_no_log_record(tmp_path: Path, caplog: Any
                 request = f"GET {path}?x=1&room={KEY} HTTP/1.1\r\nHost: {host}:{port}\r\nConnection: close\r\n\r\n"
                 answer = await raw(host, port, request.encode())
                 assert status_and_headers(answer)[0] in statuses, (path, answer[:200])
+            # requests the parser refuses (aiohttp would quote their raw line): a 400, logged without it
+            for bad in (f"GET /?room={KEY}\x01 HTTP/1.1\r\nHost: a\r\n\r\n", f"BAD\x00 /?room={KEY} HTTP/1.1\r\n\r\n",
+                        f"GET /?room={KEY} HTTP/1.1\r\nHost: a\r\nX: {'a' * 10000}\r\n\r\n"):
+                assert status_and_headers(await raw(host, port, bad.encode()))[0] == 400
             # a signaling socket from a foreign page, with the key in its query: refused, logged without it
             async with aiohttp.ClientSession() as session:
                 async with session.get(f"http://{host}:{port}/signal?room={KEY}",
@@ -54,4 +58,5 @@ def test_a_room_key_in_the_query_is_in_no_log_record(tmp_path: Path, caplog: Any
     # The capture works: the 500's error id and the refused origin are there (by path and origin only).
     assert any("internal error" in t and "/broken" in t for t in texts), texts
     assert any("evil.example" in t for t in texts), texts
+    assert any("BadHttpMethod 400 (request not shown)" in t for t in texts), texts
     assert not [t for t in texts if KEY in t]
