@@ -192,6 +192,7 @@ def test_a_coordinator_in_the_room_answers_its_own_job_only_and_without_a_key_sa
 
         keyed, keyless = make(COORD, ROOM), make(OTHER, None)
         network.transport(AGENT)  # the asking participant: its inbox is read here, as text off the wire
+        network.transport("uninvited")
         inbox = network.inboxes[AGENT]
 
         async def ask(coordinator: str, job_id: str, nonce: bytes, proofs: CoordinatorProofs) -> object:
@@ -207,6 +208,10 @@ def test_a_coordinator_in_the_room_answers_its_own_job_only_and_without_a_key_sa
                 await c.init()
             job_id = await keyed.create_job(**package("digits-mlp"), settings={**DIGITS_SETTINGS, "epochs": 1})
             other_job = await keyless.create_job(**package("digits-mlp"), settings={**DIGITS_SETTINGS, "epochs": 1})
+            for c in (keyed, keyless):
+                c.invite(AGENT)
+                src, text, _ = await asyncio.wait_for(inbox.get(), 30)
+                assert (src, json.loads(text)["type"]) == (c.my_peer_id, "invitation")
             proofs = CoordinatorProofs(proof_key(ROOM), AGENT)
             verdict = await ask(COORD, job_id, N1, proofs)
             assert not isinstance(verdict, ProofIgnored) and verdict.proven
@@ -214,13 +219,17 @@ def test_a_coordinator_in_the_room_answers_its_own_job_only_and_without_a_key_sa
             assert not isinstance(verdict, ProofIgnored) and verdict.reason is RoomProofReason.MISSING
             # a challenge for a job the coordinator does not run gets no answer, only a line in its log
             network.post(AGENT, proofs.challenge("not-its-job", COORD, N2, T0), {})
+            # nor does one from a peer the coordinator never invited
+            stranger = CoordinatorProofs(proof_key(ROOM), "uninvited")
+            network.post("uninvited", stranger.challenge(job_id, COORD, N1, T0), {})
             await asyncio.sleep(0.2)
-            assert inbox.empty()
+            assert inbox.empty() and network.inboxes["uninvited"].empty()
             assert [v.reason for v in proofs.expire(T0 + PROOF_TIMEOUT_MS + 1)] == [RoomProofReason.TIMEOUT]
             events = [(e["event"], e.get("details", {})) for e in keyed.get_debug_log()["events"]]
             answered = [d for e, d in events if e == "room.challenge.answered"]
             assert answered == [{"from": AGENT, "jobId": job_id, "proof": True}]
-            assert any(e == "room.challenge.ignored" and d["jobId"] == "not-its-job" for e, d in events)
+            ignored = [(d["from"], d["jobId"]) for e, d in events if e == "room.challenge.ignored"]
+            assert ignored == [(AGENT, "not-its-job"), ("uninvited", job_id)], ignored
         finally:
             await network.close()
 

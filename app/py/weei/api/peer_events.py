@@ -121,9 +121,9 @@ class PeerEvents:
     def _prove_room_key(self, peer: str, challenge: RoomChallenge) -> None:
         """A participant asks this coordinator to prove the room key for its job (no proof without a key)."""
         s = self.session
-        if s.coordinator is None or s.coordinator.spec.job_id != challenge.job_id or s.transport is None:
+        if s.coordinator is None or s.coordinator.spec.job_id != challenge.job_id or peer not in s.coordinator.peers:
             s.record("room.challenge.ignored", {"from": peer, "jobId": challenge.job_id[:64],
-                                                "reason": "not a job this device coordinates"})
+                                                "reason": "not invited to a job this device coordinates"})
             return
         answer = answer_challenge(self._proof_key, coordinator=s.my_peer_id, participant=peer, challenge=challenge)
         s.record("room.challenge.answered", {"from": peer, "jobId": challenge.job_id, "proof": answer.proof is not None})
