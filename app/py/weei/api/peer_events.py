@@ -126,7 +126,8 @@ class PeerEvents:
                                                 "reason": "not invited to a job this device coordinates"})
             return
         answer = answer_challenge(self._proof_key, coordinator=s.my_peer_id, participant=peer, challenge=challenge)
-        s.record("room.challenge.answered", {"from": peer, "jobId": challenge.job_id, "proof": answer.proof is not None})
+        s.record("room.challenge.answered", {"from": peer, "jobId": challenge.job_id,
+                                             "proof": answer.proof is not None})
         self._send(Send(peer, answer))
 
     def rejoin(self, record: Any) -> None:
