@@ -34,6 +34,27 @@
 
   const url = (path) => new URL(path, BASE).href;
 
+  // A room key in the query (?room=KEY, the older link form) reached the server with the page request;
+  // weei serve logs no request lines, but a proxy in front may. The key moves into the fragment at
+  // once, before anything else here, so the address bar, the history, a bookmark, a copied link and
+  // later Referer headers carry it only where HTTP never sends it (docs/signaling.md "Rooms and keys").
+  // A key already in the fragment stays the one used (the fragment is read first).
+  (function moveRoomKeyIntoFragment() {
+    const query = new URLSearchParams(location.search);
+    const key = query.get('room');
+    if (key === null) return;
+    query.delete('room');
+    const fragment = location.hash.slice(1);
+    const hash = new URLSearchParams(fragment).has('room') ? fragment
+      : `${fragment ? fragment + '&' : ''}room=${encodeURIComponent(key)}`;
+    const search = query.toString();
+    try {
+      history.replaceState(history.state, '', `${location.pathname}${search ? '?' + search : ''}#${hash}`);
+    } catch (err) { // a sandboxed or opaque document: the key is still read from the query below
+      console.warn('[weei] could not move the room key out of the query:', err);
+    }
+  })();
+
   async function fetchOk(path) {
     const response = await fetch(url(path));
     if (!response.ok) throw new Error(`GET ${url(path)}: HTTP ${response.status}`);
@@ -286,7 +307,8 @@
     }
 
     // The room key: from the invite link's fragment (#room=KEY; a fragment reaches no HTTP log and
-    // no Referer), else ?room= or data-room on the script tag. docs/signaling.md "Rooms and keys".
+    // no Referer; a ?room= key was moved there above), else ?room= (where the move failed) or
+    // data-room on the script tag. docs/signaling.md "Rooms and keys".
     const room = new URLSearchParams(location.hash.slice(1)).get('room')
       || new URLSearchParams(location.search).get('room') || (script && script.dataset.room) || null;
     function roomInvite() {

@@ -239,6 +239,8 @@ def test_three_browsers_and_an_agent_train_digits_together(weei_server: Any, bro
         assert out["diagnostics"][peer]["environment"]["browser"] == "Chrome"
     assert code == 0, f"weei agent exited {code} on SIGTERM:\n{agent.output()}"
     assert f"accepted job {job_id}" in agent.output() and "closed" in agent.output(), agent.output()
+    # --trust-room: the coordinator's page proved the room key to the agent before it accepted
+    assert f"coordinator {me} proved the room key" in agent.output(), agent.output()
     assert not browsers.page_errors(), browsers.page_errors()
 
 

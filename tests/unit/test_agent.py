@@ -158,19 +158,23 @@ def test_two_aiortc_peers_move_5mb_both_ways_through_the_framing() -> None:
 # ------------------------------------------------------------ (b) a job with an agent participant
 
 
-def coordinator_controller(peer_id: str, transport: AgentTransport, engine: WasmtimeEngine) -> TrainingController:
+def coordinator_controller(peer_id: str, transport: AgentTransport, engine: WasmtimeEngine,
+                           room_key: str | None = None) -> TrainingController:
     return TrainingController(
         my_peer_id=peer_id, storage=MemoryStorage(), kv=MemoryKeyValue(), pool=ThreadWorkerPool(engine, 1),
         kernel=NativeKernel(), engine=engine, clock=lambda: time.time() * 1000.0,
-        monotonic=lambda: time.monotonic() * 1000.0, random_bytes=os.urandom, transport=transport)
+        monotonic=lambda: time.monotonic() * 1000.0, random_bytes=os.urandom, transport=transport,
+        room_key=room_key)
 
 
 @asynccontextmanager
-async def coordinator(url: str, room: str) -> AsyncIterator[tuple[TrainingController, AgentTransport]]:
+async def coordinator(url: str, room: str, *, proves: bool = True) -> AsyncIterator[
+        tuple[TrainingController, AgentTransport]]:
+    """A coordinator in room ``room`` (the key); it proves the key to participants that ask, unless not ``proves``."""
     transport = AgentTransport(SignalingClient(url))
     try:
         welcome = await transport.connect()
-        controller = coordinator_controller(welcome.peer_id, transport, WasmtimeEngine())
+        controller = coordinator_controller(welcome.peer_id, transport, WasmtimeEngine(), room if proves else None)
         await controller.init()
         transport.attach(controller, has=lambda sha: sha in controller.artifacts)
         await transport.join(room)
@@ -207,6 +211,10 @@ def test_agent_trains_digits_with_a_coordinator_over_webrtc(tmp_path: Path) -> N
                 state = coord.get_state()
                 assert state["job"]["status"] == "completed", state.get("error")
                 assert agent.decisions[job_id].accepted
+                # --trust-room accepted only once the coordinator proved the room key to the agent itself
+                assert f"job {job_id}: coordinator {coord_transport.peer_id} proved the room key" in out.getvalue()
+                assert [e["event"] for e in agent.controller.get_debug_log()["events"]
+                        if e["event"].startswith("room.proof.")] == ["room.proof.asked", "room.proof.accepted"]
 
                 updates = [r for r in coord_transport.log if r.direction == "receive" and r.type == "update"]
                 assert updates and all(r.peer == agent.peer_id for r in updates), "no update came from the agent"
@@ -279,6 +287,39 @@ def test_policy_refuses_other_module_and_nothing_is_downloaded(tmp_path: Path) -
             assert "refused job" in text and "is not one of --accept-model" in text, text
             assert "closed" in text
     run(scenario(), 60)
+
+
+def test_trust_room_refuses_a_coordinator_that_does_not_prove_the_room_key(tmp_path: Path) -> None:
+    """Issue 9: --trust-room trusted whoever the server let into the room. A coordinator in the room that
+    cannot prove the key gets a named refusal, in the agent's output and debug log, and no compute."""
+    async def scenario() -> None:
+        out = io.StringIO()
+        async with signaling_server() as url, coordinator(url, "keyed", proves=False) as (coord, coord_transport):
+            agent = Agent(AgentOptions(server=url, room="keyed", data_dir=tmp_path, accept_models=(module_sha(),),
+                                       trust=CoordinatorTrust(room=True), workers=1), out=out)
+            try:
+                await agent.start()
+                assert agent.peer_id is not None and agent.controller is not None
+                await coord_transport.wait_for_peer(agent.peer_id, 20)
+                job_id = await coord.create_job(**_package_inputs(DIGITS), settings=SETTINGS)
+                coord.invite(agent.peer_id)
+                await until("the agent declined",
+                            lambda: participant_view(coord, agent.peer_id).get("state") == "declined", 30)
+                decision = agent.decisions[job_id]
+                assert not decision.accepted and decision.reason.startswith("room-proof-missing:"), decision
+                assert f"refused job {job_id}" in out.getvalue() and "room-proof-missing" in out.getvalue()
+                events = agent.controller.get_debug_log()["events"]
+                refused = [e for e in events if e["event"] == "room.proof.refused"]
+                assert [e["details"]["reason"] for e in refused] == ["room-proof-missing"], events
+                assert refused[0]["details"]["coordinator"] == coord_transport.peer_id
+                # the coordinator got a challenge and answered it without a proof; nothing else went out
+                sent = [(r.type, r.attachments) for r in coord_transport.log
+                        if r.direction == "send" and r.peer == agent.peer_id]
+                assert sent == [("invitation", ()), ("roomProof", ())], sent
+                assert not (tmp_path / "storage" / "blobs").exists()
+            finally:
+                await agent.close()
+    run(scenario(), 90)
 
 
 def test_policy_default_refuses_and_interactive_shows_the_invitation() -> None:

@@ -246,7 +246,7 @@ def test_weei_agent_with_backend_gpu_trains_on_its_gpu_over_webrtc(tmp_path: Any
                     my_peer_id=welcome.peer_id, storage=MemoryStorage(), kv=MemoryKeyValue(),
                     pool=ThreadWorkerPool(engine, 1), kernel=NativeKernel(), engine=engine,
                     clock=lambda: time.time() * 1000.0, monotonic=lambda: time.monotonic() * 1000.0,
-                    random_bytes=seeded, transport=coord_transport)
+                    random_bytes=seeded, transport=coord_transport, room_key="gpu")
                 await coord.init()
                 coord_transport.attach(coord, has=lambda sha: sha in coord.artifacts)
                 await coord_transport.join("gpu")

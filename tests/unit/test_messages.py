@@ -16,6 +16,7 @@ from weei.core.messages import (
     Progress, TrainingStarted, UnitRange, Update, UpdateReceipt, decode_message, encode_message,
 )
 from weei.core.relay_messages import Piece, RelayDone, RelayPiece, RelayPlan
+from weei.core.room_proof import RoomChallenge, RoomProof
 
 H1, H2, H3 = "a" * 64, "b" * 64, "0123456789abcdef" * 4
 REF = ArtifactRef("checkpoint", H1, 64)
@@ -66,6 +67,10 @@ SAMPLES = [
     RelayPiece("job-1", 3, H1, 1, ArtifactRef("checkpoint", H3, 10)),
     RelayDone("job-1", 3, H1, "p1", True),
     RelayDone("job-1", 3, H1, "p1", False, "bad-piece: piece 1 is not the one the plan lists"),
+    # The coordinator proves the room key (docs/agent.md).
+    RoomChallenge("job-1", H3),
+    RoomProof("job-1", H2),
+    RoomProof("job-1"),
 ]
 
 
@@ -76,9 +81,9 @@ def test_every_type_has_a_sample() -> None:
 def test_each_type_knows_its_direction() -> None:
     # Written out by hand (the spec's message flow), not derived from the classes.
     to_participant = {"invitation", "deliver", "assign", "updateReceipt", "jobFinished", "checkpoint", "relayPlan",
-                      "relayPiece"}
+                      "relayPiece", "roomProof"}
     to_coordinator = {"invitationDecision", "moduleStatus", "trainingStarted", "update", "assignmentFailed",
-                      "pauseContribution", "leave", "diagnostics", "progress", "relayDone"}
+                      "pauseContribution", "leave", "diagnostics", "progress", "relayDone", "roomChallenge"}
     assert to_participant | to_coordinator == set(_TYPES)
     for kind, cls in _TYPES.items():
         want = Direction.TO_PARTICIPANT if kind in to_participant else Direction.TO_COORDINATOR

@@ -4,9 +4,11 @@ The agent is the browser's participant side with other adapters: a
 ``TrainingController`` whose peer ID comes from the signaling server, disk
 storage (``storage.py``), a wasmtime Worker pool, the native aggregation
 kernel, and the aiortc transport (``transport.py``). It joins a room, lets
-the acceptance policy (``policy.py``) decide every invitation, trains what
-it accepted, and stays for the next job until SIGINT or SIGTERM, when it
-leaves the job it is in, closes its connections and exits 0.
+the acceptance policy (``policy.py``) decide every invitation (the
+controller then asks the coordinator to prove the room key before it
+accepts, ``api/room_check.py``), trains what it accepted, and stays for
+the next job until SIGINT or SIGTERM, when it leaves the job it is in,
+closes its connections and exits 0.
 """
 
 from __future__ import annotations
@@ -24,9 +26,10 @@ from typing import TYPE_CHECKING, Any, Mapping, TextIO
 
 from .. import __version__
 from ..api.controller import TrainingController
-from ..core.errors import WeeiError
+from ..core.errors import UsageError, WeeiError
 from ..core.framing import referenced_artifacts
 from ..core.messages import Invitation, Message
+from ..core.room_proof import ProofVerdict
 from ..core.signaling_protocol import room_code
 from ..server.signaling_client import SignalingClient
 from .policy import AcceptancePolicy, CoordinatorTrust, Decision
@@ -144,12 +147,15 @@ class Agent:
             my_peer_id=welcome.peer_id, storage=self.storage, kv=self.kv,
             pool=ThreadWorkerPool(engine, device_limit=opts.workers), kernel=NativeKernel(), engine=engine,
             clock=lambda: time.time() * 1000.0, monotonic=lambda: time.monotonic() * 1000.0,
-            random_bytes=os.urandom, transport=self.transport, environment=agent_environment(), gpu=_wgpu())
+            random_bytes=os.urandom, transport=self.transport, environment=agent_environment(), gpu=_wgpu(),
+            room_key=opts.room)
         await controller.init()
         if opts.workers is not None:
             await controller.set_max_local_workers(opts.workers)
         await controller.set_backend_preference(opts.backend)
         self.controller = controller
+        if controller.peer_events.room_check is not None:
+            controller.peer_events.room_check.listeners.append(self._on_room_proof)
         self.transport.attach(self, has=lambda sha: sha in controller.artifacts)
         controller.subscribe(self._on_state)
         peers = await self.transport.join(opts.room)
@@ -208,12 +214,18 @@ class Agent:
         assert controller is not None
         invitation = controller.invitations[job_id]["invitation"]
         decision = await self.policy.decide(job_id, invitation, self._senders.get(job_id, ""))
+        if job_id in controller.invitations:
+            try:  # accepting first asks the coordinator to prove the room key (api/room_check.py)
+                await controller.decide_invitation(job_id, decision.accepted)
+            except UsageError as exc:  # room-proof-*: declined, nothing downloaded
+                decision = Decision(False, f"{exc.reason}: {exc.message}")
         self.decisions[job_id] = decision
         self.say(f"{'accepted' if decision.accepted else 'refused'} job {job_id} from "
                  f"{invitation.get('coordinator')}: {decision.reason}")
-        if job_id not in controller.invitations:
-            return
-        await controller.decide_invitation(job_id, decision.accepted)
+
+    def _on_room_proof(self, verdict: ProofVerdict) -> None:
+        reason = f"{verdict.reason}: " if verdict.reason is not None else ""
+        self.say(f"job {verdict.job_id}: {reason}{verdict.message}")
 
     # ---------------------------------------------------------------- reporting
 
@@ -282,7 +294,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="accept invitations whose model module has this SHA-256 (repeatable)")
     parser.add_argument("--trust-room", action="store_true",
                         help="--accept-model accepts invitations from any coordinator in the room (every member "
-                             "entered with the invite link's key)")
+                             "entered with the invite link's key; a coordinator proves the key before the agent "
+                             "accepts)")
     parser.add_argument("--accept-coordinator", action="append", default=[], metavar="PEER_ID",
                         help="--accept-model accepts invitations from this coordinator (repeatable)")
     parser.add_argument("--interactive", action="store_true",

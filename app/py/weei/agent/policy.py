@@ -13,6 +13,12 @@ agent could otherwise spend its compute on that module):
   coordinator in the agent's room, where every member entered with the
   room key of the invite link (the server checked it at each join).
 
+Whatever accepts, the controller then asks the coordinator to prove the
+room key before the acceptance goes out (``api/room_check.py``): the
+server's gatekeeping alone is not trusted with the agent's compute, and a
+coordinator that cannot prove the key is declined with a ``room-proof-*``
+reason.
+
 The coordinator is the peer the invitation came from; an invitation that
 names another coordinator than its sender is refused. ``--interactive``
 shows what a browser shows before it accepts and asks y/N on the terminal

@@ -73,14 +73,15 @@ class TrainingController:
     """One browser's side of the API. Call ``await init()`` once before use.
 
     ``backend`` is where training and validation run; by default the CPU
-    Worker pool ``pool`` (``compute.CpuWorkerBackend``).
+    Worker pool ``pool`` (``compute.CpuWorkerBackend``). ``room_key``: the room's key; a coordinator proves it.
     """
 
     def __init__(self, *, my_peer_id: str, storage: Storage, kv: KeyValue, pool: WorkerPool,
                  kernel: AggregationKernel, engine: Engine, clock: Callable[[], float],
                  monotonic: Callable[[], float], random_bytes: Callable[[int], bytes],
                  transport: Transport | None = None, environment: Mapping[str, Any] | None = None,
-                 backend: ComputeBackend | None = None, gpu: Any = None, gpu_host: GpuHost | None = None) -> None:
+                 backend: ComputeBackend | None = None, gpu: Any = None, gpu_host: GpuHost | None = None,
+                 room_key: str | None = None) -> None:
         self.pool = pool
         self.kernel = kernel
         self.engine = engine
@@ -99,7 +100,7 @@ class TrainingController:
             session=self.session, gpu=gpu, host=gpu_host)
         self.view = StateView(self.session, self.store, self.backend)
         self.executor = Executor(self.session, self.store, self.backend, kv, self.view)
-        self.peer_events = PeerEvents(self.session, self.store, self.executor)
+        self.peer_events = PeerEvents(self.session, self.store, self.executor, room_key, random_bytes)
         self.kv = kv
 
     # What hosts read (the agent, the transports' dedupe, the demo network).
@@ -240,20 +241,8 @@ class TrainingController:
 
     @_busy
     async def decide_invitation(self, job_id: str, accepted: bool) -> None:
-        s = self.session
-        if job_id not in s.invitations or s.participant is None:
-            raise UsageError("no-invitation", f"there is no pending invitation for job {job_id}")
-        invitation = s.participant.invitation
-        s.participant.decide(accepted, self.clock())
-        del s.invitations[job_id]
-        if accepted and invitation is not None:
-            # Kept so a restarted agent or a reloaded page takes part again when the coordinator is back.
-            await self.store.put_setting(PARTICIPATION_KEY, {"invitation": invitation.to_json(),
-                                                             "from": s.participant.coordinator})
-        await self._drain()  # the decision must leave before a declined machine is dropped
-        if not accepted:
-            s.participant = None
-            self.view.notify()
+        """In a keyed room, accepting needs the coordinator's proof of the room key (peer_events.py)."""
+        await self.peer_events.decide_invitation(job_id, accepted, self.clock)
 
     @_busy
     async def start(self) -> None:

@@ -1,16 +1,21 @@
-"""What other peers do to this device: their messages, and their channels opening and closing."""
+"""What other peers do to this device: their messages, their channels opening and closing, and this
+device's answer to their invitations."""
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+import os
+from typing import Any, Callable, Mapping
 
-from ..core.errors import WeeiError
+from ..core.commands import Send
+from ..core.errors import UsageError, WeeiError
 from ..core.messages import Direction, Invitation, Message, Progress, decode_message
 from ..core.participant import Participant
 from ..core.relay import RelayNode
 from ..core.relay_messages import RelayPiece, RelayPlan
+from ..core.room_proof import RoomChallenge, RoomProof, answer_challenge, proof_key
 from .executor import Executor
 from .job_store import PARTICIPATION_KEY, JobStore
+from .room_check import RoomCheck
 from .session import Session
 
 __all__ = ["PeerEvents"]
@@ -19,10 +24,16 @@ __all__ = ["PeerEvents"]
 class PeerEvents:
     """Turns peer events into calls on the state machines, then drains."""
 
-    def __init__(self, session: Session, store: JobStore, executor: Executor) -> None:
+    def __init__(self, session: Session, store: JobStore, executor: Executor, room_key: str | None = None,
+                 random_bytes: Callable[[int], bytes] = os.urandom) -> None:
         self.session = session
         self.store = store
         self.executor = executor
+        # What this device proves the room key with when it coordinates, and asks a coordinator to prove
+        # before it accepts (core/room_proof.py): derived from the key, never the key itself.
+        self._proof_key = proof_key(room_key) if room_key else None
+        self.room_check = RoomCheck(self._proof_key, session.my_peer_id, self._send, session.record,
+                                    random_bytes) if self._proof_key is not None else None
 
     async def receive(self, peer: str, message: Message, blobs: Mapping[str, bytes]) -> None:
         """A message from another peer, with its verified attachments."""
@@ -42,6 +53,13 @@ class PeerEvents:
                 "dataBytes": message.data_bytes, "settings": message.settings}, "receivedAt": now}
         elif isinstance(message, (RelayPlan, RelayPiece)):
             self._relay(peer, message, blobs)
+        elif isinstance(message, RoomChallenge):
+            self._prove_room_key(peer, message)
+        elif isinstance(message, RoomProof):
+            if self.room_check is not None:
+                self.room_check.received(peer, message)
+            else:
+                s.record("room.proof.ignored", {"from": peer, "jobId": message.job_id[:64], "reason": "no room"})
         elif s.coordinator is not None and peer != s.my_peer_id and message.DIRECTION is Direction.TO_COORDINATOR:
             s.coordinator.receive(peer, message, blobs, now)
         elif s.participant is not None:
@@ -63,6 +81,54 @@ class PeerEvents:
             s.relay.piece(peer, message, blobs)
         for sha, data in s.relay.take_assembled().items():
             self.store.remember(sha, data)
+
+    async def decide_invitation(self, job_id: str, accepted: bool, now: Callable[[], float]) -> None:
+        """This device accepts or declines an invitation (the API's ``decideInvitation``).
+
+        In a keyed room, accepting first asks the coordinator to prove the room key; one that does not
+        is declined, and the refusal is raised (UsageError, reason ``room-proof-*``): no compute for it.
+        """
+        s = self.session
+        participant = s.participant
+        if job_id not in s.invitations or participant is None:
+            raise UsageError("no-invitation", f"there is no pending invitation for job {job_id}")
+        refusal = None
+        if accepted and self.room_check is not None and participant.coordinator is not None:
+            verdict = await self.room_check.prove(job_id, participant.coordinator)
+            if s.participant is not participant or job_id not in s.invitations:  # withdrawn meanwhile
+                raise UsageError("no-invitation", f"the invitation for job {job_id} is gone")
+            if not verdict.proven:
+                refusal = UsageError(str(verdict.reason), verdict.message)
+                accepted = False
+        invitation = participant.invitation
+        participant.decide(accepted, now())
+        del s.invitations[job_id]
+        if accepted and invitation is not None:
+            # Kept so a restarted agent or a reloaded page takes part again when the coordinator is back.
+            await self.store.put_setting(PARTICIPATION_KEY, {"invitation": invitation.to_json(),
+                                                             "from": participant.coordinator})
+        await self.executor.drain()  # the decision must leave before a declined machine is dropped
+        if not accepted:
+            s.participant = None
+            self.executor.view.notify()
+        if refusal is not None:
+            raise refusal
+
+    def _send(self, send: Send) -> None:
+        if self.session.transport is not None:
+            self.session.transport.send(send, {})
+
+    def _prove_room_key(self, peer: str, challenge: RoomChallenge) -> None:
+        """A participant asks this coordinator to prove the room key for its job (no proof without a key)."""
+        s = self.session
+        if s.coordinator is None or s.coordinator.spec.job_id != challenge.job_id or peer not in s.coordinator.peers:
+            s.record("room.challenge.ignored", {"from": peer, "jobId": challenge.job_id[:64],
+                                                "reason": "not invited to a job this device coordinates"})
+            return
+        answer = answer_challenge(self._proof_key, coordinator=s.my_peer_id, participant=peer, challenge=challenge)
+        s.record("room.challenge.answered", {"from": peer, "jobId": challenge.job_id,
+                                             "proof": answer.proof is not None})
+        self._send(Send(peer, answer))
 
     def rejoin(self, record: Any) -> None:
         s = self.session

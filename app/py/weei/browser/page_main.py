@@ -158,7 +158,7 @@ class PageSession:
             kernel=kernel, engine=engine,
             clock=lambda: float(date_now()), monotonic=lambda: float(performance.now()),
             random_bytes=random_bytes, transport=transport, environment=environment(), gpu=webgpu.gpu,
-            gpu_host=WorkerGpuHost(pool))
+            gpu_host=WorkerGpuHost(pool), room_key=room)
         await controller.init()
         if transport is not None and room is not None:
             transport.on_change = controller.changed

@@ -593,6 +593,6 @@ def encode_message(message: Message) -> dict[str, Any]:
     return message.to_json()
 
 
-# The checkpoint relay's messages (relay_messages.py, kept apart for this module's size) add themselves to
-# _TYPES when that module loads; importing it here means whoever decodes messages also decodes them.
-from . import relay_messages  # noqa: E402,F401
+# The checkpoint relay's and the room proof's messages (kept apart for this module's size) add themselves to
+# _TYPES when their modules load; importing them here means whoever decodes messages also decodes them.
+from . import relay_messages, room_proof  # noqa: E402,F401

@@ -41,6 +41,7 @@ from urllib.parse import quote
 from aiohttp import web
 
 from .http_limits import ConnectionGate, GatedSite, HttpLimits
+from .log_redaction import redact_parser_errors
 from .signaling import SignalingConfig, add_signaling
 
 __all__ = ["MIME_TYPES", "SITE_DIR_KEY", "create_app", "default_site_dir", "serve", "run", "run_app"]
@@ -205,6 +206,7 @@ async def serve(
     call ``on_ready(url)`` once listening. Raises OSError when the address
     cannot be bound."""
     limits = limits or HttpLimits()
+    redact_parser_errors()  # no access log, and an unparsable request is logged without its text
     runner = web.AppRunner(app, access_log=None, handle_signals=False, keepalive_timeout=limits.header_timeout_s)
     await runner.setup()
     try:
