@@ -53,9 +53,9 @@
   // Python (page_main._peer_id) reads the same sessionStorage key.
   const PEER_ID_KEY = 'weei.peerId';
 
-  function tabPeerId() {
+  function tabPeerId({ fresh = false } = {}) {
     try {
-      const existing = sessionStorage.getItem(PEER_ID_KEY);
+      const existing = fresh ? null : sessionStorage.getItem(PEER_ID_KEY);
       if (existing) return existing;
       const bytes = crypto.getRandomValues(new Uint8Array(8));
       const peer = 'peer-' + Array.from(bytes, (b) => b.toString(16).padStart(2, '0')).join('');
@@ -296,7 +296,7 @@
       link.hash = `room=${encodeURIComponent(room)}`;
       return { key: room, invite: link.href };
     }
-    const localPeerId = room ? '' : tabPeerId();
+    let localPeerId = room ? '' : tabPeerId();
 
     // Each tab is its own peer with its own storage namespace: slot 0 is the
     // IndexedDB database `weei` (and the bare localStorage keys), slot N the
@@ -309,8 +309,34 @@
     const slotLock = (n) => `weei.distributed-training.slot-${n}`;
     const namespaceOf = (n) => (n === 0 ? '' : `weei-tab-${n}`);
 
+    // true: held for the tab's lifetime; false: taken (or waited long enough: AbortSignal.timeout rejects
+    // with a TimeoutError); null: no locks here.
+    function tryHold(name, options) {
+      const forever = () => new Promise(() => {});
+      return new Promise((answer) => {
+        navigator.locks.request(name, options, (lock) => {
+          answer(Boolean(lock));
+          return lock ? forever() : undefined;
+        }).catch((err) => answer(err && (err.name === 'AbortError' || err.name === 'TimeoutError') ? false : null));
+      });
+    }
+    // Waits a little for a lock the tab's previous document held: a reload's old document lets go as it unloads.
+    const waitLittle = () => (typeof AbortSignal.timeout === 'function' ? { signal: AbortSignal.timeout(1500) } : { ifAvailable: true });
+    const hasLocks = () => Boolean(navigator.locks && typeof navigator.locks.request === 'function');
+
+    // The local peer ID (a tab without a room) is held by a Web Lock too: a duplicated tab copied the
+    // original's sessionStorage, and with it the peer ID the original still holds, so it makes its own.
+    // Resolved before the page's Python reads the ID (page_main._peer_id); until then getState() says
+    // the copied one.
+    async function holdPeerId() {
+      if (!localPeerId || !hasLocks()) return;
+      if (await tryHold(`weei.distributed-training.peer-${localPeerId}`, waitLittle()) !== false) return;
+      localPeerId = tabPeerId({ fresh: true });
+      if (localPeerId) await tryHold(`weei.distributed-training.peer-${localPeerId}`, { ifAvailable: true });
+      deliver(getState());
+    }
+
     function holdSlot() {
-      const locks = navigator.locks;
       let remembered = null;
       try { remembered = Number.parseInt(sessionStorage.getItem(SLOT_KEY), 10); } catch { /* no sessionStorage */ }
       const mine = Number.isInteger(remembered) && remembered >= 0 ? remembered : null;
@@ -320,25 +346,16 @@
         return n;
       };
       // Without Web Locks (not a secure context) there is no guard: the remembered slot, else 0.
-      if (!locks || typeof locks.request !== 'function') return Promise.resolve(keep(mine ?? 0));
-      const forever = () => new Promise(() => {});
-      // true: held; false: taken (or waited long enough); null: no locks here (a sandboxed frame).
-      const tryHold = (n, options) => new Promise((answer) => {
-        locks.request(slotLock(n), options, (lock) => {
-          answer(Boolean(lock));
-          return lock ? forever() : undefined;
-        }).catch((err) => answer(err && err.name === 'AbortError' ? false : null));
-      });
+      if (!hasLocks()) return Promise.resolve(keep(mine ?? 0));
       return (async () => {
         // A reload: the old document's lock goes as it unloads, so wait a little for our slot.
         // A duplicated tab copied sessionStorage: the original still holds the slot; take another.
         if (mine !== null) {
-          const signal = typeof AbortSignal.timeout === 'function' ? AbortSignal.timeout(1500) : undefined;
-          const held = await tryHold(mine, signal ? { signal } : { ifAvailable: true });
+          const held = await tryHold(slotLock(mine), waitLittle());
           if (held !== false) return keep(mine); // held, or unguarded
         }
         for (let n = 0; ; n += 1) {
-          const held = n === mine ? false : await tryHold(n, { ifAvailable: true });
+          const held = n === mine ? false : await tryHold(slotLock(n), { ifAvailable: true });
           if (held) return keep(n);
           if (held === null) {
             console.warn('[weei] no Web Locks here: this tab shares its storage with other tabs');
@@ -352,7 +369,7 @@
       if (bridge.promise) return bridge.promise;
       const t0 = performance.now();
       bridge.promise = (async () => {
-        const [{ session }, slot] = await Promise.all([core.pagePython.start(), holdSlot()]);
+        const [{ session }, slot] = await Promise.all([core.pagePython.start(), holdSlot(), holdPeerId()]);
         const api = await session.open_api({
           namespace: namespaceOf(slot), // this tab's storage (see holdSlot)
           // Peers meet in a room: ?room=CODE on the page, or data-room on the script tag.
