@@ -6,9 +6,9 @@
 // modules imported.
 //
 // On the page this runs on the main thread, so it never does two phases in
-// one task: `pause` (a macrotask yield on the page) runs between them and the
-// page stays responsive. What is left in single tasks is Pyodide's own loader
-// (evaluating pyodide.asm.mjs, instantiating it, restoring the memory).
+// one task: `pause` (a macrotask yield on the page) runs between them, inside
+// Pyodide's loader too (splitModule), and the page stays responsive. What is
+// left in single tasks is each step itself (docs/browser.md "Start-up").
 // Without the snapshot (a site built without it, or one Pyodide refuses) it
 // starts Pyodide the ordinary way.
 
@@ -82,6 +82,50 @@ async function unpack(pyodide, archive, pause) {
   pyodide.runPython(`import random, sys\nif ${JSON.stringify(PY_DIR)} not in sys.path: sys.path.insert(0, ${JSON.stringify(PY_DIR)})\nrandom.seed()`);
 }
 
+// Pyodide's loader runs the runtime's start in few tasks: instantiating the wasm module and linking
+// it (receiveInstance), starting the runtime, restoring the snapshot and bootstrapping Python would
+// otherwise follow each other without a yield. Wrapping the runtime's factory (loadPyodide's
+// createPyodideModule option) puts a pause between each two of them:
+//   - loadPyodide's configuration and the runtime's factory run in separate tasks;
+//   - the instance goes to the runtime in the task after it is made;
+//   - a last preRun step (after the file system is set up) waits for a task of its own;
+//   - the snapshot's memory is copied in here, in a task of its own, and loadPyodide's own restore
+//     (the next step, synchronous with Python's bootstrap) only hands back what this one read.
+// What is left in one task is each step itself; the longest is Python's bootstrap (finalizeBootstrap).
+function splitModule(createModule, pause, snapshot) {
+  return async (settings) => {
+    mark('weei:configured');
+    await pause();
+    const instantiate = settings.instantiateWasm;
+    if (instantiate) {
+      settings.instantiateWasm = (imports, done) => instantiate(imports, (instance, module) => {
+        mark('weei:instance');
+        pause().then(() => done(instance, module));
+      });
+    }
+    settings.preRun = [...settings.preRun, async (Module) => {
+      Module.addRunDependency('weei-pause');
+      try {
+        mark('weei:linked');
+        await pause();
+      } finally {
+        Module.removeRunDependency('weei-pause');
+      }
+    }];
+    const Module = await createModule(settings);
+    mark('weei:runtime');
+    await pause();
+    if (snapshot) {
+      const restore = Module.API.restoreSnapshot;
+      const config = restore(ArrayBuffer.isView(snapshot) ? snapshot : new Uint8Array(snapshot));
+      Module.API.restoreSnapshot = () => config;
+      mark('weei:memory');
+      await pause();
+    }
+    return Module;
+  };
+}
+
 /** A yield to the event loop (a new task), so input and rendering run in between. */
 export function nextTask() {
   if (globalThis.scheduler && typeof scheduler.yield === 'function') return scheduler.yield();
@@ -105,19 +149,22 @@ export async function startPython(base, modules, { pause = async () => {}, useSn
   mark('weei:fetched');
   await pause();
   const indexURL = new URL('pyodide/', base).href;
+  // Pyodide's runtime module, evaluated in a task of its own (loadPyodide would import it in the same
+  // task that instantiates it), then handed to loadPyodide through its createPyodideModule option.
+  const { default: createModule } = await import(new URL('pyodide.asm.mjs', indexURL).href);
+  mark('weei:asm');
+  await pause();
   let pyodide;
   let restored = false;
   if (snapshot) {
     try {
-      // fsInit runs between instantiating the module and restoring the memory: a pause there
-      // splits what would be one long task in two.
-      pyodide = await loadPyodide({ indexURL, _loadSnapshot: snapshot, fsInit: () => pause().then(() => mark('weei:instantiated')) });
+      pyodide = await loadPyodide({ indexURL, _loadSnapshot: snapshot, createPyodideModule: splitModule(createModule, pause, snapshot) });
       restored = true;
     } catch (err) { // another Pyodide build than the snapshot's: start it the ordinary way
       console.warn('[weei] the Pyodide snapshot could not be restored, starting without it:', err);
     }
   }
-  if (!pyodide) pyodide = await loadPyodide({ indexURL, fsInit: () => pause().then(() => mark('weei:instantiated')) });
+  if (!pyodide) pyodide = await loadPyodide({ indexURL, createPyodideModule: splitModule(createModule, pause, null) });
   mark('weei:pyodide');
   await unpack(pyodide, archive, pause);
   mark('weei:unpacked');

@@ -9,13 +9,21 @@
 // coordinator) starts lazily in the background after weeiReady; training
 // runs in module Workers, each with its own Pyodide (worker.js).
 //
-// Layout, so the full API can slot in:
+// This file is what must exist at once (a classic script: the API object,
+// getState() and the synchronous methods answer without waiting for any
+// fetch). What only runs after an await is in ES modules beside it, from the
+// same server, imported at first use (core.loadModule):
+//   embed/tabs.js        this tab's storage slot and local peer ID (Web Locks)
+//   embed/files.js       reading a job's Files, checked against the limits
+//   embed/test_hooks.js  the test hooks that train or aggregate
+//
+// Layout:
 //   1. base URL and small helpers
 //   2. PagePython: the page's Pyodide, started lazily
 //   3. WorkerClient: one Worker, request/response with progress
 //   4. API registry: widgetsApi.get(name) -> factory per widget name
-//   5. the 'distributed-training' API: every method forwards to the page's
-//      TrainingController (weei.browser.page_api)
+//   5. the 'distributed-training' API: the bridge to the page's
+//      TrainingController (weei.browser.page_api); every method forwards
 //   6. loadWeei / weeiReady, and the test hooks
 //
 // Test hooks (train once in a Worker, aggregate, the embed script's status,
@@ -74,9 +82,9 @@
   // Python (page_main._peer_id) reads the same sessionStorage key.
   const PEER_ID_KEY = 'weei.peerId';
 
-  function tabPeerId() {
+  function tabPeerId({ fresh = false } = {}) {
     try {
-      const existing = sessionStorage.getItem(PEER_ID_KEY);
+      const existing = fresh ? null : sessionStorage.getItem(PEER_ID_KEY);
       if (existing) return existing;
       const bytes = crypto.getRandomValues(new Uint8Array(8));
       const peer = 'peer-' + Array.from(bytes, (b) => b.toString(16).padStart(2, '0')).join('');
@@ -86,6 +94,9 @@
       return ''; // no sessionStorage (a sandboxed frame): the page's Python picks one
     }
   }
+
+  // One of the embed script's own ES modules (embed/*.js, from the Weei server like boot.mjs), imported at first use.
+  const loadModule = (path) => import(url(path));
 
   function log(...args) {
     if (window.WEEI_DEBUG) console.log('[weei]', ...args);
@@ -234,7 +245,7 @@
   };
 
   // What every widget API builds on.
-  const core = { BASE, url, fetchOk, sha256Hex, pagePython, WorkerClient, log, backgroundTasks: [], internals };
+  const core = { BASE, url, fetchOk, sha256Hex, loadModule, pagePython, WorkerClient, log, backgroundTasks: [], internals };
 
   // ---- 5. 'distributed-training' ------------------------------------------------------
   // The API object. Every method forwards to the page's TrainingController
@@ -242,12 +253,8 @@
   // weei.browser.page_main); nothing here decides anything. Calls go through
   // weei.browser.page_api.PageApi: call(name, argsJson, buffers) for async
   // methods, call_sync(name, argsJson) for synchronous ones; each returns an
-  // envelope {ok, json | file | error}. Files become ArrayBuffers here (their
-  // names kept), after every size was checked.
-  // The spec's limits (weei.core.limits): checkpoints and modules (and every other file) 256 MB,
-  // an auxiliary weights file 2 GiB.
-  const MAX_FILE_BYTES = 256 * 1000 * 1000;
-  const MAX_AUXILIARY_BYTES = 2 * 1024 ** 3;
+  // envelope {ok, json | file | error}. A job's Files become ArrayBuffers in
+  // embed/files.js (their names kept), after every size was checked.
   const TRAINING_STATE_FIELDS = () => ({
     ready: true, myPeerId: '', busy: true, preparing: false, transitioning: false, evaluating: false,
     peers: [], invitations: [], progress: {}, liveMetrics: {}, transfers: [], transferErrors: {},
@@ -318,65 +325,37 @@
       link.hash = `room=${encodeURIComponent(room)}`;
       return { key: room, invite: link.href };
     }
-    const localPeerId = room ? '' : tabPeerId();
+    let localPeerId = room ? '' : tabPeerId();
 
-    // Each tab is its own peer with its own storage namespace: slot 0 is the
-    // IndexedDB database `weei` (and the bare localStorage keys), slot N the
-    // database `weei-tab-N` (keys prefixed `weei-tab-N:`). A slot is held by a
-    // Web Lock for the tab's lifetime, so two controllers never continue the
-    // same saved job; the tab keeps its slot across reloads (sessionStorage),
-    // and a new tab takes the lowest free one (so a tab opened after the
-    // others closed finds the saved jobs of slot 0). docs/api.md "Tabs".
-    const SLOT_KEY = 'weei.tabSlot';
-    const slotLock = (n) => `weei.distributed-training.slot-${n}`;
-    const namespaceOf = (n) => (n === 0 ? '' : `weei-tab-${n}`);
+    // This tab's storage slot and local peer ID, held for its lifetime (embed/tabs.js, docs/api.md "Tabs").
+    async function holdTab() {
+      const tabs = await loadModule('embed/tabs.js');
+      const held = await tabs.holdTab({ peerId: localPeerId, newPeerId: () => tabPeerId({ fresh: true }) });
+      bridge.slot = held.slot;
+      if (held.peerId !== localPeerId) { // a duplicated tab: the original holds the copied peer ID
+        localPeerId = held.peerId;
+        deliver(getState());
+      }
+      return tabs.namespaceOf(held.slot);
+    }
 
-    function holdSlot() {
-      const locks = navigator.locks;
-      let remembered = null;
-      try { remembered = Number.parseInt(sessionStorage.getItem(SLOT_KEY), 10); } catch { /* no sessionStorage */ }
-      const mine = Number.isInteger(remembered) && remembered >= 0 ? remembered : null;
-      const keep = (n) => {
-        try { sessionStorage.setItem(SLOT_KEY, String(n)); } catch { /* no sessionStorage */ }
-        bridge.slot = n;
-        return n;
-      };
-      // Without Web Locks (not a secure context) there is no guard: the remembered slot, else 0.
-      if (!locks || typeof locks.request !== 'function') return Promise.resolve(keep(mine ?? 0));
-      const forever = () => new Promise(() => {});
-      // true: held; false: taken (or waited long enough); null: no locks here (a sandboxed frame).
-      const tryHold = (n, options) => new Promise((answer) => {
-        locks.request(slotLock(n), options, (lock) => {
-          answer(Boolean(lock));
-          return lock ? forever() : undefined;
-        }).catch((err) => answer(err && err.name === 'AbortError' ? false : null));
-      });
-      return (async () => {
-        // A reload: the old document's lock goes as it unloads, so wait a little for our slot.
-        // A duplicated tab copied sessionStorage: the original still holds the slot; take another.
-        if (mine !== null) {
-          const signal = typeof AbortSignal.timeout === 'function' ? AbortSignal.timeout(1500) : undefined;
-          const held = await tryHold(mine, signal ? { signal } : { ifAvailable: true });
-          if (held !== false) return keep(mine); // held, or unguarded
-        }
-        for (let n = 0; ; n += 1) {
-          const held = n === mine ? false : await tryHold(n, { ifAvailable: true });
-          if (held) return keep(n);
-          if (held === null) {
-            console.warn('[weei] no Web Locks here: this tab shares its storage with other tabs');
-            return keep(mine ?? 0);
-          }
-        }
-      })();
+    // The readers of a job's files (embed/files.js), imported at the first createJob or continueFromCheckpoint.
+    let filesModule = null;
+    function files() {
+      if (!filesModule) {
+        filesModule = loadModule('embed/files.js').then((m) => m.packageFiles(weeiError));
+        filesModule.catch(() => { filesModule = null; }); // a failed fetch is tried again at the next call
+      }
+      return filesModule;
     }
 
     function startApi() {
       if (bridge.promise) return bridge.promise;
       const t0 = performance.now();
       bridge.promise = (async () => {
-        const [{ session }, slot] = await Promise.all([core.pagePython.start(), holdSlot()]);
+        const [{ session }, namespace] = await Promise.all([core.pagePython.start(), holdTab()]);
         const api = await session.open_api({
-          namespace: namespaceOf(slot), // this tab's storage (see holdSlot)
+          namespace, // this tab's storage (see holdTab)
           // Peers meet in a room: ?room=CODE on the page, or data-room on the script tag.
           room,
           createWorker: () => new core.WorkerClient(),
@@ -429,70 +408,6 @@
       return state;
     }
 
-    // -- files ----------------------------------------------------------------------
-    function fileName(blob, fallback) {
-      return typeof blob.name === 'string' && blob.name ? blob.name : fallback;
-    }
-
-    function requireFile(value, what, limit = MAX_FILE_BYTES) {
-      if (!(value instanceof Blob)) throw weeiError('missing-file', `${what}: a File is required`, 'ManifestError');
-      if (value.size > limit) {
-        const label = limit === MAX_AUXILIARY_BYTES ? '2 GiB' : '256 MB';
-        throw weeiError('file-too-large', `${fileName(value, what)}: ${value.size} bytes is over the ${label} limit`, 'ManifestError');
-      }
-      return value;
-    }
-
-    // The file names a package lists as auxiliary weights slots: they may be up to 2 GiB.
-    // A manifest that does not parse lists none; Python reports why it does not parse.
-    async function auxiliaryNames(manifest) {
-      try {
-        const slots = JSON.parse(await manifest.text()).auxiliaryWeights;
-        return new Set(Array.isArray(slots) ? slots.map((s) => s && s.fileName).filter((n) => typeof n === 'string') : []);
-      } catch (err) {
-        return new Set();
-      }
-    }
-
-    async function read(blob) {
-      try {
-        return await blob.arrayBuffer();
-      } catch (err) {
-        throw weeiError('file-unreadable', `${fileName(blob, 'a file')}: could not be read (${err && err.message || err})`, 'ManifestError');
-      }
-    }
-
-    // {wasm, manifest, files, validation?, executionFiles?} -> call arguments
-    // and ArrayBuffers. Every size is checked before anything is read.
-    async function readPackage(job, method) {
-      if (!job || typeof job !== 'object') throw weeiError('invalid-argument', `${method}() takes an object`);
-      const wasm = requireFile(job.wasm, 'wasm');
-      const manifest = requireFile(job.manifest, 'manifest');
-      const files = job.files === undefined ? [] : job.files;
-      if (!files || typeof files[Symbol.iterator] !== 'function') throw weeiError('invalid-argument', 'files must be a list of Files');
-      const auxiliary = await auxiliaryNames(manifest);
-      const list = Array.from(files, (f, i) => requireFile(f, `files[${i}]`,
-        f instanceof Blob && auxiliary.has(fileName(f, '')) ? MAX_AUXILIARY_BYTES : MAX_FILE_BYTES));
-      const names = list.map((f, i) => fileName(f, `file-${i}`));
-      const duplicate = names.find((n, i) => names.indexOf(n) !== i);
-      if (duplicate !== undefined) throw weeiError('duplicate-file', `${duplicate}: selected twice`, 'ManifestError');
-      const validation = job.validation == null ? null : requireFile(job.validation, 'validation');
-      // executionFiles: the package's WGSL archive (checked in Python against its shaderArchive).
-      const execution = job.executionFiles == null ? [] : Array.from(job.executionFiles, (f, i) => requireFile(f, `executionFiles[${i}]`));
-      const [wasmBuffer, manifestBuffer, validationBuffer, ...rest] = await Promise.all([
-        read(wasm), read(manifest), validation ? read(validation) : null, ...list.map(read), ...execution.map(read),
-      ]);
-      const fileBuffers = rest.slice(0, list.length);
-      const args = {
-        wasmName: fileName(wasm, 'model.wasm'), fileNames: names, settings: job.settings,
-        validationName: validation ? fileName(validation, 'validation') : null,
-        executionNames: execution.map((f, i) => fileName(f, `execution-${i}`)),
-      };
-      const buffers = { wasm: wasmBuffer, manifest: manifestBuffer, files: fileBuffers, execution: rest.slice(list.length) };
-      if (validationBuffer) buffers.validation = validationBuffer;
-      return { args, buffers };
-    }
-
     function toFile(file, type) {
       return new File([file.bytes], file.name, { type });
     }
@@ -521,16 +436,11 @@
         };
       },
       async createJob(job) {
-        const { args, buffers } = await readPackage(job, 'createJob');
+        const { args, buffers } = await (await files()).readPackage(job, 'createJob');
         return callAsync('createJob', args, buffers);
       },
       async continueFromCheckpoint(job) {
-        if (!job || typeof job !== 'object') throw weeiError('invalid-argument', 'continueFromCheckpoint() takes an object');
-        const checkpoint = requireFile(job.checkpoint, 'checkpoint');
-        const [{ args, buffers }, checkpointBuffer] = await Promise.all([
-          readPackage(job, 'continueFromCheckpoint'), read(checkpoint)]);
-        buffers.checkpoint = checkpointBuffer;
-        args.datasetMode = job.datasetMode;
+        const { args, buffers } = await (await files()).readContinuation(job);
         return callAsync('continueFromCheckpoint', args, buffers);
       },
       invite(peerId) { return callSync('invite', { peerId }); },
@@ -586,87 +496,16 @@
       return worker;
     }
 
-    async function modelPackage(modelId) {
-      const base = `models/${encodeURIComponent(modelId)}/`;
-      const manifest = await (await core.fetchOk(base + 'manifest.json')).json();
-      const wasm = await (await core.fetchOk(base + manifest.wasm.fileName)).arrayBuffer();
-      return { base, manifest, wasm };
-    }
-
-    // Test hook: train `modelId` once in a Worker: start weights from
-    // createInitialWeights(initSeed) (or `weights`), one dataset chunk
-    // (index `chunk`, default 0) or an experience range.
-    async function trainOnce(modelId, options = {}) {
-      const {
-        initSeed = '0', seed = '1', chunk = 0, experience = null, weights = null,
-        settings = { localEpochs: 1, batchSize: 32 }, returnWeights = false,
-      } = options;
-      const t0 = performance.now();
-      const client = getWorker();
-      const workerStartSeconds = await client.ready;
-      const pkg = await modelPackage(modelId);
-      const loaded = await client.request('loadModel', { wasm: pkg.wasm }, { transfer: [pkg.wasm] });
-      const start = weights
-        ? weights.slice(0)
-        : (await client.request('createInitialWeights', { seed: String(initSeed) })).weights;
-      const startSha256 = await core.sha256Hex(start);
-      const fields = { weights: start, settings };
-      const transfer = [start];
-      if (experience) {
-        fields.experience = experience;
-      } else {
-        const entries = pkg.manifest.inlineJson['dataset-manifest.json'];
-        const entry = entries[chunk];
-        if (!entry) throw new Error(`${modelId} has no chunk ${chunk}`);
-        const data = await (await core.fetchOk(pkg.base + 'data/' + entry.fileName)).arrayBuffer();
-        Object.assign(fields, { data, format: entry.format, seed: String(seed) });
-        transfer.push(data);
-      }
-      let progressReports = 0;
-      const result = await client.request('train', fields, {
-        transfer,
-        onProgress: () => { progressReports += 1; },
-      });
-      const summary = {
-        modelId: loaded.modelInfo.id,
-        weightBytes: result.weights.byteLength,
-        startSha256,
-        weightsSha256: await core.sha256Hex(result.weights),
-        metrics: result.metrics,
-        uniqueExamples: result.uniqueExamples,
-        completedUnits: result.completedUnits,
-        optimizerSteps: result.optimizerSteps,
-        progressReports,
-        trainSeconds: result.seconds,
-        workerStartSeconds,
-        totalSeconds: (performance.now() - t0) / 1000,
-      };
-      if (returnWeights) summary.weights = result.weights;
-      stats.trainings += 1;
-      stats.lastTraining = { modelId, seconds: result.seconds };
-      return summary;
-    }
-
-    // Test hook: aggregate one round in the page's Python (WasmKernel over
-    // the browser engine). See page_main.PageSession.debug_aggregate.
-    async function aggregate(spec) {
-      const { session } = await core.pagePython.start();
-      const result = await session.debug_aggregate(spec);
-      const out = result.toJs ? result.toJs({ dict_converter: Object.fromEntries }) : result;
-      if (result.destroy) result.destroy();
-      return {
-        weightsSha256: await core.sha256Hex(out.weights),
-        stateSha256: out.state ? await core.sha256Hex(out.state) : null,
-        stateStep: out.stateStep,
-        seconds: out.seconds,
-        weights: out.weights,
-        state: out.state,
-      };
-    }
+    const testHooks = () => core.loadModule('embed/test_hooks.js');
 
     internals.set('distributed-training', {
-      trainOnce,
-      aggregate,
+      async trainOnce(modelId, options) {
+        const summary = await (await testHooks()).trainOnce(core, getWorker(), modelId, options);
+        stats.trainings += 1;
+        stats.lastTraining = { modelId, seconds: summary.trainSeconds };
+        return summary;
+      },
+      aggregate: async (spec) => (await testHooks()).aggregate(core, spec),
       worker: getWorker,
       startPagePython: () => core.pagePython.start().then(() => core.pagePython.seconds),
       startApi: () => startApi().then(() => bridge.seconds),

@@ -632,3 +632,37 @@ def test_each_tab_is_its_own_peer_and_a_later_tab_continues_the_saved_job(weei_s
     assert took_over == {"job": job_id, "status": "ready", "error": None, "saved": [job_id]}
     assert second.evaluate(look)["job"] == second_job, "the second tab never took the first one's job"
     assert not log.errors and not errors, log.errors + errors
+
+
+def test_a_duplicated_tab_is_a_peer_of_its_own(weei_server: Any, page: Any) -> None:
+    """Duplicating a tab copies its sessionStorage, with the tab's slot and its local peer ID (a page without a
+    room names itself). The copy, seeing both held by the original, takes another slot and makes its own peer
+    ID, and keeps them across its reloads."""
+    first, log = page
+    ready(first, weei_server.url)
+    look = "() => ({ slot: T.hooks().status().slot, peer: T.api().getState().myPeerId })"
+    original = first.evaluate(look)
+    assert original["slot"] == 0 and original["peer"].startswith("peer-")
+    copied = first.evaluate("() => ({ ...sessionStorage })")
+    assert copied.get("weei.peerId") == original["peer"] and copied.get("weei.tabSlot") == "0", copied
+    duplicate = first.context.new_page()
+    duplicate.set_default_timeout(TIMEOUT_MS)
+    errors: list[str] = []
+    duplicate.on("pageerror", lambda e: errors.append(f"pageerror: {e}"))
+    # What the browser does when it duplicates a tab: the new tab starts with a copy of the original's
+    # sessionStorage (once: not again on the copy's own reloads).
+    duplicate.add_init_script(f"""
+      if (!sessionStorage.getItem('test.duplicated')) {{
+        for (const [k, v] of Object.entries({json.dumps(copied)})) sessionStorage.setItem(k, v);
+        sessionStorage.setItem('test.duplicated', '1');
+      }}""")
+    ready(duplicate, weei_server.url)
+    own = duplicate.evaluate(look)
+    assert own["slot"] == 1 and own["peer"].startswith("peer-") and own["peer"] != original["peer"], own
+    # The controller (the page's Python) took the same new ID, and the original kept its own.
+    assert duplicate.evaluate("() => sessionStorage.getItem('weei.peerId')") == own["peer"]
+    assert first.evaluate(look) == original
+    duplicate.reload()
+    ready(duplicate)
+    assert duplicate.evaluate(look) == own, "a reload of the copy keeps its slot and peer ID"
+    assert not log.errors and not errors, log.errors + errors

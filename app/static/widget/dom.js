@@ -127,20 +127,34 @@ export async function copyText(text, root = document) {
 }
 
 /**
- * copyButton(text, what) → a small "Copy" button that puts exactly `text` on the clipboard;
- * `what` names it for screen readers ("Copy peer ID"). It says "Copied" (or why not) for 1.5 s
- * and announces that through the window's live region when there is one.
+ * copyButton(text, what, {label, name, primary, select}) → a button that puts exactly `text` on the
+ * clipboard: a string, or a function read at each click (a value that changes, such as this peer's ID;
+ * nothing to copy yet: nothing happens). `what` names it ("peer ID"): the default small "Copy" button is
+ * labelled "Copy <what>" for screen readers, a button with its own `label` ("Copy invite link") is
+ * named by it. It says "Copied" (or why not) for 1.5 s and announces that through the window's live
+ * region when there is one. Where copying is refused, `select` (an input holding the text) is selected
+ * and the button says "Press Ctrl+C", so the person copies it by hand.
  */
-export function copyButton(text, what) {
-  const button = h('button', { type: 'button', class: 'copy', 'aria-label': `Copy ${what}`, title: `Copy ${what}: ${text}`, 'data-copy': text, text: 'Copy' });
+export function copyButton(text, what, { label = 'Copy', name = null, primary = false, select = null } = {}) {
+  const read = () => String((typeof text === 'function' ? text() : text) || '');
+  const small = label === 'Copy';
+  const titleOf = () => (read() ? `Copy ${what}: ${read()}` : `Copy ${what}`);
+  const button = h('button', {
+    type: 'button', class: small ? 'copy' : (primary ? 'primary' : null), name, text: label,
+    'aria-label': small ? `Copy ${what}` : null, title: titleOf(), 'data-copy': typeof text === 'string' ? text : null,
+  });
   button.addEventListener('click', async (e) => {
     e.stopPropagation();
+    const value = read();
+    if (!value) return;
+    if (select) select.select();
     let said;
-    try { await copyText(text, button.getRootNode()); said = 'Copied'; } catch (err) { said = errorText(err); }
-    button.textContent = said === 'Copied' ? 'Copied' : 'Not copied';
-    button.title = said === 'Copied' ? `Copied ${what}` : said;
-    announce(button, said === 'Copied' ? `${what} copied` : said);
-    setTimeout(() => { button.textContent = 'Copy'; button.title = `Copy ${what}: ${text}`; }, 1500);
+    try { await copyText(value, button.getRootNode()); said = 'Copied'; } catch (err) { said = errorText(err); }
+    const ok = said === 'Copied';
+    button.textContent = ok ? 'Copied' : (select ? 'Press Ctrl+C' : 'Not copied');
+    button.title = ok ? `Copied ${what}` : said;
+    announce(button, ok ? `${what} copied` : said);
+    setTimeout(() => { button.textContent = label; button.title = titleOf(); }, 1500);
   });
   return button;
 }

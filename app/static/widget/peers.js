@@ -1,7 +1,7 @@
 // The window's Peers & invitations section.
 // Methods of the window's Widget class (mixed into it by window.js): `this` is the Widget.
 
-import { h, append, show, fmtBytes, experienceOf } from './dom.js';
+import { h, append, show, fmtBytes, experienceOf, copyButton } from './dom.js';
 
 export class Peers {
   buildPeersDevice() {
@@ -35,7 +35,7 @@ export class Peers {
     const room = typeof this.api.getRoom === 'function' ? this.api.getRoom() : null;
     const r = (this.roomBar = { room });
     r.peer = h('span', { class: 'mono', 'data-field': 'myPeerId', text: '…' });
-    r.copyPeer = copyButton('Copy ID', () => this.state && this.state.myPeerId, { name: 'copyPeerId', title: 'Copy this browser\'s peer ID' });
+    r.copyPeer = copyButton(() => this.state && this.state.myPeerId, 'this browser\'s peer ID', { label: 'Copy ID', name: 'copyPeerId' });
     if (!room) {
       r.el = h('div', { class: 'roombar', 'data-room': '' },
         h('p', {}, h('b', { text: 'Not in a room' }), ': this browser trains alone. To train with others, open an invite link '
@@ -45,7 +45,7 @@ export class Peers {
     }
     const link = h('input', { type: 'text', name: 'inviteLink', readonly: true, value: room.invite, 'aria-label': 'Invite link' });
     link.addEventListener('focus', () => link.select());
-    const copy = copyButton('Copy invite link', () => room.invite, { name: 'copyInvite', primary: true, select: link });
+    const copy = copyButton(room.invite, 'invite link', { label: 'Copy invite link', name: 'copyInvite', primary: true, select: link });
     r.el = h('div', { class: 'roombar', 'data-room': room.key },
       h('p', { class: 'row' }, h('span', { class: 'muted', text: 'Room' }),
         h('span', { class: 'mono', title: room.key, text: room.key.length > 12 ? room.key.slice(0, 10) + '…' : room.key }),
@@ -202,27 +202,6 @@ function inviteBlocked(job) {
   if (job.role !== 'coordinator') return 'Only the job\'s coordinator invites; this browser takes part in it.';
   if (job.status === 'completed') return 'This job is completed: create a new job to invite peers.';
   return null;
-}
-
-/**
- * A Copy button: writes text() to the clipboard and says so beside itself; where the clipboard is refused
- * (an insecure context), selects `select` (an input) so the person can copy it by hand.
- */
-export function copyButton(label, text, { name = null, title = null, primary = false, select = null } = {}) {
-  const button = h('button', { type: 'button', class: primary ? 'primary' : null, name, title, text: label });
-  button.addEventListener('click', async () => {
-    const value = text();
-    if (!value) return;
-    if (select) select.select();
-    try {
-      await navigator.clipboard.writeText(value);
-      button.textContent = 'Copied';
-    } catch {
-      button.textContent = select ? 'Press Ctrl+C' : 'Copy failed';
-    }
-    setTimeout(() => { button.textContent = label; }, 1600);
-  });
-  return button;
 }
 
 // The room bar's and the notice's styles (the window's own are in styles.js).
