@@ -29,8 +29,11 @@ function tryHold(name, options) {
   });
 }
 
-// Waits a little for a lock the tab's previous document held: a reload's old document lets go as it unloads.
-const waitLittle = () => (typeof AbortSignal.timeout === 'function' ? { signal: AbortSignal.timeout(1500) } : { ifAvailable: true });
+// Waits for a lock the tab's previous document held: a reload's old document lets go as it unloads, which
+// a loaded machine can delay by seconds, and a reload that gave up would lose its saved job to a fresh
+// slot. Only a duplicated tab (whose original keeps the lock) pays the whole wait.
+const RELOAD_WAIT_MS = 5000;
+const waitForRelease = () => (typeof AbortSignal.timeout === 'function' ? { signal: AbortSignal.timeout(RELOAD_WAIT_MS) } : { ifAvailable: true });
 
 async function holdSlot() {
   let remembered = null;
@@ -44,7 +47,7 @@ async function holdSlot() {
   if (!hasLocks()) return keep(mine ?? 0);
   // A reload: wait a little for our slot. A duplicated tab: the original still holds it; take another.
   if (mine !== null) {
-    const held = await tryHold(slotLock(mine), waitLittle());
+    const held = await tryHold(slotLock(mine), waitForRelease());
     if (held !== false) return keep(mine); // held, or unguarded
   }
   for (let n = 0; ; n += 1) {
@@ -61,7 +64,7 @@ async function holdSlot() {
 // taken by another tab (this one is a duplicate), newPeerId() makes and remembers another.
 async function holdPeerId(peerId, newPeerId) {
   if (!peerId || !hasLocks()) return peerId;
-  if (await tryHold(peerLock(peerId), waitLittle()) !== false) return peerId;
+  if (await tryHold(peerLock(peerId), waitForRelease()) !== false) return peerId;
   const fresh = newPeerId();
   if (fresh) await tryHold(peerLock(fresh), { ifAvailable: true });
   return fresh;
