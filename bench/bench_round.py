@@ -28,6 +28,7 @@ from weei.core.coordinator import Coordinator
 from weei.core.job import ChunkInfo, JobSpec, ModuleInfo
 from weei.core.messages import ArtifactRef, Assign, InvitationDecision, ModuleStatus, Update
 from weei.core.modelinfo import ModelInfo
+from weei.core.relay_messages import RelayDone, RelayPlan
 from weei.core.settings import TrainingSettings
 from weei.core.verified import VerifiedBlobs
 from weei.kernel.native import NativeKernel
@@ -56,7 +57,7 @@ def one_round(weight_count: int, peers: int, method: str) -> tuple[float, float]
         coordinator.receive(peer, InvitationDecision("job", True), {}, 0.0)
         coordinator.receive(peer, ModuleStatus("job", True, None, ()), {}, 0.0)
     coordinator.start(0.0)
-    assigns = [c.message for c in coordinator.take_commands() if isinstance(c, Send) and isinstance(c.message, Assign)]
+    assigns = _assigns(coordinator, coordinator.take_commands())
     updates = []
     for assign in assigns:
         weights = (np.frombuffer(start, dtype=np.float32) + rng.standard_normal(weight_count, dtype=np.float32)
@@ -75,13 +76,25 @@ def one_round(weight_count: int, peers: int, method: str) -> tuple[float, float]
     coordinator.receive(_peer(assign, coordinator), update, blobs, 2.0)
     out = coordinator.take_commands()
     overhead = time.perf_counter() - t0
-    assert coordinator.checkpoint_round == 1 and any(isinstance(c, Send) and isinstance(c.message, Assign)
+    # The next round's work is out: its Assigns, or (a checkpoint of >= 2 MiB to >= 2 peers) the relay
+    # plans and the pieces the coordinator sends itself, the Assigns following each peer's relayDone.
+    assert coordinator.checkpoint_round == 1 and any(isinstance(c, Send) and isinstance(c.message, (Assign, RelayPlan))
                                                      for c in out)
     contributions = [(a.assignment_id, u.count, w) for a, u, w in updates]
     t0 = time.perf_counter()
     aggregate_round(kernel, start, contributions, settings.aggregation, None, None)
     aggregation = time.perf_counter() - t0
     return overhead, aggregation
+
+
+def _assigns(coordinator: Coordinator, commands: list) -> list[Assign]:
+    """The round's Assigns; a relayed checkpoint's targets report they hold it, which releases theirs."""
+    cast = coordinator.broadcast
+    if cast is not None:
+        for peer in list(cast.waiting):
+            coordinator.receive(peer, RelayDone("job", cast.round, cast.artifact, "coord", True), {}, 0.0)
+        commands = commands + coordinator.take_commands()
+    return [c.message for c in commands if isinstance(c, Send) and isinstance(c.message, Assign)]
 
 
 def _peer(assign: Assign, coordinator: Coordinator) -> str:
