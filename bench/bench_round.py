@@ -1,10 +1,15 @@
 """Round overhead at the coordinator against the aggregation itself.
 
 Round overhead: from the moment the round's last update is handed to the
-coordinator state machine until the next round's assignments are out
-(validation of that update, FedAvg, the checkpoint file with its SHA-256,
-the next Assign commands) — transfers excluded. Measured side by side with
-``aggregate_round`` alone on the same updates, in one run, best of 3 each.
+coordinator state machine until the next round's work is out (checks of
+that update, the aggregation, the new weights' SHA-256, the checkpoint's
+checks, the next Assign commands; with 4 peers and >= 2 MiB of weights the
+relay plans and pieces, each piece hashed) — transfers excluded. The
+checkpoint file's join (and its state's SHA-256) happens in the host's
+save, which comes after those commands. Measured side by side with
+``aggregate_round`` alone on the same updates, in one run, best of 3 each,
+on the wall clock and on this process's CPU clock (everything measured
+runs on one thread, so a loaded machine stretches the first, not the second).
 
 The update arrives as the transport hands it over: as ``VerifiedBlobs``,
 hashed while its fragments arrived (``core/framing/reader.py``), so that
@@ -28,6 +33,7 @@ from weei.core.coordinator import Coordinator
 from weei.core.job import ChunkInfo, JobSpec, ModuleInfo
 from weei.core.messages import ArtifactRef, Assign, InvitationDecision, ModuleStatus, Update
 from weei.core.modelinfo import ModelInfo
+from weei.core.relay_messages import RelayDone, RelayPlan
 from weei.core.settings import TrainingSettings
 from weei.core.verified import VerifiedBlobs
 from weei.kernel.native import NativeKernel
@@ -38,8 +44,9 @@ INFO = {"id": "bench", "version": "1", "name": "bench", "abiVersion": 1, "weight
         "metrics": [{"id": "loss", "label": "Loss", "direction": "minimize"}]}
 
 
-def one_round(weight_count: int, peers: int, method: str) -> tuple[float, float]:
-    """(round overhead seconds, aggregation seconds) for one round."""
+def one_round(weight_count: int, peers: int, method: str) -> tuple[float, float, float, float]:
+    """Seconds of one round: (overhead, aggregation) on the wall clock, then the same on this process's CPU
+    clock (which a loaded machine does not stretch: everything measured runs on this one thread)."""
     rng = np.random.default_rng(0)
     start = rng.standard_normal(weight_count, dtype=np.float32).tobytes()
     chunks = tuple(ChunkInfo(f"c{i}", f"c{i}.bin", 64, hashlib.sha256(bytes([i])).hexdigest(), "raw", 10)
@@ -56,7 +63,7 @@ def one_round(weight_count: int, peers: int, method: str) -> tuple[float, float]
         coordinator.receive(peer, InvitationDecision("job", True), {}, 0.0)
         coordinator.receive(peer, ModuleStatus("job", True, None, ()), {}, 0.0)
     coordinator.start(0.0)
-    assigns = [c.message for c in coordinator.take_commands() if isinstance(c, Send) and isinstance(c.message, Assign)]
+    assigns = _assigns(coordinator, coordinator.take_commands())
     updates = []
     for assign in assigns:
         weights = (np.frombuffer(start, dtype=np.float32) + rng.standard_normal(weight_count, dtype=np.float32)
@@ -71,17 +78,29 @@ def one_round(weight_count: int, peers: int, method: str) -> tuple[float, float]
     coordinator.take_commands()
     assign, update, weights = updates[-1]
     blobs = VerifiedBlobs.check({update.weights.sha256: weights})  # on arrival, during the transfer
-    t0 = time.perf_counter()
+    c0, t0 = time.process_time(), time.perf_counter()
     coordinator.receive(_peer(assign, coordinator), update, blobs, 2.0)
     out = coordinator.take_commands()
-    overhead = time.perf_counter() - t0
-    assert coordinator.checkpoint_round == 1 and any(isinstance(c, Send) and isinstance(c.message, Assign)
+    overhead, overhead_cpu = time.perf_counter() - t0, time.process_time() - c0
+    # The next round's work is out: its Assigns, or (a checkpoint of >= 2 MiB to >= 2 peers) the relay
+    # plans and the pieces the coordinator sends itself, the Assigns following each peer's relayDone.
+    assert coordinator.checkpoint_round == 1 and any(isinstance(c, Send) and isinstance(c.message, (Assign, RelayPlan))
                                                      for c in out)
     contributions = [(a.assignment_id, u.count, w) for a, u, w in updates]
-    t0 = time.perf_counter()
+    c0, t0 = time.process_time(), time.perf_counter()
     aggregate_round(kernel, start, contributions, settings.aggregation, None, None)
-    aggregation = time.perf_counter() - t0
-    return overhead, aggregation
+    aggregation, aggregation_cpu = time.perf_counter() - t0, time.process_time() - c0
+    return overhead, aggregation, overhead_cpu, aggregation_cpu
+
+
+def _assigns(coordinator: Coordinator, commands: list) -> list[Assign]:
+    """The round's Assigns; a relayed checkpoint's targets report they hold it, which releases theirs."""
+    cast = coordinator.broadcast
+    if cast is not None:
+        for peer in list(cast.waiting):
+            coordinator.receive(peer, RelayDone("job", cast.round, cast.artifact, "coord", True), {}, 0.0)
+        commands = commands + coordinator.take_commands()
+    return [c.message for c in commands if isinstance(c, Send) and isinstance(c.message, Assign)]
 
 
 def _peer(assign: Assign, coordinator: Coordinator) -> str:
@@ -89,22 +108,27 @@ def _peer(assign: Assign, coordinator: Coordinator) -> str:
 
 
 def main() -> int:
-    print(f"{'weights':>10} {'peers':>5} {'method':>8} {'overhead ms':>12} {'aggregation ms':>15} {'ratio':>6}")
+    print(f"{'weights':>10} {'peers':>5} {'method':>8} {'overhead ms':>12} {'aggregation ms':>15} {'ratio':>6} "
+          f"{'cpu: overhead':>14} {'aggregation':>12} {'ratio':>6}")
     lines = []
     for weight_count in (1 << 20, 1 << 24):
         for method in ("fedavg", "fedadam"):
             runs = [one_round(weight_count, 4, method) for _ in range(3)]
             # Each figure's best of 3 (the machine is shared: the least disturbed run of each).
-            overhead, aggregation = min(r[0] for r in runs), min(r[1] for r in runs)
+            overhead, aggregation, overhead_cpu, aggregation_cpu = (min(r[i] for r in runs) for i in range(4))
             print(f"{weight_count:>10} {4:>5} {method:>8} {overhead * 1e3:>12.1f} {aggregation * 1e3:>15.1f} "
-                  f"{overhead / aggregation:>6.2f}")
+                  f"{overhead / aggregation:>6.2f} {overhead_cpu * 1e3:>14.1f} {aggregation_cpu * 1e3:>12.1f} "
+                  f"{overhead_cpu / aggregation_cpu:>6.2f}")
             goal = 1.5 * aggregation + 0.020
             name = {"fedavg": "FedAvg", "fedadam": "FedAdam"}[method]
             lines.append(f"P4 round overhead {weight_count >> 20}M {name}: {overhead / aggregation:.2f} x aggregation "
                          f"({overhead * 1e3:.1f} ms, aggregation {aggregation * 1e3:.1f} ms; goal <= 1.5 x + 20 ms "
-                         f"= {goal * 1e3:.1f} ms) {'MET' if overhead <= goal else 'not met'}")
-    print("overhead = last update in -> next assignments out (update checks, aggregation, checkpoint file and "
-          "its SHA-256, assignments); ratio = overhead / aggregation alone")
+                         f"= {goal * 1e3:.1f} ms; on the CPU clock {overhead_cpu * 1e3:.1f} ms vs "
+                         f"{(1.5 * aggregation_cpu + 0.020) * 1e3:.1f} ms) {'MET' if overhead <= goal else 'not met'}")
+    print("overhead = last update in -> next round's work out (update checks, aggregation, the new weights' "
+          "SHA-256, the checkpoint file's checks, assignments or relay plans with the pieces' SHA-256; the file "
+          "itself is joined by the host's save, after them); ratio = overhead / aggregation alone; best of 3 "
+          "each; the verdict is on the wall clock, the CPU clock beside it is what a loaded machine leaves intact")
     print("\n".join(lines))
     return 0
 

@@ -12,9 +12,10 @@
 // in a queue. The request protocol is documented in worker_main.py; this
 // file only moves messages and transfers every ArrayBuffer in a reply.
 //
-// Python is entered with `callPromising` (JSPI), so that the WebGPU shim's
-// run_sync can wait on a promise inside a request (trainGpu); requests run
-// one after another even while one waits (the model instance is shared).
+// trainGpu enters Python with `callPromising` (JSPI), so that the WebGPU
+// shim's run_sync can wait on a promise inside it; every other request is a
+// plain call. Requests run one after another even while one waits (the model
+// instance is shared).
 import { startPython } from './boot.mjs';
 
 const BASE = new URL('./', import.meta.url).href;
@@ -62,10 +63,13 @@ async function start() {
   // made in Node without it, would say "no" here, where trainGpu's run_sync needs it.
   const { main, seconds, snapshot } = await startPython(BASE, ['weei.browser.worker_main'], { useSnapshot: false });
   main.start((message) => post(message.toJs ? message.toJs({ dict_converter: Object.fromEntries }) : message));
+  // Only trainGpu waits on promises (the WebGPU shim's run_sync), so only trainGpu enters Python with
+  // callPromising (JSPI): a promising call switches stacks each time, and a chunk's train is many short calls.
   // Without callPromising (no JSPI) CPU requests still work; trainGpu then fails by name (gpu-error).
-  handle = typeof main.handle.callPromising === 'function'
-    ? (message) => main.handle.callPromising(message)
-    : (message) => main.handle(message);
+  const promising = typeof main.handle.callPromising === 'function';
+  handle = (message) => (promising && message && message.op === 'trainGpu'
+    ? main.handle.callPromising(message)
+    : main.handle(message));
   return { seconds, snapshot };
 }
 

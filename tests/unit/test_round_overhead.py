@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import struct
 from typing import Any
 
 import pytest
@@ -18,12 +19,13 @@ from sim import COORD, Sim, dataset_spec, default_outcome, experience_spec, init
 
 from weei.core import verified
 from weei.core.attempts import RoundAttempts
-from weei.core.checkpoint import read_checkpoint, write_checkpoint
+from weei.core.checkpoint import prepare_checkpoint, read_checkpoint, write_checkpoint
 from weei.core.commands import SaveCheckpoint, Send
 from weei.core.coordinator import Coordinator
-from weei.core.errors import UsageError
+from weei.core.errors import CheckpointError, UsageError
 from weei.core.framing import FrameReader, FrameWriter, MessageReceived, referenced_artifacts
 from weei.core.messages import ArtifactRef, Assign, InvitationDecision, ModuleStatus, Update
+from weei.core.relay import PIECE_BYTES, split
 from weei.core.verified import VerifiedBlobs
 from weei.kernel.numpy_kernel import NumpyKernel
 
@@ -188,3 +190,71 @@ def test_chunks_are_found_by_id() -> None:
     assert spec.with_settings(spec.settings).chunk("c004") is spec.chunks[4]
     with pytest.raises(KeyError):
         spec.chunk("c999")
+
+
+def _closed_round_one(method: str) -> list[Any]:
+    """The commands that close round 1 of a three-peer job of 6 chunks and 2 epochs (round 2 follows)."""
+    spec, _ = dataset_spec(6, settings={"epochs": 2, "aggregation": {"method": method}}, weight_count=1000)
+    c = Coordinator.create(spec, initial_weights(1000), my_peer_id=COORD, kernel=NumpyKernel(), now=0.0)
+    for peer in ("p1", "p2", "p3"):
+        c.invite(peer, 0.0)
+        c.receive(peer, InvitationDecision(spec.job_id, True), {}, 0.0)
+        c.receive(peer, ModuleStatus(spec.job_id, True, None, ()), {}, 0.0)
+    c.start(0.0)
+    updates = []
+    for command in c.take_commands():
+        if isinstance(command, Send) and isinstance(command.message, Assign):
+            assign = command.message
+            outcome = default_outcome(assign, c.weights)
+            ref = ArtifactRef("update", hashlib.sha256(outcome.weights).hexdigest(), len(outcome.weights))
+            updates.append((command.peer, Update(spec.job_id, 1, assign.assignment_id, assign.attempt_id,
+                                                 assign.checkpoint.sha256, ref, dict(outcome.metrics), outcome.count),
+                            outcome.weights))
+    for peer, update, weights in updates:
+        c.receive(peer, update, VerifiedBlobs.check({update.weights.sha256: weights}), 1.0)
+    return c.take_commands()
+
+
+@pytest.mark.parametrize("method", ["fedavg", "fedadam"])
+def test_the_next_rounds_work_goes_out_before_the_checkpoint_file_is_made(method: str) -> None:
+    commands = _closed_round_one(method)
+    (save,) = [i for i, c in enumerate(commands) if isinstance(c, SaveCheckpoint)]
+    assigns = [i for i, c in enumerate(commands) if isinstance(c, Send) and isinstance(c.message, Assign)]
+    assert assigns and all(c.message.round == 2 for c in (commands[i] for i in assigns))
+    assert max(assigns) < save  # the host sends them before it writes the file
+    saved = commands[save]
+    assert "file" not in vars(saved)  # not joined (nor its state hashed) until the host reads it
+    read = read_checkpoint(saved.file)
+    assert read.weights == saved.weights and read.state == saved.state and read.metadata.round == 1
+    assert saved.file is saved.file  # joined once
+    assert write_checkpoint(read.metadata, read.weights, read.state) == saved.file
+
+
+def test_prepare_checkpoint_refuses_before_anything_is_joined() -> None:
+    spec, store = dataset_spec(4, settings={"aggregation": {"method": "fedadam"}}, weight_count=64)
+    sim = Sim.start_job(spec, store, ["p1", "p2"])
+    sim.run_to_end()
+    last = read_checkpoint(sim.saved[-1].file)
+    assert last.state is not None
+    nan = struct.pack("<f", float("nan"))
+    with pytest.raises(CheckpointError) as err:
+        prepare_checkpoint(last.metadata, last.weights, last.state[:8] + nan + last.state[12:])
+    assert err.value.reason == "state-non-finite"
+    with pytest.raises(CheckpointError) as err:
+        prepare_checkpoint(last.metadata, nan + last.weights[4:], last.state)
+    assert err.value.reason == "weights-non-finite"
+    big = {**last.metadata.to_json(), "chunkOrder": ["c" * 1000] * 1100}
+    with pytest.raises(CheckpointError) as err:
+        prepare_checkpoint(big, last.weights, last.state)
+    assert err.value.reason == "metadata-too-large"
+    # The state's hash is written at the join: the reader checks it.
+    assert prepare_checkpoint(last.metadata, last.weights, last.state).join() == sim.saved[-1].file
+
+
+def test_relay_pieces_are_views_of_the_checkpoint_not_copies() -> None:
+    data = initial_weights(3 << 18)  # 3 MiB
+    pieces = split(data, PIECE_BYTES)
+    assert [p.bytes for p, _ in pieces] == [PIECE_BYTES] * 3
+    assert all(isinstance(d, memoryview) and d.readonly and d.obj is data for _, d in pieces)
+    assert [p.sha256 for p, _ in pieces] == [hashlib.sha256(data[i:i + PIECE_BYTES]).hexdigest()
+                                             for i in range(0, len(data), PIECE_BYTES)]

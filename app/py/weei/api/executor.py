@@ -117,6 +117,8 @@ class Executor:
                 s.evaluating += 1  # released by _validate
             elif isinstance(command, SaveCheckpoint):
                 s.saving += 1  # released by _save_checkpoint
+                # The next round's Assigns come before it (their checkpoint's file is written after them).
+                self.store.remember(command.weights_sha256, command.weights)
         return commands
 
     def _release(self, command: Command) -> None:

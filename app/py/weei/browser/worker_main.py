@@ -44,8 +44,9 @@ Requests are plain objects with an ``id`` (echoed back) and an ``op``:
 ===================== ====================================================
 
 ``trainGpu`` blocks on WebGPU's promises (the shim's ``run_sync``), which
-works only because ``worker.js`` enters :func:`handle` with
-``callPromising`` (JSPI); it handles one request at a time anyway.
+works only because ``worker.js`` enters :func:`handle` for it with
+``callPromising`` (JSPI); every other request is a plain call (a promising
+call switches stacks each time). It handles one request at a time anyway.
 
 Every reply is ``{type: "reply", id, ok: true, ...}`` or ``{type: "reply",
 id, ok: false, error: {kind, reason, message}}`` (``kind`` is ``model`` for

@@ -43,6 +43,8 @@ __all__ = [
     "checkpoint_summary",
     "read_checkpoint",
     "write_checkpoint",
+    "prepare_checkpoint",
+    "CheckpointFile",
     "MAX_CHECKPOINT_FILE_BYTES",
     "MAX_METADATA_BYTES",
 ]
@@ -339,19 +341,59 @@ def write_checkpoint(
     weights_sha256: str | None = None,
     finite_checked: bool = False,
 ) -> bytes:
-    """Write a .weei-checkpoint file.
+    """Write a .weei-checkpoint file: :func:`prepare_checkpoint`, then its bytes at once."""
+    return prepare_checkpoint(metadata, weights, state, weights_sha256=weights_sha256,
+                              finite_checked=finite_checked).join()
+
+
+# Stands for the state's SHA-256 while the metadata is checked: same length, so the checked text's size holds.
+_STATE_SHA_PLACEHOLDER = "0" * 64
+
+
+@dataclass(frozen=True)
+class CheckpointFile:
+    """A checkpoint file every check has passed, not yet joined into bytes (:func:`prepare_checkpoint`)."""
+
+    metadata: dict[str, Any]  # complete but for aggregationState.sha256
+    weights: bytes
+    state: bytes | None
+
+    def join(self) -> bytes:
+        """The file's bytes: the state hashed, the metadata written, the parts joined (one copy of each)."""
+        meta = self.metadata
+        parts: tuple[bytes, ...] = (self.weights,)
+        if self.state is not None:
+            meta = {**meta, "aggregationState": {**meta["aggregationState"],
+                                                 "sha256": hashlib.sha256(self.state).hexdigest()}}
+            parts = (self.weights, self.state)
+        # Same text JavaScript's JSON.stringify(metadata) gives, so files match.
+        text = stringify(meta).encode("utf-8")
+        return b"".join((struct.pack("<I", len(text)), text, *parts))
+
+
+def prepare_checkpoint(
+    metadata: CheckpointMetadata | dict[str, Any],
+    weights: bytes | bytearray | memoryview,
+    state: bytes | bytearray | memoryview | None = None,
+    *,
+    weights_sha256: str | None = None,
+    finite_checked: bool = False,
+) -> CheckpointFile:
+    """Check a .weei-checkpoint file now; its bytes come from ``join()``, which cannot fail.
 
     Takes: the metadata (dict or CheckpointMetadata; ``checkpoint.bytes``/
     ``sha256``, ``version`` and ``aggregationState.bytes``/``sha256`` are
     filled in here; with ``state``, ``aggregationState.method`` and ``step``
     must be set), the weights and the optional aggregation state.
-    Returns: the file bytes (version 2 iff ``state`` is given), which
-    :func:`read_checkpoint` accepts.
+    Returns: the checked file (version 2 iff ``state`` is given), whose
+    bytes :func:`read_checkpoint` accepts.
     Raises: CheckpointError with the reader's reason codes when the result
     would not pass its checks (non-finite values, invalid metadata...).
     A caller that already holds the weights' SHA-256 (``weights_sha256``) or
     has checked every value is finite (``finite_checked``, for example after
-    aggregation) saves those passes over the weights.
+    aggregation) saves those passes over the weights. The state's SHA-256
+    and the join (a copy of weights and state) wait for ``join()``: the
+    coordinator sends the next round's work first.
     """
     # A shallow copy: only top-level keys, ``checkpoint`` and ``aggregationState`` (copied below) change.
     meta = metadata.to_json() if isinstance(metadata, CheckpointMetadata) else dict(metadata) \
@@ -366,16 +408,16 @@ def write_checkpoint(
     ck["sha256"] = weights_sha256 if weights_sha256 is not None else hashlib.sha256(w).hexdigest()
     meta["checkpoint"] = ck
     parts = [w]
+    s = None
     if state is None:
         meta.pop("aggregationState", None)
     else:
         s = state if isinstance(state, bytes) else memoryview(state).cast("B").tobytes()
         agg = dict(meta.get("aggregationState") or {})
         agg["bytes"] = len(s)
-        agg["sha256"] = hashlib.sha256(s).hexdigest()
+        agg["sha256"] = _STATE_SHA_PLACEHOLDER
         meta["aggregationState"] = agg
         parts.append(s)
-    # Same text JavaScript's JSON.stringify(metadata) gives, so files match.
     text = stringify(meta).encode("utf-8")
     # The writer never emits a file the reader refuses: run the reader's
     # checks on the metadata it wrote (lengths and hashes hold by
@@ -396,8 +438,7 @@ def write_checkpoint(
     total = 4 + len(text) + sum(len(p) for p in parts)
     if total > MAX_CHECKPOINT_FILE_BYTES:
         raise CheckpointError("file-too-large", f"checkpoint: {total} bytes, at most {MAX_CHECKPOINT_FILE_BYTES} are accepted")
-    # One join, one copy of the weights and state.
-    return b"".join((struct.pack("<I", len(text)), text, *parts))
+    return CheckpointFile(meta, w, s)
 
 
 # ------------------------------------------------------------ what a checkpoint records

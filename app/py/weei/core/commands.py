@@ -8,8 +8,10 @@ only moves bytes, persists and runs the model.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
+from .checkpoint import CheckpointFile
 from .messages import ArtifactRef, Assign, Message
 
 __all__ = [
@@ -42,14 +44,25 @@ class Send:
 
 @dataclass(frozen=True)
 class SaveCheckpoint:
-    """Persist a new checkpoint. ``file`` is the complete .weei-checkpoint."""
+    """Persist a new checkpoint. ``file`` is the complete .weei-checkpoint.
+
+    The coordinator emits it after the next round's work, and the file is
+    joined (its state hashed) only when the host first reads ``file``: its
+    checks have passed already, and the participants train meanwhile. The
+    host holds ``weights`` in memory from the moment it takes the command,
+    for the Assigns sent before the file is written.
+    """
 
     round: int
-    file: bytes
-    weights: bytes
+    checked: CheckpointFile = field(repr=False)
+    weights: bytes = field(repr=False)
     weights_sha256: str
     summary: dict[str, Any]  # spec CheckpointSummary
-    state: bytes | None = None
+    state: bytes | None = field(default=None, repr=False)
+
+    @cached_property
+    def file(self) -> bytes:
+        return self.checked.join()
 
 
 @dataclass(frozen=True)

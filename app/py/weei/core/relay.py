@@ -65,13 +65,18 @@ PIECE_BYTES = 1 << 20
 MIN_RELAY_BYTES = 2 * PIECE_BYTES
 
 
-def split(data: bytes, piece_bytes: int = PIECE_BYTES) -> list[tuple[Piece, bytes]]:
-    """``data`` cut into pieces of ``piece_bytes`` (larger when it would need more than MAX_PIECES)."""
+def split(data: bytes, piece_bytes: int = PIECE_BYTES) -> list[tuple[Piece, memoryview]]:
+    """``data`` cut into pieces of ``piece_bytes`` (larger when it would need more than MAX_PIECES).
+
+    Each piece is a read-only view into ``data``, not a copy: a checkpoint's
+    bytes never change, and copying 16M weights into pieces cost more than
+    hashing them.
+    """
     size = max(piece_bytes, -(-len(data) // MAX_PIECES), 1)
-    view = memoryview(data)
+    view = memoryview(data).toreadonly().cast("B")
     out = []
-    for offset in range(0, len(data), size):
-        chunk = bytes(view[offset:offset + size])
+    for offset in range(0, len(view), size):
+        chunk = view[offset:offset + size]
         out.append((Piece(hashlib.sha256(chunk).hexdigest(), len(chunk)), chunk))
     return out
 

@@ -316,15 +316,22 @@ class RoundLoop:
         self.weights_sha256 = record.weights_sha256
         self.aggregation_state = record.aggregation_state
         self.checkpoint_round = record.round
-        self._save_checkpoint(now, metrics=record.metrics, examples=record.examples)
+        save = self._save_checkpoint(now, metrics=record.metrics, examples=record.examples, emit=False)
         epoch_done = self.dataset is not None and self.dataset.epoch > epoch_before
         if validation_due(self.spec, self.checkpoint_round, dataset_epoch=self.dataset.epoch if self.dataset else None,
                           epoch_done=epoch_done, work_done=self._work_done()):
             self._commands.append(self._validation_command())
         if self._work_done():
+            self._commands.append(save)
             self._finish(now, incomplete=False)
         else:
+            # The next round's work goes out first: writing the file (hashing the state, joining
+            # the parts) does not hold up the participants (issue 11, P4). A round that could not
+            # open may have ended the job and rewritten this checkpoint: ours goes before that.
+            mark = len(self._commands)
             self._maybe_open_round(now)
+            later = (i for i in range(mark, len(self._commands)) if isinstance(self._commands[i], SaveCheckpoint))
+            self._commands.insert(next(later, len(self._commands)), save)
 
     def _work_done(self) -> bool:
         return progress.work_done(self.dataset, self.checkpoint_round, self.spec.settings.epochs)
@@ -357,7 +364,9 @@ class RoundLoop:
     # ------------------------------------------------------------ checkpoints
 
     def _save_checkpoint(self, now: float, *, metrics: dict[str, float], examples: int,
-                         replace: bool = False) -> None:
+                         replace: bool = False, emit: bool = True) -> SaveCheckpoint:
+        """Record checkpoint ``checkpoint_round`` (its summary, the participants' notes) and check its
+        file; its SaveCheckpoint is emitted here, or (``emit`` False) returned for the caller to emit."""
         round_ = self.checkpoint_round
         self.checkpoint_hashes[round_] = self.weights_sha256
         state = self.aggregation_state
@@ -369,17 +378,21 @@ class RoundLoop:
             aggregation=state)
         self._saved_incomplete = incomplete
         # Aggregation already refused non-finite results; checkpoint 0 and continued weights are checked here.
-        file = ckpt.write_checkpoint(metadata, self.weights, state.data if state is not None else None,
-                                     weights_sha256=self.weights_sha256, finite_checked=round_ > self.first_round - 1)
+        checked = ckpt.prepare_checkpoint(metadata, self.weights, state.data if state is not None else None,
+                                          weights_sha256=self.weights_sha256,
+                                          finite_checked=round_ > self.first_round - 1)
         summary = ckpt.checkpoint_summary(metadata, now, dataset_progress=(
             self.dataset.progress if self.dataset is not None else None))
         if replace:
             summary = {**self.checkpoints.pop(), **summary}  # keeps a validation already attached
         self.checkpoints.append(summary)
-        self._commands.append(SaveCheckpoint(round_, file, self.weights, self.weights_sha256, summary,
-                                             state.data if state is not None else None))
+        save = SaveCheckpoint(round_, checked, self.weights, self.weights_sha256, summary,
+                              state.data if state is not None else None)
+        if emit:
+            self._commands.append(save)
         self._log("checkpoint.saved", round=round_, sha256=self.weights_sha256)
         self._tell_checkpoint(summary)
+        return save
 
     def _tell_checkpoint(self, summary: dict[str, Any]) -> None:
         """The participants' windows list the checkpoints too: a note (no weights) to each one taking part."""
