@@ -1,9 +1,9 @@
 /* byte-transformer's GPU backend (docs/gpu.md): gpuBegin emits a
  * weei-device-program-v1 program over wgsl/ (transformer.wgsl for the
  * embedding, layer norms, attention, dense layers through a transposed or
- * bias-free weight and the embedding gradient; softmax_xent.wgsl,
- * matmul.wgsl's weight_grad, reduce.wgsl and optimizer.wgsl's adam for the
- * rest), the same operations in the same order as net.c's tfm_loss and
+ * bias-free weight, their weight and bias gradients and the embedding
+ * gradient; softmax_xent.wgsl, reduce.wgsl and optimizer.wgsl's adam for
+ * the rest), the same operations in the same order as net.c's tfm_loss and
  * model_train. gpuNext packs each minibatch (the same shuffled order, the
  * same Adam step sizes) and folds the step's per-position losses into the
  * metrics in train's float64 order; gpuEnd answers like train.
@@ -21,6 +21,10 @@
 #define V TFM_V
 #define L TFM_L
 #define STEP_WORDS (WEEI_GPU_STEP_WORDS + 1) /* + step[8]: the current layer's base offset */
+/* Invocations of transformer.wgsl's tiled kernels: dense and dense_relu_backward compute blocks of
+ * 4 rows x 4 columns of `outputs` (rows x columns), weight_bias_grad blocks of 4 x 4 of dW then 4 of db. */
+#define DENSE_BLOCKS(outputs) ((uint64_t)(outputs) / 16)
+#define WB_BLOCKS(in, out) ((uint64_t)(in) * (out) / 16 + (out) / 4)
 
 static struct {
     int active;
@@ -43,7 +47,7 @@ static void end_session(void) {
 
 static const char *const NAMES_LN[] = { "D", "NROWS", "G_OFF", 0 };
 static const char *const NAMES_DENSE[] = { "K", "C", "W_OFF", "B_OFF", "HAS_BIAS", "TRANS", "ACT", 0 };
-static const char *const NAMES_WB[] = { "IN", "OUT", "W_OFF", "B_OFF", 0 };
+static const char *const NAMES_WB[] = { "IN", "OUT", "W_OFF", "B_OFF", "HAS_BIAS", 0 };
 static const char *const NAMES_ATTN[] = { "D", "T", "H", "HD", "SCALE_BITS", 0 };
 
 static void dense_pipeline(const char *id, const char *entry, uint32_t k, uint32_t c, uint32_t w_off, uint32_t b_off,
@@ -57,8 +61,8 @@ static void ln_pipeline(const char *id, const char *entry, uint32_t rows, uint32
     weei_gpu_pipeline(id, "transformer.wgsl", entry, NAMES_LN, v);
 }
 
-static void wb_pipeline(const char *id, uint32_t in, uint32_t out, uint32_t w_off, uint32_t b_off) {
-    const uint32_t v[] = { in, out, w_off, b_off };
+static void wb_pipeline(const char *id, uint32_t in, uint32_t out, uint32_t w_off, uint32_t b_off, uint32_t has_bias) {
+    const uint32_t v[] = { in, out, w_off, b_off, has_bias };
     weei_gpu_pipeline(id, "transformer.wgsl", "weight_bias_grad", NAMES_WB, v);
 }
 
@@ -73,8 +77,6 @@ static void pipelines(uint32_t rows) {
     const uint32_t eg[] = { D, T, V };
     static const char *const classes[] = { "CLASSES", 0 };
     const uint32_t cls[] = { V };
-    static const char *const wgrad[] = { "IN", "OUT", "W_OFF", 0 };
-    const uint32_t det[] = { D, V, 0 };
     static const char *const colsum[] = { "COLS", "OUT_OFF", 0 };
     const uint32_t bout[] = { V, TFM_OFF_BOUT };
     static const char *const n_params[] = { "N", 0 };
@@ -94,23 +96,23 @@ static void pipelines(uint32_t rows) {
     dense_pipeline("w2", "dense", F, D, LY_W2, LY_B2, 1, 0, 0);
     dense_pipeline("logits", "dense", D, V, 0, TFM_OFF_BOUT, 1, 1, 0);
     weei_gpu_pipeline("xent", "softmax_xent.wgsl", "forward_backward", classes, cls);
-    weei_gpu_pipeline("det", "matmul.wgsl", "weight_grad", wgrad, det);
+    wb_pipeline("det", D, V, 0, 0, 0); /* into the det buffer; step[8] is 0 there */
     weei_gpu_pipeline("bout", "reduce.wgsl", "column_sum", colsum, bout);
     dense_pipeline("dyf", "dense", V, D, 0, 0, 0, 0, 0);
     ln_pipeline("lnf_back", "ln_backward", rows, TFM_OFF_LNF);
     ln_pipeline("lnf_grad", "ln_param_grad", rows, TFM_OFF_LNF);
-    wb_pipeline("w2_grad", F, D, LY_W2, LY_B2);
+    wb_pipeline("w2_grad", F, D, LY_W2, LY_B2, 1);
     dense_pipeline("w2_dx", "dense_relu_backward", D, F, LY_W2, 0, 0, 1, 0);
-    wb_pipeline("w1_grad", D, F, LY_W1, LY_B1);
+    wb_pipeline("w1_grad", D, F, LY_W1, LY_B1, 1);
     dense_pipeline("w1_dx", "dense", F, D, LY_W1, 0, 0, 1, 0);
     ln_pipeline("ln2_back", "ln_backward", rows, LY_LN2G);
     ln_pipeline("ln2_grad", "ln_param_grad", rows, LY_LN2G);
-    wb_pipeline("wo_grad", D, D, LY_WO, LY_BO);
+    wb_pipeline("wo_grad", D, D, LY_WO, LY_BO, 1);
     dense_pipeline("wo_dx", "dense", D, D, LY_WO, 0, 0, 1, 0);
     weei_gpu_pipeline("score_grad", "transformer.wgsl", "attn_score_grad", NAMES_ATTN, attn);
     weei_gpu_pipeline("qk_grad", "transformer.wgsl", "attn_qk_grad", NAMES_ATTN, attn);
     weei_gpu_pipeline("v_grad", "transformer.wgsl", "attn_v_grad", NAMES_ATTN, attn);
-    wb_pipeline("qkv_grad", D, 3 * D, LY_WQKV, LY_BQKV);
+    wb_pipeline("qkv_grad", D, 3 * D, LY_WQKV, LY_BQKV, 1);
     dense_pipeline("qkv_dx", "dense", 3 * D, D, LY_WQKV, 0, 0, 1, 0);
     ln_pipeline("ln1_back", "ln_backward", rows, LY_LN1G);
     ln_pipeline("ln1_grad", "ln_param_grad", rows, LY_LN1G);
@@ -211,31 +213,30 @@ static void steps_of(uint32_t B) {
         lid(h, "h", l);
         set_base(l);
         run("ln1", n, x, "weights", y1, 0, 0, xh1, 0);
-        run("qkv", n * 3 * D, y1, "weights", qkv, 0, 0, 0, 0);
+        run("qkv", DENSE_BLOCKS(n * 3 * D), y1, "weights", qkv, 0, 0, 0, 0);
         run("attn", nh, qkv, 0, att, 0, 0, prob, 0);
-        run("wo", n * D, att, "weights", xm, 0, 0, 0, 0);
+        run("wo", DENSE_BLOCKS(n * D), att, "weights", xm, 0, 0, 0, 0);
         run("add", n * D, x, 0, xm, 0, 0, 0, 0);
         run("ln2", n, xm, "weights", y2, 0, 0, xh2, 0);
-        run("w1", n * F, y2, "weights", h, 0, 0, 0, 0);
-        run("w2", n * D, h, "weights", x1, 0, 0, 0, 0);
+        run("w1", DENSE_BLOCKS(n * F), y2, "weights", h, 0, 0, 0, 0);
+        run("w2", DENSE_BLOCKS(n * D), h, "weights", x1, 0, 0, 0, 0);
         run("add", n * D, xm, 0, x1, 0, 0, 0, 0);
     }
     set_base(L);
     lid(x, "x", L);
     run("lnf", n, x, "weights", "yf", 0, 0, "xhf", 0);
-    run("logits", n * V, "yf", "weights", "logits", 0, 0, 0, 0);
+    run("logits", DENSE_BLOCKS(n * V), "yf", "weights", "logits", 0, 0, 0, 0);
     {
         const char *const b[] = { "logits", "targets", "dlogits", "step", "stats" };
         weei_gpu_dispatch("xent", b, 5, weei_gpu_groups(n));
     }
     /* backward */
     {
-        const char *const b[] = { "yf", "dlogits", "det", "step" };
-        weei_gpu_dispatch("det", b, 4, weei_gpu_groups((uint64_t)D * V));
+        run("det", (uint64_t)D * V / 16, "yf", 0, "det", 0, 0, 0, "dlogits");
         const char *const c[] = { "dlogits", 0, "grad", "step" };
         weei_gpu_dispatch("bout", c, 4, weei_gpu_groups(V));
     }
-    run("dyf", n * D, "dlogits", "weights", "dy", 0, 0, 0, 0);
+    run("dyf", DENSE_BLOCKS(n * D), "dlogits", "weights", "dy", 0, 0, 0, 0);
     clear("dx", n * D * 4);
     run("lnf_back", n, "dy", "weights", "dx", "xhf", 0, 0, 0);
     run("lnf_grad", D, "dy", 0, "grad", "xhf", 0, 0, 0);
@@ -243,23 +244,23 @@ static void steps_of(uint32_t B) {
         lid(xh1, "xh1_", l); lid(y1, "y1_", l); lid(qkv, "qkv", l); lid(prob, "prob", l); lid(att, "att", l);
         lid(xh2, "xh2_", l); lid(y2, "y2_", l); lid(h, "h", l);
         set_base(l);
-        run("w2_grad", (uint64_t)F * D + D, h, 0, "grad", 0, 0, 0, "dx");
-        run("w2_dx", n * F, "dx", "weights", "dh", h, 0, 0, 0);
-        run("w1_grad", (uint64_t)D * F + F, y2, 0, "grad", 0, 0, 0, "dh");
-        run("w1_dx", n * D, "dh", "weights", "dy", 0, 0, 0, 0);
+        run("w2_grad", WB_BLOCKS(F, D), h, 0, "grad", 0, 0, 0, "dx");
+        run("w2_dx", DENSE_BLOCKS(n * F), "dx", "weights", "dh", h, 0, 0, 0);
+        run("w1_grad", WB_BLOCKS(D, F), y2, 0, "grad", 0, 0, 0, "dh");
+        run("w1_dx", DENSE_BLOCKS(n * D), "dh", "weights", "dy", 0, 0, 0, 0);
         run("ln2_back", n, "dy", "weights", "dx", xh2, 0, 0, 0);
         run("ln2_grad", D, "dy", 0, "grad", xh2, 0, 0, 0);
-        run("wo_grad", (uint64_t)D * D + D, att, 0, "grad", 0, 0, 0, "dx");
-        run("wo_dx", n * D, "dx", "weights", "datt", 0, 0, 0, 0);
+        run("wo_grad", WB_BLOCKS(D, D), att, 0, "grad", 0, 0, 0, "dx");
+        run("wo_dx", DENSE_BLOCKS(n * D), "dx", "weights", "datt", 0, 0, 0, 0);
         run("score_grad", nh, qkv, 0, "gsc", prob, 0, 0, "datt");
         run("qk_grad", nh, qkv, 0, "dqkv", "gsc", 0, 0, 0);
         run("v_grad", nh, 0, 0, "dqkv", prob, 0, 0, "datt");
-        run("qkv_grad", (uint64_t)D * 3 * D + 3 * D, y1, 0, "grad", 0, 0, 0, "dqkv");
-        run("qkv_dx", n * D, "dqkv", "weights", "dy", 0, 0, 0, 0);
+        run("qkv_grad", WB_BLOCKS(D, 3 * D), y1, 0, "grad", 0, 0, 0, "dqkv");
+        run("qkv_dx", DENSE_BLOCKS(n * D), "dqkv", "weights", "dy", 0, 0, 0, 0);
         run("ln1_back", n, "dy", "weights", "dx", xh1, 0, 0, 0);
         run("ln1_grad", D, "dy", 0, "grad", xh1, 0, 0, 0);
     }
-    run("embed_grad", (uint64_t)(V + T) * D, "dx", 0, "grad", "det", "tokens", 0, 0);
+    run("embed_grad", (uint64_t)(V + T) * D / 4, "dx", 0, "grad", "det", "tokens", 0, 0);
     {
         const char *const b[] = { "weights", "grad", "adam_m", "adam_v", "step" };
         weei_gpu_dispatch("adam", b, 5, weei_gpu_groups(TFM_N_PARAMS));
