@@ -425,3 +425,18 @@ fn embed_grad(@builtin(global_invocation_id) gid: vec3<u32>) {
     out[o + 2u] = acc.z;
     out[o + 3u] = acc.w;
 }
+
+// A minibatch above the micro-batch, summed from its micro-batches as model_train does
+// (a = the micro-batch's gradient, out = the minibatch's, cleared first): step[10] = 2 adds
+// share * a (share = step[9], the float bits of c / count), 1 takes a as it is (a minibatch of
+// one micro-batch: model_train's single tfm_loss), 0 (an unused slot) leaves out alone.
+override N_PARAMS: u32 = 0u;
+
+@compute @workgroup_size(64)
+fn micro_sum(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = gid.x;
+    if (i >= N_PARAMS) { return; }
+    let mode = step[10];
+    if (mode == 1u) { out[i] = a[i]; }
+    if (mode == 2u) { out[i] = out[i] + bitcast<f32>(step[9]) * a[i]; }
+}
