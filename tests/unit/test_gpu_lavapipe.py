@@ -160,7 +160,7 @@ def _max_diff(a: bytes, b: bytes) -> tuple[float, int]:
 
 
 def test_one_hybrid_update_against_the_cpu_wasm(device: GpuDevice, cartpole: ModelRuntime) -> None:
-    # The cartpole archive is the same pack of wgsl/ as digits-mlp's.
+    # The cartpole archive packs the same kernels as digits-mlp's (both programs name the same modules).
     archive = parse_archive((CARTPOLE / "model.wgsl.json").read_bytes())
     assert archive.module_sha256s == ARCHIVE.module_sha256s
     weights = cartpole.create_initial_weights(7)
