@@ -188,7 +188,7 @@ def measure_working_bytes(wasm: bytes, info: dict[str, Any], chunk: bytes | None
         load(trained.weights)
         runtime.evaluate(data=chunk, format=fmt)
     # ModelRuntime has no public accessor for it (runtime/abi.py is at its 600-line bound).
-    return runtime._instance.memory_size()
+    return runtime.memory_size()
 
 
 def _descriptor(file_name: str, value: Any) -> dict[str, Any]:
