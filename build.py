@@ -4,8 +4,9 @@
                             with its manifest.json (a weei-model-package), and
                             c/kernel/*.c into app/static/kernel/<name>.wasm
                             and, for a model that exports gpuBegin/gpuNext/gpuEnd,
-                            its WGSL archive model.wgsl.json (wgsl/*.wgsl, packed
-                            by weei.gpu.pack_archive) and GPU backend
+                            its WGSL archive model.wgsl.json (the wgsl/*.wgsl its
+                            device programs name, packed by weei.gpu.pack_archive)
+                            and GPU backend
     python build.py check   rebuild into a temporary directory and fail when a
                             committed artifact differs (builds are deterministic;
                             this includes the committed WGSL archives)
@@ -108,11 +109,15 @@ def compile_kernel(source: Path, out: Path) -> None:
     _compile_kernel(source, out, ROOT)
 
 
-def wgsl_archive() -> bytes:
-    """Every shared kernel of wgsl/ in one weei-wgsl-archive-v1 (docs/gpu.md)."""
+def wgsl_archive(modules: tuple[str, ...]) -> bytes:
+    """The kernels of wgsl/ that a model's device programs name, in one weei-wgsl-archive-v1
+    (docs/gpu.md): a participant compiles only what its model runs."""
     from weei.gpu import pack_archive
 
-    return pack_archive({p.name: p.read_text(encoding="utf-8") for p in sorted((ROOT / WGSL_DIR).glob("*.wgsl"))})
+    missing = [name for name in modules if not (ROOT / WGSL_DIR / name).is_file()]
+    if missing or not modules:
+        raise BuildError(f"the device program names WGSL modules that {WGSL_DIR}/ lacks: {missing or 'none named'}")
+    return pack_archive({name: (ROOT / WGSL_DIR / name).read_text(encoding="utf-8") for name in modules})
 
 
 def generate_data(model_dir: Path, out_dir: Path) -> list[Path]:
@@ -153,7 +158,7 @@ def build_all(static_dir: Path, data_root: Path | None = None) -> list[Path]:
             out_dir = static_dir / "models" / model_id
             out_dir.mkdir(parents=True, exist_ok=True)
             (out_dir / "model.wasm").write_bytes(wasm)
-            archive = wgsl_archive() if facts.gpu else None
+            archive = wgsl_archive(facts.gpu_modules) if facts.gpu else None
             if archive is not None:
                 (out_dir / ARCHIVE_NAME).write_bytes(archive)
                 written.append(out_dir / ARCHIVE_NAME)

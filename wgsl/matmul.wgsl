@@ -52,6 +52,14 @@ fn weei_tanhf(x: f32) -> f32 {
     return select(t, -t, x < 0.0);
 }
 
+// +0.0, the start of every sum, read from the step buffer (its row count is
+// below 2^31, so the masked sign bit is 0) instead of written as a literal.
+// With a literal the shader compiler folds 0.0 + p to p, and Mesa's NIR
+// (lavapipe) then rewrites (p + q) + c, p and q products, as (p + c) + q
+// ("reassociate add chains for more FMA-friendly code"), which changes the
+// bits: a value it cannot see keeps every sum in the written order.
+fn opaque_zero() -> f32 { return bitcast<f32>(step[0] & 0x80000000u); }
+
 // out[r][o] = bias[o] + sum_i x[r][i] * W[i][o], i ascending from the bias
 // (a = x, b = weights, out = y).
 @compute @workgroup_size(64)
@@ -78,7 +86,7 @@ fn weight_grad(@builtin(global_invocation_id) gid: vec3<u32>) {
     let i = k / OUT;
     let o = k % OUT;
     let rows = step[0];
-    var acc = 0.0;
+    var acc = opaque_zero();
     for (var r = 0u; r < rows; r = r + 1u) {
         acc = acc + a[r * IN + i] * b[r * OUT + o];
     }
@@ -99,10 +107,11 @@ fn input_grad(@builtin(global_invocation_id) gid: vec3<u32>) {
     let w = W_OFF + i * OUT;
     let d = r * OUT;
     let o4 = OUT & ~3u;
-    var s0 = 0.0;
-    var s1 = 0.0;
-    var s2 = 0.0;
-    var s3 = 0.0;
+    let zero = opaque_zero();
+    var s0 = zero;
+    var s1 = zero;
+    var s2 = zero;
+    var s3 = zero;
     for (var o = 0u; o < o4; o = o + 4u) {
         s0 = s0 + b[w + o] * a[d + o];
         s1 = s1 + b[w + o + 1u] * a[d + o + 1u];

@@ -54,6 +54,9 @@ fn weei_logf(x_in: f32) -> f32 {
     return poly + f32(e) * bitcast<f32>(0x3f317218u);
 }
 
+// +0.0 the compiler cannot fold (matmul.wgsl's opaque_zero says why).
+fn opaque_zero() -> f32 { return bitcast<f32>(step[0] & 0x80000000u); }
+
 @compute @workgroup_size(64)
 fn forward_backward(@builtin(global_invocation_id) gid: vec3<u32>) {
     let r = gid.x;
@@ -67,7 +70,7 @@ fn forward_backward(@builtin(global_invocation_id) gid: vec3<u32>) {
         if (l > mx) { mx = l; }
         if (l > logits[base + best]) { best = k; }
     }
-    var s = 0.0;
+    var s = opaque_zero();
     for (var k = 0u; k < CLASSES; k = k + 1u) {
         s = s + weei_expf(logits[base + k] - mx);
     }
@@ -92,7 +95,7 @@ fn weighted_backward(@builtin(global_invocation_id) gid: vec3<u32>) {
         let l = logits[base + k];
         if (l > mx) { mx = l; }
     }
-    var s = 0.0;
+    var s = opaque_zero();
     for (var k = 0u; k < CLASSES; k = k + 1u) {
         s = s + weei_expf(logits[base + k] - mx);
     }

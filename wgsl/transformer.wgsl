@@ -89,12 +89,12 @@ fn ln_forward(@builtin(global_invocation_id) gid: vec3<u32>) {
     if (r >= step[0]) { return; }
     let base = r * D;
     let invd = 1.0 / f32(D);
-    var l = vec4<f32>(0.0);
+    var l = vec4<f32>(opaque_zero());
     for (var c = 0u; c < D; c = c + 4u) {
         l = l + vec4<f32>(a[base + c], a[base + c + 1u], a[base + c + 2u], a[base + c + 3u]);
     }
     let mean = ((l.x + l.y) + (l.z + l.w)) * invd;
-    var q = vec4<f32>(0.0);
+    var q = vec4<f32>(opaque_zero());
     for (var c = 0u; c < D; c = c + 4u) {
         let v = vec4<f32>(a[base + c], a[base + c + 1u], a[base + c + 2u], a[base + c + 3u]) - vec4<f32>(mean);
         q = q + v * v;
@@ -118,8 +118,8 @@ fn ln_backward(@builtin(global_invocation_id) gid: vec3<u32>) {
     let base = r * D;
     let invd = 1.0 / f32(D);
     let g = step[8] + G_OFF;
-    var l1 = vec4<f32>(0.0);
-    var l2 = vec4<f32>(0.0);
+    var l1 = vec4<f32>(opaque_zero());
+    var l2 = vec4<f32>(opaque_zero());
     for (var c = 0u; c < D; c = c + 4u) {
         let d = vec4<f32>(a[base + c], a[base + c + 1u], a[base + c + 2u], a[base + c + 3u])
             * vec4<f32>(wts[g + c], wts[g + c + 1u], wts[g + c + 2u], wts[g + c + 3u]);
@@ -141,8 +141,8 @@ fn ln_backward(@builtin(global_invocation_id) gid: vec3<u32>) {
 fn ln_param_grad(@builtin(global_invocation_id) gid: vec3<u32>) {
     let i = gid.x;
     if (i >= D) { return; }
-    var dg = 0.0;
-    var db = 0.0;
+    var dg = opaque_zero();
+    var db = opaque_zero();
     for (var r = 0u; r < step[0]; r = r + 1u) {
         let d = a[r * D + i];
         dg = dg + d * aux[r * D + i];
@@ -152,61 +152,130 @@ fn ln_param_grad(@builtin(global_invocation_id) gid: vec3<u32>) {
     out[step[8] + G_OFF + D + i] = db;
 }
 
-fn dense_at(k: u32) -> f32 {
-    let r = k / C;
-    let c = k % C;
-    let base = step[8];
-    var acc = 0.0;
-    if (HAS_BIAS == 1u) { acc = wts[base + B_OFF + c]; }
-    for (var j = 0u; j < K; j = j + 1u) {
-        var w: f32;
-        if (TRANS == 1u) { w = wts[base + W_OFF + c * K + j]; } else { w = wts[base + W_OFF + j * C + c]; }
-        acc = acc + a[r * K + j] * w;
+// +0.0 the compiler cannot fold (matmul.wgsl's opaque_zero says why).
+fn opaque_zero() -> f32 { return bitcast<f32>(step[0] & 0x80000000u); }
+
+// The dense layers and the weight gradients are tiled in registers: one invocation computes a block
+// of 4 rows x 4 columns, so each value loaded serves 4 outputs instead of 1 (lavapipe spends most of
+// a step on loads). Each output is still its own sum in the CPU's order, one lane of a vec4.
+
+// w(k, c..c+3) of dense: 4 consecutive columns of row k, or of the transposed layout.
+fn dense_w4(k: u32, c: u32) -> vec4<f32> {
+    let base = step[8] + W_OFF;
+    if (TRANS == 1u) {
+        return vec4<f32>(wts[base + c * K + k], wts[base + (c + 1u) * K + k], wts[base + (c + 2u) * K + k],
+                         wts[base + (c + 3u) * K + k]);
     }
-    return acc;
+    let p = base + k * C + c;
+    return vec4<f32>(wts[p], wts[p + 1u], wts[p + 2u], wts[p + 3u]);
 }
+
+// Block blk of out = bias + a W (C a multiple of 4; rows in fours): y[i] = rows r0 + i, columns c0..c0+3,
+// each from the bias (or +0.0), then k ascending. Rows at or beyond step[0] are never written.
+fn dense_block(blk: u32) -> array<vec4<f32>, 4> {
+    let r0 = (blk / (C / 4u)) * 4u;
+    let c0 = (blk % (C / 4u)) * 4u;
+    var bias = vec4<f32>(opaque_zero());
+    if (HAS_BIAS == 1u) {
+        let b = step[8] + B_OFF + c0;
+        bias = vec4<f32>(wts[b], wts[b + 1u], wts[b + 2u], wts[b + 3u]);
+    }
+    var y = array<vec4<f32>, 4>(bias, bias, bias, bias);
+    for (var k = 0u; k < K; k = k + 1u) {
+        let w = dense_w4(k, c0);
+        y[0] = y[0] + vec4<f32>(a[r0 * K + k]) * w;
+        y[1] = y[1] + vec4<f32>(a[(r0 + 1u) * K + k]) * w;
+        y[2] = y[2] + vec4<f32>(a[(r0 + 2u) * K + k]) * w;
+        y[3] = y[3] + vec4<f32>(a[(r0 + 3u) * K + k]) * w;
+    }
+    return y;
+}
+
+fn dense_blocks() -> u32 { return (step[0] + 3u) / 4u * (C / 4u); }
 
 // out[r][c] = bias + sum_k a[r][k] * w(k, c), then ReLU when ACT = 1 (the
 // layers, weei_dense_forward and weei_relu; the logits through E; dx = dy W^T).
 @compute @workgroup_size(64)
 fn dense(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let k = gid.x;
-    if (k >= step[0] * C) { return; }
-    let y = dense_at(k);
-    out[k] = select(y, select(0.0, y, y > 0.0), ACT == 1u);
+    if (gid.x >= dense_blocks()) { return; }
+    let y = dense_block(gid.x);
+    let r0 = (gid.x / (C / 4u)) * 4u;
+    let c0 = (gid.x % (C / 4u)) * 4u;
+    for (var i = 0u; i < 4u; i = i + 1u) {
+        if (r0 + i >= step[0]) { break; }
+        let v = select(y[i], select(vec4<f32>(0.0), y[i], y[i] > vec4<f32>(0.0)), ACT == 1u);
+        let o = (r0 + i) * C + c0;
+        out[o] = v.x;
+        out[o + 1u] = v.y;
+        out[o + 2u] = v.z;
+        out[o + 3u] = v.w;
+    }
 }
 
 // A dense layer's weight and bias gradients (weei_dense_backward's dW and db, rows ascending
-// from +0.0): a = the layer's input, a2 = dy, out = the gradient vector.
+// from +0.0): a = the layer's input, a2 = dy, out = the gradient vector. Blocks of 4 x 4 of dW
+// (IN and OUT multiples of 4), then, when HAS_BIAS = 1, OUT / 4 blocks of 4 of db.
 @compute @workgroup_size(64)
 fn weight_bias_grad(@builtin(global_invocation_id) gid: vec3<u32>) {
     let k = gid.x;
     let rows = step[0];
-    if (k < IN * OUT) {
-        let i = k / OUT;
-        let o = k % OUT;
-        var acc = 0.0;
-        for (var r = 0u; r < rows; r = r + 1u) { acc = acc + a[r * IN + i] * a2[r * OUT + o]; }
-        out[step[8] + W_OFF + k] = acc;
-    } else if (k < IN * OUT + OUT) {
-        let o = k - IN * OUT;
-        var acc = 0.0;
-        for (var r = 0u; r < rows; r = r + 1u) { acc = acc + a2[r * OUT + o]; }
-        out[step[8] + B_OFF + o] = acc;
+    let wblocks = (IN / 4u) * (OUT / 4u);
+    if (k < wblocks) {
+        let i0 = (k / (OUT / 4u)) * 4u;
+        let o0 = (k % (OUT / 4u)) * 4u;
+        let z = vec4<f32>(opaque_zero());
+        var g = array<vec4<f32>, 4>(z, z, z, z);
+        for (var r = 0u; r < rows; r = r + 1u) {
+            let x = r * IN + i0;
+            let d = r * OUT + o0;
+            let dy = vec4<f32>(a2[d], a2[d + 1u], a2[d + 2u], a2[d + 3u]);
+            g[0] = g[0] + vec4<f32>(a[x]) * dy;
+            g[1] = g[1] + vec4<f32>(a[x + 1u]) * dy;
+            g[2] = g[2] + vec4<f32>(a[x + 2u]) * dy;
+            g[3] = g[3] + vec4<f32>(a[x + 3u]) * dy;
+        }
+        for (var i = 0u; i < 4u; i = i + 1u) {
+            let o = step[8] + W_OFF + (i0 + i) * OUT + o0;
+            out[o] = g[i].x;
+            out[o + 1u] = g[i].y;
+            out[o + 2u] = g[i].z;
+            out[o + 3u] = g[i].w;
+        }
+    } else if (HAS_BIAS == 1u && k < wblocks + OUT / 4u) {
+        let o0 = (k - wblocks) * 4u;
+        var acc = vec4<f32>(opaque_zero());
+        for (var r = 0u; r < rows; r = r + 1u) {
+            let d = r * OUT + o0;
+            acc = acc + vec4<f32>(a2[d], a2[d + 1u], a2[d + 2u], a2[d + 3u]);
+        }
+        let o = step[8] + B_OFF + o0;
+        out[o] = acc.x;
+        out[o + 1u] = acc.y;
+        out[o + 2u] = acc.z;
+        out[o + 3u] = acc.w;
     }
 }
 
 // dense, then kept only where aux (the layer's ReLU output) is > 0, else +0.0.
 @compute @workgroup_size(64)
 fn dense_relu_backward(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let k = gid.x;
-    if (k >= step[0] * C) { return; }
-    out[k] = select(0.0, dense_at(k), aux[k] > 0.0);
+    if (gid.x >= dense_blocks()) { return; }
+    let y = dense_block(gid.x);
+    let r0 = (gid.x / (C / 4u)) * 4u;
+    let c0 = (gid.x % (C / 4u)) * 4u;
+    for (var i = 0u; i < 4u; i = i + 1u) {
+        if (r0 + i >= step[0]) { break; }
+        let o = (r0 + i) * C + c0;
+        out[o] = select(0.0, y[i].x, aux[o] > 0.0);
+        out[o + 1u] = select(0.0, y[i].y, aux[o + 1u] > 0.0);
+        out[o + 2u] = select(0.0, y[i].z, aux[o + 2u] > 0.0);
+        out[o + 3u] = select(0.0, y[i].w, aux[o + 3u] > 0.0);
+    }
 }
 
 // net.c's dot over a head's HD values: 4 lanes, combined as (l0 + l1) + (l2 + l3).
 fn dot_qk(x: u32, y: u32) -> f32 {
-    var l = vec4<f32>(0.0);
+    var l = vec4<f32>(opaque_zero());
     for (var c = 0u; c < HD; c = c + 4u) {
         l = l + vec4<f32>(a[x + c], a[x + c + 1u], a[x + c + 2u], a[x + c + 3u])
             * vec4<f32>(a[y + c], a[y + c + 1u], a[y + c + 2u], a[y + c + 3u]);
@@ -215,7 +284,7 @@ fn dot_qk(x: u32, y: u32) -> f32 {
 }
 
 fn dot_ov(x: u32, y: u32) -> f32 {
-    var l = vec4<f32>(0.0);
+    var l = vec4<f32>(opaque_zero());
     for (var c = 0u; c < HD; c = c + 4u) {
         l = l + vec4<f32>(a2[x + c], a2[x + c + 1u], a2[x + c + 2u], a2[x + c + 3u])
             * vec4<f32>(a[y + c], a[y + c + 1u], a[y + c + 2u], a[y + c + 3u]);
@@ -241,7 +310,7 @@ fn attn_forward(@builtin(global_invocation_id) gid: vec3<u32>) {
         out2[pr + j] = s;
         if (s > m) { m = s; }
     }
-    var sum = 0.0;
+    var sum = opaque_zero();
     for (var j = 0u; j <= i; j = j + 1u) {
         let e = weei_expf(out2[pr + j] - m);
         out2[pr + j] = e;
@@ -252,7 +321,7 @@ fn attn_forward(@builtin(global_invocation_id) gid: vec3<u32>) {
     for (var j = i + 1u; j < T; j = j + 1u) { out2[pr + j] = 0.0; }
     let o = (b * T + i) * D + hh * HD;
     for (var c = 0u; c < HD; c = c + 1u) {
-        var acc = 0.0;
+        var acc = opaque_zero();
         for (var j = 0u; j <= i; j = j + 1u) {
             acc = acc + out2[pr + j] * a[(b * T + j) * 3u * D + 2u * D + hh * HD + c];
         }
@@ -277,7 +346,7 @@ fn attn_score_grad(@builtin(global_invocation_id) gid: vec3<u32>) {
     for (var j = 0u; j <= i; j = j + 1u) {
         out[pr + j] = aux[pr + j] * dot_ov(d_o, (b * T + j) * 3u * D + 2u * D + hh * HD);
     }
-    var pdp = 0.0;
+    var pdp = opaque_zero();
     for (var j = 0u; j <= i; j = j + 1u) { pdp = pdp + out[pr + j]; }
     for (var j = 0u; j <= i; j = j + 1u) {
         out[pr + j] = aux[pr + j] * (dot_ov(d_o, (b * T + j) * 3u * D + 2u * D + hh * HD) - pdp);
@@ -297,9 +366,9 @@ fn attn_qk_grad(@builtin(global_invocation_id) gid: vec3<u32>) {
     let g = (b * H + hh) * T * T;
     let row = (b * T + t) * 3u * D + hh * HD;
     for (var c = 0u; c < HD; c = c + 1u) {
-        var dq = 0.0;
+        var dq = opaque_zero();
         for (var j = 0u; j <= t; j = j + 1u) { dq = dq + aux[g + t * T + j] * a[(b * T + j) * 3u * D + D + hh * HD + c]; }
-        var dk = 0.0;
+        var dk = opaque_zero();
         for (var i = t; i < T; i = i + 1u) { dk = dk + aux[g + i * T + t] * a[(b * T + i) * 3u * D + hh * HD + c]; }
         out[row + c] = dq;
         out[row + D + c] = dk;
@@ -318,30 +387,56 @@ fn attn_v_grad(@builtin(global_invocation_id) gid: vec3<u32>) {
     let p = (b * H + hh) * T * T;
     let row = (b * T + t) * 3u * D + 2u * D + hh * HD;
     for (var c = 0u; c < HD; c = c + 1u) {
-        var dv = 0.0;
+        var dv = opaque_zero();
         for (var i = t; i < T; i = i + 1u) { dv = dv + aux[p + i * T + t] * a2[(b * T + i) * D + hh * HD + c]; }
         out[row + c] = dv;
     }
 }
 
-// The token and position embedding gradients, one element each (a = dx of x0, aux = the output
-// projection's gradient [D][V], tok = tokens, out = the gradient vector): gE[v][i] = (+0.0 + gEt[i][v])
-// plus dx[r][i] for each row r of token v, rows ascending; gP[t][i] = sum of dx[r][i] over rows r = t mod T.
+// The token and position embedding gradients, 4 consecutive elements i0..i0+3 of one row v per
+// invocation (a = dx of x0, aux = the output projection's gradient [D][V], tok = tokens, out = the
+// gradient vector): gE[v][i] = (+0.0 + gEt[i][v]) plus dx[r][i] for each row r of token v, rows
+// ascending; gP[t][i] = sum of dx[r][i] over rows r = t mod T.
 @compute @workgroup_size(64)
 fn embed_grad(@builtin(global_invocation_id) gid: vec3<u32>) {
     let k = gid.x;
-    if (k >= (V + T) * D) { return; }
-    let v = k / D;
-    let i = k % D;
+    if (k >= (V + T) * (D / 4u)) { return; }
+    let v = k / (D / 4u);
+    let i0 = (k % (D / 4u)) * 4u;
     let rows = step[0];
-    var acc = 0.0;
+    var acc = vec4<f32>(opaque_zero());
     if (v < V) {
-        acc = acc + aux[i * V + v];
+        acc = acc + vec4<f32>(aux[i0 * V + v], aux[(i0 + 1u) * V + v], aux[(i0 + 2u) * V + v], aux[(i0 + 3u) * V + v]);
         for (var r = 0u; r < rows; r = r + 1u) {
-            if (tok[r] == v) { acc = acc + a[r * D + i]; }
+            if (tok[r] == v) {
+                let x = r * D + i0;
+                acc = acc + vec4<f32>(a[x], a[x + 1u], a[x + 2u], a[x + 3u]);
+            }
         }
     } else {
-        for (var r = v - V; r < rows; r = r + T) { acc = acc + a[r * D + i]; }
+        for (var r = v - V; r < rows; r = r + T) {
+            let x = r * D + i0;
+            acc = acc + vec4<f32>(a[x], a[x + 1u], a[x + 2u], a[x + 3u]);
+        }
     }
-    out[k] = acc;
+    let o = v * D + i0;
+    out[o] = acc.x;
+    out[o + 1u] = acc.y;
+    out[o + 2u] = acc.z;
+    out[o + 3u] = acc.w;
+}
+
+// A minibatch above the micro-batch, summed from its micro-batches as model_train does
+// (a = the micro-batch's gradient, out = the minibatch's, cleared first): step[10] = 2 adds
+// share * a (share = step[9], the float bits of c / count), 1 takes a as it is (a minibatch of
+// one micro-batch: model_train's single tfm_loss), 0 (an unused slot) leaves out alone.
+override N_PARAMS: u32 = 0u;
+
+@compute @workgroup_size(64)
+fn micro_sum(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = gid.x;
+    if (i >= N_PARAMS) { return; }
+    let mode = step[10];
+    if (mode == 1u) { out[i] = a[i]; }
+    if (mode == 2u) { out[i] = out[i] + bitcast<f32>(step[9]) * a[i]; }
 }

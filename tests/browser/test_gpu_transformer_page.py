@@ -1,6 +1,6 @@
 """byte-transformer's GPU step on Chromium's SwiftShader through the WebGPU
 shim (weei.browser.webgpu) and the same executor and gate as CPython: the
-shared archive (wgsl/transformer.wgsl included) compiles there, and one
+model's archive (wgsl/transformer.wgsl and the shared kernels) compiles there, and one
 step of the model's device program matches the browser's CPU WASM step
 within the gate's tolerance, the same bits as on lavapipe in CPython.
 """

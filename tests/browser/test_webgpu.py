@@ -54,7 +54,7 @@ def one_step(gpu_api, engine, wasm, archive_bytes, chunk):
                    full_cpu.metrics == full_gpu.train.metrics]
     # A module that does not compile, through this API's error reporting.
     sources = {m.name: m.source for m in archive.modules}
-    sources["reduce.wgsl"] = sources["reduce.wgsl"].replace("var acc = 0.0;", "var acc = 0.0")
+    sources["reduce.wgsl"] = sources["reduce.wgsl"].replace("var acc = opaque_zero();", "var acc = opaque_zero()")
     try:
         GpuDevice(device.adapter, device.device, device.facts).compile(parse_archive(pack_archive(sources)))
         out["broken"] = "compiled"

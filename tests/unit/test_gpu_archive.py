@@ -11,10 +11,20 @@ import pytest
 from weei.core.manifest import parse_package
 from weei.gpu import GpuError, check_descriptor, pack_archive, parse_archive, require_modules
 from weei.gpu.archive import MAX_ARCHIVE_BYTES, entry_points_of
+from weei.modelkit.package import gpu_programs
+from weei.runtime import ModelRuntime, WasmtimeEngine
 
 ROOT = Path(__file__).resolve().parents[2]
 DIGITS = ROOT / "app" / "static" / "models" / "digits-mlp"
 SOURCES = {p.name: p.read_text(encoding="utf-8") for p in sorted((ROOT / "wgsl").glob("*.wgsl"))}
+
+
+@pytest.mark.parametrize("model", ["digits-mlp", "cartpole-reinforce", "byte-transformer"])
+def test_each_package_carries_the_kernels_its_programs_name_and_no_others(model: str) -> None:
+    root = ROOT / "app" / "static" / "models" / model
+    used = _named_modules(root)
+    assert ("transformer.wgsl" in used) == (model == "byte-transformer")
+    assert (root / "model.wgsl.json").read_bytes() == pack_archive({n: SOURCES[n] for n in used})
 
 
 def _reason(data: bytes) -> str:
@@ -27,13 +37,23 @@ def _doc() -> dict:
     return json.loads(pack_archive(SOURCES))
 
 
+def _named_modules(model: Path) -> list[str]:
+    """The WGSL modules the model's device programs name (at the default batch and the whole chunk's)."""
+    wasm = (model / "model.wasm").read_bytes()
+    info = ModelRuntime.load(wasm, WasmtimeEngine()).model_info()
+    chunk = (model / "data" / "training-001.bin").read_bytes() if "workSource" not in info else None
+    return sorted({p["module"] for program in gpu_programs(wasm, info, chunk) for p in program["pipelines"]})
+
+
 def test_the_committed_archive_is_wgsl_packed_and_the_packages_own() -> None:
     data = (DIGITS / "model.wgsl.json").read_bytes()
-    assert data == pack_archive(SOURCES)
+    used = _named_modules(DIGITS)
+    assert used == ["matmul.wgsl", "optimizer.wgsl", "reduce.wgsl", "softmax_xent.wgsl"]
+    assert data == pack_archive({n: SOURCES[n] for n in used})  # only what its programs name
     archive = parse_archive(data)
-    assert [m.name for m in archive.modules] == sorted(SOURCES)
+    assert [m.name for m in archive.modules] == used
     assert archive.module("matmul.wgsl").entry_points == ("forward", "weight_grad", "input_grad")  # type: ignore[union-attr]
-    assert archive.module_sha256s == [hashlib.sha256(SOURCES[n].encode()).hexdigest() for n in sorted(SOURCES)]
+    assert archive.module_sha256s == [hashlib.sha256(SOURCES[n].encode()).hexdigest() for n in used]
     package = parse_package(json.loads((DIGITS / "manifest.json").read_text()))
     desc = package.shader_archive
     assert desc is not None and desc.file_name == "model.wgsl.json"

@@ -75,7 +75,7 @@ def test_the_committed_archive_compiles_module_by_module(device: GpuDevice) -> N
 
 def test_a_module_that_does_not_compile(device: GpuDevice) -> None:
     broken = dict(SOURCES)
-    broken["reduce.wgsl"] = broken["reduce.wgsl"].replace("var acc = 0.0;", "var acc = 0.0")
+    broken["reduce.wgsl"] = broken["reduce.wgsl"].replace("var acc = opaque_zero();", "var acc = opaque_zero()")
     archive = parse_archive(pack_archive(broken))
     with pytest.raises(GpuError) as info:
         GpuDevice(device.adapter, device.device, device.facts).compile(archive)
@@ -95,6 +95,22 @@ def test_one_step_on_the_gpu_against_the_cpu_wasm(device: GpuDevice, runtime: Mo
     assert gpu.train.metrics == cpu.metrics
     assert gpu.stats.compilation_ms >= 0.0 and gpu.stats.steps == 1
     assert gate.max_abs_diff < 1e-6
+    # Every kernel keeps the CPU's order of operations on lavapipe (the sums start from
+    # matmul.wgsl's opaque_zero): the whole step is the CPU's to the bit.
+    assert gate.bit_identical and gpu.train.weights == cpu.weights
+
+
+@pytest.mark.parametrize("batch", [16, 32, 5])
+def test_the_gate_is_bit_identical_whatever_the_batch(device: GpuDevice, runtime: ModelRuntime, batch: int) -> None:
+    # The flake this pins: a job's chunk order is random, and with input_grad's sums reassociated by
+    # lavapipe's compiler about 1 start in 20 left a weight past the fp32-standard tolerance (10 of 200
+    # shuffles at batch 16 failed the gate; none was bit-identical). Now every one is bit-identical.
+    for seed in range(12):
+        weights = runtime.create_initial_weights(seed)
+        gate, _, _ = run_gate(runtime, device, ARCHIVE, BACKEND, weights,
+                              GpuWork(data=_chunk(), format=FORMAT, seed=seed, settings={"batchSize": batch}),
+                              budget_mib=64)
+        assert gate.bit_identical, f"seed {seed}, batch {batch}: {gate.detail}"
 
 
 def test_training_an_assignment_on_the_gpu(device: GpuDevice, runtime: ModelRuntime) -> None:
@@ -113,6 +129,7 @@ def test_training_an_assignment_on_the_gpu(device: GpuDevice, runtime: ModelRunt
     assert worst < 1e-4
     assert abs(gpu.train.metrics["loss"] - cpu.metrics["loss"]) < 1e-4
     assert gpu.train.metrics["accuracy"] == pytest.approx(cpu.metrics["accuracy"], abs=0.02)
+    assert gpu.train.weights == cpu.weights and gpu.train.metrics == cpu.metrics  # 10 steps, to the bit
 
 
 def test_a_forced_gate_failure(device: GpuDevice, runtime: ModelRuntime) -> None:
@@ -143,7 +160,7 @@ def _max_diff(a: bytes, b: bytes) -> tuple[float, int]:
 
 
 def test_one_hybrid_update_against_the_cpu_wasm(device: GpuDevice, cartpole: ModelRuntime) -> None:
-    # The cartpole archive is the same pack of wgsl/ as digits-mlp's.
+    # The cartpole archive packs the same kernels as digits-mlp's (both programs name the same modules).
     archive = parse_archive((CARTPOLE / "model.wgsl.json").read_bytes())
     assert archive.module_sha256s == ARCHIVE.module_sha256s
     weights = cartpole.create_initial_weights(7)

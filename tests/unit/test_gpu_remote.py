@@ -36,7 +36,6 @@ from test_gpu_lavapipe import pytestmark  # noqa: F401  (skipped without a Vulka
 
 ARCHIVE_SHA = hashlib.sha256(ARCHIVE).hexdigest()
 MODULES = [m["sha256"] for m in json.loads(ARCHIVE)["modules"]]
-# The gate on lavapipe passes with these seeds at batch 16 (test_gpu_controller); other starts may not.
 REMOTE_ONLY = {**SETTINGS, "coordinatorParticipates": False}
 
 
@@ -58,8 +57,8 @@ class Wire(MemoryNetwork):
 
 
 def seeded(n: int) -> bytes:
-    """Fixed seeds and initial weights (16 bytes: as test_gpu_controller's, whose gate on lavapipe passes
-    with them: a random start can leave one weight past the tolerance), fresh job ids."""
+    """Fixed seeds and initial weights (16 bytes: as test_gpu_controller's), fresh job ids and chunk orders
+    (the gate is bit-identical on lavapipe whatever the start: test_gpu_lavapipe)."""
     return fixed_random(n) if n == 16 else os.urandom(n)
 
 
@@ -242,7 +241,7 @@ def test_weei_agent_with_backend_gpu_trains_on_its_gpu_over_webrtc(tmp_path: Any
             try:
                 welcome = await coord_transport.connect()
                 engine = WasmtimeEngine()
-                coord = TrainingController(  # test_agent's coordinator, with the seeds the gate passes with
+                coord = TrainingController(  # test_agent's coordinator, with fixed seeds
                     my_peer_id=welcome.peer_id, storage=MemoryStorage(), kv=MemoryKeyValue(),
                     pool=ThreadWorkerPool(engine, 1), kernel=NativeKernel(), engine=engine,
                     clock=lambda: time.time() * 1000.0, monotonic=lambda: time.monotonic() * 1000.0,

@@ -2,8 +2,10 @@
 device program (c/models/byte-transformer/gpu.c over wgsl/transformer.wgsl
 and the shared kernels) makes the CPU WASM's step, the admission gate
 passes with the package's own GPU backend entry, a job through the
-controller trains on the GPU to the CPU's very weights, and what the
-program does not take (a minibatch above 8 records) is refused by name.
+controller trains on the GPU to the CPU's very weights, a minibatch above
+the CPU's micro-batch of 8 records is summed from micro-batches on the
+device as on the CPU, and what the program does not take (a minibatch
+above 320 records) is refused by name.
 
 Skipped only when no Vulkan adapter exists (make installs lavapipe:
 apt mesa-vulkan-drivers libvulkan1).
@@ -27,7 +29,7 @@ from weei.core.errors import ModelError
 from weei.core.jsonfmt import stringify
 from weei.gpu import parse_archive, require_pass
 from weei.gpu.executor import GpuDevice
-from weei.gpu.session import GpuBackendSpec, GpuWork, run_gate
+from weei.gpu.session import GpuBackendSpec, GpuWork, run_gate, train_on_gpu
 from weei.modelkit import model_manifest, probe_model
 from weei.runtime import ModelRuntime, WasmtimeEngine
 
@@ -83,11 +85,32 @@ def test_a_transformer_step_on_the_gpu_passes_the_gate(device: GpuDevice, runtim
     assert gpu.train.weights != weights  # the step moved the weights
 
 
-def test_a_minibatch_over_eight_records_is_refused_by_gpu_begin(runtime: ModelRuntime) -> None:
+def test_a_minibatch_above_the_micro_batch_is_summed_on_the_device(device: GpuDevice, runtime: ModelRuntime) -> None:
+    # 12 records at batchSize 10: the first step sums two micro-batches (8 and 2 records, each weighed by
+    # its share), the second (2 records) is one tfm_loss, as model_train does; both steps to the CPU's bits.
+    archive = parse_archive((MODEL / "model.wgsl.json").read_bytes())
+    weights = runtime.create_initial_weights(5)
+    work = GpuWork(data=_records(12), format=FORMAT, seed=3, settings={"batchSize": 10})
+    runtime.load_model(weights)
+    cpu = runtime.train(**work.inputs())
+    runtime.load_model(weights)
+    gpu = train_on_gpu(runtime, device, archive, _backend(), work, budget_mib=256)
+    assert cpu.optimizer_steps == gpu.train.optimizer_steps == gpu.stats.steps == 2
+    assert gpu.train.weights == cpu.weights and gpu.train.metrics == cpu.metrics
+    assert gpu.train.weights != weights
+
+
+def test_a_minibatch_over_320_records_is_refused_by_gpu_begin(runtime: ModelRuntime) -> None:
+    # 40 micro-batch slots of 8 fill the program's 4096 steps: a larger batchSize trains on the CPU.
+    record = (MODEL / "data" / "training-001.bin").read_bytes()[8 : 8 + 65]
     runtime.load_model(runtime.create_initial_weights(1))
+    data = b"WBT1" + struct.pack("<I", 321) + record * 321
     with pytest.raises(ModelError) as info:
-        runtime.gpu_begin(data=_records(24), format=FORMAT, seed=1, settings={"batchSize": 16})
-    assert "at most 8 records" in str(info.value)
+        runtime.gpu_begin(data=data, format=FORMAT, seed=1, settings={"batchSize": 321})
+    assert "at most 320 records" in str(info.value)
+    runtime.load_model(runtime.create_initial_weights(1))
+    begun, _, _ = runtime.gpu_begin(data=data, format=FORMAT, seed=1, settings={"batchSize": 320})
+    assert len(begun["program"]["steps"]) <= 4096
 
 
 def _small_package(tmp: Path) -> dict[str, Any]:

@@ -362,7 +362,7 @@ def test_alloc_returning_zero(rt: ModelRuntime) -> None:
 def test_input_regions_are_freed_also_on_error(rt: ModelRuntime) -> None:
     data = bytes(MiB)
     train_mode(rt, "none")
-    before = rt._instance.memory_size()
+    before = rt.memory_size()
     for i in range(20):
         with pytest.raises(ModelError):
             loaded(rt).train(data=data, format="echo-v1", settings={"mode": "error"})
@@ -370,7 +370,20 @@ def test_input_regions_are_freed_also_on_error(rt: ModelRuntime) -> None:
         with pytest.raises(ModelError):
             rt.describe_chunk("other", data)
     # Without frees this would have grown by ~60 MiB.
-    assert rt._instance.memory_size() - before <= 3 * MiB
+    assert rt.memory_size() - before <= 3 * MiB
+
+
+def test_memory_size_is_the_linear_memory_and_only_grows(rt: ModelRuntime) -> None:
+    # The public size that weei.modelkit measures estimatedWorkingBytes with: whole 64 KiB pages,
+    # grown by an input larger than the memory, never shrunk after the input is freed.
+    start = rt.memory_size()
+    assert start > 0 and start % 65536 == 0
+    data = bytes(start + MiB)
+    assert rt.describe_chunk("echo-v1", data) == len(data) // 4
+    grown = rt.memory_size()
+    assert grown >= start + MiB and grown % 65536 == 0
+    assert rt.describe_chunk("echo-v1", bytes(16)) == 4
+    assert rt.memory_size() == grown
 
 
 # -- progress ---------------------------------------------------------------------------

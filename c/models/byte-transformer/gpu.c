@@ -1,17 +1,21 @@
 /* byte-transformer's GPU backend (docs/gpu.md): gpuBegin emits a
  * weei-device-program-v1 program over wgsl/ (transformer.wgsl for the
  * embedding, layer norms, attention, dense layers through a transposed or
- * bias-free weight and the embedding gradient; softmax_xent.wgsl,
- * matmul.wgsl's weight_grad, reduce.wgsl and optimizer.wgsl's adam for the
- * rest), the same operations in the same order as net.c's tfm_loss and
+ * bias-free weight, their weight and bias gradients and the embedding
+ * gradient; softmax_xent.wgsl, reduce.wgsl and optimizer.wgsl's adam for
+ * the rest), the same operations in the same order as net.c's tfm_loss and
  * model_train. gpuNext packs each minibatch (the same shuffled order, the
  * same Adam step sizes) and folds the step's per-position losses into the
  * metrics in train's float64 order; gpuEnd answers like train.
  *
- * A minibatch runs whole on the device, so the GPU trains batchSize up to
- * MICRO_BATCH (8, the default); a larger one would be summed from
- * micro-batches on the CPU, which this program does not do: gpuBegin
- * refuses it and the assignment falls back to the CPU by name. */
+ * A minibatch of up to MICRO_BATCH records (8, the default) runs whole on
+ * the device. A larger one is summed from micro-batches as model_train
+ * does: the program runs the forward and backward pass once per
+ * micro-batch slot (tokens, targets and the slot's scalars copied in from
+ * the whole minibatch's uploads) into a micro-batch gradient, and
+ * micro_sum adds it, times its share, to the minibatch's; then Adam. The
+ * device's buffers stay those of one micro-batch. Up to MAX_MICRO slots
+ * fit the 4096-step limit; gpuBegin refuses a larger batchSize by name. */
 #include "transformer.h"
 
 #define D TFM_D
@@ -20,13 +24,21 @@
 #define H TFM_H
 #define V TFM_V
 #define L TFM_L
-#define STEP_WORDS (WEEI_GPU_STEP_WORDS + 1) /* + step[8]: the current layer's base offset */
+/* + step[8]: the current layer's base offset; step[9], step[10]: a micro-batch's share and mode (micro_sum) */
+#define STEP_WORDS (WEEI_GPU_STEP_WORDS + 3)
+#define MAX_MICRO 40 /* micro-batch slots: each is about 96 steps of the 4096 a program may have */
+#define SLOT_WORDS 4 /* a slot's scalars: rows, gradient scale (float bits), share (float bits), mode */
+/* Invocations of transformer.wgsl's tiled kernels: dense and dense_relu_backward compute blocks of
+ * 4 rows x 4 columns of `outputs` (rows x columns), weight_bias_grad blocks of 4 x 4 of dW then 4 of db. */
+#define DENSE_BLOCKS(outputs) ((uint64_t)(outputs) / 16)
+#define WB_BLOCKS(in, out) ((uint64_t)(in) * (out) / 16 + (out) / 4)
 
 static struct {
     int active;
-    uint32_t n, batch, epochs, epoch, start, step_limit, steps, pending;
+    uint32_t n, batch, micro, slots, epochs, epoch, start, step_limit, steps, pending;
     uint8_t *records; /* the chunk's records, copied: input regions die with gpuBegin */
     uint32_t *order, *tokens, *targets;
+    uint32_t slot[MAX_MICRO * SLOT_WORDS];
     uint32_t step[WEEI_GPU_STEP_WORDS];
     uint32_t bases[L + 1]; /* each layer's offset in the weight vector, then 0 */
     weei_rng rng;
@@ -43,7 +55,7 @@ static void end_session(void) {
 
 static const char *const NAMES_LN[] = { "D", "NROWS", "G_OFF", 0 };
 static const char *const NAMES_DENSE[] = { "K", "C", "W_OFF", "B_OFF", "HAS_BIAS", "TRANS", "ACT", 0 };
-static const char *const NAMES_WB[] = { "IN", "OUT", "W_OFF", "B_OFF", 0 };
+static const char *const NAMES_WB[] = { "IN", "OUT", "W_OFF", "B_OFF", "HAS_BIAS", 0 };
 static const char *const NAMES_ATTN[] = { "D", "T", "H", "HD", "SCALE_BITS", 0 };
 
 static void dense_pipeline(const char *id, const char *entry, uint32_t k, uint32_t c, uint32_t w_off, uint32_t b_off,
@@ -57,12 +69,12 @@ static void ln_pipeline(const char *id, const char *entry, uint32_t rows, uint32
     weei_gpu_pipeline(id, "transformer.wgsl", entry, NAMES_LN, v);
 }
 
-static void wb_pipeline(const char *id, uint32_t in, uint32_t out, uint32_t w_off, uint32_t b_off) {
-    const uint32_t v[] = { in, out, w_off, b_off };
+static void wb_pipeline(const char *id, uint32_t in, uint32_t out, uint32_t w_off, uint32_t b_off, uint32_t has_bias) {
+    const uint32_t v[] = { in, out, w_off, b_off, has_bias };
     weei_gpu_pipeline(id, "transformer.wgsl", "weight_bias_grad", NAMES_WB, v);
 }
 
-static void pipelines(uint32_t rows) {
+static void pipelines(uint32_t rows, uint32_t slots) {
     float scale = 1.0f / __builtin_sqrtf((float)TFM_HD); /* net.c's attention scale, to the bit */
     const uint32_t attn[] = { D, T, H, TFM_HD, weei_f32_bits(scale) };
     static const char *const embed_names[] = { "D", "T", "P_OFF", 0 };
@@ -73,8 +85,6 @@ static void pipelines(uint32_t rows) {
     const uint32_t eg[] = { D, T, V };
     static const char *const classes[] = { "CLASSES", 0 };
     const uint32_t cls[] = { V };
-    static const char *const wgrad[] = { "IN", "OUT", "W_OFF", 0 };
-    const uint32_t det[] = { D, V, 0 };
     static const char *const colsum[] = { "COLS", "OUT_OFF", 0 };
     const uint32_t bout[] = { V, TFM_OFF_BOUT };
     static const char *const n_params[] = { "N", 0 };
@@ -94,28 +104,32 @@ static void pipelines(uint32_t rows) {
     dense_pipeline("w2", "dense", F, D, LY_W2, LY_B2, 1, 0, 0);
     dense_pipeline("logits", "dense", D, V, 0, TFM_OFF_BOUT, 1, 1, 0);
     weei_gpu_pipeline("xent", "softmax_xent.wgsl", "forward_backward", classes, cls);
-    weei_gpu_pipeline("det", "matmul.wgsl", "weight_grad", wgrad, det);
+    wb_pipeline("det", D, V, 0, 0, 0); /* into the det buffer; step[8] is 0 there */
     weei_gpu_pipeline("bout", "reduce.wgsl", "column_sum", colsum, bout);
     dense_pipeline("dyf", "dense", V, D, 0, 0, 0, 0, 0);
     ln_pipeline("lnf_back", "ln_backward", rows, TFM_OFF_LNF);
     ln_pipeline("lnf_grad", "ln_param_grad", rows, TFM_OFF_LNF);
-    wb_pipeline("w2_grad", F, D, LY_W2, LY_B2);
+    wb_pipeline("w2_grad", F, D, LY_W2, LY_B2, 1);
     dense_pipeline("w2_dx", "dense_relu_backward", D, F, LY_W2, 0, 0, 1, 0);
-    wb_pipeline("w1_grad", D, F, LY_W1, LY_B1);
+    wb_pipeline("w1_grad", D, F, LY_W1, LY_B1, 1);
     dense_pipeline("w1_dx", "dense", F, D, LY_W1, 0, 0, 1, 0);
     ln_pipeline("ln2_back", "ln_backward", rows, LY_LN2G);
     ln_pipeline("ln2_grad", "ln_param_grad", rows, LY_LN2G);
-    wb_pipeline("wo_grad", D, D, LY_WO, LY_BO);
+    wb_pipeline("wo_grad", D, D, LY_WO, LY_BO, 1);
     dense_pipeline("wo_dx", "dense", D, D, LY_WO, 0, 0, 1, 0);
     weei_gpu_pipeline("score_grad", "transformer.wgsl", "attn_score_grad", NAMES_ATTN, attn);
     weei_gpu_pipeline("qk_grad", "transformer.wgsl", "attn_qk_grad", NAMES_ATTN, attn);
     weei_gpu_pipeline("v_grad", "transformer.wgsl", "attn_v_grad", NAMES_ATTN, attn);
-    wb_pipeline("qkv_grad", D, 3 * D, LY_WQKV, LY_BQKV);
+    wb_pipeline("qkv_grad", D, 3 * D, LY_WQKV, LY_BQKV, 1);
     dense_pipeline("qkv_dx", "dense", 3 * D, D, LY_WQKV, 0, 0, 1, 0);
     ln_pipeline("ln1_back", "ln_backward", rows, LY_LN1G);
     ln_pipeline("ln1_grad", "ln_param_grad", rows, LY_LN1G);
     weei_gpu_pipeline("embed_grad", "transformer.wgsl", "embed_grad", eg_names, eg);
     weei_gpu_pipeline("adam", "optimizer.wgsl", "adam", n_params, np);
+    if (slots) {
+        static const char *const sum_names[] = { "N_PARAMS", 0 };
+        weei_gpu_pipeline("micro_sum", "transformer.wgsl", "micro_sum", sum_names, np);
+    }
     jw_arr_end();
 }
 
@@ -128,7 +142,7 @@ static const char *lid(char *buf, const char *name, uint32_t l) {
     return buf;
 }
 
-static void buffers_of(uint32_t B) {
+static void buffers_of(uint32_t B, uint32_t slots) {
     const uint64_t n = (uint64_t)B * T, act = n * D * 4, ln = (n * D + n) * 4, att = (uint64_t)B * H * T * T * 4;
     char id[16];
     jw_key("buffers");
@@ -165,20 +179,29 @@ static void buffers_of(uint32_t B) {
     weei_gpu_buffer("dqkv", 3 * act, "zeros");
     weei_gpu_buffer("dh", n * F * 4, "zeros");
     weei_gpu_buffer("gsc", att, "zeros");
+    if (slots) {
+        weei_gpu_buffer("tokens_all", slots * n * 4, "batch");
+        weei_gpu_buffer("targets_all", slots * n * 4, "batch");
+        weei_gpu_buffer("slots", (uint64_t)slots * SLOT_WORDS * 4, "batch");
+        weei_gpu_buffer("part", TFM_WEIGHT_BYTES, "zeros");
+        weei_gpu_buffer("stats_all", slots * n * 8, "zeros");
+    }
     jw_arr_end();
 }
 
 /* step[8] = bases[k]: the layer base the next dispatches read. */
-static void set_base(uint32_t k) {
+static void copy(const char *from, uint64_t from_offset, const char *to, uint64_t to_offset, uint64_t bytes) {
     jw_obj_begin();
     jw_key("op"); jw_str("copy");
-    jw_key("from"); jw_str("bases");
-    jw_key("fromOffset"); jw_uint((uint64_t)k * 4);
-    jw_key("to"); jw_str("step");
-    jw_key("toOffset"); jw_uint(WEEI_GPU_STEP_WORDS * 4);
-    jw_key("bytes"); jw_uint(4);
+    jw_key("from"); jw_str(from);
+    jw_key("fromOffset"); jw_uint(from_offset);
+    jw_key("to"); jw_str(to);
+    jw_key("toOffset"); jw_uint(to_offset);
+    jw_key("bytes"); jw_uint(bytes);
     jw_obj_end();
 }
+
+static void set_base(uint32_t k) { copy("bases", (uint64_t)k * 4, "step", WEEI_GPU_STEP_WORDS * 4, 4); }
 
 static void clear(const char *id, uint64_t bytes) {
     jw_obj_begin();
@@ -198,12 +221,11 @@ static void run(const char *pipeline, uint64_t invocations, const char *b0, cons
     weei_gpu_dispatch(pipeline, b, count, weei_gpu_groups(invocations));
 }
 
-static void steps_of(uint32_t B) {
+/* tfm_loss of B sequences: the forward pass, the loss and the backward pass, the gradient into g. */
+static void pass_of(uint32_t B, const char *g) {
     const uint64_t n = (uint64_t)B * T, nh = (uint64_t)B * H * T;
     char x[8], x1[8], xh1[8], y1[8], qkv[8], prob[8], att[8], xm[8], xh2[8], y2[8], h[8];
-    jw_key("steps");
-    jw_arr_begin();
-    /* forward (tfm_loss) */
+    /* forward */
     run("embed", n * D, 0, "weights", "x0", 0, "tokens", 0, 0);
     for (uint32_t l = 0; l < L; l++) {
         lid(x, "x", l); lid(x1, "x", l + 1); lid(xh1, "xh1_", l); lid(y1, "y1_", l); lid(qkv, "qkv", l);
@@ -211,55 +233,75 @@ static void steps_of(uint32_t B) {
         lid(h, "h", l);
         set_base(l);
         run("ln1", n, x, "weights", y1, 0, 0, xh1, 0);
-        run("qkv", n * 3 * D, y1, "weights", qkv, 0, 0, 0, 0);
+        run("qkv", DENSE_BLOCKS(n * 3 * D), y1, "weights", qkv, 0, 0, 0, 0);
         run("attn", nh, qkv, 0, att, 0, 0, prob, 0);
-        run("wo", n * D, att, "weights", xm, 0, 0, 0, 0);
+        run("wo", DENSE_BLOCKS(n * D), att, "weights", xm, 0, 0, 0, 0);
         run("add", n * D, x, 0, xm, 0, 0, 0, 0);
         run("ln2", n, xm, "weights", y2, 0, 0, xh2, 0);
-        run("w1", n * F, y2, "weights", h, 0, 0, 0, 0);
-        run("w2", n * D, h, "weights", x1, 0, 0, 0, 0);
+        run("w1", DENSE_BLOCKS(n * F), y2, "weights", h, 0, 0, 0, 0);
+        run("w2", DENSE_BLOCKS(n * D), h, "weights", x1, 0, 0, 0, 0);
         run("add", n * D, xm, 0, x1, 0, 0, 0, 0);
     }
     set_base(L);
     lid(x, "x", L);
     run("lnf", n, x, "weights", "yf", 0, 0, "xhf", 0);
-    run("logits", n * V, "yf", "weights", "logits", 0, 0, 0, 0);
+    run("logits", DENSE_BLOCKS(n * V), "yf", "weights", "logits", 0, 0, 0, 0);
     {
         const char *const b[] = { "logits", "targets", "dlogits", "step", "stats" };
         weei_gpu_dispatch("xent", b, 5, weei_gpu_groups(n));
     }
     /* backward */
     {
-        const char *const b[] = { "yf", "dlogits", "det", "step" };
-        weei_gpu_dispatch("det", b, 4, weei_gpu_groups((uint64_t)D * V));
-        const char *const c[] = { "dlogits", 0, "grad", "step" };
+        run("det", (uint64_t)D * V / 16, "yf", 0, "det", 0, 0, 0, "dlogits");
+        const char *const c[] = { "dlogits", 0, g, "step" };
         weei_gpu_dispatch("bout", c, 4, weei_gpu_groups(V));
     }
-    run("dyf", n * D, "dlogits", "weights", "dy", 0, 0, 0, 0);
+    run("dyf", DENSE_BLOCKS(n * D), "dlogits", "weights", "dy", 0, 0, 0, 0);
     clear("dx", n * D * 4);
     run("lnf_back", n, "dy", "weights", "dx", "xhf", 0, 0, 0);
-    run("lnf_grad", D, "dy", 0, "grad", "xhf", 0, 0, 0);
+    run("lnf_grad", D, "dy", 0, g, "xhf", 0, 0, 0);
     for (uint32_t l = L; l-- > 0;) {
         lid(xh1, "xh1_", l); lid(y1, "y1_", l); lid(qkv, "qkv", l); lid(prob, "prob", l); lid(att, "att", l);
         lid(xh2, "xh2_", l); lid(y2, "y2_", l); lid(h, "h", l);
         set_base(l);
-        run("w2_grad", (uint64_t)F * D + D, h, 0, "grad", 0, 0, 0, "dx");
-        run("w2_dx", n * F, "dx", "weights", "dh", h, 0, 0, 0);
-        run("w1_grad", (uint64_t)D * F + F, y2, 0, "grad", 0, 0, 0, "dh");
-        run("w1_dx", n * D, "dh", "weights", "dy", 0, 0, 0, 0);
+        run("w2_grad", WB_BLOCKS(F, D), h, 0, g, 0, 0, 0, "dx");
+        run("w2_dx", DENSE_BLOCKS(n * F), "dx", "weights", "dh", h, 0, 0, 0);
+        run("w1_grad", WB_BLOCKS(D, F), y2, 0, g, 0, 0, 0, "dh");
+        run("w1_dx", DENSE_BLOCKS(n * D), "dh", "weights", "dy", 0, 0, 0, 0);
         run("ln2_back", n, "dy", "weights", "dx", xh2, 0, 0, 0);
-        run("ln2_grad", D, "dy", 0, "grad", xh2, 0, 0, 0);
-        run("wo_grad", (uint64_t)D * D + D, att, 0, "grad", 0, 0, 0, "dx");
-        run("wo_dx", n * D, "dx", "weights", "datt", 0, 0, 0, 0);
+        run("ln2_grad", D, "dy", 0, g, xh2, 0, 0, 0);
+        run("wo_grad", WB_BLOCKS(D, D), att, 0, g, 0, 0, 0, "dx");
+        run("wo_dx", DENSE_BLOCKS(n * D), "dx", "weights", "datt", 0, 0, 0, 0);
         run("score_grad", nh, qkv, 0, "gsc", prob, 0, 0, "datt");
         run("qk_grad", nh, qkv, 0, "dqkv", "gsc", 0, 0, 0);
         run("v_grad", nh, 0, 0, "dqkv", prob, 0, 0, "datt");
-        run("qkv_grad", (uint64_t)D * 3 * D + 3 * D, y1, 0, "grad", 0, 0, 0, "dqkv");
-        run("qkv_dx", n * D, "dqkv", "weights", "dy", 0, 0, 0, 0);
+        run("qkv_grad", WB_BLOCKS(D, 3 * D), y1, 0, g, 0, 0, 0, "dqkv");
+        run("qkv_dx", DENSE_BLOCKS(n * D), "dqkv", "weights", "dy", 0, 0, 0, 0);
         run("ln1_back", n, "dy", "weights", "dx", xh1, 0, 0, 0);
-        run("ln1_grad", D, "dy", 0, "grad", xh1, 0, 0, 0);
+        run("ln1_grad", D, "dy", 0, g, xh1, 0, 0, 0);
     }
-    run("embed_grad", (uint64_t)(V + T) * D, "dx", 0, "grad", "det", "tokens", 0, 0);
+    run("embed_grad", (uint64_t)(V + T) * D / 4, "dx", 0, g, "det", "tokens", 0, 0);
+}
+
+/* One minibatch: B sequences in one pass or, with slots > 0, `slots` micro-batch passes of B. */
+static void steps_of(uint32_t B, uint32_t slots) {
+    jw_key("steps");
+    jw_arr_begin();
+    if (!slots) {
+        pass_of(B, "grad");
+    } else {
+        const uint64_t ids = (uint64_t)B * T * 4;
+        clear("grad", TFM_WEIGHT_BYTES);
+        for (uint32_t m = 0; m < slots; m++) {
+            copy("tokens_all", m * ids, "tokens", 0, ids);
+            copy("targets_all", m * ids, "targets", 0, ids);
+            copy("slots", (uint64_t)m * SLOT_WORDS * 4, "step", 0, 8);
+            copy("slots", (uint64_t)m * SLOT_WORDS * 4 + 8, "step", (WEEI_GPU_STEP_WORDS + 1) * 4, 8);
+            pass_of(B, "part");
+            copy("stats", 0, "stats_all", m * ids * 2, ids * 2);
+            run("micro_sum", TFM_N_PARAMS, "part", 0, "grad", 0, 0, 0, 0);
+        }
+    }
     {
         const char *const b[] = { "weights", "grad", "adam_m", "adam_v", "step" };
         weei_gpu_dispatch("adam", b, 5, weei_gpu_groups(TFM_N_PARAMS));
@@ -267,12 +309,14 @@ static void steps_of(uint32_t B) {
     jw_arr_end();
 }
 
-static void write_program(uint32_t B) {
+static void write_program(uint32_t B, uint32_t slots) {
     jw_key("format"); jw_str("weei-device-program-v1");
-    buffers_of(B);
-    pipelines(B * T);
-    steps_of(B);
-    jw_key("stepReadback"); weei_gpu_readback("stats", (uint64_t)B * T * 8);
+    buffers_of(B, slots);
+    pipelines(B * T, slots);
+    steps_of(B, slots);
+    jw_key("stepReadback");
+    if (slots) weei_gpu_readback("stats_all", (uint64_t)slots * B * T * 8);
+    else weei_gpu_readback("stats", (uint64_t)B * T * 8);
     jw_key("finalReadback"); weei_gpu_readback("weights", TFM_WEIGHT_BYTES);
 }
 
@@ -295,11 +339,13 @@ static int gpu_begin(const wj_doc *in) {
     end_session();
     G.n = (uint32_t)n64;
     G.batch = s.batch_size < G.n ? s.batch_size : G.n;
-    if (G.batch > MICRO_BATCH) {
+    if (G.batch > MICRO_BATCH * MAX_MICRO) {
         end_session();
-        return weei_fail("gpuBegin: the GPU program trains minibatches of at most 8 records (batchSize > 8 is "
-                         "summed from micro-batches on the CPU)");
+        return weei_fail("gpuBegin: the GPU program trains minibatches of at most 320 records (a larger batchSize "
+                         "trains on the CPU)");
     }
+    G.micro = G.batch < MICRO_BATCH ? G.batch : MICRO_BATCH;
+    G.slots = G.batch > MICRO_BATCH ? (G.batch + MICRO_BATCH - 1) / MICRO_BATCH : 0;
     G.epochs = s.local_epochs;
     G.step_limit = step_limit;
     weei_gpu_adam_init(&G.adam, s.learning_rate);
@@ -318,7 +364,7 @@ static int gpu_begin(const wj_doc *in) {
     jw_obj_begin();
     jw_key("program");
     jw_obj_begin();
-    write_program(G.batch);
+    write_program(G.micro, G.slots);
     jw_obj_end();
     jw_key("weights"); jw_region(g_loaded, TFM_WEIGHT_BYTES);
     jw_key("totalExamples"); jw_uint(G.total);
@@ -329,19 +375,27 @@ static int gpu_begin(const wj_doc *in) {
 /* Folds the finished step's stats (loss, hit per position) into the metrics
  * in model_train's float64 order: weei_softmax_xent's mean times the count. */
 static int take_stats(const weei_region *r) {
-    uint32_t count = G.pending, rows = count * T;
-    if (r->bytes < (uint64_t)rows * 8) return weei_fail("gpuNext: the stats readback is too short");
-    double total = 0.0;
-    uint32_t hits = 0;
-    for (uint32_t k = 0; k < rows; k++) {
-        float loss, hit;
-        weei_memcopy(&loss, r->data + (size_t)k * 8, 4);
-        weei_memcopy(&hit, r->data + (size_t)k * 8 + 4, 4);
-        total += (double)loss;
-        if (hit != 0.0f) hits++;
+    uint32_t count = G.pending;
+    /* model_train: a minibatch of up to a micro-batch in one tfm_loss, a larger one micro-batch by
+     * micro-batch, each slot's stats at its own place in stats_all */
+    uint32_t parts = count <= G.micro ? 1 : (count + G.micro - 1) / G.micro;
+    for (uint32_t m = 0; m < parts; m++) {
+        uint32_t c = parts == 1 ? count : (count - m * G.micro < G.micro ? count - m * G.micro : G.micro);
+        uint32_t rows = c * T;
+        const uint8_t *stats = r->data + (size_t)m * G.micro * T * 8;
+        if (r->bytes < ((uint64_t)m * G.micro * T + rows) * 8) return weei_fail("gpuNext: the stats readback is too short");
+        double total = 0.0;
+        uint32_t hits = 0;
+        for (uint32_t k = 0; k < rows; k++) {
+            float loss, hit;
+            weei_memcopy(&loss, stats + (size_t)k * 8, 4);
+            weei_memcopy(&hit, stats + (size_t)k * 8 + 4, 4);
+            total += (double)loss;
+            if (hit != 0.0f) hits++;
+        }
+        G.loss_sum += total / rows * c;
+        G.correct += hits;
     }
-    G.loss_sum += total / rows * count;
-    G.correct += hits;
     G.steps++;
     G.processed += count;
     G.pending = 0;
@@ -369,11 +423,26 @@ static void pack_batch(void) {
     weei_gpu_adam_step(&G.adam, rows, 1.0f / (float)rows, G.step);
     G.start += count;
     G.pending = count;
+    if (G.slots) {
+        /* model_train's split: one tfm_loss (mode 1) when the minibatch fits a micro-batch, else
+         * micro-batches of G.micro weighed by their share c / count (mode 2); the rest unused (0). */
+        uint32_t parts = count <= G.micro ? 1 : (count + G.micro - 1) / G.micro;
+        weei_memzero(G.slot, sizeof G.slot);
+        for (uint32_t m = 0; m < parts; m++) {
+            uint32_t c = parts == 1 ? count : (count - m * G.micro < G.micro ? count - m * G.micro : G.micro);
+            uint32_t *w = G.slot + m * SLOT_WORDS;
+            w[0] = c * T;
+            w[1] = weei_f32_bits(1.0f / (float)(c * T));
+            w[2] = weei_f32_bits((float)c / (float)count);
+            w[3] = parts == 1 ? 1 : 2;
+        }
+    }
     jw_obj_begin();
     jw_key("batch");
     jw_arr_begin();
-    upload("tokens", G.tokens, (uint64_t)rows * 4);
-    upload("targets", G.targets, (uint64_t)rows * 4);
+    upload(G.slots ? "tokens_all" : "tokens", G.tokens, (uint64_t)rows * 4);
+    upload(G.slots ? "targets_all" : "targets", G.targets, (uint64_t)rows * 4);
+    if (G.slots) upload("slots", G.slot, (uint64_t)G.slots * SLOT_WORDS * 4);
     upload("step", G.step, WEEI_GPU_STEP_WORDS * 4);
     upload("bases", G.bases, (L + 1) * 4);
     jw_arr_end();

@@ -20,7 +20,7 @@ from ..core.jsonfmt import descriptor
 from .compile import BuildError
 
 __all__ = ["INIT_SEED", "ARCHIVE_NAME", "WORKING_MARGIN", "GPU_WORKING_FLOOR", "ModelFacts", "probe_model",
-           "measure_working_bytes", "measure_gpu_program", "gpu_backend", "auxiliary_file_name", "model_manifest"]
+           "measure_working_bytes", "measure_gpu_program", "gpu_programs", "gpu_backend", "auxiliary_file_name", "model_manifest"]
 
 INIT_SEED = 0
 ARCHIVE_NAME = "model.wgsl.json"
@@ -46,6 +46,7 @@ class ModelFacts:
     gpu: bool = False  # exports gpuBegin / gpuNext / gpuEnd
     peak_memory: int = 0  # the module's linear memory after one train and one evaluate (measure_working_bytes)
     gpu_program_bytes: int = 0  # the largest device program's buffers and staging (measure_gpu_program)
+    gpu_modules: tuple[str, ...] = ()  # the WGSL modules its device programs name (gpu_programs), sorted
 
     @property
     def working_bytes(self) -> int:
@@ -90,14 +91,28 @@ def probe_model(wasm: bytes, data_dir: Path) -> ModelFacts:
     auxiliary = {slot["id"]: data_dir / auxiliary_file_name(slot["id"]) for slot in info.get("auxiliaryWeights", [])}
     peak = measure_working_bytes(wasm, info, first.read_bytes() if first else None,
                                  {k: p.read_bytes() for k, p in auxiliary.items() if p.is_file()})
-    program = measure_gpu_program(wasm, info, first.read_bytes() if first else None) if runtime.has_gpu_operations else 0
-    return ModelFacts(info, weight_bytes, chunks, runtime.has_gpu_operations, peak, program)
+    programs = gpu_programs(wasm, info, first.read_bytes() if first else None) if runtime.has_gpu_operations else []
+    modules = sorted({str(p["module"]) for program in programs for p in program["pipelines"]})
+    return ModelFacts(info, weight_bytes, chunks, runtime.has_gpu_operations, peak, _largest(programs), tuple(modules))
 
 
 def measure_gpu_program(wasm: bytes, info: dict[str, Any], chunk: bytes | None) -> int:
     """The bytes of the largest device program gpuBegin emits (buffers plus readback staging, the
-    sum the budget rule checks, docs/gpu.md): at the model's default settings and, for a dataset
-    model, with the whole chunk as one batch when the model takes it (the largest a batch gets)."""
+    sum the budget rule checks, docs/gpu.md), among :func:`gpu_programs`."""
+    return _largest(gpu_programs(wasm, info, chunk))
+
+
+def _largest(programs: list[dict[str, Any]]) -> int:
+    largest = 0
+    for program in programs:
+        ranges = [*program.get("stepReadback", []), *program.get("finalReadback", [])]
+        largest = max(largest, sum(int(b["bytes"]) for b in program["buffers"]) + sum(int(r["bytes"]) for r in ranges))
+    return largest
+
+
+def gpu_programs(wasm: bytes, info: dict[str, Any], chunk: bytes | None) -> list[dict[str, Any]]:
+    """The device programs gpuBegin emits at the model's default settings and, for a dataset model,
+    with the whole chunk as one batch when the model takes it (the largest a batch gets)."""
     from ..core.errors import ModelError
     from ..runtime import ModelRuntime, WasmtimeEngine
 
@@ -107,7 +122,7 @@ def measure_gpu_program(wasm: bytes, info: dict[str, Any], chunk: bytes | None) 
     tries: list[dict[str, Any]] = [{}]
     if source is None and chunk is not None:
         tries.append({"batchSize": max(1, runtime.describe_chunk(info["dataFormats"][0]["id"], chunk))})
-    largest = 0
+    programs: list[dict[str, Any]] = []
     for settings in tries:
         runtime.load_model(weights)
         if info.get("auxiliaryWeights"):
@@ -125,10 +140,8 @@ def measure_gpu_program(wasm: bytes, info: dict[str, Any], chunk: bytes | None) 
             if not settings:
                 raise
             continue  # a batch the GPU program does not take trains on the CPU: no program to size
-        program = begun["program"]
-        ranges = [*program.get("stepReadback", []), *program.get("finalReadback", [])]
-        largest = max(largest, sum(int(b["bytes"]) for b in program["buffers"]) + sum(int(r["bytes"]) for r in ranges))
-    return largest
+        programs.append(begun["program"])
+    return programs
 
 
 def measure_working_bytes(wasm: bytes, info: dict[str, Any], chunk: bytes | None,
@@ -175,7 +188,7 @@ def measure_working_bytes(wasm: bytes, info: dict[str, Any], chunk: bytes | None
         load(trained.weights)
         runtime.evaluate(data=chunk, format=fmt)
     # ModelRuntime has no public accessor for it (runtime/abi.py is at its 600-line bound).
-    return runtime._instance.memory_size()
+    return runtime.memory_size()
 
 
 def _descriptor(file_name: str, value: Any) -> dict[str, Any]:

@@ -208,6 +208,10 @@ class ModelRuntime:
         """The module exports gpuBegin, gpuNext and gpuEnd (docs/gpu.md)."""
         return self._gpu_exports
 
+    def memory_size(self) -> int:
+        """The instance's linear memory in bytes; it only grows, so after calls it is their peak."""
+        return self._instance.memory_size()
+
     @property
     def broken(self) -> str | None:
         """Why the instance is unusable (after a trap), else ``None``."""
@@ -544,9 +548,7 @@ class ModelRuntime:
         allocated.append(ptr)
         memory = self._instance.memory_size()
         if ptr + size > memory:
-            raise ModelError(
-                "region-out-of-bounds", f"{op}: alloc({size}) returned {ptr}, outside memory of {memory} bytes"
-            )
+            raise ModelError("region-out-of-bounds", f"{op}: alloc({size}) returned {ptr}, outside memory of {memory} bytes")
         self._instance.write(ptr, view)
         return {"ptr": ptr, "bytes": size}
 
@@ -556,9 +558,7 @@ class ModelRuntime:
             raise ModelError("result-too-large", f"{op}: {what} of {size} bytes is over the {limit:,}-byte limit")
         memory = self._instance.memory_size()
         if ptr + size > memory or (ptr == 0 and size > 0):
-            raise ModelError(
-                "region-out-of-bounds", f"{op}: {what} at {ptr}+{size} is outside memory of {memory} bytes"
-            )
+            raise ModelError("region-out-of-bounds", f"{op}: {what} at {ptr}+{size} is outside memory of {memory} bytes")
         return self._instance.read(ptr, size)
 
     def _read_region(self, op: str, key: str, region: Any) -> bytes:
