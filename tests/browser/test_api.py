@@ -621,7 +621,16 @@ def test_each_tab_is_its_own_peer_and_a_later_tab_continues_the_saved_job(weei_s
     assert second.evaluate(look) == {**mine, "job": second_job, "saved": [second_job]}, \
         "a reload keeps the tab's namespace and peer ID"
 
+    released = """async () => !(await navigator.locks.query()).held.some(
+      (lock) => lock.name === 'weei.distributed-training.slot-0')"""
+    assert not second.evaluate(released), "the first tab holds slot 0 while it is open"
     first.close()
+    # Closed means its locks are let go, which the browser does after close() returns (a loaded
+    # clean-clone CI opened the next tab first, and it rightly took slot 2).
+    deadline = time.monotonic() + TIMEOUT_MS / 1000
+    while not second.evaluate(released):
+        assert time.monotonic() < deadline, "the closed tab's slot lock was never released"
+        time.sleep(0.1)
     third = tab()
     assert third.evaluate(look)["slot"] == 0
     took_over = third.evaluate("""async () => {
