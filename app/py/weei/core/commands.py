@@ -55,10 +55,16 @@ class SaveCheckpoint:
 
     round: int
     checked: CheckpointFile = field(repr=False)
-    weights: bytes = field(repr=False)
     weights_sha256: str
     summary: dict[str, Any]  # spec CheckpointSummary
-    state: bytes | None = field(default=None, repr=False)
+
+    @property
+    def weights(self) -> bytes:
+        return self.checked.weights
+
+    @property
+    def state(self) -> bytes | None:
+        return self.checked.state
 
     @cached_property
     def file(self) -> bytes:

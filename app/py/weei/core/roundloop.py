@@ -386,8 +386,7 @@ class RoundLoop:
         if replace:
             summary = {**self.checkpoints.pop(), **summary}  # keeps a validation already attached
         self.checkpoints.append(summary)
-        save = SaveCheckpoint(round_, checked, self.weights, self.weights_sha256, summary,
-                              state.data if state is not None else None)
+        save = SaveCheckpoint(round_, checked, self.weights_sha256, summary)
         if emit:
             self._commands.append(save)
         self._log("checkpoint.saved", round=round_, sha256=self.weights_sha256)
