@@ -22,6 +22,7 @@ from weei.core.room_proof import (NONCE_BYTES, PROOF_TIMEOUT_MS, PROOF_TRANSITIO
                                   ProofState, RoomChallenge, RoomProof, RoomProofReason, answer_challenge, proof_key,
                                   room_proof)
 from weei.core.states import IllegalTransition, move
+from weei.demo.network import MemoryNetwork
 from weei.host.memory_storage import MemoryKeyValue, MemoryStorage
 from weei.host.worker_pool import ThreadWorkerPool
 from weei.kernel.native import NativeKernel
@@ -173,22 +174,26 @@ def test_malformed_challenges_and_proofs_are_refused_by_name(obj: dict[str, obje
     assert err.value.reason == "bad-field"
 
 
+def _controller(network: MemoryNetwork, engine: WasmtimeEngine, peer: str, room_key: str | None) -> TrainingController:
+    """A real controller on the in-memory network, holding ``room_key`` (None: keyless)."""
+    c = TrainingController(my_peer_id=peer, storage=MemoryStorage(), kv=MemoryKeyValue(),
+                           pool=ThreadWorkerPool(engine, 1), kernel=NativeKernel(), engine=engine,
+                           clock=lambda: time.time() * 1000, monotonic=lambda: time.monotonic() * 1000,
+                           random_bytes=os.urandom, transport=network.transport(peer), room_key=room_key)
+    network.attach(c)
+    return c
+
+
 def test_a_coordinator_in_the_room_answers_its_own_job_only_and_without_a_key_says_so() -> None:
     """The real controller's answer, as JSON text on the demo's in-memory network."""
     from test_controller import DIGITS_SETTINGS, package
-    from weei.demo.network import MemoryNetwork
 
     async def main() -> None:
         network = MemoryNetwork()
         engine = WasmtimeEngine()
 
         def make(peer: str, room_key: str | None) -> TrainingController:
-            c = TrainingController(my_peer_id=peer, storage=MemoryStorage(), kv=MemoryKeyValue(),
-                                   pool=ThreadWorkerPool(engine, 1), kernel=NativeKernel(), engine=engine,
-                                   clock=lambda: time.time() * 1000, monotonic=lambda: time.monotonic() * 1000,
-                                   random_bytes=os.urandom, transport=network.transport(peer), room_key=room_key)
-            network.attach(c)
-            return c
+            return _controller(network, engine, peer, room_key)
 
         keyed, keyless = make(COORD, ROOM), make(OTHER, None)
         network.transport(AGENT)  # the asking participant: its inbox is read here, as text off the wire
@@ -240,19 +245,13 @@ def test_a_participant_in_a_keyed_room_accepts_only_a_coordinator_that_proves_th
     """decideInvitation(job, true) in a keyed room (a page, the agent): the proof first, else a decline."""
     from test_controller import DIGITS_SETTINGS, package
     from weei.core.errors import UsageError
-    from weei.demo.network import MemoryNetwork
 
     async def main() -> None:
         network = MemoryNetwork()
         engine = WasmtimeEngine()
 
         def make(peer: str, room_key: str | None) -> TrainingController:
-            c = TrainingController(my_peer_id=peer, storage=MemoryStorage(), kv=MemoryKeyValue(),
-                                   pool=ThreadWorkerPool(engine, 1), kernel=NativeKernel(), engine=engine,
-                                   clock=lambda: time.time() * 1000, monotonic=lambda: time.monotonic() * 1000,
-                                   random_bytes=os.urandom, transport=network.transport(peer), room_key=room_key)
-            network.attach(c)
-            return c
+            return _controller(network, engine, peer, room_key)
 
         keyed, keyless = make("keyed", ROOM), make("keyless", None)
         member, stranger, member2, plain = make("member", ROOM), make("stranger", "other-room"), \
