@@ -84,10 +84,13 @@ def _scalar(rng: random.Random, objects: bool) -> Any:
     return rng.choice(SCALARS)
 
 
-def _factor(rng: random.Random, large: int) -> int:
-    """How many copies: mostly a few; now and then ``large`` (the inputs for linear-time checks), which cost
-    the parser far more time than the rest, so they are kept rare."""
-    return large if rng.random() < 0.1 else rng.choice((2, 3, 10, 50))
+def _factor(rng: random.Random, large: int, size: int = 1) -> int:
+    """How many copies of something ``size`` long: mostly a few; now and then ``large`` (the inputs for
+    linear-time checks), which cost the parser far more time than the rest, so they are kept rare. Never so
+    many that the copies outgrow MAX_VALUE_JSON: a copy of a copy would otherwise reach gigabytes (a
+    MemoryError in the harness, not a finding) before mutate_value's size check sees it."""
+    copies = large if rng.random() < 0.1 else rng.choice((2, 3, 10, 50))
+    return max(1, min(copies, MAX_VALUE_JSON // max(1, size)))
 
 
 def _clamp(number: int) -> int:
@@ -114,14 +117,15 @@ def _tweak(rng: random.Random, node: Any, objects: bool) -> Any:
                    lambda: int(node) if math.isfinite(node) else 0,
                    lambda: rng.choice(NON_FINITE) if objects else 1e308)
     elif isinstance(node, str):
-        options = (lambda: node + "x", lambda: node[:-1], lambda: node.upper(), lambda: node * _factor(rng, 5000),
+        options = (lambda: node + "x", lambda: node[:-1], lambda: node.upper(),
+                   lambda: node * _factor(rng, 5000, len(node)),
                    lambda: "", lambda: node + "\x00", lambda: node + "\ud800", lambda: "é" + node, lambda: node[::-1],
                    lambda: [node], lambda: {node: node}, lambda: len(node))
     elif isinstance(node, list):
         if not node:
             options = (lambda: [None], lambda: [[]], lambda: [{}], lambda: [0] * 1000)
         else:
-            options = (lambda: node[:-1], lambda: node + node, lambda: node * _factor(rng, 2000),
+            options = (lambda: node[:-1], lambda: node + node, lambda: node * _factor(rng, 2000, len(node)),
                        lambda: node[::-1], lambda: [node[0]] + node, lambda: node[1:] + [node[0]],
                        lambda: {str(i): v for i, v in enumerate(node)})
     elif isinstance(node, dict):
