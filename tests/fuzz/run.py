@@ -3,12 +3,15 @@
     python tests/fuzz/run.py                         # 1,000,000 inputs per target, seed 0
     python tests/fuzz/run.py --inputs 20000 --targets checkpoint wire
     python tests/fuzz/run.py --minutes 30            # stop starting new work after 30 minutes
+    python tests/fuzz/run.py --first-chunk 40        # go on where a run cut short by --minutes stopped
     python tests/fuzz/run.py --replay out/fuzz/checkpoint/0-3-1234.bin
 
 Inputs come from targets.py (the same samples, mutations and oracle as
 tests/unit/test_parser_fuzz.py). Work is cut into chunks of ``--chunk``
 inputs; chunk k of a target draws from ``Random(f"{seed}:{target}:{k}")``,
-so a run is the same on any machine and any number of processes. An input
+so a run is the same on any machine and any number of processes, and one
+cut short by ``--minutes`` (it reports the first chunk it did not finish) is
+completed by another run from that chunk on the same code. An input
 that escapes with an error other than the target's named one, or takes
 more than ``--slow`` seconds of CPU time, is a failure: it is saved as
 ``out/fuzz/<target>/<seed>-<chunk>-<index>.bin`` with the traceback next to
@@ -69,7 +72,7 @@ def run_chunk(job: tuple[str, int, int, int, str, float]) -> dict[str, Any]:
             stem.with_suffix(".bin").write_bytes(to_file(target, data))
             text = "".join(traceback.format_exception(error)) if error is not None else what + "\n"
             stem.with_suffix(".txt").write_text(text)
-    return {"target": name, "inputs": count, "failures": failures, "seconds": time.process_time() - started,
+    return {"target": name, "chunk": chunk, "inputs": count, "failures": failures, "seconds": time.process_time() - started,
             "slowest": slowest}
 
 
@@ -96,6 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="processes (default: every core)")
     parser.add_argument("--chunk", type=int, default=10_000, help="inputs per unit of work")
+    parser.add_argument("--first-chunk", type=int, default=0,
+                        help="skip the chunks before this one (their inputs count toward --inputs as done elsewhere)")
     parser.add_argument("--slow", type=float, default=5.0, help="CPU seconds after which one input is a failure")
     parser.add_argument("--minutes", type=float, default=None, help="start no new chunk after this long")
     parser.add_argument("--out", default="out/fuzz")
@@ -107,10 +112,11 @@ def main(argv: list[str] | None = None) -> int:
 
     # Chunks of all targets interleaved, so a run cut short by --minutes has covered each alike.
     per_target = {name: [(name, args.seed, k, min(args.chunk, args.inputs - k * args.chunk), args.out, args.slow)
-                         for k in range(-(-args.inputs // args.chunk))] for name in args.targets}
+                         for k in range(args.first_chunk, -(-args.inputs // args.chunk))] for name in args.targets}
     jobs = [job for row in zip(*per_target.values()) for job in row]
     deadline = time.monotonic() + args.minutes * 60 if args.minutes else None
-    totals = {name: {"inputs": 0, "failures": [], "seconds": 0.0, "slowest": 0.0} for name in args.targets}
+    totals = {name: {"inputs": 0, "failures": [], "seconds": 0.0, "slowest": 0.0, "chunks": set()}
+              for name in args.targets}
     started = time.monotonic()
     scratch = tempfile.mkdtemp(prefix="weei-fuzz-")
     os.environ["WEEI_FUZZ_TMP"] = scratch  # the agent-storage target's files, deleted below
@@ -145,6 +151,7 @@ def _collect(running: list[Any], totals: dict[str, dict[str, Any]], started: flo
         total["failures"] += r["failures"]
         total["seconds"] += r["seconds"]
         total["slowest"] = max(total["slowest"], r["slowest"])
+        total["chunks"].add(r["chunk"])
         done = sum(t["inputs"] for t in totals.values())
         print(f"  [{time.monotonic() - started:7.0f} s] {r['target']:<18} +{r['inputs']:,} "
               f"({total['inputs']:,}; {len(total['failures'])} failures); {done:,} in all", flush=True)
@@ -163,12 +170,23 @@ def _report(totals: dict[str, dict[str, Any]], args: argparse.Namespace, wall: f
             print(f"    {what}")
     inputs = sum(t["inputs"] for t in totals.values())
     print(f"{'all':<18} {inputs:>11,} {failed:>8}   wall {wall:.0f} s on {args.jobs} processes (seed {args.seed})")
-    short = [name for name, t in totals.items() if t["inputs"] < args.inputs]
+    done = args.first_chunk * args.chunk
+    short = [name for name, t in totals.items() if done + t["inputs"] < args.inputs]
     if short:
-        print(f"stopped by --minutes before {args.inputs:,} inputs for: {', '.join(short)}")
+        # Chunks finish out of order: the first one missing from any target is where a next run resumes.
+        resume = min(_first_missing(t["chunks"], args.first_chunk) for t in totals.values())
+        print(f"stopped by --minutes before {args.inputs:,} inputs for: {', '.join(short)}; "
+              f"every chunk before {resume} is done: go on with --first-chunk {resume} (same seed and code)")
     if failed:
         print(f"failing inputs are in {args.out}/<target>/; replay one with --replay <file>")
     return 1 if failed else 0
+
+
+def _first_missing(chunks: set[int], first: int) -> int:
+    k = first
+    while k in chunks:
+        k += 1
+    return k
 
 
 if __name__ == "__main__":
