@@ -174,9 +174,10 @@ def test_malformed_challenges_and_proofs_are_refused_by_name(obj: dict[str, obje
     assert err.value.reason == "bad-field"
 
 
-def _controller(network: MemoryNetwork, engine: WasmtimeEngine, peer: str, room_key: str | None) -> TrainingController:
+def _controller(network: MemoryNetwork, engine: WasmtimeEngine, peer: str, room_key: str | None, *,
+                storage: MemoryStorage | None = None) -> TrainingController:
     """A real controller on the in-memory network, holding ``room_key`` (None: keyless)."""
-    c = TrainingController(my_peer_id=peer, storage=MemoryStorage(), kv=MemoryKeyValue(),
+    c = TrainingController(my_peer_id=peer, storage=storage or MemoryStorage(), kv=MemoryKeyValue(),
                            pool=ThreadWorkerPool(engine, 1), kernel=NativeKernel(), engine=engine,
                            clock=lambda: time.time() * 1000, monotonic=lambda: time.monotonic() * 1000,
                            random_bytes=os.urandom, transport=network.transport(peer), room_key=room_key)

@@ -101,3 +101,36 @@ def test_a_result_too_large_is_refused_before_it_is_copied() -> None:
     with pytest.raises(ModelError) as err:
         rt.create_initial_weights(1)
     assert err.value.reason == "result-too-large", err.value
+
+
+def test_a_weights_region_over_2_gib_is_refused_by_name_not_copied() -> None:
+    """Issue 9: a weights region over 2 GiB escaped as SystemError from ctypes.string_at. That needed a memory
+    over 2 GiB, which the 1 GiB cap above now refuses; the region's size is refused first, by name, before
+    its bounds are looked at (the code before issue 9 said region-out-of-bounds here)."""
+    result = '{"weights":{"ptr":1024,"bytes":3000000000}}'
+    rt = ModelRuntime.load(wat_module(override={
+        "memory": f'(memory (export "memory") 1) (data (i32.const 2048) "{result.replace(chr(34), chr(92) + chr(34))}")',
+        "createInitialWeights": '(func (export "createInitialWeights") (param i32 i32) (result i32) i32.const 2048)',
+        "resultLength": f'(func (export "resultLength") (result i32) i32.const {len(result)})'}), quick())
+    with pytest.raises(ModelError) as err:
+        rt.create_initial_weights(1)
+    assert err.value.reason == "result-too-large" and "3000000000" in str(err.value), err.value
+
+
+def test_a_flood_of_progress_reports_is_stopped_at_its_deadline() -> None:
+    """Issue 9: a module calling onProgress ten million times held the host for as long as it liked."""
+    report = '{"processedExamples":1,"totalExamples":2}'
+    calls = [0]
+    flood = (f'(func (export "createInitialWeights") (param i32 i32) (result i32) '
+             f'(loop $l (call $progress (i32.const 2048) (i32.const {len(report)})) (br $l)) i32.const 0)')
+    rt = ModelRuntime.load(wat_module(
+        imports='(import "weei" "onProgress" (func $progress (param i32 i32)))',
+        override={"memory": f'(memory (export "memory") 1) '
+                            f'(data (i32.const 2048) "{report.replace(chr(34), chr(92) + chr(34))}")',
+                  "createInitialWeights": flood}), quick(), on_progress=lambda _p: calls.__setitem__(0, calls[0] + 1))
+    started = time.monotonic()
+    with pytest.raises(ModelError) as err:
+        rt.create_initial_weights(1)
+    assert err.value.reason == "deadline-exceeded", err.value
+    assert time.monotonic() - started < 10 and calls[0] > 0, calls  # the reports arrived, and ended at the deadline
+    assert rt.broken is not None

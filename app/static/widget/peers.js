@@ -170,11 +170,12 @@ export class Peers {
     const info = inv.modelInfo || {};
     const mod = inv.module || {};
     const s = inv.settings || {};
-    const err = h('div', { class: 'error hidden', role: 'alert' });
     const accept = h('button', { type: 'button', class: 'primary', text: 'Accept' });
     const decline = h('button', { type: 'button', text: 'Decline' });
-    accept.addEventListener('click', () => this.act(accept, err, () => this.api.decideInvitation(jobId, true)));
-    decline.addEventListener('click', () => this.act(decline, err, () => this.api.decideInvitation(jobId, false)));
+    // A failed decision goes to the window's error banner, not into this card: the card goes away once the
+    // invitation is gone, and a refused room proof declines it (the banner says why, until dismissed).
+    accept.addEventListener('click', () => this.act(accept, null, () => this.api.decideInvitation(jobId, true)));
+    decline.addEventListener('click', () => this.act(decline, null, () => this.api.decideInvitation(jobId, false)));
     const exp = experienceOf(info);
     const agg = s.aggregation ? [s.aggregation.method, ...Object.entries(s.aggregation).filter(([k]) => k !== 'method').map(([k, x]) => `${k} ${x}`)].join(' ') : 'fedavg';
     const settingsText = [s.epochs !== undefined ? `${exp ? 'rounds' : 'epochs'} ${s.epochs}` : null,
@@ -192,7 +193,7 @@ export class Peers {
         h('dt', { text: 'Settings' }), h('dd', { text: settingsText }),
         h('dt', { text: 'Job' }), h('dd', { class: 'mono', text: jobId })),
       h('p', { class: 'small muted', text: 'Nothing is downloaded before you accept. Only use models you trust: the module runs in your browser.' }),
-      h('div', { class: 'row' }, accept, decline), err);
+      h('div', { class: 'row' }, accept, decline));
   }
 }
 

@@ -84,6 +84,7 @@ input[type=checkbox] { margin: 0 5px 0 0; vertical-align: -2px; }
 .files { display: grid; grid-template-columns: 1fr 1fr; gap: 6px 12px; margin: 6px 0; }
 .hidden { display: none !important; }
 .error { color: var(--danger); background: var(--err-bg); border: 1px solid var(--err-border); border-radius: 6px; padding: 4px 8px; margin: 6px 0; white-space: pre-wrap; }
+.error .dismiss { float: right; margin: 0 0 2px 8px; padding: 1px 8px; font-size: 12px; }
 .ok { color: var(--ok); }
 .warn { color: var(--chip-warn-fg); background: var(--chip-warn-bg); border-radius: 6px; padding: 2px 8px; margin: 4px 0; }
 .chip { display: inline-block; font-size: 11.5px; padding: 0 7px; border-radius: 9px; background: var(--chip-bg); color: var(--chip-fg); white-space: nowrap; }

@@ -113,8 +113,22 @@ class Widget {
 
   fail(err) {
     this.globalError.dataset.sticky = '1';
-    this.globalError.textContent = errorText(err);
+    this.showError(errorText(err));
+  }
+
+  // The window's one error surface: a banner at the top of its body. It stays until the person dismisses it
+  // (its Dismiss button) or acts again; a new text brings it into view, wherever the body was scrolled.
+  showError(text) {
+    const fresh = text !== this.globalErrorText.textContent || this.globalError.classList.contains('hidden');
+    this.globalErrorText.textContent = text;
     this.globalError.classList.remove('hidden');
+    if (fresh && this.globalError.scrollIntoView) this.globalError.scrollIntoView({ block: 'nearest' });
+  }
+
+  dismissError() {
+    this.dismissedError = this.state && this.state.error; // the same text comes back only as a new error
+    this.globalError.dataset.sticky = '';
+    this.globalError.classList.add('hidden');
   }
 
   close() {
@@ -174,7 +188,10 @@ class Widget {
     close.addEventListener('click', () => this.close());
     this.title = h('h2', { id: 'weei-title', text: 'Weei · Distributed training' });
     this.head = h('div', { class: 'head', tabindex: '0', title: 'Drag to move; arrow keys move too' }, this.title, this.status, close);
-    this.globalError = h('div', { class: 'error hidden', role: 'alert' });
+    this.globalErrorText = h('span');
+    const dismiss = h('button', { type: 'button', class: 'dismiss', name: 'dismissError', text: 'Dismiss' });
+    dismiss.addEventListener('click', () => this.dismissError());
+    this.globalError = h('div', { class: 'error hidden', role: 'alert' }, this.globalErrorText, dismiss);
     // The top of the window: incoming invitations (peers.js renderNotice), announced in a live region.
     this.noticeBox = h('div', { class: 'notices', role: 'region', 'aria-label': 'Invitations' });
     this.body = h('div', { class: 'body' }, this.noticeBox, this.globalError);
@@ -253,8 +270,7 @@ class Widget {
     const repeated = state.error && (state.error === this.dismissedError
       || (this.inlineError && state.error.includes(this.inlineError)));
     if (state.error && !repeated) {
-      this.globalError.textContent = state.error;
-      this.globalError.classList.remove('hidden');
+      this.showError(state.error);
     } else if (this.globalError.dataset.sticky !== '1') {
       this.globalError.classList.add('hidden');
     }

@@ -156,6 +156,7 @@ class Agent:
         self.controller = controller
         if controller.peer_events.room_check is not None:
             controller.peer_events.room_check.listeners.append(self._on_room_proof)
+        controller.peer_events.on_release = self._keep  # held until a restored coordinator proved the key
         self.transport.attach(self, has=lambda sha: sha in controller.artifacts)
         controller.subscribe(self._on_state)
         peers = await self.transport.join(opts.room)
@@ -174,7 +175,8 @@ class Agent:
         controller = self.controller
         if controller is None:
             return
-        await self._keep(message, blobs)
+        if not controller.peer_events.holds_back(peer):  # else kept only once its coordinator proved the key
+            await self._keep(message, blobs)
         before = controller.invitations.get(message.job_id) if isinstance(message, Invitation) else None
         await controller.receive(peer, message, blobs)
         if isinstance(message, Invitation) and controller.invitations.get(message.job_id) is not before:

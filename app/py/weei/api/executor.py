@@ -442,10 +442,11 @@ class Executor:
 
         self.timer = asyncio.ensure_future(fire())
 
-    def spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         task = asyncio.ensure_future(coro)
         self.tasks.add(task)
         task.add_done_callback(self._task_done)
+        return task
 
     def _task_done(self, task: asyncio.Task[Any]) -> None:
         self.tasks.discard(task)

@@ -3,8 +3,9 @@ device's answer to their invitations."""
 
 from __future__ import annotations
 
+import asyncio
 import os
-from typing import Any, Callable, Mapping
+from typing import Any, Awaitable, Callable, Mapping
 
 from ..core.commands import Send
 from ..core.errors import UsageError, WeeiError
@@ -12,10 +13,11 @@ from ..core.messages import Direction, Invitation, Message, Progress, decode_mes
 from ..core.participant import Participant
 from ..core.relay import RelayNode
 from ..core.relay_messages import RelayPiece, RelayPlan
-from ..core.room_proof import RoomChallenge, RoomProof, answer_challenge, proof_key
+from ..core.restored_proof import Hold, RestoredProof
+from ..core.room_proof import ProofVerdict, RoomChallenge, RoomProof, answer_challenge, proof_key
 from .executor import Executor
 from .job_store import PARTICIPATION_KEY, JobStore
-from .room_check import RoomCheck
+from .room_check import RoomCheck, refusal_text
 from .session import Session
 
 __all__ = ["PeerEvents"]
@@ -33,10 +35,42 @@ class PeerEvents:
         # before it accepts (core/room_proof.py): derived from the key, never the key itself.
         self._proof_key = proof_key(room_key) if room_key else None
         self.room_check = RoomCheck(self._proof_key, session.my_peer_id, self._send, session.record,
-                                    random_bytes) if self._proof_key is not None else None
+                                    random_bytes, monotonic=session.monotonic) if self._proof_key is not None else None
+        # A participation restored in a keyed room re-proves its coordinator (core/restored_proof.py):
+        # the gate, the participant it was made for, and the challenge in flight.
+        self._restored: tuple[RestoredProof, Participant] | None = None
+        self._reproving: asyncio.Task[Any] | None = None
+        #: Called with each message the gate held, before it is handled (the agent keeps its files on disk).
+        self.on_release: Callable[[Message, Mapping[str, bytes]], Awaitable[None]] | None = None
+
+    def _gate(self) -> RestoredProof | None:
+        """The open gate of the current participation, if it was restored in a keyed room."""
+        if self._restored is None:
+            return None
+        gate, participant = self._restored
+        if gate.closed or self.session.participant is not participant:  # released, refused, or left
+            self._restored = None
+            return None
+        return gate
+
+    def holds_back(self, peer: str) -> bool:
+        """Whether a message from ``peer`` now waits for (or is dropped by) the restored participation's gate."""
+        gate = self._gate()
+        return gate is not None and peer == gate.coordinator
 
     async def receive(self, peer: str, message: Message, blobs: Mapping[str, bytes]) -> None:
         """A message from another peer, with its verified attachments."""
+        gate = self._gate()
+        if gate is not None:
+            held = gate.hold(peer, message, blobs)
+            reason = gate.last_dropped or ""
+            if held is Hold.DROPPED and gate.dropped.get(reason) == 1:  # the first of each reason is logged
+                self.session.record("room.proof.dropped", {"from": peer, "type": message.TYPE, "reason": reason})
+            if held is not Hold.PASS:
+                return  # not read, not stored: the coordinator has not proved the room key yet
+        await self._handle(peer, message, blobs)
+
+    async def _handle(self, peer: str, message: Message, blobs: Mapping[str, bytes]) -> None:
         s = self.session
         now = self.session.clock()
         for sha, data in blobs.items():
@@ -98,7 +132,8 @@ class PeerEvents:
             if s.participant is not participant or job_id not in s.invitations:  # withdrawn meanwhile
                 raise UsageError("no-invitation", f"the invitation for job {job_id} is gone")
             if not verdict.proven:
-                refusal = UsageError(str(verdict.reason), verdict.message)
+                refusal = UsageError(str(verdict.reason), refusal_text(verdict))
+                s.error = refusal.message  # the window's banner says it after the invitation's card is gone
                 accepted = False
         invitation = participant.invitation
         participant.decide(accepted, now())
@@ -139,7 +174,12 @@ class PeerEvents:
         except (WeeiError, KeyError, TypeError, AssertionError) as exc:
             s.record("participation.unreadable", {"error": str(exc)[:200]})
             return
-        s.record("participation.restored", {"jobId": invitation.job_id, "coordinator": record["from"]})
+        # In a keyed room the coordinator proves the key again once its channel opens; a keyless room has
+        # no key to prove, as at a first acceptance.
+        if self.room_check is not None:
+            self._restored = (RestoredProof(invitation.job_id, record["from"]), s.participant)
+        s.record("participation.restored", {"jobId": invitation.job_id, "coordinator": record["from"],
+                                            "proof": self.room_check is not None})
 
     async def peer_connected(self, peer: str) -> None:
         """A peer's channel opened (again): a returning participant catches up."""
@@ -147,15 +187,63 @@ class PeerEvents:
         if s.coordinator is not None:
             s.coordinator.peer_connected(peer, self.session.clock())
         if s.participant is not None and peer == s.participant.coordinator:
-            s.participant.reconnected(self.session.clock())
-            s.recorder.reconnected()
+            gate = self._gate()
+            if gate is not None and gate.connected():
+                self._challenge(gate, s.participant)  # it catches up once the proof is in
+            else:
+                s.participant.reconnected(self.session.clock())
+                s.recorder.reconnected()
         await self.executor.drain()
+
+    def _challenge(self, gate: RestoredProof, participant: Participant) -> None:
+        if self._reproving is not None:
+            self._reproving.cancel()  # a challenge made on an older channel decides nothing
+        self._reproving = self.executor.spawn(self._reprove(gate, participant))
+
+    async def _reprove(self, gate: RestoredProof, participant: Participant) -> None:
+        """The restored participation's coordinator proves the room key: then what it sent is handed on,
+        in order; else the participation ends with the named reason."""
+        s = self.session
+        assert self.room_check is not None
+        try:
+            verdict = await self.room_check.prove(gate.job_id, gate.coordinator)
+        except asyncio.CancelledError:  # the channel closed or opened again: its own challenge follows
+            return
+        if self._gate() is not gate or not gate.decide(verdict):
+            return
+        if not verdict.proven:
+            await self._end_refused(verdict)
+            return
+        participant.reconnected(s.clock())
+        s.recorder.reconnected()
+        await self.executor.drain()
+        while s.participant is participant and (item := gate.take_held()) is not None:
+            message, blobs = item
+            if self.on_release is not None:
+                await self.on_release(message, blobs)
+            await self._handle(gate.coordinator, message, blobs)
+
+    async def _end_refused(self, verdict: ProofVerdict) -> None:
+        """The participation ends here: the saved participation goes, every saved job and file stays."""
+        s = self.session
+        s.participant = None
+        self._restored = None
+        s.error = refusal_text(verdict, restored=True)
+        s.record("participation.refused", {"jobId": verdict.job_id, "coordinator": verdict.coordinator,
+                                           "reason": str(verdict.reason)})
+        await self.store.delete_setting(PARTICIPATION_KEY)
+        self.executor.view.notify()
 
     async def peer_disconnected(self, peer: str) -> None:
         s = self.session
         if s.coordinator is not None:
             s.coordinator.peer_disconnected(peer, self.session.clock())
             s.book.mark_disconnected(peer)
+        gate = self._gate()
+        if gate is not None and peer == gate.coordinator:
+            gate.disconnected()  # no proof came on this channel: the next one is challenged afresh
+            if self._reproving is not None and gate.deciding:
+                self._reproving.cancel()
         if s.participant is not None and peer == s.participant.coordinator and peer != s.my_peer_id:
             # Our coordinator is gone (for now): on its return we are 'approved' again and
             # take the module it delivers, whatever state the job was in.

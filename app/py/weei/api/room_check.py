@@ -18,7 +18,14 @@ from ..core.commands import Send
 from ..core.room_proof import (NONCE_BYTES, PROOF_TIMEOUT_MS, CoordinatorProofs, ProofIgnored, ProofVerdict,
                                RoomProof)
 
-__all__ = ["RoomCheck"]
+__all__ = ["RoomCheck", "refusal_text"]
+
+
+def refusal_text(verdict: ProofVerdict, *, restored: bool = False) -> str:
+    """What the person reads (the window's error banner, the agent's output) when a coordinator is refused."""
+    outcome = "this device no longer takes part in it" if restored else "the invitation was declined"
+    return (f"Job {verdict.job_id}: the coordinator could not prove it knows this room's key, so {outcome} "
+            f"({verdict.reason}: {verdict.message}). Ask them for a fresh invite link.")
 
 
 class RoomCheck:
