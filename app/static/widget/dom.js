@@ -133,8 +133,13 @@ export async function copyText(text, root = document) {
  * labelled "Copy <what>" for screen readers, a button with its own `label` ("Copy invite link") is
  * named by it. It says "Copied" (or why not) for 1.5 s and announces that through the window's live
  * region when there is one. Where copying is refused, `select` (an input holding the text) is selected
- * and the button says "Press Ctrl+C", so the person copies it by hand.
+ * and the button says "Press Ctrl+C", so the person copies it by hand. The window rebuilds a section
+ * whenever its data changes (the diagnostics every second): a button made for the same thing within
+ * those 1.5 s says what the old one said, so the answer does not vanish with the rebuild.
  */
+const FEEDBACK_MS = 1500;
+const recentFeedback = new Map(); // `${what}\n${value}` -> { text, title, until }
+
 export function copyButton(text, what, { label = 'Copy', name = null, primary = false, select = null } = {}) {
   const read = () => String((typeof text === 'function' ? text() : text) || '');
   const small = label === 'Copy';
@@ -143,6 +148,17 @@ export function copyButton(text, what, { label = 'Copy', name = null, primary = 
     type: 'button', class: small ? 'copy' : (primary ? 'primary' : null), name, text: label,
     'aria-label': small ? `Copy ${what}` : null, title: titleOf(), 'data-copy': typeof text === 'string' ? text : null,
   });
+  let shownUntil = 0;
+  const show = (said, title, until) => {
+    button.textContent = said;
+    button.title = title;
+    shownUntil = until;
+    setTimeout(() => { // a second click within the 1.5 s keeps its own answer for its full time
+      if (performance.now() + 1 >= shownUntil) { button.textContent = label; button.title = titleOf(); }
+    }, until - performance.now());
+  };
+  const recent = recentFeedback.get(`${what}\n${read()}`);
+  if (recent && recent.until > performance.now()) show(recent.text, recent.title, recent.until);
   button.addEventListener('click', async (e) => {
     e.stopPropagation();
     const value = read();
@@ -151,10 +167,12 @@ export function copyButton(text, what, { label = 'Copy', name = null, primary = 
     let said;
     try { await copyText(value, button.getRootNode()); said = 'Copied'; } catch (err) { said = errorText(err); }
     const ok = said === 'Copied';
-    button.textContent = ok ? 'Copied' : (select ? 'Press Ctrl+C' : 'Not copied');
-    button.title = ok ? `Copied ${what}` : said;
+    const feedback = { text: ok ? 'Copied' : (select ? 'Press Ctrl+C' : 'Not copied'), title: ok ? `Copied ${what}` : said,
+      until: performance.now() + FEEDBACK_MS };
+    for (const [key, old] of recentFeedback) if (old.until <= performance.now()) recentFeedback.delete(key);
+    recentFeedback.set(`${what}\n${value}`, feedback);
+    show(feedback.text, feedback.title, feedback.until);
     announce(button, ok ? `${what} copied` : said);
-    setTimeout(() => { button.textContent = label; button.title = titleOf(); }, 1500);
   });
   return button;
 }
