@@ -153,7 +153,7 @@ def main() -> int:
     args = parser.parse_args()
     links = Links(args.mbps * MB, args.latency_ms / 1000)
     nbytes = int(args.mb * MB) // 4 * 4
-    data = bytes(i % 251 for i in range(nbytes))
+    data = (bytes(range(251)) * (nbytes // 251 + 1))[:nbytes]
     print(f"relay over simulated links: {args.mb:g} MB, uplinks {args.mbps:g} MB/s, {args.latency_ms:g} ms latency")
     print(f"{'plan':<10} {'pieces':>15} {'N':>3} {'last s':>8} {'x to 1':>7} {'coordinator copies':>19}")
     one = direct(nbytes, links)
