@@ -31,7 +31,12 @@ participant of the chain had not its checkpoint after 120 s.
 
 The P3 line (issue 11): the relayed delivery to 4 over the direct delivery
 to 1, best of each, in the same run; ``--no-relay`` gives the line of the
-direct send (the code before the relay).
+direct send (the code before the relay). Two more P3 lines, labelled
+SIMULATED LINKS, give the same plan over links of their own
+(``bench/relay_sim.py``: the product's ``Broadcast`` and ``RelayNode``s, in
+simulated time): every uplink at the raw aiortc rate of this run (20 ms
+latency), then at a fixed 10 MB/s (50 ms). They say what the plan itself
+costs, apart from this one process on one core.
 
 Raw: the same number of bytes between two plain aiortc
 ``RTCPeerConnection``s (SDP handed over in-process), 64 KiB messages on an
@@ -77,10 +82,12 @@ from weei.agent.transport import HIGH_WATER, LOW_WATER, AgentTransport  # noqa: 
 from weei.api.link_transport import now_ms  # noqa: E402
 from weei.core.commands import Log, Send  # noqa: E402
 from weei.core.messages import ArtifactRef, Assign, Message, TrainingStarted, UnitRange  # noqa: E402
-from weei.core.relay import Broadcast, RelayNode, Relays  # noqa: E402
+from weei.core.relay import PIPELINE_PIECES, Broadcast, RelayNode, Relays  # noqa: E402
 from weei.core.relay_messages import RelayDone, RelayPiece, RelayPlan  # noqa: E402
 from weei.server.signaling import SignalingConfig, create_signaling_app  # noqa: E402
 from weei.server.signaling_client import SignalingClient  # noqa: E402
+
+import relay_sim  # noqa: E402  (bench/relay_sim.py: the same plan over simulated links)
 
 RAW_MESSAGE = 64 * 1024
 MB = 1_000_000
@@ -481,7 +488,8 @@ def checkpoint(nbytes: int, seed: int) -> bytes:
     return np.random.default_rng(seed).standard_normal(nbytes // 4, dtype=np.float32).tobytes()
 
 
-async def measure(mb: float, repeat: int, counts: list[int], relay: bool, processes: bool) -> tuple[list[tuple[str, ...]], dict[tuple[str, int], float]]:
+async def measure(mb: float, repeat: int, counts: list[int], relay: bool, processes: bool,
+                  whole_mib: bool = False) -> tuple[list[tuple[str, ...]], dict[tuple[str, int], float]]:
     nbytes = int(mb * MB) // 4 * 4
     server = TestServer(create_signaling_app(SignalingConfig(secret=b"b" * 32)), host="127.0.0.1")
     await server.start_server()
@@ -492,6 +500,7 @@ async def measure(mb: float, repeat: int, counts: list[int], relay: bool, proces
     raw_runs: dict[int, list[tuple[float, float]]] = {n: [] for n in counts}
     cast_runs: dict[int, list[tuple[float, float]]] = {n: [] for n in counts}
     relay_runs: dict[int, list[tuple[float, float]]] = {n: [] for n in counts}
+    mib_runs: dict[int, list[tuple[float, float]]] = {n: [] for n in counts}  # --whole-mib: the plan before
     copies: dict[tuple[str, int], float] = {}
     try:
         await raw.open()
@@ -511,6 +520,13 @@ async def measure(mb: float, repeat: int, counts: list[int], relay: bool, proces
                 if relay:
                     relay_runs[n].append(await timed(rooms[n].relayed(checkpoint(nbytes, 2000 + 10 * rep + n), rep + 2)))
                     copies["relay", n] = rooms[n].copies
+                if relay and whole_mib:
+                    policy = rooms[n].relays
+                    assert policy is not None
+                    policy.pipeline_pieces = 1  # pieces of 1 MiB, as before bench/relay_sim.py's measurement
+                    mib_runs[n].append(await timed(rooms[n].relayed(checkpoint(nbytes, 3000 + 10 * rep + n),
+                                                                    rep + 2)))
+                    policy.pipeline_pieces = PIPELINE_PIECES
     finally:
         await asyncio.gather(raw.close(), *(room.close() for room in rooms.values()), return_exceptions=True)
         await server.close()
@@ -521,7 +537,7 @@ async def measure(mb: float, repeat: int, counts: list[int], relay: bool, proces
         raw_rate = nbytes / MB / raw_s
         rows.append((f"raw aiortc 1->1 (paired with N={n})", f"{raw_s:.3f}", f"{raw_rate:.1f}", f"{raw_rate:.1f}",
                      "1.00x", "-", f"{100 * raw_cpu / raw_s:.0f}%", "1", spread(raw_runs[n])))
-        for name, runs in (("broadcast", cast_runs), ("relayed", relay_runs)):
+        for name, runs in (("broadcast", cast_runs), ("relayed", relay_runs), ("relayed 1 MiB pieces", mib_runs)):
             if not runs[n]:
                 continue
             best, cpu = min(runs[n])
@@ -530,6 +546,7 @@ async def measure(mb: float, repeat: int, counts: list[int], relay: bool, proces
                          f"{per * n / raw_rate:.2f}x", f"{per / raw_rate:.2f}x", f"{100 * cpu / best:.0f}%",
                          f"{copies['direct' if name == 'broadcast' else 'relay', n]:.2f}", spread(runs[n])))
     best = {("direct", n): min(cast_runs[n])[0] for n in counts}
+    best.update({("raw", n): min(raw_runs[n])[0] for n in counts})
     best.update({("relay", n): min(relay_runs[n])[0] for n in counts if relay_runs[n]})
     return rows, best
 
@@ -551,6 +568,8 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3, help="best of this many (default 3)")
     parser.add_argument("--peers", default="1,2,4", help="participant counts (default 1,2,4)")
     parser.add_argument("--no-relay", action="store_true", help="only the direct broadcast (as before the relay)")
+    parser.add_argument("--whole-mib", action="store_true",
+                        help="also relay in pieces of 1 MiB (the plan before relay_sim.py), side by side")
     parser.add_argument("--processes", action="store_true",
                         help="each participant in a process of its own (default: every peer in this one)")
     parser.add_argument("--child", nargs=4, metavar=("URL", "ROOM", "COORDINATOR", "N"), help=argparse.SUPPRESS)
@@ -560,7 +579,8 @@ def main() -> int:
         return 0
     counts = [int(x) for x in args.peers.split(",")]
     started = time.monotonic()
-    rows, best = asyncio.run(measure(args.mb, args.repeat, counts, not args.no_relay, args.processes))
+    rows, best = asyncio.run(measure(args.mb, args.repeat, counts, not args.no_relay, args.processes,
+                                     args.whole_mib))
     header = ("transfer", "best s", "MB/s each", "MB/s total", "total/raw", "each/raw", "CPU", "copies",
               "all runs s")
     widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
@@ -574,6 +594,12 @@ def main() -> int:
               "the coordinator only)" if args.processes else "every peer shares one event loop)"))
     print(f"(whole run {time.monotonic() - started:.0f} s)")
     print("copies: checkpoint copies the coordinator itself sent (its bytes over the checkpoint's size)")
+    nbytes = int(args.mb * MB) // 4 * 4
+    raw_rate = nbytes / min(best["raw", n] for n in counts)
+    data = checkpoint(nbytes, 3)
+    print(relay_sim.ratio_line(data, relay_sim.Links(raw_rate, 0.020),
+                               f"every uplink at this run's raw aiortc rate, {raw_rate / MB:.1f} MB/s, 20 ms latency"))
+    print(relay_sim.ratio_line(data, relay_sim.Links(10 * MB, 0.050), "every uplink 10 MB/s, 50 ms latency"))
     if args.no_relay:
         print(p3_line(args.mb, best, "direct"))
     else:

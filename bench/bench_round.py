@@ -22,6 +22,7 @@ overhead <= 1.5 x aggregation + 20 ms.
 from __future__ import annotations
 
 import hashlib
+import os
 import sys
 import time
 
@@ -33,6 +34,7 @@ from weei.core.coordinator import Coordinator
 from weei.core.job import ChunkInfo, JobSpec, ModuleInfo
 from weei.core.messages import ArtifactRef, Assign, InvitationDecision, ModuleStatus, Update
 from weei.core.modelinfo import ModelInfo
+from weei.core.relay import piece_size, split
 from weei.core.relay_messages import RelayDone, RelayPlan
 from weei.core.settings import TrainingSettings
 from weei.core.verified import VerifiedBlobs
@@ -110,6 +112,7 @@ def _peer(assign: Assign, coordinator: Coordinator) -> str:
 def main() -> int:
     print(f"{'weights':>10} {'peers':>5} {'method':>8} {'overhead ms':>12} {'aggregation ms':>15} {'ratio':>6} "
           f"{'cpu: overhead':>14} {'aggregation':>12} {'ratio':>6}")
+    load = os.getloadavg()[0]
     lines = []
     for weight_count in (1 << 20, 1 << 24):
         for method in ("fedavg", "fedadam"):
@@ -129,6 +132,19 @@ def main() -> int:
           "SHA-256, the checkpoint file's checks, assignments or relay plans with the pieces' SHA-256; the file "
           "itself is joined by the host's save, after them); ratio = overhead / aggregation alone; best of 3 "
           "each; the verdict is on the wall clock, the CPU clock beside it is what a loaded machine leaves intact")
+    print(f"load average (1 min): {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end; "
+          f"{os.cpu_count()} CPUs")
+    for weight_count in (1 << 20, 1 << 24):
+        weights = np.random.default_rng(1).standard_normal(weight_count, dtype=np.float32).tobytes()
+        c0 = time.process_time()
+        hashlib.sha256(weights).hexdigest()
+        whole = time.process_time() - c0
+        c0 = time.process_time()
+        split(weights, piece_size(len(weights)))
+        pieces = time.process_time() - c0
+        print(f"in the overhead, {weight_count >> 20}M weights: SHA-256 of the new weights {whole * 1e3:.1f} ms, of "
+              f"the relay pieces {pieces * 1e3:.1f} ms (CPU): both are needed before the first piece leaves (the "
+              "plans list every piece's SHA-256 under the checkpoint's)")
     print("\n".join(lines))
     return 0
 

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, ClassVar
 
-from .commands import Send
+from . import commands  # a module, not its names: commands -> messages -> this module is a cycle
 from .messages import _TYPES, Direction, _Message, _sha, _str
 from .states import move
 
@@ -178,7 +178,7 @@ class CoordinatorProofs:
         self.timeout_ms = timeout_ms
         self._open: dict[str, _Challenge] = {}
 
-    def challenge(self, job_id: str, coordinator: str, nonce: bytes, now: float) -> Send:
+    def challenge(self, job_id: str, coordinator: str, nonce: bytes, now: float) -> commands.Send:
         """Ask ``coordinator`` to prove the key for ``job_id``; a new challenge replaces an open one.
 
         ``nonce``: NONCE_BYTES fresh random bytes, never used before.
@@ -186,7 +186,7 @@ class CoordinatorProofs:
         if len(nonce) != NONCE_BYTES:
             raise ValueError(f"a challenge needs {NONCE_BYTES} random bytes, not {len(nonce)}")
         self._open[job_id] = _Challenge(coordinator, nonce.hex(), now + self.timeout_ms)
-        return Send(coordinator, RoomChallenge(job_id, nonce.hex()))
+        return commands.Send(coordinator, RoomChallenge(job_id, nonce.hex()))
 
     def receive(self, sender: str, message: RoomProof, now: float) -> ProofVerdict | ProofIgnored:
         """A proof from peer ``sender``: the verdict of the challenge it answers, or ignored."""
