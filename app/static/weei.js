@@ -19,6 +19,7 @@
 // (core.loadModule):
 //   embed/tabs.js          this tab's storage slot and local peer ID (Web Locks)
 //   embed/files.js         reading a job's Files, checked against the limits
+//   embed/mirrors.js       what the host worker published: getState() and the synchronous methods answer from it
 //   embed/rtc_bridge.js    the page's half of the WebRTC bridge (the host worker has no RTCPeerConnection)
 //   embed/worker_client.js one training Worker (the host worker's and the test hooks')
 //   embed/test_hooks.js    the test hooks that train or aggregate
@@ -326,80 +327,24 @@
       return filesModule;
     }
 
-    // weei's keys of a Storage (the host worker keeps a mirror of them: a Worker has no Web Storage).
-    function storageEntries(area) {
-      const out = {};
-      try {
-        const store = area === 'local' ? localStorage : sessionStorage;
-        for (let i = 0; i < store.length; i++) {
-          const key = store.key(i);
-          if (key && key.includes('weei')) out[key] = store.getItem(key);
-        }
-      } catch { /* no storage here (a sandboxed frame): the mirror starts empty */ }
-      return out;
-    }
-
-    // A write of the host worker's mirror. One that does not fit (QuotaExceededError) or a storage the
-    // browser disabled does not stop a job: reported once (as weei.browser.local_storage did in the page).
-    let storageFailures = 0;
-    function applyStorage({ area, key, value }) {
-      try {
-        const store = area === 'local' ? localStorage : sessionStorage;
-        if (value === null) store.removeItem(key);
-        else store.setItem(key, value);
-      } catch (err) {
-        if (storageFailures++ === 0) console.warn(`[weei] ${area}Storage refused ${key} (${value && value.length} characters):`, err);
-      }
-    }
-
-    // What the host worker last published: the controller's state (JSON text: getState() parses a copy) and
-    // the mirrors the synchronous methods answer from (page_api.PageApi._publish_mirrors): the debug log,
-    // the latest checkpoint and the module (as Files, or the refusal), invite()'s refusal per peer.
-    let stateJson = null;
-    const mirrors = { debugLog: null, debugLogChanged: false, checkpoint: null, module: null, invite: null };
-    let clearing = 0; // clearDebugLog() calls the host worker has not answered yet: its older logs are stale
-    const UNKNOWN_PEER = '\u0000peer'; // page_api.UNKNOWN_PEER: the peer a refusal for any other peer names
-
-    function onHostMessage(message) {
-      if (message.type === 'publish') { // one PageApi.publish(): the mirrors and the state they go with
-        for (const { name, value } of message.mirrors) {
-          if (name === 'debugLog' && clearing) continue;
-          mirrors[name] = name === 'invite' ? JSON.parse(value) : value;
-          if (name === 'debugLog') mirrors.debugLogChanged = true;
-        }
-        if (message.state !== null) {
-          stateJson = message.state;
-          if (listeners.size) deliver(JSON.parse(stateJson));
-        }
-      } else if (message.type === 'storage') {
-        // Writes of the log sent before a clearDebugLog() reached the controller would bring it back.
-        if (!(clearing && message.key === debugLogKey)) applyStorage(message);
-      }
-    }
+    // What the host worker published (embed/mirrors.js), from the API's start on.
+    let mirror = null;
 
     function startApi() {
       if (bridge.promise) return bridge.promise;
       const t0 = performance.now();
       bridge.promise = (async () => {
-        const [host, namespace] = await Promise.all([core.pagePython.start(), holdTab()]);
+        const [host, namespace, { hostMirrors, storageEntries }] = await Promise.all([
+          core.pagePython.start(), holdTab(), loadModule('embed/mirrors.js')]);
+        mirror = hostMirrors({ host, namespace, weeiError, unwrap,
+                               onState: (json) => { if (listeners.size) deliver(JSON.parse(json)); } });
         const opened = new Promise((resolve, reject) => {
           host.listeners.add((message) => {
-            if (message.type === 'opened') {
-              stateJson = message.json;
-              resolve();
-            } else if (message.type === 'open-failed') {
-              reject(new Error(message.message));
-            } else {
-              onHostMessage(message);
-            }
+            mirror.onMessage(message);
+            if (message.type === 'opened') resolve();
+            else if (message.type === 'open-failed') reject(new Error(message.message));
           });
         });
-        // The controller writes the debug log to localStorage at most every 2 s: what the last seconds added
-        // is written here when the page is hidden or goes away (a message to the host worker would arrive
-        // after the page is gone).
-        debugLogKey = `${namespace ? namespace + ':' : ''}${DEBUG_LOG_KEY}`;
-        window.addEventListener('pagehide', writeDebugLog);
-        document.addEventListener('visibilitychange', writeDebugLog);
         host.post({
           type: 'open',
           hooks: {
@@ -416,12 +361,11 @@
           call: async (name, args, buffers) => (await host.request({ type: 'call', name, args, buffers },
             buffers ? Object.values(buffers).flat().filter((b) => b instanceof ArrayBuffer) : [])).envelope,
           callSync: async (name, args) => (await host.request({ type: 'callSync', name, args })).envelope,
-          host,
         };
         bridge.api = api;
         bridge.seconds = (performance.now() - t0) / 1000;
         core.log('API ready in', bridge.seconds, 's');
-        deliver(JSON.parse(stateJson));
+        deliver(mirror.state());
         return api;
       })().catch((err) => {
         // A Python exception's message is its traceback: keep the last line.
@@ -450,72 +394,9 @@
       return answer();
     }
 
-    // invite(peerId): refused here by the refusal the controller published for that peer (check_invite:
-    // the same checks invite() makes); allowed, it goes to the controller, which sends the invitation.
-    function invite(peerId) {
-      if (typeof peerId !== 'string') throw weeiError('invalid-argument', 'the peer id must be a string');
-      const refusals = mirrors.invite;
-      const refusal = Object.prototype.hasOwnProperty.call(refusals.peers, peerId) ? refusals.peers[peerId]
-        : refusals.other && { ...refusals.other, message: refusals.other.message.split(UNKNOWN_PEER).join(peerId) };
-      if (refusal) throw weeiError(refusal.reason, refusal.message, refusal.kind);
-      // The peer left in the instant since the controller's last word: its refusal goes to the console.
-      bridge.api.callSync('invite', JSON.stringify({ peerId })).then(unwrap).catch((err) => {
-        console.warn(`[weei] invite(${peerId}) was refused:`, err);
-      });
-      return undefined;
-    }
-
-    // The debug log's key in localStorage (weei.api.log_writer.DEBUG_LOG_KEY, under this tab's namespace).
-    const DEBUG_LOG_KEY = 'weei.debugLog';
-    let debugLogKey = null;
-    function writeDebugLog() {
-      if (!mirrors.debugLogChanged || !debugLogKey) return;
-      mirrors.debugLogChanged = false;
-      applyStorage({ area: 'local', key: debugLogKey, value: mirrors.debugLog.stored });
-    }
-
-    function debugLog() {
-      const log = JSON.parse(mirrors.debugLog.file);
-      log.exportedAt = new Date().toISOString();
-      return log;
-    }
-
-    // clearDebugLog(): the log is empty here at once, and so is its stored copy (a missing copy reads as an
-    // empty log); the controller then clears its own and writes the empty log.
-    function clearDebugLog() {
-      const log = JSON.parse(mirrors.debugLog.file);
-      const empty = { ...log, baseline: { phases: {}, idle: { samples: 0, totalMs: 0, avgMs: 0 } }, events: [] };
-      mirrors.debugLog = { file: JSON.stringify(empty), stored: null };
-      mirrors.debugLogChanged = false;
-      applyStorage({ area: 'local', key: debugLogKey, value: null });
-      clearing += 1;
-      bridge.api.host.request({ type: 'callSync', name: 'clearDebugLog', args: '{}' }).then((reply) => {
-        clearing -= 1;
-        if (!clearing) mirrors.debugLog = reply.debugLog;
-      });
-      return undefined;
-    }
-
-    // The spec's diagnostics ageMs is "local time since receivedAt, at getState()" (weei.core.diagnostics.book
-    // .view): the published copy is up to a second old, so each peer's age is taken again here; this
-    // peer's own entry is always fresh (state_view._diagnostics).
-    const STALE_AFTER_MS = 10000;
-    function ageDiagnostics(state) {
-      const now = Date.now();
-      for (const [peer, record] of Object.entries(state.diagnostics || {})) {
-        if (!record || typeof record.receivedAt !== 'number') continue;
-        if (peer === state.myPeerId) {
-          record.receivedAt = now;
-          continue;
-        }
-        record.ageMs = Math.max(0, now - record.receivedAt);
-        record.stale = record.ageMs > STALE_AFTER_MS || !record.connected;
-      }
-      return state;
-    }
-
     function getState() {
-      if (stateJson !== null) return ageDiagnostics(JSON.parse(stateJson));
+      const published = mirror && mirror.state();
+      if (published) return published;
       const state = TRAINING_STATE_FIELDS();
       state.myPeerId = localPeerId;
       if (bridge.error) {
@@ -554,7 +435,7 @@
         const { args, buffers } = await (await files()).readContinuation(job);
         return callAsync('continueFromCheckpoint', args, buffers);
       },
-      invite(peerId) { return callSync(() => invite(peerId)); },
+      invite(peerId) { return callSync(() => mirror.invite(peerId)); },
       decideInvitation(jobId, accepted) { return callAsync('decideInvitation', { jobId, accepted: !!accepted }); },
       start() { return callAsync('start'); },
       pause() { return callAsync('pause'); },
@@ -569,14 +450,14 @@
       },
       runValidation() { return callAsync('runValidation'); },
       shuffleChunks() { return callAsync('shuffleChunks'); },
-      exportCheckpoint() { return callSync(() => unwrap(mirrors.checkpoint)); },
-      exportModule() { return callSync(() => unwrap(mirrors.module)); },
+      exportCheckpoint() { return callSync(() => mirror.checkpoint()); },
+      exportModule() { return callSync(() => mirror.module()); },
       leave() { return callAsync('leave'); },
       // The room this page meets its peers in and its invite link ({key, invite}), or null.
       getRoom() { return roomInvite(); },
-      getDebugLog() { return callSync(debugLog); },
-      exportDebugLog() { return callSync(() => debugLogFile(debugLog())); },
-      clearDebugLog() { return callSync(clearDebugLog); },
+      getDebugLog() { return callSync(() => mirror.debugLog()); },
+      exportDebugLog() { return callSync(() => debugLogFile(mirror.debugLog())); },
+      clearDebugLog() { return callSync(() => mirror.clearDebugLog()); },
       setMaxLocalWorkers(count) { return callAsync('setMaxLocalWorkers', { count }); },
       setGpuMemoryBudgetMiB(mib) { return callAsync('setGpuMemoryBudgetMiB', { mib }); },
       setBackendPreference(preference) { return callAsync('setBackendPreference', { preference }); },
