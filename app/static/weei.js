@@ -5,26 +5,32 @@
 //
 // Defines window.loadWeei() and window.weeiReady (a promise of the API
 // object, also set as window.weei). The API object exists at once: nothing
-// here waits for Pyodide. The page's own Python (aggregation, later the
-// coordinator) starts lazily in the background after weeiReady; training
-// runs in module Workers, each with its own Pyodide (worker.js).
+// here waits for Pyodide. The page's own Python (the TrainingController,
+// aggregation) runs in the host worker (host.js, a module Worker with its own
+// Pyodide), started lazily in the background after weeiReady: nothing of
+// Pyodide runs on this thread, so start-up never blocks the page. Training
+// runs in module Workers the host worker starts, each with its own Pyodide
+// (worker.js).
 //
 // This file is what must exist at once (a classic script: the API object,
 // getState() and the synchronous methods answer without waiting for any
-// fetch). What only runs after an await is in ES modules beside it, from the
-// same server, imported at first use (core.loadModule):
-//   embed/tabs.js        this tab's storage slot and local peer ID (Web Locks)
-//   embed/files.js       reading a job's Files, checked against the limits
-//   embed/test_hooks.js  the test hooks that train or aggregate
+// fetch, from what the host worker published). What only runs after an await
+// is in ES modules beside it, from the same server, imported at first use
+// (core.loadModule):
+//   embed/tabs.js          this tab's storage slot and local peer ID (Web Locks)
+//   embed/files.js         reading a job's Files, checked against the limits
+//   embed/mirrors.js       what the host worker published: getState() and the synchronous methods answer from it
+//   embed/rtc_bridge.js    the page's half of the WebRTC bridge (the host worker has no RTCPeerConnection)
+//   embed/worker_client.js one training Worker (the host worker's and the test hooks')
+//   embed/test_hooks.js    the test hooks that train or aggregate
 //
 // Layout:
 //   1. base URL and small helpers
-//   2. PagePython: the page's Pyodide, started lazily
-//   3. WorkerClient: one Worker, request/response with progress
-//   4. API registry: widgetsApi.get(name) -> factory per widget name
-//   5. the 'distributed-training' API: the bridge to the page's
-//      TrainingController (weei.browser.page_api); every method forwards
-//   6. loadWeei / weeiReady, and the test hooks
+//   2. PagePython: the host worker, started lazily, and its messages
+//   3. API registry: widgetsApi.get(name) -> factory per widget name
+//   4. the 'distributed-training' API: the bridge to the TrainingController
+//      in the host worker (weei.browser.page_api); every method forwards
+//   5. loadWeei / weeiReady, and the test hooks
 //
 // Test hooks (train once in a Worker, aggregate, the embed script's status,
 // storage keys) are not on the API object. They are reachable as
@@ -102,126 +108,102 @@
     if (window.WEEI_DEBUG) console.log('[weei]', ...args);
   }
 
-  // value, or a Promise of it -> f(value), or a Promise of that.
-  const then = (value, f) => (value instanceof Promise ? value.then(f) : f(value));
-
   // Each widget API's internals (its test hooks and its start), by widget name.
   const internals = new Map();
 
-  // ---- 2. PagePython ----------------------------------------------------------
-  // The page's Pyodide, started on first use or when idle after weeiReady.
+  // ---- 2. The host worker ---------------------------------------------------------
+  // The page's Python runs in the host worker (host.js: a module Worker with its own Pyodide and the
+  // TrainingController), started on first use or when idle after weeiReady. This thread only exchanges
+  // messages with it, and keeps what a Worker lacks: Web Storage (the worker holds a mirror of weei's keys
+  // and sends each write here) and RTCPeerConnection (embed/rtc_bridge.js does what the worker's stand-ins
+  // ask). Nothing of Pyodide runs on this thread, so start-up never blocks the page.
+  let hostBlobUrl = null;
   const pagePython = {
     state: 'not-started', // not-started | starting | ready | failed
     error: null,
     seconds: null,
     snapshot: null, // restored from build.py's memory snapshot (weei-snapshot.bin)?
     promise: null,
+    worker: null,
+    listeners: new Set(), // (message) => void, for what is neither a reply nor WebRTC
+    nextId: 1,
+    pending: new Map(),
+    rtc: null, // the page's half of the WebRTC bridge, imported at the first rtc message
     start() {
       if (this.promise) return this.promise;
       this.state = 'starting';
-      const t0 = performance.now();
-      this.promise = (async () => {
-        const { startPython, nextTask } = await import(url('boot.mjs'));
-        // page_main imports webgpu, which the snapshot leaves out: two imports, a yield between.
-        // WEEI_NO_SNAPSHOT: start the ordinary way. A restored snapshot cannot run_sync (it was made in
-        // Node, without the JSPI the page has), which only code driving WebGPU from the page's Python needs.
-        const { pyodide, main, snapshot } = await startPython(BASE, ['weei.browser.webgpu', 'weei.browser.page_main'],
-          { pause: nextTask, useSnapshot: !globalThis.WEEI_NO_SNAPSHOT });
-        this.snapshot = snapshot;
-        await nextTask();
-        const session = main.start(BASE);
-        this.seconds = (performance.now() - t0) / 1000;
-        this.state = 'ready';
-        log('page Python ready in', this.seconds, 's');
-        return { pyodide, session };
-      })().catch((err) => {
-        this.state = 'failed';
-        this.error = String(err && err.message || err);
-        throw err;
+      this.promise = new Promise((resolve, reject) => {
+        if (!hostBlobUrl) {
+          // From a same-origin Blob URL (as WorkerClient's), so an embedding page of another origin can start it.
+          const host = new URL(url('host.js'));
+          if (globalThis.WEEI_NO_SNAPSHOT) host.searchParams.set('snapshot', 'no');
+          hostBlobUrl = URL.createObjectURL(new Blob([`import ${JSON.stringify(host.href)};\n`], { type: 'text/javascript' }));
+        }
+        const worker = new Worker(hostBlobUrl, { type: 'module', name: 'weei-host' });
+        this.worker = worker;
+        const fail = (message) => {
+          this.state = 'failed';
+          this.error = message;
+          reject(new Error(message));
+          const envelope = { ok: false, error: { reason: 'python-unavailable', message, kind: 'InternalError' } };
+          for (const resolveReply of this.pending.values()) resolveReply({ ok: false, error: message, envelope });
+          this.pending.clear();
+        };
+        worker.onerror = (event) => {
+          // Once started, an error event is an exception nothing in the worker caught (the worker runs on).
+          if (this.state === 'ready') console.error('[weei] the host worker:', event.message);
+          else fail(`the host worker failed: ${event.message || 'could not load host.js'}`);
+        };
+        worker.onmessage = (event) => {
+          const message = event.data;
+          if (message.type === 'reply') {
+            const resolveReply = this.pending.get(message.id);
+            this.pending.delete(message.id);
+            if (resolveReply) resolveReply(message);
+          } else if (message.type === 'rtc') {
+            this.toRtc(message);
+          } else if (message.type === 'booted') {
+            this.seconds = message.seconds;
+            this.snapshot = Boolean(message.snapshot);
+            this.state = 'ready';
+            log('page Python ready in', this.seconds, 's');
+            resolve(this);
+          } else if (message.type === 'boot-failed') {
+            fail(message.message);
+          } else {
+            for (const listener of this.listeners) listener(message);
+          }
+        };
       });
       return this.promise;
     },
+    toRtc(message) {
+      if (!this.rtc) {
+        const queued = [];
+        this.rtc = { queued };
+        loadModule('embed/rtc_bridge.js').then(({ rtcBridge }) => {
+          const handle = rtcBridge((m, transfer = []) => this.worker.postMessage(m, transfer));
+          this.rtc = { handle };
+          for (const m of queued) handle(m);
+        }, (err) => console.error('[weei] the WebRTC bridge could not be loaded:', err));
+      }
+      if (this.rtc.handle) this.rtc.handle(message);
+      else this.rtc.queued.push(message);
+    },
+    post(message, transfer = []) {
+      this.worker.postMessage(message, transfer);
+    },
+    // Resolves with the host worker's reply message.
+    request(message, transfer = []) {
+      const id = this.nextId++;
+      return new Promise((resolve) => {
+        this.pending.set(id, resolve);
+        this.worker.postMessage({ ...message, id }, transfer);
+      });
+    },
   };
 
-  // ---- 3. WorkerClient ----------------------------------------------------------
-  // A module Worker created from a same-origin Blob URL that imports the
-  // absolute URL of worker.js, so it works when this page's origin is not
-  // the Weei server's.
-  let workerBlobUrl = null;
-
-  class WorkerClient {
-    constructor() {
-      if (!workerBlobUrl) {
-        const source = `import ${JSON.stringify(url('worker.js'))};\n`;
-        workerBlobUrl = URL.createObjectURL(new Blob([source], { type: 'text/javascript' }));
-      }
-      this.worker = new Worker(workerBlobUrl, { type: 'module', name: 'weei-worker' });
-      this.nextId = 1;
-      this.pending = new Map();
-      this.startSeconds = null;
-      this.snapshot = null; // started from build.py's memory snapshot?
-      this.ready = new Promise((resolve, reject) => {
-        this._ready = { resolve, reject };
-      });
-      // Nobody may await `ready` (requests queue in the Worker): a failed
-      // start reaches every pending request; it is not an unhandled rejection.
-      this.ready.catch(() => {});
-      this.worker.onmessage = (event) => this._onMessage(event.data);
-      this.worker.onerror = (event) => {
-        const error = new Error(`weei worker failed: ${event.message || 'could not load worker.js'}`);
-        this._ready.reject(error);
-        for (const { reject } of this.pending.values()) reject(error);
-        this.pending.clear();
-      };
-    }
-
-    _onMessage(message) {
-      if (message.type === 'ready') {
-        this.startSeconds = message.seconds;
-        this.snapshot = Boolean(message.snapshot);
-        this._ready.resolve(message.seconds);
-        return;
-      }
-      if (message.type === 'error') {
-        this._ready.reject(new Error(`weei worker start failed: ${message.message}`));
-        return;
-      }
-      const entry = this.pending.get(message.id);
-      if (!entry) return;
-      if (message.type === 'progress') {
-        if (entry.onProgress) entry.onProgress(message);
-        return;
-      }
-      this.pending.delete(message.id);
-      if (message.ok) entry.resolve(message);
-      else {
-        const e = message.error || {};
-        const error = new Error(`${e.message} [${e.reason}]`);
-        error.reason = e.reason;
-        error.weeiMessage = e.message;
-        error.kind = e.kind;
-        entry.reject(error);
-      }
-    }
-
-    // Sends {op, ...fields}; ArrayBuffers listed in `transfer` move to the worker.
-    request(op, fields = {}, { transfer = [], onProgress = null } = {}) {
-      const id = this.nextId++;
-      return new Promise((resolve, reject) => {
-        this.pending.set(id, { resolve, reject, onProgress });
-        this.worker.postMessage({ id, op, ...fields }, transfer);
-      });
-    }
-
-    terminate() {
-      this.worker.terminate();
-      const error = new Error('weei worker terminated');
-      for (const { reject } of this.pending.values()) reject(error);
-      this.pending.clear();
-    }
-  }
-
-  // ---- 4. API registry ------------------------------------------------------------
+  // ---- 3. API registry ------------------------------------------------------------
   const widgetFactories = new Map();
   const widgetApis = new Map();
 
@@ -245,16 +227,19 @@
   };
 
   // What every widget API builds on.
-  const core = { BASE, url, fetchOk, sha256Hex, loadModule, pagePython, WorkerClient, log, backgroundTasks: [], internals };
+  const core = { BASE, url, fetchOk, sha256Hex, loadModule, pagePython, log, backgroundTasks: [], internals };
 
-  // ---- 5. 'distributed-training' ------------------------------------------------------
+  // ---- 4. 'distributed-training' ------------------------------------------------------
   // The API object. Every method forwards to the page's TrainingController
   // (weei.api, bound to IndexedDB, localStorage and Workers by
-  // weei.browser.page_main); nothing here decides anything. Calls go through
-  // weei.browser.page_api.PageApi: call(name, argsJson, buffers) for async
-  // methods, call_sync(name, argsJson) for synchronous ones; each returns an
-  // envelope {ok, json | file | error}. A job's Files become ArrayBuffers in
-  // embed/files.js (their names kept), after every size was checked.
+  // weei.browser.page_main) in the host worker; nothing here decides anything.
+  // Calls are messages to weei.browser.page_api.PageApi there: call(name,
+  // argsJson, buffers) for async methods (the buffers transferred),
+  // call_sync(name, argsJson); each answers with an envelope {ok, json | file
+  // | error}. getState() and the synchronous methods answer here, from what the
+  // host worker published (its state and mirrors: docs/browser.md "The host
+  // worker"). A job's Files become ArrayBuffers in embed/files.js (their names
+  // kept), after every size was checked.
   const TRAINING_STATE_FIELDS = () => ({
     ready: true, myPeerId: '', busy: true, preparing: false, transitioning: false, evaluating: false,
     peers: [], invitations: [], progress: {}, liveMetrics: {}, transfers: [], transferErrors: {},
@@ -293,7 +278,7 @@
     const stats = { trainings: 0, lastTraining: null };
 
     // -- the page's controller ----------------------------------------------------
-    const bridge = { api: null, promise: null, error: null, seconds: null, listening: false, slot: null };
+    const bridge = { api: null, promise: null, error: null, seconds: null, slot: null };
     const listeners = new Set();
 
     function deliver(state) {
@@ -304,13 +289,6 @@
           console.error('[weei] a subscribe() listener failed:', err);
         }
       }
-    }
-
-    function syncListening() {
-      const want = listeners.size > 0;
-      if (!bridge.api || want === bridge.listening) return;
-      bridge.listening = want;
-      bridge.api.listen(want);
     }
 
     // The room key: from the invite link's fragment (#room=KEY; a fragment reaches no HTTP log and
@@ -349,25 +327,45 @@
       return filesModule;
     }
 
+    // What the host worker published (embed/mirrors.js), from the API's start on.
+    let mirror = null;
+
     function startApi() {
       if (bridge.promise) return bridge.promise;
       const t0 = performance.now();
       bridge.promise = (async () => {
-        const [{ session }, namespace] = await Promise.all([core.pagePython.start(), holdTab()]);
-        const api = await session.open_api({
-          namespace, // this tab's storage (see holdTab)
-          // Peers meet in a room: ?room=CODE on the page, or data-room on the script tag.
-          room,
-          createWorker: () => new core.WorkerClient(),
-          onState: (text) => deliver(JSON.parse(text)),
-          // Tests shorten the Worker task deadlines (never set on a page without the test hooks).
-          taskDeadlinesMs: window.__weeiTestHooks ? window.WEEI_TASK_DEADLINES_MS : undefined,
+        const [host, namespace, { hostMirrors, storageEntries }] = await Promise.all([
+          core.pagePython.start(), holdTab(), loadModule('embed/mirrors.js')]);
+        mirror = hostMirrors({ host, namespace, weeiError, unwrap,
+                               onState: (json) => { if (listeners.size) deliver(JSON.parse(json)); } });
+        const opened = new Promise((resolve, reject) => {
+          host.listeners.add((message) => {
+            mirror.onMessage(message);
+            if (message.type === 'opened') resolve();
+            else if (message.type === 'open-failed') reject(new Error(message.message));
+          });
         });
+        host.post({
+          type: 'open',
+          hooks: {
+            namespace, // this tab's storage (see holdTab)
+            // Peers meet in a room: ?room=CODE on the page, or data-room on the script tag.
+            room,
+            // Tests shorten the Worker task deadlines (never set on a page without the test hooks).
+            taskDeadlinesMs: window.__weeiTestHooks ? window.WEEI_TASK_DEADLINES_MS : undefined,
+          },
+          storage: { local: storageEntries('local'), session: storageEntries('session') },
+        });
+        await opened;
+        const api = {
+          call: async (name, args, buffers) => (await host.request({ type: 'call', name, args, buffers },
+            buffers ? Object.values(buffers).flat().filter((b) => b instanceof ArrayBuffer) : [])).envelope,
+          callSync: async (name, args) => (await host.request({ type: 'callSync', name, args })).envelope,
+        };
         bridge.api = api;
         bridge.seconds = (performance.now() - t0) / 1000;
         core.log('API ready in', bridge.seconds, 's');
-        syncListening();
-        if (!bridge.listening) deliver(JSON.parse(api.get_state_json()));
+        deliver(mirror.state());
         return api;
       })().catch((err) => {
         // A Python exception's message is its traceback: keep the last line.
@@ -384,21 +382,21 @@
       return unwrap(await api.call(name, JSON.stringify(args), buffers));
     }
 
-    // A synchronous method answers at once when the controller runs. While
-    // it is still starting (the seconds after weeiReady), the call waits for
-    // it and the method returns a Promise of the same answer, so the API is
-    // usable from weeiReady on: `await training.exportCheckpoint()` works
-    // either way.
-    function callSync(name, args = {}) {
+    // A synchronous method answers at once when the controller runs, from what the host worker published
+    // (`answer`, on this thread). While it is still starting (the seconds after weeiReady), the call waits
+    // for it and the method returns a Promise of the same answer, so the API is usable from weeiReady on:
+    // `await training.exportCheckpoint()` works either way. Calls made before are answered in call order.
+    function callSync(answer) {
       if (!bridge.api) {
         if (bridge.error) throw weeiError('python-unavailable', `Weei could not start in this page: ${bridge.error}`, 'InternalError');
-        return startApi().then((api) => unwrap(api.call_sync(name, JSON.stringify(args))));
+        return startApi().then(answer);
       }
-      return unwrap(bridge.api.call_sync(name, JSON.stringify(args)));
+      return answer();
     }
 
     function getState() {
-      if (bridge.api) return JSON.parse(bridge.api.get_state_json());
+      const published = mirror && mirror.state();
+      if (published) return published;
       const state = TRAINING_STATE_FIELDS();
       state.myPeerId = localPeerId;
       if (bridge.error) {
@@ -406,10 +404,6 @@
         state.error = `Weei could not start in this page: ${bridge.error}`;
       }
       return state;
-    }
-
-    function toFile(file, type) {
-      return new File([file.bytes], file.name, { type });
     }
 
     // The debug log (a TrainingDebugLogFile) as the JSON file a person saves.
@@ -425,14 +419,12 @@
         if (typeof listener !== 'function') throw weeiError('invalid-argument', 'subscribe() takes a function');
         listeners.add(listener);
         listener(getState());
-        syncListening();
         if (!bridge.promise) startApi().catch(() => {});
         let active = true;
         return () => {
           if (!active) return;
           active = false;
           listeners.delete(listener);
-          syncListening();
         };
       },
       async createJob(job) {
@@ -443,7 +435,7 @@
         const { args, buffers } = await (await files()).readContinuation(job);
         return callAsync('continueFromCheckpoint', args, buffers);
       },
-      invite(peerId) { return callSync('invite', { peerId }); },
+      invite(peerId) { return callSync(() => mirror.invite(peerId)); },
       decideInvitation(jobId, accepted) { return callAsync('decideInvitation', { jobId, accepted: !!accepted }); },
       start() { return callAsync('start'); },
       pause() { return callAsync('pause'); },
@@ -451,21 +443,21 @@
       stop() { return callAsync('stop'); },
       updateSettings(settings) { return callAsync('updateSettings', { settings }); },
       // Warnings for legal settings that are likely mistakes, with the job's estimated time (docs/api.md).
-      reviewSettings(settings, manifest) { return callSync('reviewSettings', { settings, manifest: manifest ?? null }); },
+      // Settings review runs in the controller (weei.core.settings_review): a Promise (docs/api.md).
+      async reviewSettings(settings, manifest) {
+        const api = await startApi();
+        return unwrap(await api.callSync('reviewSettings', JSON.stringify({ settings, manifest: manifest ?? null })));
+      },
       runValidation() { return callAsync('runValidation'); },
       shuffleChunks() { return callAsync('shuffleChunks'); },
-      exportCheckpoint() {
-        return then(callSync('exportCheckpoint'), (file) => toFile(file, 'application/octet-stream'));
-      },
-      exportModule() {
-        return then(callSync('exportModule'), (file) => (file ? toFile(file, 'application/wasm') : undefined));
-      },
+      exportCheckpoint() { return callSync(() => mirror.checkpoint()); },
+      exportModule() { return callSync(() => mirror.module()); },
       leave() { return callAsync('leave'); },
       // The room this page meets its peers in and its invite link ({key, invite}), or null.
       getRoom() { return roomInvite(); },
-      getDebugLog() { return callSync('getDebugLog'); },
-      exportDebugLog() { return then(callSync('getDebugLog'), debugLogFile); },
-      clearDebugLog() { return then(callSync('clearDebugLog'), () => undefined); },
+      getDebugLog() { return callSync(() => mirror.debugLog()); },
+      exportDebugLog() { return callSync(() => debugLogFile(mirror.debugLog())); },
+      clearDebugLog() { return callSync(() => mirror.clearDebugLog()); },
       setMaxLocalWorkers(count) { return callAsync('setMaxLocalWorkers', { count }); },
       setGpuMemoryBudgetMiB(mib) { return callAsync('setGpuMemoryBudgetMiB', { mib }); },
       setBackendPreference(preference) { return callAsync('setBackendPreference', { preference }); },
@@ -491,8 +483,12 @@
     };
 
     // -- test hooks (not part of the API: see the header) ------------------------------
-    function getWorker() {
-      if (!worker) worker = new core.WorkerClient();
+    // A training Worker of the test hooks' own (embed/worker_client.js, as the host worker's).
+    async function getWorker() {
+      if (!worker) {
+        const { WorkerClient } = await core.loadModule('embed/worker_client.js');
+        if (!worker) worker = new WorkerClient();
+      }
       return worker;
     }
 
@@ -500,12 +496,17 @@
 
     internals.set('distributed-training', {
       async trainOnce(modelId, options) {
-        const summary = await (await testHooks()).trainOnce(core, getWorker(), modelId, options);
+        const summary = await (await testHooks()).trainOnce(core, await getWorker(), modelId, options);
         stats.trainings += 1;
         stats.lastTraining = { modelId, seconds: summary.trainSeconds };
         return summary;
       },
       aggregate: async (spec) => (await testHooks()).aggregate(core, spec),
+      // A line of Python run in the host worker (its answer as text), and the host worker's start-up marks.
+      hostPython: async (code) => (await core.pagePython.start().then((host) => host.request({ type: 'runPython', code }))).value,
+      hostMarks: async () => (await core.pagePython.start().then((host) => host.request({ type: 'marks' }))).value,
+      // A Pyodide on this page's own thread, for the tests of what runs there (test_engine): never the API's.
+      mainThreadPython: async () => (await testHooks()).mainThreadPython(core),
       worker: getWorker,
       startPagePython: () => core.pagePython.start().then(() => core.pagePython.seconds),
       startApi: () => startApi().then(() => bridge.seconds),
@@ -531,7 +532,7 @@
     return api;
   });
 
-  // ---- 6. loadWeei / weeiReady ----------------------------------------------------------
+  // ---- 5. loadWeei / weeiReady ----------------------------------------------------------
   let readyPromise = null;
 
   function loadWeei(options = {}) {

@@ -123,7 +123,7 @@ def test_browser_engine_behaves_like_wasmtime(weei_server: Any, page: Any) -> No
     pg.goto(weei_server.url)
     got = pg.evaluate(f"""async ([checks, wasm, bad]) => {{
       const fromB64 = {JS_FROM_B64};
-      const {{ pyodide }} = await weei._internal.core.pagePython.start();
+      const {{ pyodide }} = await __weeiTestHooks.get('distributed-training').mainThreadPython();
       const ns = pyodide.globals.get('dict')();
       pyodide.runPython(checks, {{ globals: ns }});
       ns.set('wasm', new Uint8Array(fromB64(wasm)));
@@ -146,7 +146,7 @@ def test_closed_instance_refuses_calls(weei_server: Any, page: Any) -> None:
     pg.goto(weei_server.url)
     got = pg.evaluate(f"""async (wasm) => {{
       const fromB64 = {JS_FROM_B64};
-      const {{ pyodide }} = await weei._internal.core.pagePython.start();
+      const {{ pyodide }} = await __weeiTestHooks.get('distributed-training').mainThreadPython();
       const ns = pyodide.globals.get('dict')();
       ns.set('wasm', new Uint8Array(fromB64(wasm)));
       return pyodide.runPython(`

@@ -63,7 +63,7 @@ def test_a_transformer_step_through_the_shim(weei_server: Any, webgpu_browser: A
     page.goto(weei_server.url)
     got = page.evaluate(f"""async ([step, wasm, archive, chunk, estimate]) => {{
       const fromB64 = {JS_FROM_B64};
-      const {{ pyodide }} = await weei._internal.core.pagePython.start();
+      const {{ pyodide }} = await __weeiTestHooks.get('distributed-training').mainThreadPython();
       const ns = pyodide.globals.get('dict')();
       pyodide.runPython(step, {{ globals: ns }});
       ns.set('wasm', new Uint8Array(fromB64(wasm)));

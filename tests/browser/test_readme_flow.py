@@ -192,7 +192,9 @@ def test_the_landing_page_is_a_product_page_with_the_state_behind_a_developer_to
     expect(pg.locator("#state")).to_be_visible(timeout=TIMEOUT_MS)
     expect(pg.locator("#state")).to_contain_text('"myPeerId"', timeout=TIMEOUT_MS)
 
-    # Start a new room: the page reloads into it and shows its invite link.
+    # Start a new room: the page reloads into it and shows its invite link. Once Weei has started: the page stays
+    # responsive while its Python starts in the host worker, and a reload before would abort the worker's fetches.
+    pg.wait_for_function("() => __weeiTestHooks.get('distributed-training').status().api === 'ready'")
     pg.get_by_role("link", name="Start a new room").click()
     pg.wait_for_url(re.compile(r"#room=[A-Za-z0-9_-]{22}$"))
     expect(pg.locator("#in-room")).to_be_visible(timeout=TIMEOUT_MS)

@@ -87,7 +87,7 @@ def test_worker_trains_experience_and_evaluates_like_wasmtime(weei_server: Any, 
       await weeiReady;
       const hooks = {HOOKS};
       const result = await hooks.trainOnce('cartpole-reinforce', {{ ...options, returnWeights: true }});
-      const client = hooks.worker();
+      const client = await hooks.worker();
       const evaluation = await client.request('evaluate', {{
         weights: result.weights, experience: {{ unitStart: 0, unitCount: 4, seed: '7' }} }});
       const bad = await client.request('train', {{ weights: new ArrayBuffer(12), settings: {{}},

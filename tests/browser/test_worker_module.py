@@ -108,10 +108,11 @@ def test_worker_compiles_a_module_once_and_shares_the_pages_module(weei_server: 
 POOL_JS = """async ([chunkNames, seeds, settings]) => {
   const get = async (path) => new Uint8Array(await (await fetch(new URL(path, location.href))).arrayBuffer());
   const { core } = weei._internal;
-  const { pyodide } = await core.pagePython.start();
+  const { pyodide } = await __weeiTestHooks.get('distributed-training').mainThreadPython();
+  const { WorkerClient } = await core.loadModule('embed/worker_client.js');
   const loads = [];
   const createWorker = () => {
-    const client = new core.WorkerClient();
+    const client = new WorkerClient();
     const request = client.request.bind(client);
     client.request = (op, fields, options) => {
       if (op === 'loadModel') loads.push({ bytes: fields.wasm.byteLength, module: fields.module });

@@ -1,5 +1,6 @@
 // The test hooks of the 'distributed-training' API that do work (weei.js keeps the rest, and imports this
-// module at the first call): train a model once in a Worker, aggregate one round in the page's Python.
+// module at the first call): train a model once in a Worker, aggregate one round in the page's Python, a
+// Pyodide on the page's own thread for tests of what runs there.
 // Reachable only on a page that asks for the test hooks (weei.js's header); `core` is weei.js's.
 
 async function modelPackage(core, modelId) {
@@ -60,13 +61,13 @@ export async function trainOnce(core, client, modelId, options = {}) {
   return summary;
 }
 
-// Test hook: aggregate one round in the page's Python (WasmKernel over
-// the browser engine). See page_main.PageSession.debug_aggregate.
+// Test hook: aggregate one round in the page's Python (WasmKernel over the browser engine, in the host
+// worker). See page_main.PageSession.debug_aggregate.
 export async function aggregate(core, spec) {
-  const { session } = await core.pagePython.start();
-  const result = await session.debug_aggregate(spec);
-  const out = result.toJs ? result.toJs({ dict_converter: Object.fromEntries }) : result;
-  if (result.destroy) result.destroy();
+  const host = await core.pagePython.start();
+  const reply = await host.request({ type: 'aggregate', spec });
+  if (!reply.ok) throw new Error(reply.error);
+  const out = reply.value;
   return {
     weightsSha256: await core.sha256Hex(out.weights),
     stateSha256: out.state ? await core.sha256Hex(out.state) : null,
@@ -75,4 +76,16 @@ export async function aggregate(core, spec) {
     weights: out.weights,
     state: out.state,
   };
+}
+
+// Test hook: a Pyodide on the page's main thread (boot.mjs, weei's modules imported), started once. The API
+// never uses it (its Python runs in the host worker); tests of what Python does on a page's thread do.
+let mainThread = null;
+export function mainThreadPython(core) {
+  if (!mainThread) {
+    mainThread = import(core.url('boot.mjs')).then(({ startPython, nextTask }) => startPython(
+      core.BASE, ['weei.browser.webgpu', 'weei.browser.page_main'],
+      { pause: nextTask, useSnapshot: !globalThis.WEEI_NO_SNAPSHOT }));
+  }
+  return mainThread;
 }

@@ -231,12 +231,17 @@ class TrainingController:
             await self._drain()
             return job_id
 
-    def invite(self, peer_id: str) -> None:
+    def check_invite(self, peer_id: str) -> Coordinator:
+        """Raise the UsageError ``invite(peer_id)`` would raise; change nothing."""
         coordinator = self._require_coordinator("invite participants")
         transport = self.session.transport
         if transport is None or peer_id not in transport.peers():
             raise UsageError("peer-not-connected", f"peer {peer_id} is not connected to you")
-        coordinator.invite(peer_id, self.clock())
+        coordinator.check_invite(peer_id)
+        return coordinator
+
+    def invite(self, peer_id: str) -> None:
+        self.check_invite(peer_id).invite(peer_id, self.clock())
         self.executor.spawn(self._drain())
 
     @_busy

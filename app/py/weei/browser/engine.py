@@ -191,7 +191,7 @@ class BrowserEngine:
 
 
 class PageEngine(BrowserEngine):
-    """A :class:`BrowserEngine` for the page's main thread.
+    """A :class:`BrowserEngine` for the page's controller (in the host worker; the same code works on a main thread).
 
     Chromium refuses synchronous ``WebAssembly.Module`` compiles of large
     modules on the main thread, yet ``ModelRuntime.load`` (job preparation)

@@ -1,4 +1,4 @@
-"""The controller's Storage port over IndexedDB (Pyodide, in the page).
+"""The controller's Storage port over IndexedDB (Pyodide, in the host worker).
 
 Theory of operation
 -------------------

@@ -1,4 +1,8 @@
-"""The controller's KeyValue port over ``localStorage`` (Pyodide, in the page).
+"""The controller's KeyValue port over ``localStorage`` (Pyodide).
+
+In the host worker ``js.localStorage`` is host.js's mirror of the page's weei
+keys (a Worker has no Web Storage): reads answer from it at once, and each
+write is sent to the page, which writes it to its ``localStorage``.
 
 The controller keeps its debug log here (``weei.debugLog``; a second tab's
 under its namespace, ``weei-tab-N:weei.debugLog``), so it survives reloads of

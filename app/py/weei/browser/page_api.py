@@ -2,10 +2,11 @@
 
 Theory of operation
 -------------------
-``weei.js`` (section 5) owns the JavaScript API object; every method of it
-that needs Python calls :meth:`PageApi.call` (async methods) or
-:meth:`PageApi.call_sync` with a method name, its arguments as JSON text and,
-for file-taking methods, an object of ``ArrayBuffer``s. This module only
+``weei.js`` (section 4) owns the JavaScript API object on the page's main
+thread; this runs in the host worker (``host.js``). Every method that needs
+Python is a message the host worker turns into :meth:`PageApi.call` (async
+methods) or :meth:`PageApi.call_sync` with a method name, its arguments as
+JSON text and, for file-taking methods, an object of ``ArrayBuffer``s. This module only
 converts: it decides nothing. Each name maps to one ``TrainingController``
 method, which checks the role, the state and the inputs.
 
@@ -17,14 +18,24 @@ last into an ``Error`` whose ``message`` is the Python error's message and
 ``reason`` its reason code. An unexpected Python exception becomes reason
 ``internal-error`` (and is printed to the console with its traceback).
 
-On ``pagehide`` and ``visibilitychange`` the controller writes its debug log
-to ``localStorage`` at once (it is otherwise written throttled).
+State: the page's ``getState()`` answers from the last state published here.
+:meth:`listen` keeps one controller subscription (the host worker keeps it
+on); its state dicts are coalesced (the controller notifies several times
+within one command) and sent to ``on_state(jsonText)`` once per event-loop
+turn, so each change is converted once. :meth:`publish` sends what is
+pending at once; the host worker calls it before each reply, so a call's
+promise settles after the page has its effect.
 
-State: :meth:`get_state_json` is ``getState()``. While the page has
-subscribers, :meth:`listen` keeps one controller subscription; its state
-dicts are coalesced (the controller notifies several times within one
-command) and sent to the page's ``on_state(jsonText)`` once per event-loop
-turn, so the page converts each change once.
+Mirrors: the page's synchronous methods cannot wait for this worker, so each
+publish also sends, to ``on_mirror(name, value)``, whatever changed of what
+they answer from: ``debugLog`` (``getDebugLog()``'s JSON and the text the
+key-value store keeps, which the page writes on ``pagehide`` and
+``visibilitychange``), ``checkpoint`` and ``module`` (the envelope of
+``exportCheckpoint()`` / ``exportModule()``; the host worker makes its file a
+``File``, which reaches the page by reference) and ``invite`` (the refusal
+``invite()`` gives each connected peer and any other one, from
+``TrainingController.check_invite``: the page throws it, or forwards the
+invitation).
 """
 
 from __future__ import annotations
@@ -34,7 +45,6 @@ import traceback
 from typing import Any, Awaitable, Callable, NoReturn
 
 import js  # type: ignore[import-not-found]
-from pyodide.ffi import create_proxy  # type: ignore[import-not-found]
 
 from weei.api.controller import TrainingController
 from weei.core._check import parse_json
@@ -44,7 +54,10 @@ from .convert import is_nullish, js_bytes, json_text
 from .engine import PageEngine, to_uint8array
 from .worker_main import js_object
 
-__all__ = ["PageApi"]
+__all__ = ["PageApi", "UNKNOWN_PEER"]
+
+#: The peer ID invite()'s mirrored refusal for a peer that is not connected names (weei.js puts the real one in).
+UNKNOWN_PEER = "\u0000peer"
 
 
 def _arg(args: dict[str, Any], name: str) -> Any:
@@ -62,19 +75,17 @@ class PageApi:
     """Converts the page's calls for one :class:`TrainingController`."""
 
     def __init__(self, controller: TrainingController, engine: PageEngine, storage: Any,
-                 on_state: Callable[[str], None]) -> None:
+                 on_state: Callable[[str], None], on_mirror: Callable[[str, Any], None] | None = None) -> None:
         self.controller = controller
         self.engine = engine
         self.storage = storage
         self._on_state = on_state
+        self._on_mirror = on_mirror
+        self._mirrored: dict[str, Any] = {}  # what was last published, per mirror
         self._unsubscribe: Callable[[], None] | None = None
         self._pending: dict[str, Any] | None = None
+        self._last_state: str | None = None
         self._scheduled = False
-        # The debug log reaches localStorage at most every 2 s: what the last seconds added is
-        # written when the page is hidden or goes away. The proxy lives as long as the page.
-        self._on_hide = create_proxy(lambda _event: controller.flush_debug_log())
-        js.window.addEventListener("pagehide", self._on_hide)
-        js.document.addEventListener("visibilitychange", self._on_hide)
         self._async: dict[str, Callable[[dict[str, Any], Any], Awaitable[Any]]] = {
             "createJob": self._create_job,
             "continueFromCheckpoint": self._continue_from_checkpoint,
@@ -153,13 +164,85 @@ class PageApi:
 
     def _flush(self) -> None:
         self._scheduled = False
+        self.publish()
+
+    def publish(self) -> None:
+        """Send the state if it changed, then the mirrors that changed with it (the host worker calls
+        this before each reply too, so a call's promise settles after the page has seen its effect)."""
         state, self._pending = self._pending, None
-        if state is None or self._unsubscribe is None:
-            return
+        self._send(None if state is None else json_text(state))
+
+    def refresh(self) -> None:
+        """Publish the state if it is not the one last published: what changes without the controller telling
+        (``activeWorkers`` when a cancelled task's Worker is let go, the diagnostics' ages). The host worker
+        calls this every second, so the page's copy is never more than about a second behind."""
+        if self._pending is not None:
+            self.publish()
+        elif self._unsubscribe is not None:
+            text = json_text(self.controller.get_state())
+            self._send(text if text != self._last_state else None)
+
+    def _send(self, state_text: str | None) -> None:
         try:
-            self._on_state(json_text(state))
+            if state_text is not None and self._unsubscribe is not None:
+                self._last_state = state_text
+                self._on_state(state_text)
+            if self._on_mirror is not None:
+                self._publish_mirrors()
         except Exception:  # a page listener's error must not stop the job
             js.console.error("[weei] state listener failed:\n" + traceback.format_exc())
+
+    # -- mirrors: what the page's synchronous methods answer from -------------------------
+
+    def _publish_mirrors(self) -> None:
+        c = self.controller
+        checks: dict[str, tuple[Any, Callable[[], Any]]] = {
+            "debugLog": (c.session.debug_log.revision, self.debug_log),
+            "checkpoint": (_Same(c.store.latest_checkpoint),
+                           lambda: self._answer(lambda: self._export_checkpoint({}))),
+            "module": (self._module_key(), lambda: self._answer(lambda: self._export_module({}))),
+            "invite": (json_text(self._invite_refusals()), None),
+        }
+        for name, (key, value) in checks.items():
+            if name in self._mirrored and self._mirrored[name] == key:
+                continue
+            self._mirrored[name] = key
+            assert self._on_mirror is not None
+            self._on_mirror(name, key if value is None else value())
+
+    def debug_log(self) -> Any:
+        """``{file, stored}``: getDebugLog() as JSON text (the page sets exportedAt when it answers) and the
+        text the key-value store keeps (the page writes it when it is hidden or closed: the controller's own
+        copy is written at most every 2 s, and a message from here would come too late)."""
+        log = self.controller.session.debug_log
+        return js_object({"file": json_text(self.controller.get_debug_log()), "stored": log.to_json()})
+
+    def _module_key(self) -> Any:
+        try:
+            module = self.controller.export_module()
+        except WeeiError as exc:
+            return ("refused", exc.reason)
+        return None if module is None else (module[0], _Same(module[1]))
+
+    def _answer(self, handler: Callable[[], Any]) -> Any:
+        try:
+            return self._ok(handler())
+        except Exception as exc:
+            return self._failed(exc)
+
+    def _invite_refusals(self) -> dict[str, Any]:
+        """invite()'s refusal for each connected peer (None: allowed) and for any other peer
+        (``other``; its message names UNKNOWN_PEER, which the page replaces by the peer it was given)."""
+        transport = self.controller.session.transport
+        peers = list(transport.peers()) if transport is not None else []
+        return {"peers": {peer: self._refusal(peer) for peer in peers}, "other": self._refusal(UNKNOWN_PEER)}
+
+    def _refusal(self, peer: str) -> dict[str, str] | None:
+        try:
+            self.controller.check_invite(peer)
+        except WeeiError as exc:
+            return {"reason": exc.reason, "message": exc.message, "kind": type(exc).__name__}
+        return None
 
     # -- envelopes ---------------------------------------------------------------
 
@@ -250,6 +333,21 @@ class PageApi:
     async def _storage_keys(self, args: dict[str, Any], _blobs: Any) -> list[str]:
         keys: list[str] = await self.storage.keys(_text(args, "store", "store"))
         return keys
+
+
+class _Same:
+    """Equal only to a holder of the very same object (a checkpoint's or module's bytes: comparing them by
+    value would cost a pass over megabytes, and an id() can be reused once the old object is gone)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Same) and other.value is self.value
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _bad_arguments(message: str) -> NoReturn:

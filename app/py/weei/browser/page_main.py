@@ -1,9 +1,13 @@
-"""The Python side of the page: what ``weei.js`` runs in the page's Pyodide.
+"""The Python side of the page: what the host worker (``host.js``) runs in its Pyodide.
 
 Theory of operation
 -------------------
-``weei.js`` starts the page's Pyodide lazily (after ``weeiReady``), unpacks
-the weei package and calls :func:`start` with the site's base URL.
+``weei.js`` starts the host worker lazily (after ``weeiReady``); it starts
+Pyodide (``boot.mjs``), unpacks the weei package and calls :func:`start`
+with the site's base URL. Nothing here runs on the page's main thread: what
+a Worker lacks reaches it through host.js (``localStorage`` and
+``sessionStorage`` mirrors, ``RTCPeerConnection`` stand-ins over the page's
+real ones), so the same code would run on a page too.
 :class:`PageSession` owns the page's one ``aggregate.wasm`` instance
 (``WasmKernel`` over :class:`BrowserEngine`).
 
@@ -14,9 +18,9 @@ the weei package and calls :func:`start` with the site's base URL.
 ``precompile`` the API awaits before preparing a job), ``Date.now``,
 ``performance.now`` and ``crypto.getRandomValues`` — awaits its ``init()``
 (which continues an interrupted job) and returns the :class:`PageApi` that
-``weei.js`` forwards every method to. No transport yet: ``peers`` is empty
-until signaling and WebRTC arrive. This peer's id is random and kept in
-``sessionStorage`` (so a reload keeps it) until signaling assigns one.
+``weei.js`` forwards every method to. Without a room there is no transport
+(``peers`` is empty) and this peer's id is random and kept in
+``sessionStorage`` (so a reload keeps it); in a room signaling assigns it.
 
 :meth:`PageSession.debug_aggregate` is the test hook behind weei.js's
 ``aggregate`` (``window.__weeiTestHooks``): it takes plain JS values and returns a JS object.
@@ -134,8 +138,8 @@ class PageSession:
     async def open_api(self, hooks: Any) -> PageApi:
         """Bind a TrainingController to the browser and ``init()`` it (once).
 
-        ``hooks``: ``{createWorker(): WorkerClient, onState(jsonText)}``
-        from weei.js. Raises StorageError when IndexedDB is unavailable.
+        ``hooks``: ``{namespace, room, taskDeadlinesMs, createWorker(): WorkerClient, onState(jsonText),
+        onMirror(name, value)}`` from host.js (page_api.PageApi's on_state and on_mirror). Raises StorageError when IndexedDB is unavailable.
         """
         if self.api is not None:
             return self.api
@@ -164,8 +168,9 @@ class PageSession:
             transport.on_change = controller.changed
             transport.attach(controller, has=lambda sha: sha in controller.artifacts)
             await transport.start(room)
-        on_state = hooks.onState
-        self.api = PageApi(controller, engine, storage, lambda text: on_state(text))
+        on_state, on_mirror = hooks.onState, hooks.onMirror
+        self.api = PageApi(controller, engine, storage, lambda text: on_state(text),
+                           lambda name, value: on_mirror(name, value))
         self.seconds = {"kernelAndStorage": t1 - t0, "init": time.perf_counter() - t1}
         return self.api
 

@@ -1,8 +1,8 @@
-"""The controller's WorkerPool port over module Workers (Pyodide, in the page).
+"""The controller's WorkerPool port over module Workers (Pyodide, in the host worker).
 
 Theory of operation
 -------------------
-Each Worker is a ``WorkerClient`` of ``weei.js`` (section 3) running
+Each Worker is a ``WorkerClient`` (``embed/worker_client.js``, nested in the host worker) running
 ``worker.js`` with its own Pyodide; the pool receives a JS function
 ``create_worker()`` that starts one, and starts Worker ``i`` on its first
 task. A Worker's message loop runs one request at a time, and its model

@@ -185,8 +185,8 @@ class Coordinator(RoundLoop):
 
     # ---------------------------------------------------------- user commands
 
-    def invite(self, peer: str, now: float) -> None:
-        """Send an invitation: only descriptions, nothing is downloaded before acceptance."""
+    def check_invite(self, peer: str) -> None:
+        """Raise the UsageError ``invite(peer)`` would raise; change nothing (the page answers invite() from it)."""
         if self.status == JobStatus.COMPLETED:
             raise UsageError("job-completed", "the job is completed; continue from a checkpoint to train more")
         if peer == self.my_peer_id:
@@ -194,6 +194,10 @@ class Coordinator(RoundLoop):
         record = self.peers.get(peer)
         if record is not None and record.approved:  # a stopped or declined peer may be invited again
             raise UsageError("already-participating", f"peer {peer} already takes part in this job")
+
+    def invite(self, peer: str, now: float) -> None:
+        """Send an invitation: only descriptions, nothing is downloaded before acceptance."""
+        self.check_invite(peer)
         record = self.peers[peer] = PeerRecord()  # a new invitation starts a new record
         record.move("invite")
         self._send(peer, Invitation(self.spec.job_id, self.my_peer_id, self.spec.info.raw,
