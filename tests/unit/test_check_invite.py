@@ -12,7 +12,7 @@ import os
 import time
 
 import pytest
-from test_controller import DIGITS_SETTINGS, package
+from test_controller import DIGITS_SETTINGS, networked, package
 
 from weei.api import TrainingController
 from weei.core.errors import UsageError
@@ -36,13 +36,7 @@ def test_check_invite_refuses_as_invite_does_and_changes_nothing() -> None:
         network, engine = MemoryNetwork(), WasmtimeEngine()
 
         def make(peer: str) -> TrainingController:
-            c = TrainingController(my_peer_id=peer, storage=MemoryStorage(), kv=MemoryKeyValue(),
-                                   pool=ThreadWorkerPool(engine, 1), kernel=NativeKernel(), engine=engine,
-                                   clock=lambda: time.time() * 1000, monotonic=lambda: time.monotonic() * 1000,
-                                   random_bytes=os.urandom, transport=network.transport(peer),
-                                   environment={"browser": "agent", "os": "Linux"})
-            network.attach(c)
-            return c
+            return networked(network, engine, peer, environment={"browser": "agent", "os": "Linux"})
 
         coordinator, helper = make("coord"), make("helper")
         for c in (coordinator, helper):

@@ -6,7 +6,6 @@ import asyncio
 import json
 import os
 import time
-from pathlib import Path
 from typing import Any, Callable
 
 import pytest
@@ -14,6 +13,7 @@ import pytest
 from weei.api import TrainingController
 from weei.core.checkpoint import read_checkpoint
 from weei.core.errors import CheckpointError, ManifestError, UsageError
+from weei.demo.network import MemoryNetwork
 from weei.demo.run import models_dir
 from weei.host.memory_storage import MemoryKeyValue, MemoryStorage
 from weei.host.worker_pool import ThreadWorkerPool
@@ -31,6 +31,19 @@ def controller(storage: MemoryStorage | None = None, kv: MemoryKeyValue | None =
                               pool=ThreadWorkerPool(engine, device_limit=2), kernel=NativeKernel(), engine=engine,
                               clock=lambda: time.time() * 1000, monotonic=lambda: time.monotonic() * 1000,
                               random_bytes=random_bytes)
+
+
+def networked(network: MemoryNetwork, engine: WasmtimeEngine, peer: str, **overrides: Any) -> TrainingController:
+    """A real controller (wasmtime, the native kernel, one Worker thread) on the in-memory ``network`` as
+    ``peer``; ``overrides`` replace its arguments (storage, random_bytes, room_key, environment, gpu...)."""
+    args: dict[str, Any] = {
+        "my_peer_id": peer, "storage": MemoryStorage(), "kv": MemoryKeyValue(), "pool": ThreadWorkerPool(engine, 1),
+        "kernel": NativeKernel(), "engine": engine, "clock": lambda: time.time() * 1000,
+        "monotonic": lambda: time.monotonic() * 1000, "random_bytes": os.urandom, "transport": network.transport(peer),
+    }
+    c = TrainingController(**(args | overrides))
+    network.attach(c)
+    return c
 
 
 def fixed_random(n: int) -> bytes:
@@ -255,20 +268,12 @@ def test_cartpole_splits_assignments_across_local_workers() -> None:
 
 
 def test_participants_report_diagnostics_and_a_declined_invitation_reaches_the_coordinator() -> None:
-    from weei.demo.network import MemoryNetwork
-
     async def main() -> None:
         network = MemoryNetwork()
         engine = WasmtimeEngine()
 
         def make(peer: str) -> TrainingController:
-            c = TrainingController(my_peer_id=peer, storage=MemoryStorage(), kv=MemoryKeyValue(),
-                                   pool=ThreadWorkerPool(engine, 1), kernel=NativeKernel(), engine=engine,
-                                   clock=lambda: time.time() * 1000, monotonic=lambda: time.monotonic() * 1000,
-                                   random_bytes=os.urandom, transport=network.transport(peer),
-                                   environment={"browser": "agent", "os": "Linux"})
-            network.attach(c)
-            return c
+            return networked(network, engine, peer, environment={"browser": "agent", "os": "Linux"})
 
         coordinator, helper, refuser = make("coord"), make("helper"), make("refuser")
         try:
@@ -408,20 +413,13 @@ def test_a_completed_experience_job_can_be_reopened_from_saved_jobs() -> None:
 
 
 def test_a_participant_that_restarts_takes_part_again_when_its_coordinator_is_back() -> None:
-    from weei.demo.network import MemoryNetwork
-
     async def main() -> None:
         network = MemoryNetwork()
         engine = WasmtimeEngine()
         helper_storage = MemoryStorage()
 
         def make(peer: str, storage: MemoryStorage) -> TrainingController:
-            c = TrainingController(my_peer_id=peer, storage=storage, kv=MemoryKeyValue(),
-                                   pool=ThreadWorkerPool(engine, 1), kernel=NativeKernel(), engine=engine,
-                                   clock=lambda: time.time() * 1000, monotonic=lambda: time.monotonic() * 1000,
-                                   random_bytes=os.urandom, transport=network.transport(peer))
-            network.attach(c)
-            return c
+            return networked(network, engine, peer, storage=storage)
 
         coordinator, helper = make("coord", MemoryStorage()), make("helper", helper_storage)
         try:

@@ -6,7 +6,6 @@ No GPU here (``gpu=None``): the controllers talk over the in-memory network.
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 
 import pytest
@@ -15,25 +14,16 @@ from weei.api import TrainingController
 from weei.api.records import spec_from_record, spec_to_record
 from weei.core.messages import ArtifactRef, Deliver, MessageError, decode_message
 from weei.demo.network import MemoryNetwork
-from weei.host.memory_storage import MemoryKeyValue, MemoryStorage
-from weei.host.worker_pool import ThreadWorkerPool
-from weei.kernel.native import NativeKernel
 from weei.runtime.wasmtime_engine import WasmtimeEngine
 
-from test_controller import fixed_random, package, run_until_done
+from test_controller import fixed_random, networked, package, run_until_done
 
 SETTINGS = {"epochs": 1, "localEpochs": 1, "batchSize": 32, "coordinatorParticipates": False}
 
 
 def make(network: MemoryNetwork, peer: str) -> TrainingController:
-    engine = WasmtimeEngine()
-    c = TrainingController(my_peer_id=peer, storage=MemoryStorage(), kv=MemoryKeyValue(),
-                           pool=ThreadWorkerPool(engine, 1), kernel=NativeKernel(), engine=engine,
-                           clock=lambda: time.time() * 1000, monotonic=lambda: time.monotonic() * 1000,
-                           random_bytes=fixed_random, transport=network.transport(peer),
-                           environment={"browser": "agent", "os": "Linux"})
-    network.attach(c)
-    return c
+    return networked(network, WasmtimeEngine(), peer, random_bytes=fixed_random,
+                     environment={"browser": "agent", "os": "Linux"})
 
 
 async def remote_cpu_job() -> tuple[dict[str, Any], Any]:

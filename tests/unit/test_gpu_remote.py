@@ -30,7 +30,7 @@ from weei.host.worker_pool import ThreadWorkerPool
 from weei.kernel.native import NativeKernel
 from weei.runtime.wasmtime_engine import WasmtimeEngine
 
-from test_controller import fixed_random, package, run_until_done
+from test_controller import fixed_random, networked, package, run_until_done
 from test_gpu_controller import ARCHIVE, ARCHIVE_NAME, SETTINGS
 from test_gpu_lavapipe import pytestmark  # noqa: F401  (skipped without a Vulkan adapter)
 
@@ -63,14 +63,8 @@ def seeded(n: int) -> bytes:
 
 
 def make(network: MemoryNetwork, peer: str, storage: MemoryStorage | None = None) -> TrainingController:
-    engine = WasmtimeEngine()
-    c = TrainingController(my_peer_id=peer, storage=storage or MemoryStorage(), kv=MemoryKeyValue(),
-                           pool=ThreadWorkerPool(engine, 1), kernel=NativeKernel(), engine=engine,
-                           clock=lambda: time.time() * 1000, monotonic=lambda: time.monotonic() * 1000,
-                           random_bytes=seeded, transport=network.transport(peer),
-                           environment={"browser": "agent", "os": "Linux"}, gpu=wgpu.gpu)
-    network.attach(c)
-    return c
+    return networked(network, WasmtimeEngine(), peer, storage=storage or MemoryStorage(), random_bytes=seeded,
+                     environment={"browser": "agent", "os": "Linux"}, gpu=wgpu.gpu)
 
 
 async def remote_job(network: Wire, preference: str) -> dict[str, Any]:

@@ -10,8 +10,6 @@ participants, and the job must complete as it does without the relay.
 from __future__ import annotations
 
 import asyncio
-import os
-import time
 from collections import Counter
 from typing import Mapping
 
@@ -20,12 +18,9 @@ from weei.core.commands import Send
 from weei.core.messages import Assign
 from weei.core.relay_messages import RelayPiece
 from weei.demo.network import MemoryNetwork
-from weei.host.memory_storage import MemoryKeyValue, MemoryStorage
-from weei.host.worker_pool import ThreadWorkerPool
-from weei.kernel.native import NativeKernel
 from weei.runtime.wasmtime_engine import WasmtimeEngine
 
-from test_controller import package, run_until_done
+from test_controller import networked, package, run_until_done
 
 SETTINGS = {"epochs": 1, "localEpochs": 1, "batchSize": 16, "coordinatorParticipates": False}
 HELPERS = ("h1", "h2", "h3")
@@ -50,12 +45,7 @@ def test_participants_relay_each_checkpoint_to_each_other() -> None:
         network.post = counting  # type: ignore[method-assign]
 
         def make(peer: str) -> TrainingController:
-            c = TrainingController(my_peer_id=peer, storage=MemoryStorage(), kv=MemoryKeyValue(),
-                                   pool=ThreadWorkerPool(engine, 1), kernel=NativeKernel(), engine=engine,
-                                   clock=lambda: time.time() * 1000, monotonic=lambda: time.monotonic() * 1000,
-                                   random_bytes=os.urandom, transport=network.transport(peer))
-            network.attach(c)
-            return c
+            return networked(network, engine, peer)
 
         coordinator = make("coord")
         helpers = [make(p) for p in HELPERS]

@@ -12,7 +12,6 @@ import hashlib
 import hmac
 import json
 import os
-import time
 
 import pytest
 
@@ -23,10 +22,10 @@ from weei.core.room_proof import (NONCE_BYTES, PROOF_TIMEOUT_MS, PROOF_TRANSITIO
                                   room_proof)
 from weei.core.states import IllegalTransition, move
 from weei.demo.network import MemoryNetwork
-from weei.host.memory_storage import MemoryKeyValue, MemoryStorage
-from weei.host.worker_pool import ThreadWorkerPool
-from weei.kernel.native import NativeKernel
+from weei.host.memory_storage import MemoryStorage
 from weei.runtime.wasmtime_engine import WasmtimeEngine
+
+from test_controller import DIGITS_SETTINGS, networked, package
 
 ROOM = "mpoR7H63X6xKwHt3XTxFIA"
 COORD, AGENT, OTHER = "c" * 26, "a" * 26, "o" * 26
@@ -177,18 +176,11 @@ def test_malformed_challenges_and_proofs_are_refused_by_name(obj: dict[str, obje
 def _controller(network: MemoryNetwork, engine: WasmtimeEngine, peer: str, room_key: str | None, *,
                 storage: MemoryStorage | None = None) -> TrainingController:
     """A real controller on the in-memory network, holding ``room_key`` (None: keyless)."""
-    c = TrainingController(my_peer_id=peer, storage=storage or MemoryStorage(), kv=MemoryKeyValue(),
-                           pool=ThreadWorkerPool(engine, 1), kernel=NativeKernel(), engine=engine,
-                           clock=lambda: time.time() * 1000, monotonic=lambda: time.monotonic() * 1000,
-                           random_bytes=os.urandom, transport=network.transport(peer), room_key=room_key)
-    network.attach(c)
-    return c
+    return networked(network, engine, peer, storage=storage or MemoryStorage(), room_key=room_key)
 
 
 def test_a_coordinator_in_the_room_answers_its_own_job_only_and_without_a_key_says_so() -> None:
     """The real controller's answer, as JSON text on the demo's in-memory network."""
-    from test_controller import DIGITS_SETTINGS, package
-
     async def main() -> None:
         network = MemoryNetwork()
         engine = WasmtimeEngine()
@@ -244,7 +236,6 @@ def test_a_coordinator_in_the_room_answers_its_own_job_only_and_without_a_key_sa
 
 def test_a_participant_in_a_keyed_room_accepts_only_a_coordinator_that_proves_the_key() -> None:
     """decideInvitation(job, true) in a keyed room (a page, the agent): the proof first, else a decline."""
-    from test_controller import DIGITS_SETTINGS, package
     from weei.core.errors import UsageError
 
     async def main() -> None:

@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import time
-from typing import Any
 
-from test_controller import DIGITS_SETTINGS, controller, digits_validation, package, run_until_done
+from test_controller import DIGITS_SETTINGS, controller, digits_validation, networked, package, run_until_done
 
 from weei.api import TrainingController
 from weei.api.log_writer import DEBUG_LOG_KEY, LOG_WRITE_MS
@@ -17,8 +15,6 @@ from weei.api.job_store import JobStore
 from weei.api.ports import STORAGE_QUOTA_EXCEEDED, StorageError
 from weei.core.checkpoint import read_checkpoint
 from weei.host.memory_storage import MemoryKeyValue, MemoryStorage
-from weei.host.worker_pool import ThreadWorkerPool
-from weei.kernel.native import NativeKernel
 from weei.runtime.wasmtime_engine import WasmtimeEngine
 
 CARTPOLE = {"localEpochs": 1, "batchSize": 16, "coordinatorParticipates": True,
@@ -101,12 +97,7 @@ def test_a_remote_participant_holds_only_what_the_next_rounds_may_name() -> None
         engine = WasmtimeEngine()
 
         def make(peer: str) -> TrainingController:
-            c = TrainingController(my_peer_id=peer, storage=MemoryStorage(), kv=MemoryKeyValue(),
-                                   pool=ThreadWorkerPool(engine, 1), kernel=NativeKernel(), engine=engine,
-                                   clock=lambda: time.time() * 1000, monotonic=lambda: time.monotonic() * 1000,
-                                   random_bytes=os.urandom, transport=network.transport(peer))
-            network.attach(c)
-            return c
+            return networked(network, engine, peer)
 
         coordinator, helper = make("coord"), make("helper")
         try:
