@@ -28,6 +28,7 @@ from typing import Any, Mapping
 
 import pytest
 
+from aiortc_peer import ThreadedPeer
 from site_helpers import CHROMIUM, CHROMIUM_ARGS, DIST, ROOT, TIMEOUT_MS
 from test_api import DIGITS, ready
 
@@ -349,7 +350,7 @@ def test_coordinator_reload_mid_round_resumes_and_its_participants_come_back(wee
 # ------------------------------------------------------------------ 4. a hostile participant
 
 
-class HostilePeer:
+class HostilePeer(ThreadedPeer):
     """A participant that speaks the protocol over aiortc but lies: each assignment gets the next trick.
 
     It runs its own asyncio loop in a thread. ``tricks`` are played in order,
@@ -361,8 +362,6 @@ class HostilePeer:
               "missing-weights", "oversized-frame"]
 
     def __init__(self, server: str, room: str) -> None:
-        self.server, self.room = server, room
-        self.peer_id: str | None = None
         self.tricks = list(self.TRICKS)
         self.played: list[str] = []
         self.noops = 0
@@ -370,35 +369,17 @@ class HostilePeer:
         self.spoiled: dict[str, int] = {}
         self.attempts: list[tuple[int, str, str]] = []  # (round, assignment, attempt) answered
         self.blobs: dict[str, bytes] = {}
-        self.error: BaseException | None = None
         self.done = threading.Event()
-        self.joined = threading.Event()
-        self.loop = asyncio.new_event_loop()
-        self.transport: Any = None
-        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self._thread.start()
-        asyncio.run_coroutine_threadsafe(self._start(), self.loop)
+        super().__init__(server, room)
 
-    async def _start(self) -> None:
-        from weei.agent.transport import AgentTransport
-        from weei.server.signaling_client import SignalingClient
+    def has(self, sha256: str) -> bool:
+        return sha256 in self.blobs
 
-        try:
-            self.transport = AgentTransport(SignalingClient(self.server))
-            welcome = await self.transport.connect()
-            self.peer_id = welcome.peer_id
-            self.transport.attach(self, has=lambda sha: sha in self.blobs)
-            await self.transport.join(self.room)
-        except BaseException as exc:
-            self.error = exc
-            self.done.set()
-        self.joined.set()
+    def failed(self, exc: BaseException) -> None:
+        self.done.set()
 
     # The Receiver of AgentTransport.
     async def peer_connected(self, peer: str) -> None:
-        pass
-
-    async def peer_disconnected(self, peer: str) -> None:
         pass
 
     async def receive(self, peer: str, message: Any, blobs: Mapping[str, bytes]) -> None:
@@ -521,17 +502,6 @@ class HostilePeer:
             self.done.set()
         self.attempts.append((assign.round, assign.assignment_id, assign.attempt_id))
         assert n == assign.checkpoint.bytes
-
-    def close(self) -> None:
-        async def stop() -> None:
-            if self.transport is not None:
-                await self.transport.close()
-        try:
-            asyncio.run_coroutine_threadsafe(stop(), self.loop).result(15)
-        except Exception:
-            pass
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(5)
 
 
 def test_hostile_participant_is_refused_by_name_and_the_job_completes(weei_server: Any, browsers: Browsers) -> None:

@@ -8,13 +8,12 @@ invites the page and answers the page's challenge without a proof.
 
 from __future__ import annotations
 
-import asyncio
-import threading
 import uuid
 from typing import Any, Mapping
 
 import pytest
 
+from aiortc_peer import ThreadedPeer
 from test_resilience import signal_url
 from test_widget import API, open_widget
 
@@ -22,34 +21,13 @@ JOB = "job-unproven-coordinator"
 BANNER = ".error[role=alert]:not(.hidden)"
 
 
-class ProoflessCoordinator:
+class ProoflessCoordinator(ThreadedPeer):
     """Invites every peer whose channel opens, answers every room challenge with no proof."""
 
     def __init__(self, server: str, room: str) -> None:
-        self.server, self.room = server, room
-        self.peer_id: str | None = None
         self.challenges: list[str] = []
         self.decisions: list[bool] = []
-        self.error: BaseException | None = None
-        self.joined = threading.Event()
-        self.loop = asyncio.new_event_loop()
-        self.transport: Any = None
-        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self._thread.start()
-        asyncio.run_coroutine_threadsafe(self._start(), self.loop)
-
-    async def _start(self) -> None:
-        from weei.agent.transport import AgentTransport
-        from weei.server.signaling_client import SignalingClient
-
-        try:
-            self.transport = AgentTransport(SignalingClient(self.server))
-            self.peer_id = (await self.transport.connect()).peer_id
-            self.transport.attach(self, has=lambda sha: False)
-            await self.transport.join(self.room)
-        except BaseException as exc:
-            self.error = exc
-        self.joined.set()
+        super().__init__(server, room)
 
     # The Receiver of AgentTransport.
     async def peer_connected(self, peer: str) -> None:
@@ -59,9 +37,6 @@ class ProoflessCoordinator:
         invitation = Invitation(JOB, self.peer_id or "", {"id": "digits-mlp", "name": "Digits MLP", "version": "1"},
                                 {"fileName": "model.wasm", "bytes": 4096, "sha256": "ab" * 32}, 1000, {"epochs": 1})
         self.transport.send(Send(peer, invitation), {})
-
-    async def peer_disconnected(self, peer: str) -> None:
-        pass
 
     async def receive(self, peer: str, message: Any, blobs: Mapping[str, bytes]) -> None:
         from weei.core.commands import Send
@@ -73,17 +48,6 @@ class ProoflessCoordinator:
             self.transport.send(Send(peer, RoomProof(message.job_id)), {})  # no key, no proof
         elif isinstance(message, InvitationDecision):
             self.decisions.append(message.accepted)
-
-    def close(self) -> None:
-        async def stop() -> None:
-            if self.transport is not None:
-                await self.transport.close()
-        try:
-            asyncio.run_coroutine_threadsafe(stop(), self.loop).result(15)
-        except Exception:
-            pass
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(5)
 
 
 def test_a_refused_room_proof_stays_in_the_window_until_dismissed(weei_server: Any, page: Any) -> None:
@@ -112,7 +76,7 @@ def test_a_refused_room_proof_stays_in_the_window_until_dismissed(weei_server: A
         assert pg.locator(".error[role=alert]:not(.hidden)").count() == 1  # one error surface, said once
         # Dismissed, it stays away although the state still says it.
         banner.get_by_role("button", name="Dismiss").click()
-        pg.wait_for_function(f"""() => [...document.querySelector('[data-weei-widget]').shadowRoot
+        pg.wait_for_function("""() => [...document.querySelector('[data-weei-widget]').shadowRoot
             .querySelectorAll('.error[role=alert]')].every((e) => e.classList.contains('hidden'))""")
         pg.wait_for_timeout(2500)
         assert pg.locator(BANNER).count() == 0
