@@ -193,6 +193,9 @@ def stored_log() -> dict[str, Any]:
         lambda d: d["phases"]["fedavg"].update(maxMs=1.0),  # below a kept duration
         lambda d: d.update(idle=None),
         lambda d: d.update(phases=[]),
+        # Counts past float's range (valid JSON): the averages divided by them raised OverflowError (make fuzz).
+        lambda d: d["phases"]["fedavg"].update(count=10**400),
+        lambda d: d.update(idle={"samples": 10**400, "totalMs": 5.0}),
     ],
 )
 def test_corrupt_baseline_keeps_the_events(corrupt: Any) -> None:

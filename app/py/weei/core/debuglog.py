@@ -68,6 +68,9 @@ _MAX_DEPTH = 6
 _MAX_ITEMS = 100
 #: Past this, an int duration would not fit a float (an int JSON literal may be any length).
 _MAX_INT_DURATION = 2**1000
+# A count a float divides exactly: the averages divide a float total by it, and an int past float's
+# range (10**400 is valid JSON) would raise OverflowError there.
+_MAX_COUNT = 2**53
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
@@ -139,8 +142,8 @@ class _PhaseStats:
         if not isinstance(value, dict):
             raise ValueError("phase is not an object")
         count, total, low, high, recent = (value.get(k) for k in ("count", "totalMs", "minMs", "maxMs", "recent"))
-        if type(count) is not int or count < 1:
-            raise ValueError("phase count is not a whole number from 1")
+        if type(count) is not int or not 1 <= count <= _MAX_COUNT:
+            raise ValueError(f"phase count is not a whole number from 1 to {_MAX_COUNT}")
         if not isinstance(recent, list) or not 1 <= len(recent) <= min(count, MAX_PHASE_SAMPLES):
             raise ValueError("phase durations are missing")
         numbers = [total, low, high, *recent]
@@ -395,7 +398,8 @@ class DebugLog:
         if not isinstance(idle, dict):
             raise ValueError("idle is not an object")
         samples, total = idle.get("samples"), idle.get("totalMs")
-        if type(samples) is not int or samples < 0 or not _is_duration(total) or (samples == 0 and total != 0):
+        if (type(samples) is not int or not 0 <= samples <= _MAX_COUNT or not _is_duration(total)
+                or (samples == 0 and total != 0)):
             raise ValueError("idle figures are not valid")
         self._phases = loaded
         self._idle_samples, self._idle_total_ms = samples, float(total)
