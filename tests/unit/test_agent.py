@@ -159,9 +159,10 @@ def test_two_aiortc_peers_move_5mb_both_ways_through_the_framing() -> None:
 
 
 def coordinator_controller(peer_id: str, transport: AgentTransport, engine: WasmtimeEngine,
-                           room_key: str | None = None) -> TrainingController:
+                           room_key: str | None = None, storage: MemoryStorage | None = None) -> TrainingController:
+    """A coordinator's controller as the CLI's host makes one; ``storage``: a given one (a restart's), else fresh."""
     return TrainingController(
-        my_peer_id=peer_id, storage=MemoryStorage(), kv=MemoryKeyValue(), pool=ThreadWorkerPool(engine, 1),
+        my_peer_id=peer_id, storage=storage if storage is not None else MemoryStorage(), kv=MemoryKeyValue(), pool=ThreadWorkerPool(engine, 1),
         kernel=NativeKernel(), engine=engine, clock=lambda: time.time() * 1000.0,
         monotonic=lambda: time.monotonic() * 1000.0, random_bytes=os.urandom, transport=transport,
         room_key=room_key)

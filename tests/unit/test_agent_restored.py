@@ -12,8 +12,6 @@ the challenge and nothing else, and the participation ends by name.
 from __future__ import annotations
 
 import io
-import os
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -22,15 +20,13 @@ import pytest
 
 pytest.importorskip("aiortc")
 
-from test_agent import DIGITS, SETTINGS, module_sha, participant_view, run, signaling_server, until  # noqa: E402
+from test_agent import DIGITS, SETTINGS, coordinator_controller, module_sha, participant_view, run, signaling_server, until  # noqa: E402
 from weei.agent.main import Agent, AgentOptions  # noqa: E402
 from weei.agent.policy import CoordinatorTrust  # noqa: E402
 from weei.agent.transport import AgentTransport  # noqa: E402
 from weei.api.controller import TrainingController  # noqa: E402
 from weei.demo.run import _package_inputs  # noqa: E402
-from weei.host.memory_storage import MemoryKeyValue, MemoryStorage  # noqa: E402
-from weei.host.worker_pool import ThreadWorkerPool  # noqa: E402
-from weei.kernel.native import NativeKernel  # noqa: E402
+from weei.host.memory_storage import MemoryStorage  # noqa: E402
 from weei.runtime.wasmtime_engine import WasmtimeEngine  # noqa: E402
 from weei.server.signaling_client import SignalingClient  # noqa: E402
 
@@ -45,12 +41,7 @@ async def coordinator(url: str, storage: MemoryStorage, room_key: str | None, to
     transport = AgentTransport(SignalingClient(url, token=token, room=ROOM if token else None))
     try:
         welcome = await transport.connect()
-        engine = WasmtimeEngine()
-        controller = TrainingController(
-            my_peer_id=welcome.peer_id, storage=storage, kv=MemoryKeyValue(), pool=ThreadWorkerPool(engine, 1),
-            kernel=NativeKernel(), engine=engine, clock=lambda: time.time() * 1000.0,
-            monotonic=lambda: time.monotonic() * 1000.0, random_bytes=os.urandom, transport=transport,
-            room_key=room_key)
+        controller = coordinator_controller(welcome.peer_id, transport, WasmtimeEngine(), room_key, storage)
         await controller.init()
         transport.attach(controller, has=lambda sha: sha in controller.artifacts)
         await transport.join(ROOM)
