@@ -100,7 +100,7 @@ class Coordinator(RoundLoop):
         self.diagnostics_sink: Callable[[str, dict[str, Any], float], None] | None = None
         self.stopwatch = _no_stopwatch  # the host sets its monotonic clock: phases get their durations
         self._round_opened = None
-        self.relays = Relays(my_peer_id, spec.job_id)
+        self.relays = Relays(my_peer_id, spec.job_id, sha256_many=kernel.sha256_many)
         self.broadcast = None
         # Live progress of an open attempt goes to the host's LiveProgress book (bounded per peer);
         # it answers False for a report older than the one it holds.

@@ -49,6 +49,7 @@ import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from .aggregate import BytesLike
 from .commands import Command, Log, Send
 from .messages import ArtifactRef
 from .relay_messages import MAX_FORWARD, MAX_PIECES, Piece, RelayDone, RelayPiece, RelayPlan
@@ -59,6 +60,8 @@ __all__ = [
     "PIPELINE_PIECES",
     "MIN_RELAY_BYTES",
     "piece_size",
+    "sequential_sha256",
+    "views",
     "split",
     "tree",
     "relay_timeout_ms",
@@ -87,7 +90,12 @@ def piece_size(total: int, largest: int = PIECE_BYTES, count: int = PIPELINE_PIE
     return max(min(aim, largest), -(-total // MAX_PIECES), 1)
 
 
-def split(data: bytes, piece_bytes: int = PIECE_BYTES) -> list[tuple[Piece, memoryview]]:
+def sequential_sha256(buffers: Sequence[BytesLike]) -> list[str]:
+    """The hex SHA-256 of each buffer, one after the other (a host with one thread)."""
+    return [hashlib.sha256(b).hexdigest() for b in buffers]
+
+
+def views(data: bytes, piece_bytes: int = PIECE_BYTES) -> list[memoryview]:
     """``data`` cut into pieces of ``piece_bytes`` (larger when it would need more than MAX_PIECES).
 
     Each piece is a read-only view into ``data``, not a copy: a checkpoint's
@@ -96,11 +104,14 @@ def split(data: bytes, piece_bytes: int = PIECE_BYTES) -> list[tuple[Piece, memo
     """
     size = max(piece_bytes, -(-len(data) // MAX_PIECES), 1)
     view = memoryview(data).toreadonly().cast("B")
-    out = []
-    for offset in range(0, len(view), size):
-        chunk = view[offset:offset + size]
-        out.append((Piece(hashlib.sha256(chunk).hexdigest(), len(chunk)), chunk))
-    return out
+    return [view[offset:offset + size] for offset in range(0, len(view), size)]
+
+
+def split(data: bytes, piece_bytes: int = PIECE_BYTES,
+          sha256_many: Callable[[Sequence[BytesLike]], list[str]] = sequential_sha256) -> list[tuple[Piece, memoryview]]:
+    """``views(data, piece_bytes)``, each with its Piece (SHA-256 and size)."""
+    chunks = views(data, piece_bytes)
+    return [(Piece(sha, len(chunk)), chunk) for sha, chunk in zip(sha256_many(chunks), chunks)]
 
 
 def tree(targets: Sequence[str], fanout: int) -> dict[str, tuple[str | None, tuple[str, ...]]]:
@@ -136,6 +147,32 @@ class Relays:
     pipeline_pieces: int = PIPELINE_PIECES  # about how many pieces (piece_size)
     min_relay_bytes: int = MIN_RELAY_BYTES
     blamed: dict[str, str] = field(default_factory=dict)  # peer -> why it is no relay any more
+    sha256_many: Callable[[Sequence[BytesLike]], list[str]] = sequential_sha256  # the host's (kernel's) hasher
+    # The pieces ``digest`` hashed with the artifact they cut: (artifact, piece size, pieces).
+    _prehashed: tuple[str, int, list[tuple[Piece, memoryview]]] | None = field(default=None, repr=False)
+
+    def piece_size(self, total: int) -> int:
+        """The piece size this policy cuts an artifact of ``total`` bytes into."""
+        return total if total < self.min_relay_bytes else piece_size(total, self.piece_bytes, self.pipeline_pieces)
+
+    def digest(self, data: bytes, *, relayed: bool) -> str:
+        """The hex SHA-256 of ``data``. When it is likely to be ``relayed``, its pieces are hashed in the
+        same call (so a host hashes both on two cores at once), kept for the ``broadcast`` of it."""
+        if not relayed or len(data) < self.min_relay_bytes:
+            return self.sha256_many([data])[0]
+        size = self.piece_size(len(data))
+        chunks = views(data, size)
+        whole, *shas = self.sha256_many([data, *chunks])  # the largest first: see weei.kernel.digests
+        self._prehashed = (whole, size, [(Piece(sha, len(c)), c) for sha, c in zip(shas, chunks)])
+        return whole
+
+    def pieces(self, artifact: str, data: bytes) -> list[tuple[Piece, memoryview]]:
+        """``data``'s pieces: those ``digest`` hashed when they are of this artifact, else hashed now."""
+        size = self.piece_size(len(data))
+        kept, self._prehashed = self._prehashed, None
+        if kept is not None and kept[0] == artifact and kept[1] == size:
+            return kept[2]
+        return split(data, size, self.sha256_many)
 
     def broadcast(self, round_: int, artifact: str, data: bytes, targets: Sequence[str], now: float,
                   timeout_ms: float | None = None) -> Broadcast:
@@ -172,9 +209,7 @@ class Broadcast:
         self.round = round_
         self.artifact = artifact
         self.timeout_ms = timeout_ms
-        small = len(data) < relays.min_relay_bytes
-        self.pieces = split(data, len(data) if small else piece_size(len(data), relays.piece_bytes,
-                                                                     relays.pipeline_pieces))
+        self.pieces = relays.pieces(artifact, data)
         self.total = len(data)
         self.delivered: set[str] = set()
         self.gone: set[str] = set()

@@ -143,6 +143,11 @@ class RoundLoop:
             # Nothing could be handed out: every remaining chunk was dropped.
             self._close_round(now)
 
+    def _relay_likely(self) -> bool:
+        """Whether the next round will likely relay its checkpoint: two or more other peers can take work
+        (``relay_assignments`` decides by the Sends it is given; a wrong guess costs a hash or saves none)."""
+        return sum(1 for p in self._eligible() if p != self.my_peer_id) >= 2
+
     def _hand_out(self, peer: str, round_: int, now: float) -> bool:
         """Give ``peer`` one assignment of ``round_``; False when no work is left this round."""
         units = None
@@ -256,7 +261,8 @@ class RoundLoop:
         started = self.stopwatch()
         try:
             record = close_round(self.kernel, round_, self.weights, self.aggregation_state, self.spec.settings,
-                                 self.spec.info, received)
+                                 self.spec.info, received,
+                                 digest=lambda w: self.relays.digest(w, relayed=self._relay_likely()))
         except (AggregationError, SettingsError) as exc:
             for r in received:  # the trained work goes back, not counted as a failure
                 progress.give_back(self.dataset, self.experience, r.attempt, failed=False)

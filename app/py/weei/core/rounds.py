@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from .aggregate import AggregationKernel, AggregationState, BytesLike, aggregate_round
 from .attempts import Attempt, Received
@@ -39,10 +39,15 @@ __all__ = [
 
 
 class Kernel(AggregationKernel, Protocol):
-    """What the coordinator asks of a kernel (weei.kernel): the aggregation loops and a finite scan."""
+    """What the coordinator asks of a kernel (weei.kernel): the aggregation loops, a finite scan, and the
+    SHA-256 of the new weights (the round's other bulk work)."""
 
     def first_non_finite(self, data: BytesLike) -> int:
         """The index of the first non-finite float32 value of ``data``, or -1."""
+        ...
+
+    def sha256_many(self, buffers: Sequence[BytesLike]) -> list[str]:
+        """The hex SHA-256 of each buffer, in order (a CPython host spreads them over its cores)."""
         ...
 
 
@@ -64,8 +69,13 @@ class RoundRecord:
 
 
 def close_round(kernel: Kernel, round_: int, weights: bytes, state: AggregationState | None,
-                settings: TrainingSettings, info: ModelInfo, received: Sequence[Received]) -> RoundRecord:
+                settings: TrainingSettings, info: ModelInfo, received: Sequence[Received],
+                digest: Callable[[bytes], str] | None = None) -> RoundRecord:
     """Aggregate round ``round_``'s valid updates (canonical order, at least one) into its checkpoint.
+
+    ``digest`` names the new weights (hex SHA-256); by default the kernel's
+    ``sha256_many``. The coordinator passes its relay's, which hashes the
+    pieces of a checkpoint it is about to relay at the same time.
 
     Raises:
         SettingsError: the model does not allow the configured method.
@@ -80,7 +90,7 @@ def close_round(kernel: Kernel, round_: int, weights: bytes, state: AggregationS
     return RoundRecord(
         round=round_,
         weights=result.weights,
-        weights_sha256=hashlib.sha256(result.weights).hexdigest(),
+        weights_sha256=digest(result.weights) if digest is not None else kernel.sha256_many([result.weights])[0],
         aggregation_state=result.state,
         metrics=weighted_metrics([m.id for m in info.metrics], received),
         examples=sum(r.update.count for r in received),

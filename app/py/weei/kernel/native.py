@@ -23,6 +23,7 @@ import numpy.typing as npt
 
 from weei.core.aggregate import BytesLike, Segment
 from weei.kernel import kernel_source
+from weei.kernel.digests import sha256_many as _sha256_many
 from weei.kernel.numpy_kernel import F32, as_f32
 
 __all__ = ["NATIVE_FLAGS", "build_native", "NativeKernel"]
@@ -215,3 +216,7 @@ class NativeKernel:
         x = np.ascontiguousarray(as_f32(data))
         self._check_size(x.shape[0])
         return int(self._lib.weei_first_non_finite(_ptr(x), x.shape[0]))
+
+    def sha256_many(self, buffers: Sequence[BytesLike]) -> list[str]:
+        """See ``weei.core.rounds.Kernel.sha256_many``: on every core (weei.kernel.digests)."""
+        return _sha256_many(buffers)

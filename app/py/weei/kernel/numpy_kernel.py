@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from weei.core.aggregate import BytesLike, Segment
+from weei.kernel.digests import sha256_many as _sha256_many
 
 __all__ = ["BLOCK", "LANES", "NumpyKernel", "as_f32"]
 
@@ -318,3 +319,7 @@ class NumpyKernel:
             if bad.size:
                 return lo + int(bad[0])
         return -1
+
+    def sha256_many(self, buffers: Sequence[BytesLike]) -> list[str]:
+        """See ``weei.core.rounds.Kernel.sha256_many``: on every core (weei.kernel.digests)."""
+        return _sha256_many(buffers)
