@@ -19,7 +19,8 @@ import pytest
 
 from test_room_proof import COORD, N1, N2, ROOM, T0, _controller, answer
 from weei.api import TrainingController
-from weei.core.messages import ArtifactRef, CheckpointNote, Deliver, JobFinished, Message, PauseContribution
+from weei.core.commands import Send
+from weei.core.messages import ArtifactRef, CheckpointNote, Deliver, JobFinished, Leave, Message, PauseContribution
 from weei.core.restored_proof import MAX_HELD, RESTORED_TRANSITIONS, Hold, RestoredProof, RestoredState
 from weei.core.room_proof import (PROOF_TIMEOUT_MS, CoordinatorProofs, ProofVerdict, RoomProof, RoomProofReason,
                                   proof_key)
@@ -150,6 +151,35 @@ def test_what_an_unproven_coordinator_can_make_a_participant_hold_is_bounded() -
     assert gate.hold(COORD, note(9), {}) is Hold.DROPPED and gate.last_dropped == "too-many-before-the-proof"
     assert gate.held() == 5 and gate.dropped == {"attachments-before-the-proof": 2, "too-many-before-the-proof": 1}
     assert MAX_HELD > 1000  # a delivery and the 1000 checkpoint notes an honest coordinator sends with it
+
+
+def test_what_the_participant_says_before_the_proof_waits_for_it_and_goes_out_in_order_after() -> None:
+    gate, proofs = restored()
+    leave, pause = Send(COORD, Leave(JOB)), Send(COORD, PauseContribution(JOB, True))
+    assert gate.hold_outgoing(pause)  # not even connected yet: it waits all the same
+    gate.connected()
+    challenge = proofs.challenge(JOB, COORD, N1, T0).message
+    assert not gate.hold_outgoing(Send(COORD, challenge))  # the challenge itself goes now
+    assert not gate.hold_outgoing(Send("someone-else", leave.message))  # not to the gate's coordinator
+    assert gate.hold_outgoing(leave)
+    assert gate.take_outgoing() == []  # nothing before the verdict
+    assert gate.decide(verdict_of(proofs, ROOM, N2, T0 + 10))
+    assert gate.take_outgoing() == [pause, leave] and gate.take_outgoing() == []
+    assert not gate.hold_outgoing(pause)  # proven: as any participation
+
+
+def test_what_the_participant_said_before_a_refused_proof_never_goes_out_and_is_bounded() -> None:
+    gate, proofs = restored()
+    small, small_proofs = RestoredProof(JOB, COORD, max_held=2), CoordinatorProofs(proof_key(ROOM), ME)
+    for gate_ in (gate, small):
+        gate_.connected()
+        for paused in (True, False, True):
+            assert gate_.hold_outgoing(Send(COORD, PauseContribution(JOB, paused)))
+    assert gate.decide(verdict_of(proofs, "another-room-key", N1, T0 + 10))
+    assert gate.take_outgoing() == []
+    assert small.dropped == {"outgoing-too-many-before-the-proof": 1}
+    assert small.decide(verdict_of(small_proofs, ROOM, N1, T0 + 10))
+    assert [s.message for s in small.take_outgoing()] == [PauseContribution(JOB, False), PauseContribution(JOB, True)]
 
 
 def test_the_gate_moves_by_its_table() -> None:

@@ -20,7 +20,7 @@ and a running job pauses, its checkpoints already saved untouched.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Coroutine
+from typing import Any, Callable, Coroutine
 
 from ..core.commands import Command, LoadModule, Log, Phase, RunValidation, SaveCheckpoint, Send, Train
 from ..core.errors import UsageError, WeeiError
@@ -52,6 +52,9 @@ class Executor:
         self.residency = Residency()
         self.diagnostics = DiagnosticsLink(session, self._settle_stage)
         self.log_writer = DebugLogWriter(session.debug_log, kv, session.monotonic)
+        # Whether a Send waits (the participation's coordinator has not proved the room key yet):
+        # PeerEvents decides, and sends what waited once the proof is in.
+        self.holds_back: Callable[[Send], bool] = lambda send: False
         self.tasks: set[asyncio.Task[Any]] = set()
         self.timer: asyncio.Task[Any] | None = None
         self.refused_error: str | None = None  # state.error set by the last refused write
@@ -121,6 +124,14 @@ class Executor:
                 self.store.remember(command.weights_sha256, command.weights)
         return commands
 
+    def send(self, command: Send) -> None:
+        """``command`` to its (remote) peer, with the attachments it names, now."""
+        s = self.session
+        if s.transport is None:
+            s.record("send.dropped", {"to": command.peer, "type": command.message.TYPE})
+            return
+        s.transport.send(command, {ref.sha256: self.store.artifact(ref.sha256) for ref in command.attachments})
+
     def _release(self, command: Command) -> None:
         if isinstance(command, RunValidation):
             self.session.evaluating -= 1
@@ -134,11 +145,10 @@ class Executor:
                 self.store.remember(sha, data)
             if command.peer == s.my_peer_id:
                 self._deliver_locally(role, command)
-            elif s.transport is not None:
-                blobs = {ref.sha256: self.store.artifact(ref.sha256) for ref in command.attachments}
-                s.transport.send(command, blobs)
+            elif self.holds_back(command):
+                s.record("send.held", {"to": command.peer, "type": command.message.TYPE})
             else:
-                s.record("send.dropped", {"to": command.peer, "type": command.message.TYPE})
+                self.send(command)
         elif isinstance(command, SaveCheckpoint):
             await self._save_checkpoint(command)
         elif isinstance(command, RunValidation):
@@ -266,7 +276,6 @@ class Executor:
         except WeeiError as exc:
             participant.module_failed(str(exc), s.clock())
             return
-        info = participant.model_info or {}
         # A remote job's WGSL archive: the backend says whether this device will train on its GPU
         # (and so fetches the archive); our own job's archive the controller set already.
         offer = getattr(self.backend, "offer", None)

@@ -42,6 +42,7 @@ class PeerEvents:
         self._reproving: asyncio.Task[Any] | None = None
         #: Called with each message the gate held, before it is handled (the agent keeps its files on disk).
         self.on_release: Callable[[Message, Mapping[str, bytes]], Awaitable[None]] | None = None
+        executor.holds_back = self._holds_outgoing
 
     def _gate(self) -> RestoredProof | None:
         """The open gate of the current participation, if it was restored in a keyed room."""
@@ -52,6 +53,10 @@ class PeerEvents:
             self._restored = None
             return None
         return gate
+
+    def _holds_outgoing(self, send: Send) -> bool:
+        gate = self._gate()
+        return gate is not None and gate.hold_outgoing(send)
 
     def holds_back(self, peer: str) -> bool:
         """Whether a message from ``peer`` now waits for (or is dropped by) the restored participation's gate."""
@@ -214,6 +219,8 @@ class PeerEvents:
         if not verdict.proven:
             await self._end_refused(verdict)
             return
+        for send in gate.take_outgoing():
+            self.executor.send(send)
         participant.reconnected(s.clock())
         s.recorder.reconnected()
         await self.executor.drain()
@@ -248,5 +255,8 @@ class PeerEvents:
             # Our coordinator is gone (for now): on its return we are 'approved' again and
             # take the module it delivers, whatever state the job was in.
             s.participant.disconnected(self.session.clock())
+            if gate is None and self.room_check is not None and s.participant.state == "disconnected":
+                # Whoever comes back under its peer ID proves the room key again, as after a restart.
+                self._restored = (RestoredProof(s.participant.job_id, peer), s.participant)
         await self.executor.drain()
 

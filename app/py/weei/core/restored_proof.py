@@ -14,7 +14,11 @@ can have seen the challenge; so :class:`RestoredProof` *holds* what arrives
 from it, in memory and unread, and hands it on in arrival order once the
 proof verifies (``take_held``), or drops it when the proof is refused.
 Nothing held is stored, loaded or answered, and nothing goes back but the
-challenge. What is held is bounded: only the delivery (the first ``deliver``,
+challenge: what this participant sends meanwhile (a leave, a pause)
+waits too (``hold_outgoing``), and goes
+out after the proof (``take_outgoing``) or never. The same gate closes
+behind a coordinator whose channel drops during a session: whoever comes
+back under its peer ID proves the key again. What is held is bounded: only the delivery (the first ``deliver``,
 the one message an honest coordinator attaches files to before the proof)
 keeps its attachments, other messages with attachments are dropped, and at
 most :data:`MAX_HELD` messages wait.
@@ -32,6 +36,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Mapping
 
+from .commands import Send
 from .messages import Deliver, Message
 from .participant import CHECKPOINTS_KEPT
 from .room_proof import ProofVerdict, RoomChallenge, RoomProof
@@ -87,6 +92,7 @@ class RestoredProof:
         self.last_dropped: str | None = None  # the reason of the latest DROPPED
         self._held: deque[_Held] = deque()
         self._delivered = False
+        self._outgoing: deque[Send] = deque()  # what this participant said meanwhile, for after the proof
 
     @property
     def deciding(self) -> bool:
@@ -131,6 +137,26 @@ class RestoredProof:
         self._held.append(_Held(message, blobs))
         return Hold.HELD
 
+    def hold_outgoing(self, send: Send) -> bool:
+        """A message this participant is sending: True when it waits for the proof (the coordinator's peer
+        ID is not proven, so it learns nothing, not even a leave or a pause); the oldest beyond
+        ``max_held`` go."""
+        if send.peer != self.coordinator or not self.deciding or isinstance(send.message, (RoomProof, RoomChallenge)):
+            return False
+        self._outgoing.append(send)
+        while len(self._outgoing) > self.max_held:
+            self._outgoing.popleft()
+            self._drop("outgoing-too-many-before-the-proof")
+        return True
+
+    def take_outgoing(self) -> list[Send]:
+        """After the proof: what this participant said while it was out, in order (once)."""
+        if self.state not in (S.PROVEN, S.RELEASED):
+            return []
+        out = list(self._outgoing)
+        self._outgoing.clear()
+        return out
+
     def decide(self, verdict: ProofVerdict) -> bool:
         """The verdict of the challenge made at the last ``connected``; False: not this gate's, or too late."""
         if self.state is not S.PROVING or (verdict.job_id, verdict.coordinator) != (self.job_id, self.coordinator):
@@ -138,6 +164,7 @@ class RestoredProof:
         self._move("proven" if verdict.proven else "refused")
         if not verdict.proven:
             self._clear()
+            self._outgoing.clear()
         return True
 
     def take_held(self) -> tuple[Message, Mapping[str, bytes]] | None:
