@@ -76,7 +76,10 @@ def progress() -> list[Progress]:
 
 @pytest.fixture
 def rt(echo_wasm: bytes, engine: WasmtimeEngine, progress: list[Progress]) -> ModelRuntime:
-    return ModelRuntime.load(echo_wasm, engine, on_progress=progress.append)
+    """The echo module, every progress report parsed (how often they are: test_progress_reports)."""
+    runtime = ModelRuntime.load(echo_wasm, engine, on_progress=progress.append)
+    runtime.progress.interval_s = 0
+    return runtime
 
 
 def f32(*values: float) -> bytes:

@@ -10,9 +10,12 @@ instantiates anything, so a module that imports more than
 1. each input region (chunk, weights, auxiliary slot) is ``alloc``-ed and
    written in one bulk copy; the input JSON (compact, UTF-8) likewise;
 2. the export is called; ``weei.onProgress`` reports arriving meanwhile are
-   parsed into :class:`Progress` and handed to ``on_progress`` (a malformed
-   report is recorded in ``progress_rejections`` and skipped: progress is
-   informational and must never fail training);
+   parsed into :class:`Progress` and handed to ``on_progress``: the first at
+   once, then at most one per 20 ms, and the newest one left when the export
+   returns (``progress_reports.py``: parsing every batch's report cost a
+   third of a training call); a malformed report is recorded in
+   ``progress_rejections`` and skipped: progress is informational and must
+   never fail training;
 3. the result JSON and any output region are copied out at once (they are
    only valid until the next call into the module);
 4. every region the host allocated is freed, on success and on failure.
@@ -32,8 +35,6 @@ from __future__ import annotations
 
 import copy
 import json
-import logging
-from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -41,12 +42,12 @@ from weei.core.errors import ModelError, UsageError
 from weei.core.limits import MAX_FILE_BYTES
 from weei.core.sandbox import check_module_memory
 
-from .engine import CompileError, DeadlineExceeded, Engine, EngineError, Instance, InstantiateError, Interrupted, Trap
+from .engine import CompileError, DeadlineExceeded, Engine, EngineError, Instance, InstantiateError, Interrupted
+from .progress_reports import ProgressReports
 from .results import EvalResult, Progress, TrainResult, field_count, field_metrics, parse_result_json
 
 __all__ = ["ABI_VERSION", "OPERATIONS", "REQUIRED_EXPORTS", "ProgressCallback", "ModelRuntime"]
 
-log = logging.getLogger(__name__)
 
 ABI_VERSION = 1
 
@@ -68,7 +69,6 @@ _SIGNATURES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 _PROGRESS_IMPORT = ("weei", "onProgress")
 _U64_LIMIT = 1 << 64
 _U32_LIMIT = 1 << 32
-_MAX_REJECTIONS = 32
 _MAX_JSON_BYTES = 1 << 20  # a result or progress JSON: metrics and counts, never weights
 _MAX_REGION_BYTES = MAX_FILE_BYTES  # a region the module hands back (weights): the checkpoint limit
 
@@ -116,7 +116,8 @@ class ModelRuntime:
         self._instance = instance
         self.on_progress: ProgressCallback | None = on_progress
         """Called with each valid :class:`Progress` report; may be replaced between calls."""
-        self._rejections: deque[str] = deque(maxlen=_MAX_REJECTIONS)
+        self.progress = ProgressReports()
+        """Which progress reports are parsed (``interval_s``: 0 parses every one) and why some were skipped."""
         self._active_op: str | None = None
         self._broken: str | None = None
         self._info: dict[str, Any] | None = None
@@ -201,7 +202,7 @@ class ModelRuntime:
     @property
     def progress_rejections(self) -> tuple[str, ...]:
         """Why recent progress reports were skipped (newest last, at most 32)."""
-        return tuple(self._rejections)
+        return tuple(self.progress.rejections)
 
     @property
     def has_gpu_operations(self) -> bool:
@@ -436,7 +437,8 @@ class ModelRuntime:
     def _require_loaded(self, op: str) -> None:
         if not self._loaded:
             raise UsageError("model-not-loaded", f"{op}: call load_model first (each train needs a fresh one)")
-        if not self._aux_loaded and self.model_info().get("auxiliaryWeights"):
+        # The cached info, not model_info()'s deep copy of it: this runs before every train and evaluate.
+        if not self._aux_loaded and (self._info or self.model_info()).get("auxiliaryWeights"):
             raise UsageError(
                 "auxiliary-not-loaded",
                 f"{op}: the model declares auxiliary weights; call load_auxiliary after load_model",
@@ -491,6 +493,7 @@ class ModelRuntime:
         allocated: list[int] = []
         failed = False
         self._active_op = op
+        self.progress.start()
         try:
             regions = [self._put(op, view, allocated) for view in inputs or []]
             body = payload(regions) if callable(payload) else payload
@@ -500,6 +503,9 @@ class ModelRuntime:
                 raise UsageError("invalid-argument", f"{op}: input is not JSON-serialisable: {exc}") from None
             request = self._put(op, memoryview(text.encode("utf-8")), allocated)
             ptr = _u32(self._call(op, op, request["ptr"], request["bytes"]), op)
+            last = self.progress.flush()  # the newest report not parsed yet: normally the final one
+            if last is not None and self.on_progress is not None:
+                self.on_progress(last)  # the module has returned: raising here leaves it usable
             length = _u32(self._call(op, "resultLength"), f"{op}: resultLength")
             result = parse_result_json(op, self._read(op, "result", ptr, length))
             out: bytes | None = None
@@ -570,28 +576,20 @@ class ModelRuntime:
         return self._read(op, repr(key), ptr, size)
 
     def _on_progress_import(self, ptr: int, size: int) -> None:
-        # weei.onProgress, called from inside an export call.
+        # weei.onProgress, called from inside an export call; parsed only when due (progress_reports.py).
         op = self._active_op or "(no operation)"
         try:
             if self._active_op is None:
                 raise ModelError("progress-invalid", "reported outside an operation")
             raw = self._read(op, "progress", _u32(ptr, "onProgress"), _u32(size, "onProgress"))
-            report = parse_result_json(f"{op} progress", raw)
-            processed = field_count(op, report, "processedExamples")
-            total = field_count(op, report, "totalExamples")
-            metrics = field_metrics(op, report) if "metrics" in report else {}
-            assert processed is not None and total is not None
-            if processed > total:
-                raise ModelError("progress-invalid", f"processedExamples {processed} > totalExamples {total}")
         except ModelError as exc:
-            note = f"{op}: {exc.message} [{exc.reason}]"
-            self._rejections.append(note)
-            log.debug("progress report skipped: %s", note)
+            self.progress.reject(op, exc)
             return
+        progress = self.progress.report(op, raw)
         callback = self.on_progress
-        if callback is not None:
+        if progress is not None and callback is not None:
             try:
-                callback(Progress(processed, total, metrics))
+                callback(progress)
             except BaseException as exc:
                 # The exception unwinds the module mid-operation (this is how a
                 # host aborts training); its state is unknown afterwards.
