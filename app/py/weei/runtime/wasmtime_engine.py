@@ -42,6 +42,7 @@ import math
 import threading
 import time
 import weakref
+from typing import Any
 
 import wasmtime
 
@@ -56,6 +57,7 @@ from .engine import (
     ProgressHook,
     Trap,
 )
+from .wasmtime_calls import fast_call
 
 __all__ = ["WasmtimeEngine", "WasmtimeModule", "WasmtimeInstance", "DEFAULT_MEMORY_LIMIT", "DEFAULT_CALL_DEADLINE_S"]
 
@@ -251,12 +253,12 @@ class WasmtimeInstance:
         finally:
             engine._busy -= 1
         exports = self._instance.exports(self._store)
-        self._funcs: dict[str, wasmtime.Func] = {}
+        self._funcs: dict[str, Any] = {}  # name -> a callable(store, *args): wasmtime_calls' or the Func
         self._memory: wasmtime.Memory | None = None
         for info in module.exports:
             ext = exports[info.name]
             if isinstance(ext, wasmtime.Func):
-                self._funcs[info.name] = ext
+                self._funcs[info.name] = fast_call(self._store, ext) or ext
             elif isinstance(ext, wasmtime.Memory) and info.name == "memory":
                 self._memory = ext
 
