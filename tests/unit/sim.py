@@ -39,7 +39,7 @@ from weei.core.commands import LoadModule, Log, Phase, RunValidation, SaveCheckp
 from weei.core.coordinator import Coordinator
 from weei.core.job import ChunkInfo, JobSpec, ModuleInfo
 from weei.core.messages import (
-    ArtifactRef, Assign, Direction, Message, decode_message, encode_message,
+    ArtifactRef, Assign, Direction, Message, Update, decode_message, encode_message,
 )
 from weei.core.modelinfo import ModelInfo
 from weei.core.participant import Participant, TrainOutcome
@@ -184,6 +184,20 @@ def default_outcome(assign: Assign, start: bytes) -> TrainOutcome:
     # A value whose float sum depends on the order of the terms.
     value = (assign.seed % 1_000_003) / 997.0 + 0.1
     return TrainOutcome((w + delta).astype("<f4").tobytes(), {metric: value}, count)
+
+
+def trained_updates(coordinator: Coordinator, commands: list[Any]) -> list[tuple[str, Update, bytes]]:
+    """Each Assign among ``commands``, trained as ``default_outcome``: (peer, its Update, the new weights)."""
+    out = []
+    for command in commands:
+        if isinstance(command, Send) and isinstance(command.message, Assign):
+            assign = command.message
+            outcome = default_outcome(assign, coordinator.weights)
+            ref = ArtifactRef("update", sha(outcome.weights), len(outcome.weights))
+            out.append((command.peer, Update(assign.job_id, assign.round, assign.assignment_id, assign.attempt_id,
+                                             assign.checkpoint.sha256, ref, dict(outcome.metrics), outcome.count),
+                        outcome.weights))
+    return out
 
 
 @dataclass

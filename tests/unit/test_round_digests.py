@@ -13,12 +13,12 @@ import hashlib
 import random
 from collections.abc import Sequence
 
-from sim import COORD, dataset_spec, default_outcome, initial_weights
+from sim import COORD, dataset_spec, initial_weights, trained_updates
 
 from weei.core.aggregate import BytesLike
 from weei.core.commands import Send
 from weei.core.coordinator import Coordinator
-from weei.core.messages import ArtifactRef, Assign, InvitationDecision, ModuleStatus, Update
+from weei.core.messages import Assign, InvitationDecision, ModuleStatus
 from weei.core.relay import Relays, sequential_sha256, split
 from weei.core.relay_messages import RelayDone, RelayPiece, RelayPlan
 from weei.core.verified import VerifiedBlobs
@@ -57,16 +57,7 @@ def _close_round_one(peers: tuple[str, ...]) -> tuple[Coordinator, RecordingKern
             c.receive(peer, RelayDone(spec.job_id, cast.round, cast.artifact, COORD, True), {}, 0.0)
         commands += c.take_commands()
         kernel.calls.clear()  # checkpoint 0's pieces: not this test's
-    updates = []
-    for command in commands:
-        if isinstance(command, Send) and isinstance(command.message, Assign):
-            assign = command.message
-            outcome = default_outcome(assign, c.weights)
-            ref = ArtifactRef("update", hashlib.sha256(outcome.weights).hexdigest(), len(outcome.weights))
-            updates.append((command.peer, Update(spec.job_id, 1, assign.assignment_id, assign.attempt_id,
-                                                 assign.checkpoint.sha256, ref, dict(outcome.metrics), outcome.count),
-                            outcome.weights))
-    for peer, update, weights in updates:
+    for peer, update, weights in trained_updates(c, commands):
         c.receive(peer, update, VerifiedBlobs.check({update.weights.sha256: weights}), 1.0)
     return c, kernel, c.take_commands()
 

@@ -15,7 +15,7 @@ import struct
 from typing import Any
 
 import pytest
-from sim import COORD, Sim, dataset_spec, default_outcome, experience_spec, initial_weights
+from sim import COORD, Sim, dataset_spec, experience_spec, initial_weights, trained_updates
 
 from weei.core import verified
 from weei.core.attempts import RoundAttempts
@@ -53,15 +53,7 @@ def _round_one(peers: tuple[str, ...] = ("p1", "p2", "p3")) -> tuple[Coordinator
         c.receive(peer, InvitationDecision(spec.job_id, True), {}, 0.0)
         c.receive(peer, ModuleStatus(spec.job_id, True, None, ()), {}, 0.0)
     c.start(0.0)
-    updates = []
-    for command in c.take_commands():
-        if isinstance(command, Send) and isinstance(command.message, Assign):
-            assign = command.message
-            outcome = default_outcome(assign, c.weights)
-            ref = ArtifactRef("update", hashlib.sha256(outcome.weights).hexdigest(), len(outcome.weights))
-            update = Update(spec.job_id, assign.round, assign.assignment_id, assign.attempt_id,
-                            assign.checkpoint.sha256, ref, dict(outcome.metrics), outcome.count)
-            updates.append((command.peer, update, outcome.weights))
+    updates = trained_updates(c, c.take_commands())
     assert len(updates) == len(peers)
     return c, updates
 
@@ -201,16 +193,7 @@ def _closed_round_one(method: str) -> list[Any]:
         c.receive(peer, InvitationDecision(spec.job_id, True), {}, 0.0)
         c.receive(peer, ModuleStatus(spec.job_id, True, None, ()), {}, 0.0)
     c.start(0.0)
-    updates = []
-    for command in c.take_commands():
-        if isinstance(command, Send) and isinstance(command.message, Assign):
-            assign = command.message
-            outcome = default_outcome(assign, c.weights)
-            ref = ArtifactRef("update", hashlib.sha256(outcome.weights).hexdigest(), len(outcome.weights))
-            updates.append((command.peer, Update(spec.job_id, 1, assign.assignment_id, assign.attempt_id,
-                                                 assign.checkpoint.sha256, ref, dict(outcome.metrics), outcome.count),
-                            outcome.weights))
-    for peer, update, weights in updates:
+    for peer, update, weights in trained_updates(c, c.take_commands()):
         c.receive(peer, update, VerifiedBlobs.check({update.weights.sha256: weights}), 1.0)
     return c.take_commands()
 
