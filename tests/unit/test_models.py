@@ -19,8 +19,11 @@ FMT = "weei-digits-v1"
 
 
 def load(model_id: str, progress: list | None = None) -> ModelRuntime:
+    """The model in wasmtime, every progress report parsed: these tests check what the model reports."""
     wasm = (MODELS / model_id / "model.wasm").read_bytes()
-    return ModelRuntime.load(wasm, WasmtimeEngine(), on_progress=progress.append if progress is not None else None)
+    runtime = ModelRuntime.load(wasm, WasmtimeEngine(), on_progress=progress.append if progress is not None else None)
+    runtime.progress.interval_s = 0
+    return runtime
 
 
 def floats(weights: bytes) -> np.ndarray:
