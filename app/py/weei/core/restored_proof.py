@@ -14,14 +14,14 @@ can have seen the challenge; so :class:`RestoredProof` *holds* what arrives
 from it, in memory and unread, and hands it on in arrival order once the
 proof verifies (``take_held``), or drops it when the proof is refused.
 Nothing held is stored, loaded or answered, and nothing goes back but the
-challenge: what this participant sends meanwhile (a leave, a pause)
-waits too (``hold_outgoing``), and goes
-out after the proof (``take_outgoing``) or never. The same gate closes
-behind a coordinator whose channel drops during a session: whoever comes
-back under its peer ID proves the key again. What is held is bounded: only the delivery (the first ``deliver``,
+challenge: what this participant sends meanwhile (a leave, a pause) waits
+too (``hold_outgoing``), and goes out after the proof (``take_outgoing``)
+or never. The same gate closes behind a coordinator whose channel drops
+during a session: whoever comes back under its peer ID proves the key
+again. What is held is bounded: only the delivery (the first ``deliver``,
 the one message an honest coordinator attaches files to before the proof)
 keeps its attachments, other messages with attachments are dropped, and at
-most :data:`MAX_HELD` messages wait.
+most :data:`MAX_HELD` messages wait (and as many of our own).
 
 Sans-I/O: the challenge and its verdict are :class:`CoordinatorProofs`' (the
 caller passes the verdict in); the states move by :data:`RESTORED_TRANSITIONS`.

@@ -4,8 +4,8 @@ A round's critical path at the coordinator hashes the new weights twice
 over: whole (they name the checkpoint) and in the relay's pieces (a relayed
 plan lists every piece's hash before the first piece leaves). CPython's
 hashlib releases the GIL for buffers over 2 KiB, so a second thread takes
-the pieces while the first takes the whole: 16M weights, ~100 ms of
-hashing in ~50 ms of wall time on two idle cores (bench/bench_round.py).
+the pieces while the first takes the whole: 16M weights, 97 ms of
+hashing in 55 ms of wall time on two idle cores (bench/bench_round.py).
 """
 
 from __future__ import annotations
