@@ -3,8 +3,8 @@
 
 The thinning runs under a clock passed in; then the real digits model in
 wasmtime, which reports after every batch: with thinning it trains to the
-same bits, hands on its final report, and parses a few reports instead of
-47.
+same bits, hands on its first and its final report, and parses a few
+reports instead of 47.
 """
 
 from __future__ import annotations
@@ -32,13 +32,14 @@ def raw(processed: int, total: int = 10, **extra: object) -> bytes:
     return json.dumps({"processedExamples": processed, "totalExamples": total, **extra}).encode()
 
 
-def test_one_report_per_interval_from_the_start_and_the_newest_at_the_end() -> None:
+def test_the_first_report_is_parsed_at_once_then_one_per_interval_and_the_newest_at_the_end() -> None:
     clock = Clock()
     reports = ProgressReports(0.02, clock)
     reports.start()
+    assert reports.report("train", raw(1)) == Progress(1, 10, {})
     clock.now += 0.01
-    assert reports.report("train", raw(1)) is None  # within the interval from the start: kept, not parsed
-    assert reports.report("train", raw(2)) is None
+    assert reports.report("train", raw(2)) is None  # kept, not parsed
+    assert reports.report("train", raw(3)) is None
     clock.now += 0.011
     assert reports.report("train", raw(4, metrics={"loss": 0.5})) == Progress(4, 10, {"loss": 0.5})
     clock.now += 0.001
@@ -46,18 +47,15 @@ def test_one_report_per_interval_from_the_start_and_the_newest_at_the_end() -> N
     assert reports.report("train", raw(10)) is None
     assert reports.flush() == Progress(10, 10, {})  # the newest kept one: the final report arrives
     assert reports.flush() is None  # once
-    reports.start()  # a short operation: its last report only
-    for i in (1, 2, 3):
-        assert reports.report("evaluate", raw(i, 3)) is None
-    assert reports.flush() == Progress(3, 3, {})
+    reports.start()  # the next operation's first report goes at once, however soon
+    assert reports.report("evaluate", raw(1)) == Progress(1, 10, {})
 
 
 def test_a_malformed_report_is_recorded_when_parsed_and_never_when_superseded() -> None:
     clock = Clock()
     reports = ProgressReports(0.02, clock)
     reports.start()
-    clock.now += 0.05
-    assert reports.report("train", b"{not json") is None  # due: parsed, malformed, recorded
+    assert reports.report("train", b"{not json") is None  # parsed at once: malformed, recorded
     assert reports.report("train", raw(11)) is None  # processed > total, but superseded before it is parsed
     assert reports.report("train", raw(5)) is None
     assert reports.flush() == Progress(5, 10, {})
@@ -103,7 +101,7 @@ def test_thinned_progress_trains_the_same_bits_and_the_final_report_arrives(digi
     if interval == 0.0:
         assert len(seen) == -(-examples // 32)  # every batch's report
     elif interval == 3600.0:
-        assert len(seen) == 1  # the last only
+        assert len(seen) == 2 and seen[0].processed_examples == 32  # the first, and the last
     reference = ModelRuntime.load(wasm, WasmtimeEngine())
     reference.progress.interval_s = 0.0
     reference.load_model(weights)

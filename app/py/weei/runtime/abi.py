@@ -10,8 +10,8 @@ instantiates anything, so a module that imports more than
 1. each input region (chunk, weights, auxiliary slot) is ``alloc``-ed and
    written in one bulk copy; the input JSON (compact, UTF-8) likewise;
 2. the export is called; ``weei.onProgress`` reports arriving meanwhile are
-   parsed into :class:`Progress` and handed to ``on_progress``: at most one
-   per 20 ms from the start, and the newest one left when the export
+   parsed into :class:`Progress` and handed to ``on_progress``: the first at
+   once, then at most one per 20 ms, and the newest one left when the export
    returns (``progress_reports.py``: parsing every batch's report cost a
    third of a training call); a malformed report is recorded in
    ``progress_rejections`` and skipped: progress is informational and must

@@ -9,10 +9,7 @@ digits-merged), while the hosts show progress at most every 100 ms
 between is only kept (its bytes, already copied out of the module), and the
 newest kept one is parsed when the operation returns (:meth:`flush`), so the
 last report, normally ``processedExamples == totalExamples``, always
-arrives. The operation's start counts as a parsed report: one that ends
-within the interval (a chunk of 100 examples takes ~1 ms) has only its last
-report parsed and handed on, and the Worker posts one progress message for
-it, not two.
+arrives. The first report of an operation is always parsed at once.
 
 A malformed report is skipped and recorded (``rejections``); one that was
 kept and then superseded is never parsed, so it is neither delivered nor
@@ -46,12 +43,12 @@ class ProgressReports:
         self.interval_s = interval_s
         self.clock = clock
         self.rejections: deque[str] = deque(maxlen=_MAX_REJECTIONS)
-        self._due = 0.0  # the clock reading from which the next report is parsed (set by start)
+        self._due = -float("inf")  # the clock reading from which the next report is parsed
         self._kept: tuple[str, bytes] | None = None  # the newest report not parsed: (operation, bytes)
 
     def start(self) -> None:
-        """An operation begins: its first report is parsed once the interval has passed (or at its end)."""
-        self._due = self.clock() + self.interval_s
+        """An operation begins: its first report is parsed at once."""
+        self._due = -float("inf")
         self._kept = None
 
     def report(self, op: str, raw: bytes) -> Progress | None:
