@@ -13,6 +13,7 @@ import pytest
 
 from weei.core.errors import SettingsError
 from weei.demo.network import MemoryNetwork
+from weei.runtime import progress_reports
 from weei.runtime.wasmtime_engine import WasmtimeEngine
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -30,8 +31,14 @@ async def _run(c: Any) -> list[dict[str, Any]]:
     return seen
 
 
-def test_progress_counts_every_local_epoch() -> None:
-    """A chunk of 100 examples trained 3 local epochs is 300 examples of work: never "300 / 100"."""
+def test_progress_counts_every_local_epoch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A chunk of 100 examples trained 3 local epochs is 300 examples of work: never "300 / 100".
+
+    Every report is parsed here (the pool's runtimes would otherwise hand on one per 20 ms, and a
+    chunk trains in a few ms: progress past the first epoch would then show only in the last report,
+    just before the update)."""
+    monkeypatch.setattr(progress_reports, "PARSE_INTERVAL_S", 0.0)
+
     async def main() -> None:
         network, engine = MemoryNetwork(), WasmtimeEngine()
         c = _make(network, engine, "me")

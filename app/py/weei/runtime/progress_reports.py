@@ -39,8 +39,9 @@ _MAX_REJECTIONS = 32
 class ProgressReports:
     """The reports of the operation under way: which to parse now, which to keep for the end."""
 
-    def __init__(self, interval_s: float = PARSE_INTERVAL_S, clock: Callable[[], float] = time.monotonic) -> None:
-        self.interval_s = interval_s
+    def __init__(self, interval_s: float | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        # PARSE_INTERVAL_S read now, not at import: a test of what a model reports sets it to 0.
+        self.interval_s = PARSE_INTERVAL_S if interval_s is None else interval_s
         self.clock = clock
         self.rejections: deque[str] = deque(maxlen=_MAX_REJECTIONS)
         self._due = -float("inf")  # the clock reading from which the next report is parsed
