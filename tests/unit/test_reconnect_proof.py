@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 
-from test_restored_proof import Sent, _events
+from test_restored_proof import Sent, _events, accepted
 from test_room_proof import COORD, ROOM, _controller
 from weei.api import TrainingController
 from weei.demo.network import MemoryNetwork
@@ -22,21 +22,9 @@ from weei.runtime.wasmtime_engine import WasmtimeEngine
 
 async def _dropped(network: MemoryNetwork, engine: WasmtimeEngine) \
         -> tuple[TrainingController, MemoryStorage, TrainingController, str]:
-    """A coordinator and a participant ("helper") in ROOM, the module loaded; then the channel between them
-    closes (both see it) and the coordinator's peer ID is free to come back."""
-    from test_controller import DIGITS_SETTINGS, package
-
-    coord_storage = MemoryStorage()
-    coordinator = _controller(network, engine, COORD, ROOM, storage=coord_storage)
-    helper = _controller(network, engine, "helper", ROOM)
-    for c in (coordinator, helper):
-        await c.init()
-    job_id = await coordinator.create_job(**package("digits-mlp"), settings={**DIGITS_SETTINGS, "epochs": 1})
-    coordinator.invite("helper")
-    await network.settle()
-    await helper.decide_invitation(job_id, True)
-    await network.settle()
-    assert coordinator.get_state()["job"]["participants"]["helper"]["state"] == "modelLoaded"
+    """``accepted`` in ROOM; then the channel between them closes (both see it) and the coordinator's peer ID
+    is free to come back."""
+    coordinator, coord_storage, helper, _, job_id = await accepted(network, engine, ROOM)
     await network.disconnect(COORD)
     await coordinator.peer_disconnected("helper")
     assert helper.participant is not None and helper.participant.state == "disconnected"

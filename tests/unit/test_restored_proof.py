@@ -211,10 +211,10 @@ class Sent:
         return [m.TYPE for m in self.messages]
 
 
-async def _accepted_then_restarted(network: MemoryNetwork, engine: WasmtimeEngine, room: str | None) \
+async def accepted(network: MemoryNetwork, engine: WasmtimeEngine, room: str | None) \
         -> tuple[TrainingController, MemoryStorage, TrainingController, MemoryStorage, str]:
-    """A coordinator and a participant ("helper") in ``room``; the helper accepts, loads the module, then its
-    process dies and a new one starts on the same storage: restored, disconnected."""
+    """A coordinator and a participant ("helper") in ``room``, each on its own storage; the helper accepted
+    the coordinator's digits job and loaded the module."""
     from test_controller import DIGITS_SETTINGS, package
 
     coord_storage, helper_storage = MemoryStorage(), MemoryStorage()
@@ -228,6 +228,14 @@ async def _accepted_then_restarted(network: MemoryNetwork, engine: WasmtimeEngin
     await helper.decide_invitation(job_id, True)
     await network.settle()
     assert coordinator.get_state()["job"]["participants"]["helper"]["state"] == "modelLoaded"
+    return coordinator, coord_storage, helper, helper_storage, job_id
+
+
+async def _accepted_then_restarted(network: MemoryNetwork, engine: WasmtimeEngine, room: str | None) \
+        -> tuple[TrainingController, MemoryStorage, TrainingController, MemoryStorage, str]:
+    """``accepted``, then the helper's process dies and a new one starts on the same storage: restored,
+    disconnected."""
+    coordinator, coord_storage, helper, helper_storage, job_id = await accepted(network, engine, room)
     await network.disconnect("helper")
     helper._clear_job()
     restarted = _controller(network, engine, "helper", room, storage=helper_storage)
