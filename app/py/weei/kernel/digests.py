@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from weei.core.aggregate import BytesLike
+from weei.core.relay import sequential_sha256
 
 __all__ = ["PARALLEL_MIN_BYTES", "sha256_many"]
 
@@ -34,7 +35,7 @@ def sha256_many(buffers: Sequence[BytesLike]) -> list[str]:
     global _pool
     cores = os.cpu_count() or 1
     if cores < 2 or len(buffers) < 2 or sum(memoryview(b).nbytes for b in buffers) < PARALLEL_MIN_BYTES:
-        return [_hex(b) for b in buffers]
+        return sequential_sha256(buffers)
     if _pool is None:  # one pool per process, threads started on first use; idle threads cost nothing
         _pool = ThreadPoolExecutor(max_workers=min(cores, 4), thread_name_prefix="weei-sha256")
     # The pool hands out buffers in order as threads come free: the whole goes to one thread and
