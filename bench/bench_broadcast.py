@@ -36,7 +36,12 @@ SIMULATED LINKS, give the same plan over links of their own
 (``bench/relay_sim.py``: the product's ``Broadcast`` and ``RelayNode``s, in
 simulated time): every uplink at the raw aiortc rate of this run (20 ms
 latency), then at a fixed 10 MB/s (50 ms). They say what the plan itself
-costs, apart from this one process on one core.
+costs, apart from this one process on one core. A "why P3" line after
+them says what limits the real one: the CPU the direct send to 1 took (this
+process's; with ``--processes`` the whole machine's busy CPU from
+/proc/stat), times the 4 copies a delivery to 4 must receive and, relayed,
+send again, over the cores the peers can use, against the wall time of
+that direct send; and how busy those cores were in the relayed run.
 
 Raw: the same number of bytes between two plain aiortc
 ``RTCPeerConnection``s (SDP handed over in-process), 64 KiB messages on an
@@ -67,6 +72,7 @@ import re
 import sys
 import time
 from collections.abc import Mapping
+from dataclasses import astuple, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -473,15 +479,36 @@ async def child(url: str, room: str, coordinator: str, n: int) -> None:
 # ---------------------------------------------------------------------- main
 
 
-async def timed(transfer: Any) -> tuple[float, float]:
-    """(wall seconds the transfer reports, CPU seconds of this process meanwhile)."""
-    cpu = time.process_time()
+@dataclass(frozen=True, order=True)
+class Run:
+    """One timed transfer: wall seconds (runs order by it), this process's CPU seconds meanwhile, and the
+    CPU seconds every core of the machine spent busy meanwhile (None where /proc/stat is missing)."""
+
+    seconds: float
+    cpu: float
+    machine_cpu: float | None
+
+
+def machine_busy() -> float | None:
+    """CPU seconds all cores of this machine have been busy since boot (Linux /proc/stat), or None."""
+    try:
+        ticks = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    # user nice system idle iowait irq softirq steal: everything but idle and iowait is work.
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
+
+
+async def timed(transfer: Any) -> Run:
+    """The transfer's reported wall seconds, with the CPU this process and the machine spent meanwhile."""
+    cpu, machine = time.process_time(), machine_busy()
     seconds = await transfer
-    return seconds, time.process_time() - cpu
+    after = machine_busy()
+    return Run(seconds, time.process_time() - cpu, None if machine is None or after is None else after - machine)
 
 
-def spread(runs: list[tuple[float, float]]) -> str:
-    return " ".join(f"{s:.2f}" for s, _ in runs)
+def spread(runs: list[Run]) -> str:
+    return " ".join(f"{r.seconds:.2f}" for r in runs)
 
 
 def checkpoint(nbytes: int, seed: int) -> bytes:
@@ -489,18 +516,18 @@ def checkpoint(nbytes: int, seed: int) -> bytes:
 
 
 async def measure(mb: float, repeat: int, counts: list[int], relay: bool, processes: bool,
-                  whole_mib: bool = False) -> tuple[list[tuple[str, ...]], dict[tuple[str, int], float]]:
+                  whole_mib: bool = False) -> tuple[list[tuple[str, ...]], dict[tuple[str, int], Run]]:
     nbytes = int(mb * MB) // 4 * 4
     server = TestServer(create_signaling_app(SignalingConfig(secret=b"b" * 32)), host="127.0.0.1")
     await server.start_server()
     url = str(server.make_url("/signal"))
     raw = RawPair()
     rooms: dict[int, Room] = {}
-    # Per N, each repetition is a (raw, broadcast) pair run back to back: (seconds, CPU seconds) each.
-    raw_runs: dict[int, list[tuple[float, float]]] = {n: [] for n in counts}
-    cast_runs: dict[int, list[tuple[float, float]]] = {n: [] for n in counts}
-    relay_runs: dict[int, list[tuple[float, float]]] = {n: [] for n in counts}
-    mib_runs: dict[int, list[tuple[float, float]]] = {n: [] for n in counts}  # --whole-mib: the plan before
+    # Per N, each repetition is a (raw, broadcast) pair run back to back.
+    raw_runs: dict[int, list[Run]] = {n: [] for n in counts}
+    cast_runs: dict[int, list[Run]] = {n: [] for n in counts}
+    relay_runs: dict[int, list[Run]] = {n: [] for n in counts}
+    mib_runs: dict[int, list[Run]] = {n: [] for n in counts}  # --whole-mib: the plan before
     copies: dict[tuple[str, int], float] = {}
     try:
         await raw.open()
@@ -533,33 +560,55 @@ async def measure(mb: float, repeat: int, counts: list[int], relay: bool, proces
 
     rows = []
     for n in counts:
-        raw_s, raw_cpu = min(raw_runs[n])
+        raw_s, raw_cpu, _ = astuple(min(raw_runs[n]))
         raw_rate = nbytes / MB / raw_s
         rows.append((f"raw aiortc 1->1 (paired with N={n})", f"{raw_s:.3f}", f"{raw_rate:.1f}", f"{raw_rate:.1f}",
                      "1.00x", "-", f"{100 * raw_cpu / raw_s:.0f}%", "1", spread(raw_runs[n])))
         for name, runs in (("broadcast", cast_runs), ("relayed", relay_runs), ("relayed 1 MiB pieces", mib_runs)):
             if not runs[n]:
                 continue
-            best, cpu = min(runs[n])
+            best, cpu, _ = astuple(min(runs[n]))
             per = nbytes / MB / best
             rows.append((f"{name} 1->{n}", f"{best:.3f}", f"{per:.1f}", f"{per * n:.1f}",
                          f"{per * n / raw_rate:.2f}x", f"{per / raw_rate:.2f}x", f"{100 * cpu / best:.0f}%",
                          f"{copies['direct' if name == 'broadcast' else 'relay', n]:.2f}", spread(runs[n])))
-    best = {("direct", n): min(cast_runs[n])[0] for n in counts}
-    best.update({("raw", n): min(raw_runs[n])[0] for n in counts})
-    best.update({("relay", n): min(relay_runs[n])[0] for n in counts if relay_runs[n]})
+    best = {("direct", n): min(cast_runs[n]) for n in counts}
+    best.update({("raw", n): min(raw_runs[n]) for n in counts})
+    best.update({("relay", n): min(relay_runs[n]) for n in counts if relay_runs[n]})
     return rows, best
 
 
-def p3_line(mb: float, best: dict[tuple[str, int], float], mode: str) -> str:
+def p3_line(mb: float, best: dict[tuple[str, int], Run], mode: str) -> str:
     """The issue-11 goal: delivering to 4 takes at most 1.5 x delivering to 1 (the direct send), same run."""
     if ("direct", 1) not in best or (mode, 4) not in best:
         return "P3 broadcast: needs --peers with 1 and 4 not met"
     how = "relayed down a chain of participants" if mode == "relay" else "the coordinator sends every copy"
-    ratio = best[mode, 4] / best["direct", 1]
+    to_4, to_1 = best[mode, 4].seconds, best["direct", 1].seconds
+    ratio = to_4 / to_1
     verdict = "MET" if ratio <= 1.5 else "not met"
-    return (f"P3 broadcast {mb:g} MB checkpoint to 4 participants ({how}): {best[mode, 4]:.2f} s = {ratio:.2f} x "
-            f"to 1 ({best['direct', 1]:.2f} s) (goal <= 1.5 x) {verdict}")
+    return (f"P3 broadcast {mb:g} MB checkpoint to 4 participants ({how}): {to_4:.2f} s = {ratio:.2f} x "
+            f"to 1 ({to_1:.2f} s) (goal <= 1.5 x) {verdict}")
+
+
+def cpu_bound_line(best: dict[tuple[str, int], Run], processes: bool) -> str | None:
+    """Why P3 is not met here: the CPU the direct send to 1 took, times the 4 copies a delivery to 4 must
+    receive (and, relayed, send), over the cores the peers can use, is already the wall time that run took.
+    One process: its own CPU on its one event loop. A process each: the whole machine's busy CPU."""
+    if ("direct", 1) not in best or ("relay", 4) not in best:
+        return None
+    one, four = best["direct", 1], best["relay", 4]
+    if processes:
+        if one.machine_cpu is None or four.machine_cpu is None:
+            return None
+        cores, cpu_1, cpu_4, what = os.cpu_count() or 1, one.machine_cpu, four.machine_cpu, "the machine's"
+    else:
+        cores, cpu_1, cpu_4, what = 1, one.cpu, four.cpu, "this process's"
+    floor = 4 * cpu_1 / cores
+    return (f"why P3: the direct send to 1 took {cpu_1:.2f} s of {what} CPU in {one.seconds:.2f} s; 4 participants "
+            f"receive 4 x the bytes (and relays send them again), so on {cores} core{'s' * (cores > 1)} delivering to "
+            f"4 takes at least {floor:.2f} s = {floor / one.seconds:.2f} x to 1 (goal 1.5 x); the relayed delivery "
+            f"to 4 used {cpu_4:.2f} s of CPU, {100 * cpu_4 / (cores * four.seconds):.0f}% of {cores} "
+            f"core{'s' * (cores > 1)} for its {four.seconds:.2f} s")
 
 
 def main() -> int:
@@ -595,7 +644,7 @@ def main() -> int:
     print(f"(whole run {time.monotonic() - started:.0f} s)")
     print("copies: checkpoint copies the coordinator itself sent (its bytes over the checkpoint's size)")
     nbytes = int(args.mb * MB) // 4 * 4
-    raw_rate = nbytes / min(best["raw", n] for n in counts)
+    raw_rate = nbytes / min(best["raw", n].seconds for n in counts)
     data = checkpoint(nbytes, 3)
     print(relay_sim.ratio_line(data, relay_sim.Links(raw_rate, 0.020),
                                f"every uplink at this run's raw aiortc rate, {raw_rate / MB:.1f} MB/s, 20 ms latency"))
@@ -605,6 +654,9 @@ def main() -> int:
     else:
         print("reference, " + p3_line(args.mb, best, "direct").removeprefix("P3 ").rsplit(" (goal", 1)[0])
         print(p3_line(args.mb, best, "relay"))
+        why = cpu_bound_line(best, args.processes)
+        if why is not None:
+            print(why)
     return 0
 
 

@@ -33,6 +33,15 @@ Workloads:
   cartpole        cartpole-reinforce, 48 assignments of 32 episodes, each
                   from the previous one's weights (episodes grow longer)
 
+What limits the Worker (lines that begin with "why", after the goal lines):
+both digits workloads train the same 30,000 examples, the chunks in 300
+requests, the merged chunk in 20, so per side (chunks time - merged time) /
+280 is the fixed cost of one request (messages, JSON, copies, the ABI
+calls), and what is left of the merged time is the training itself.
+worker - worker-inside of that cost is what the request spends outside the
+Worker's own train time (the page's and the Worker's messages, the
+request's parse and the reply's conversion).
+
 Goal lines (issue 11, P2), each ending in MET or not met:
   P2 worker/wasmtime    both Workers >= 0.9 x wasmtime on every workload
   P2 wasm/native        both Workers and wasmtime >= 0.75 x native
@@ -68,7 +77,8 @@ import build  # noqa: E402  (build.py at the repository root)
 from weei.runtime import ModelRuntime, WasmtimeEngine  # noqa: E402
 
 __all__ = [
-    "Measurement", "fnv1a", "native_binary", "run", "main", "p2_lines", "wasm_dataset", "wasm_experience",
+    "Measurement", "fnv1a", "native_binary", "run", "main", "p2_lines", "request_costs", "wasm_dataset",
+    "wasm_experience",
     "SAME_WIDTH_FLAGS",
 ]
 
@@ -104,6 +114,7 @@ class Measurement:
     # native, native-sse, wasmtime[, worker, worker-inside, worker-warm, worker-no-liftoff]
     per_second: dict[str, float]
     fingerprints: dict[str, str] = field(default_factory=dict)
+    requests: int = 0  # train operations (Worker requests) per run
 
     @property
     def identical_weights(self) -> bool:
@@ -382,7 +393,8 @@ def run(repeat: int = 3, epochs: int = 20, assignments: int = 48, worker: bool =
                 if len(set(counts.values())) != 1:
                     raise RuntimeError(f"{name}: the sides trained different amounts: {counts}")
                 units = counts["native"]
-                results.append(Measurement(name, unit, units, {k: units / v for k, v in best.items()}, prints))
+                results.append(Measurement(name, unit, units, {k: units / v for k, v in best.items()}, prints,
+                                           len(plan)))
         finally:
             if bench is not None:
                 bench.__exit__(None, None, None)
@@ -420,6 +432,27 @@ def p2_lines(results: list[Measurement]) -> list[str]:
     return lines
 
 
+def request_costs(results: list[Measurement]) -> list[str]:
+    """The "why" lines: per side, the fixed cost of one request and the training of 100 examples (see the
+    module docstring), from the chunks and merged measurements of this run."""
+    by_name = {m.workload: m for m in results}
+    chunks, merged = by_name.get("digits-chunks"), by_name.get("digits-merged")
+    if chunks is None or merged is None or chunks.units != merged.units:
+        return []
+    many, few = chunks.requests, merged.requests
+    if many <= few:
+        return []
+    figures = []
+    for side in ("wasmtime", "worker", "worker-inside", "worker-warm"):
+        if side in chunks.per_second and side in merged.per_second:
+            # T = requests x fixed + examples x each, for both plans: two equations, two unknowns.
+            t_many, t_few = (m.units / m.per_second[side] for m in (chunks, merged))
+            per_request = (t_many - t_few) / (many - few)
+            per_100 = (t_few - few * per_request) / merged.units * 100
+            figures.append(f"{side} {per_request * 1e3:.2f} ms + {per_100 * 1e3:.2f} ms")
+    return ["why P2 chunks: per request, fixed cost + training 100 examples: " + "; ".join(figures)] if figures else []
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description="Worker, wasmtime and native training speed (issue 11, P2)")
     parser.add_argument("--repeat", type=int, default=3)
@@ -441,7 +474,7 @@ def main() -> int:
         for m in results:
             print(f"{m.workload:<15} {m.units:>6} " + " ".join(f"{m.per_second[s]:>17.0f}" for s in sides)
                   + f"  {'yes' if m.identical_weights else 'NO'}")
-        for line in p2_lines(results):
+        for line in p2_lines(results) + request_costs(results):
             print(line)
     return 0 if all(m.identical_weights for m in results) else 1
 
