@@ -38,6 +38,10 @@ both digits workloads train the same 30,000 examples, the chunks in 300
 requests, the merged chunk in 20, so per side (chunks time - merged time) /
 280 is the fixed cost of one request (messages, JSON, copies, the ABI
 calls), and what is left of the merged time is the training itself.
+A third native build, native-as-wasm (SSE4.2 with the wasm build's
+vectorizer flags: SLP off), is the same C through the same clang passes
+at wasm's width, so wasmtime over it is what the wasm back end and the
+engine's code generation cost.
 worker - worker-inside of that cost is what the request spends outside the
 Worker's own train time (the page's and the Worker's messages, the
 request's parse and the reply's conversion).
@@ -79,7 +83,7 @@ from weei.runtime import ModelRuntime, WasmtimeEngine  # noqa: E402
 __all__ = [
     "Measurement", "fnv1a", "native_binary", "run", "main", "p2_lines", "request_costs", "wasm_dataset",
     "wasm_experience",
-    "SAME_WIDTH_FLAGS",
+    "SAME_WIDTH_FLAGS", "SAME_CODE_FLAGS",
 ]
 
 DATA = ROOT / "app" / "static" / "models" / "digits-mlp" / "data"
@@ -88,6 +92,9 @@ SEED = 1000
 FNV_OFFSET, FNV_PRIME = 1469598103934665603, 1099511628211
 #: The native reference as wide as wasm SIMD128: SSE4.2, no AVX (so no 256-bit vectors, no FMA).
 SAME_WIDTH_FLAGS = ["-O3", "-msse4.2", "-mno-avx", "-ffp-contract=off", "-fno-math-errno"]
+#: The same with the wasm build's vectorizer settings (its SLP vectorizer is off): the same C through the same
+#: clang passes at the same width, so wasm over this is what the wasm back end and engine cost.
+SAME_CODE_FLAGS = [*SAME_WIDTH_FLAGS, *(f for f in build.WASM_FLAGS if "vectorize" in f)]
 CHROMIUM = os.environ.get("WEEI_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -111,7 +118,7 @@ class Measurement:
     workload: str
     unit: str
     units: int
-    # native, native-sse, wasmtime[, worker, worker-inside, worker-warm, worker-no-liftoff]
+    # native, native-sse, native-as-wasm, wasmtime[, worker, worker-inside, worker-warm, worker-no-liftoff]
     per_second: dict[str, float]
     fingerprints: dict[str, str] = field(default_factory=dict)
     requests: int = 0  # train operations (Worker requests) per run
@@ -343,7 +350,8 @@ def run(repeat: int = 3, epochs: int = 20, assignments: int = 48, worker: bool =
         runtimes = {name: ModelRuntime.load(wasm, engine) for name, wasm in modules.items()}
         natives = {(name, kind): native_binary(name, tmp, flags, suffix)
                    for name in modules for kind, flags, suffix in (("native", None, ""),
-                                                                    ("native-sse", SAME_WIDTH_FLAGS, "-sse"))}
+                                                                    ("native-sse", SAME_WIDTH_FLAGS, "-sse"),
+                                                                    ("native-as-wasm", SAME_CODE_FLAGS, "-as-wasm"))}
         served = {f"{name}.wasm": wasm for name, wasm in modules.items()}
         served |= {p.name: p.read_bytes() for p in chunk_paths} | {"merged.bin": merged.read_bytes()}
         chunk_files = [p.read_bytes() for p in chunk_paths]
@@ -380,7 +388,7 @@ def run(repeat: int = 3, epochs: int = 20, assignments: int = 48, worker: bool =
                     counts[side], prints[side] = units, fingerprint
 
                 for _ in range(repeat):
-                    for kind in ("native", "native-sse"):
+                    for kind in ("native", "native-sse", "native-as-wasm"):
                         note(kind, *_run_native(natives[(model, kind)], args))
                     note("wasmtime", *wasm_run())
                     for side in bench.sides if bench else []:
@@ -434,7 +442,8 @@ def p2_lines(results: list[Measurement]) -> list[str]:
 
 def request_costs(results: list[Measurement]) -> list[str]:
     """The "why" lines: per side, the fixed cost of one request and the training of 100 examples (see the
-    module docstring), from the chunks and merged measurements of this run."""
+    module docstring), from the chunks and merged measurements of this run; and wasmtime against the
+    native build of the same vector code."""
     by_name = {m.workload: m for m in results}
     chunks, merged = by_name.get("digits-chunks"), by_name.get("digits-merged")
     if chunks is None or merged is None or chunks.units != merged.units:
@@ -450,7 +459,13 @@ def request_costs(results: list[Measurement]) -> list[str]:
             per_request = (t_many - t_few) / (many - few)
             per_100 = (t_few - few * per_request) / merged.units * 100
             figures.append(f"{side} {per_request * 1e3:.2f} ms + {per_100 * 1e3:.2f} ms")
-    return ["why P2 chunks: per request, fixed cost + training 100 examples: " + "; ".join(figures)] if figures else []
+    lines = ["why P2 chunks: per request, fixed cost + training 100 examples: " + "; ".join(figures)] if figures else []
+    same_code = [f"{m.workload} {m.ratio('wasmtime', 'native-as-wasm'):.2f} x" for m in results
+                 if "native-as-wasm" in m.per_second]
+    if same_code:
+        lines.append("why P2 wasm/native: wasmtime over native-as-wasm (the same C, clang passes and vector width): "
+                     + ", ".join(same_code) + "; what is left is wasm's back end and the engine's code")
+    return lines
 
 
 def main() -> int:
@@ -465,9 +480,10 @@ def main() -> int:
     if args.json:
         print(json.dumps([asdict(m) | {"identical_weights": m.identical_weights} for m in results], indent=2))
     else:
-        sides = [s for s in ("native", "native-sse", "wasmtime", "worker", "worker-inside", "worker-warm",
-                             "worker-no-liftoff") if s in results[0].per_second]
+        sides = [s for s in ("native", "native-sse", "native-as-wasm", "wasmtime", "worker", "worker-inside",
+                             "worker-warm", "worker-no-liftoff") if s in results[0].per_second]
         print(f"units per second, best of {args.repeat} (native: -march=native; native-sse: -msse4.2 -mno-avx; "
+              "native-as-wasm: the same with the wasm build's vectorizer flags; "
               "worker: a page's first Worker, cold code; worker-inside: its own train time; worker-warm: the "
               "next Worker, sharing the page's compiled module)")
         print(f"{'workload':<15} {'units':>6} " + " ".join(f"{s:>17}" for s in sides) + "  same weights")
