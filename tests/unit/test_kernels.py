@@ -142,6 +142,17 @@ def test_numpy_block_size_does_not_change_bits() -> None:
     assert len({NumpyKernel(block=b).weighted_average(ups, counts) for b in (1, 7, 4096, 65536)}) == 1
 
 
+def test_the_wasm_kernel_in_wasmtime_has_the_whole_wasm32_address_space() -> None:
+    """Not the 1 GiB store cap that sandboxes models: 16 updates of 16M weights (bench_aggregate) need more.
+    Growing the memory only reserves it, so this touches no gigabytes."""
+    from weei.kernel.wasm_kernel import WasmKernel
+
+    kern = WasmKernel()
+    assert kern._alloc(3 << 29) != 0  # 1.5 GiB
+    with pytest.raises(MemoryError, match="cannot allocate"):
+        kern._alloc(3 << 30)  # 3 GiB more: past 4 GiB
+
+
 def test_wasm_kernel_reuses_its_region() -> None:
     from weei.kernel.wasm_kernel import WasmKernel
 

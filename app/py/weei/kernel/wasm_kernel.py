@@ -24,7 +24,10 @@ from weei.core.aggregate import BytesLike, Segment
 from weei.core.relay import sequential_sha256
 from weei.runtime.engine import Instance
 
-__all__ = ["kernel_wasm_path", "load_kernel_wasm", "WasmKernel", "StagedAverage"]
+__all__ = ["kernel_wasm_path", "load_kernel_wasm", "WasmKernel", "StagedAverage", "KERNEL_MEMORY_LIMIT"]
+
+#: 65,536 pages of 64 KiB: all a wasm32 memory can address.
+KERNEL_MEMORY_LIMIT = 1 << 32
 
 def _repo_root() -> Path:
     return Path(__file__).resolve().parents[4]
@@ -80,7 +83,10 @@ class WasmKernel:
         if instance is None:
             from weei.runtime.wasmtime_engine import WasmtimeEngine
 
-            instance = WasmtimeEngine().compile(load_kernel_wasm()).instantiate(lambda _p, _n: None)
+            # Our own module, not a visitor's: it gets the whole wasm32 address space, not the sandbox's
+            # 1 GiB cap for models (16 updates of 16M weights are 1 GiB of inputs alone).
+            engine = WasmtimeEngine(memory_limit_bytes=KERNEL_MEMORY_LIMIT)
+            instance = engine.compile(load_kernel_wasm()).instantiate(lambda _p, _n: None)
         self._inst = instance
 
     # ---------------------------------------------------------------- memory
