@@ -80,7 +80,7 @@ window.apiAt = weeiReady.then(() => __weeiTestHooks.get('distributed-training').
 // A training Worker, started once the API is up (as a job's first assignment starts one).
 window.workerStart = apiAt.then(async () => {
   const t0 = performance.now();
-  const client = __weeiTestHooks.get('distributed-training').worker();
+  const client = await __weeiTestHooks.get('distributed-training').worker();  // (loads worker_client.js first)
   const inside = await client.ready;
   return { inside, wall: (performance.now() - t0) / 1000, snapshot: client.snapshot };
 });
