@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from test_controller import DIGITS_SETTINGS, controller, package, run_until_done
+from test_controller import DIGITS_SETTINGS, controller, on_network, package, run_until_done
 from weei.api.ports import TaskCancelled, WorkerTask
 from weei.core.errors import ModelError
 from weei.demo.run import models_dir
@@ -202,35 +202,30 @@ def test_a_remote_participant_stops_training_an_attempt_it_no_longer_holds(how: 
     from weei.demo.network import MemoryNetwork
     from weei.demo.run import _controller
 
-    async def main() -> None:
-        network = MemoryNetwork()
-        engine = WasmtimeEngine()
+    async def main(network: MemoryNetwork, engine: WasmtimeEngine) -> None:
         coordinator, peer = _controller("coordinator", network, engine), _controller("peer-1", network, engine)
-        try:
-            for c in (coordinator, peer):
-                await c.init()
-            job_id = await coordinator.create_job(**package("digits-mlp"), settings={
-                **DIGITS_SETTINGS, "localEpochs": 10**6, "coordinatorParticipates": False,
-                "validationSchedule": NO_VALIDATION})
-            coordinator.invite("peer-1")
+        for c in (coordinator, peer):
+            await c.init()
+        job_id = await coordinator.create_job(**package("digits-mlp"), settings={
+            **DIGITS_SETTINGS, "localEpochs": 10**6, "coordinatorParticipates": False,
+            "validationSchedule": NO_VALIDATION})
+        coordinator.invite("peer-1")
+        await network.settle()
+        await peer.decide_invitation(job_id, True)
+        await network.settle()
+        await coordinator.start()
+        deadline = time.monotonic() + 30
+        while "peer-1" not in peer.get_state()["progress"]:
+            assert time.monotonic() < deadline, "the peer never trained"
+            await asyncio.sleep(0.01)
+        started = time.monotonic()
+        if how == "stop":
+            await coordinator.stop()
             await network.settle()
-            await peer.decide_invitation(job_id, True)
-            await network.settle()
-            await coordinator.start()
-            deadline = time.monotonic() + 30
-            while "peer-1" not in peer.get_state()["progress"]:
-                assert time.monotonic() < deadline, "the peer never trained"
-                await asyncio.sleep(0.01)
-            started = time.monotonic()
-            if how == "stop":
-                await coordinator.stop()
-                await network.settle()
-            else:
-                await peer.peer_disconnected("coordinator")
-            await asyncio.wait_for(peer.idle(), PROMPT_S)
-            assert time.monotonic() - started < PROMPT_S and peer.pool.active == 0
-            assert peer.get_state()["progress"] == {}
-        finally:
-            await network.close()
+        else:
+            await peer.peer_disconnected("coordinator")
+        await asyncio.wait_for(peer.idle(), PROMPT_S)
+        assert time.monotonic() - started < PROMPT_S and peer.pool.active == 0
+        assert peer.get_state()["progress"] == {}
 
-    asyncio.run(main())
+    on_network(main)

@@ -6,7 +6,7 @@ import asyncio
 import json
 import os
 import time
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
 import pytest
 
@@ -44,6 +44,18 @@ def networked(network: MemoryNetwork, engine: WasmtimeEngine, peer: str, **overr
     c = TrainingController(**(args | overrides))
     network.attach(c)
     return c
+
+
+def on_network(test: Callable[[MemoryNetwork, WasmtimeEngine], Awaitable[None]]) -> None:
+    """Run ``test`` on a fresh in-memory network and wasmtime engine; the network is closed however it ends."""
+    async def main() -> None:
+        network, engine = MemoryNetwork(), WasmtimeEngine()
+        try:
+            await test(network, engine)
+        finally:
+            await network.close()
+
+    asyncio.run(main())
 
 
 def fixed_random(n: int) -> bytes:
@@ -268,58 +280,52 @@ def test_cartpole_splits_assignments_across_local_workers() -> None:
 
 
 def test_participants_report_diagnostics_and_a_declined_invitation_reaches_the_coordinator() -> None:
-    async def main() -> None:
-        network = MemoryNetwork()
-        engine = WasmtimeEngine()
-
+    async def main(network: MemoryNetwork, engine: WasmtimeEngine) -> None:
         def make(peer: str) -> TrainingController:
             return networked(network, engine, peer, environment={"browser": "agent", "os": "Linux"})
 
         coordinator, helper, refuser = make("coord"), make("helper"), make("refuser")
-        try:
-            for c in (coordinator, helper, refuser):
-                await c.init()
-            job_id = await coordinator.create_job(**package("digits-mlp"), settings={**DIGITS_SETTINGS, "epochs": 1})
-            coordinator.invite("helper")
-            coordinator.invite("refuser")
-            await network.settle()
-            invitation = dict(refuser.get_state()["invitations"])[job_id]["invitation"]
-            assert invitation["module"]["sha256"] == coordinator.get_state()["job"]["module"]["sha256"]
-            await refuser.decide_invitation(job_id, False)
-            await helper.decide_invitation(job_id, True)
-            await network.settle()
-            assert coordinator.get_state()["job"]["participants"]["refuser"]["state"] == "declined"
-            # Every stage the helper enters, in order (the recorder's own method, observed).
-            recorder, stages = helper.session.recorder, []
-            enter = recorder.set_stage
-            recorder.set_stage = lambda stage, *a, **k: (stages.append(stage), enter(stage, *a, **k))[1]
-            await coordinator.start()
-            await run_until_done(coordinator)
-            await network.settle()
-            await asyncio.sleep(0.1)
-            # Each assignment: prepared (module and weights into the Worker), trained, sent, and
-            # awaited until the next one or the job's end, after which the helper waits with none.
-            seen = [st for st in stages if st != "receiving"]
-            one = ["preparing", "training", "uploading", "awaitingAggregation"]
-            rounds = (len(seen) - 1) // len(one)
-            assert rounds >= 1 and seen == one * rounds + ["waiting"], stages
-            diagnostics = coordinator.get_state()["diagnostics"]
-            assert set(diagnostics) == {"coord", "helper"}
-            remote = diagnostics["helper"]
-            assert remote["environment"]["browser"] == "agent" and remote["connected"] is True
-            assert remote["model"]["id"] == "digits-mlp" and remote["sequence"] >= 2
-            # The package's CPU backend (Deliver's cpuBackend), not the host's 'cpu-wasm'.
-            assert remote["execution"]["actual"] == "cpu" and remote["execution"]["backend"] == "cpu-wasm-simd"
-            assert remote["stage"] == "waiting" and remote["assignment"] is None
-            assert remote["timings"]["trainingMs"] > 0 and remote["timings"]["preparationMs"] > 0
-            # digits-mlp counts its steps: one per batch of the last chunk the helper trained.
-            steps = remote["performance"]["optimizerSteps"]
-            assert isinstance(steps, int) and steps >= 1
-            assert "weights" not in json.dumps(remote)
-        finally:
-            await network.close()
+        for c in (coordinator, helper, refuser):
+            await c.init()
+        job_id = await coordinator.create_job(**package("digits-mlp"), settings={**DIGITS_SETTINGS, "epochs": 1})
+        coordinator.invite("helper")
+        coordinator.invite("refuser")
+        await network.settle()
+        invitation = dict(refuser.get_state()["invitations"])[job_id]["invitation"]
+        assert invitation["module"]["sha256"] == coordinator.get_state()["job"]["module"]["sha256"]
+        await refuser.decide_invitation(job_id, False)
+        await helper.decide_invitation(job_id, True)
+        await network.settle()
+        assert coordinator.get_state()["job"]["participants"]["refuser"]["state"] == "declined"
+        # Every stage the helper enters, in order (the recorder's own method, observed).
+        recorder, stages = helper.session.recorder, []
+        enter = recorder.set_stage
+        recorder.set_stage = lambda stage, *a, **k: (stages.append(stage), enter(stage, *a, **k))[1]
+        await coordinator.start()
+        await run_until_done(coordinator)
+        await network.settle()
+        await asyncio.sleep(0.1)
+        # Each assignment: prepared (module and weights into the Worker), trained, sent, and
+        # awaited until the next one or the job's end, after which the helper waits with none.
+        seen = [st for st in stages if st != "receiving"]
+        one = ["preparing", "training", "uploading", "awaitingAggregation"]
+        rounds = (len(seen) - 1) // len(one)
+        assert rounds >= 1 and seen == one * rounds + ["waiting"], stages
+        diagnostics = coordinator.get_state()["diagnostics"]
+        assert set(diagnostics) == {"coord", "helper"}
+        remote = diagnostics["helper"]
+        assert remote["environment"]["browser"] == "agent" and remote["connected"] is True
+        assert remote["model"]["id"] == "digits-mlp" and remote["sequence"] >= 2
+        # The package's CPU backend (Deliver's cpuBackend), not the host's 'cpu-wasm'.
+        assert remote["execution"]["actual"] == "cpu" and remote["execution"]["backend"] == "cpu-wasm-simd"
+        assert remote["stage"] == "waiting" and remote["assignment"] is None
+        assert remote["timings"]["trainingMs"] > 0 and remote["timings"]["preparationMs"] > 0
+        # digits-mlp counts its steps: one per batch of the last chunk the helper trained.
+        steps = remote["performance"]["optimizerSteps"]
+        assert isinstance(steps, int) and steps >= 1
+        assert "weights" not in json.dumps(remote)
 
-    asyncio.run(main())
+    on_network(main)
 
 
 class SlowStorage(MemoryStorage):
@@ -413,44 +419,39 @@ def test_a_completed_experience_job_can_be_reopened_from_saved_jobs() -> None:
 
 
 def test_a_participant_that_restarts_takes_part_again_when_its_coordinator_is_back() -> None:
-    async def main() -> None:
-        network = MemoryNetwork()
-        engine = WasmtimeEngine()
+    async def main(network: MemoryNetwork, engine: WasmtimeEngine) -> None:
         helper_storage = MemoryStorage()
 
         def make(peer: str, storage: MemoryStorage) -> TrainingController:
             return networked(network, engine, peer, storage=storage)
 
         coordinator, helper = make("coord", MemoryStorage()), make("helper", helper_storage)
-        try:
-            for c in (coordinator, helper):
-                await c.init()
-            job_id = await coordinator.create_job(**package("digits-mlp"), settings={**DIGITS_SETTINGS, "epochs": 3})
-            coordinator.invite("helper")
-            await network.settle()
-            await helper.decide_invitation(job_id, True)
-            await network.settle()
-            await coordinator.start()
-            while len(coordinator.get_state()["job"]["checkpoints"]) < 4:
-                await asyncio.sleep(0.005)
-            # The helper's process dies; a new one starts on the same storage with the same peer id.
-            await network.disconnect("helper")
-            helper._clear_job()
-            restarted = make("helper", helper_storage)
-            await restarted.init()
-            assert restarted.participant is not None and restarted.participant.state == "disconnected"
-            await restarted.peer_connected("coord")
-            await coordinator.peer_connected("helper")
-            await run_until_done(coordinator)
-            await network.settle()
-            rounds_after = [cp for cp in coordinator.get_state()["job"]["checkpoints"][5:]]
-            # After the restart the helper trained again: rounds with two contributions.
-            assert any(cp["metrics"]["examplesProcessed"] == 200 for cp in rounds_after)
-            assert await helper_storage.get("settings", "participation") is None  # the job finished
-        finally:
-            await network.close()
+        for c in (coordinator, helper):
+            await c.init()
+        job_id = await coordinator.create_job(**package("digits-mlp"), settings={**DIGITS_SETTINGS, "epochs": 3})
+        coordinator.invite("helper")
+        await network.settle()
+        await helper.decide_invitation(job_id, True)
+        await network.settle()
+        await coordinator.start()
+        while len(coordinator.get_state()["job"]["checkpoints"]) < 4:
+            await asyncio.sleep(0.005)
+        # The helper's process dies; a new one starts on the same storage with the same peer id.
+        await network.disconnect("helper")
+        helper._clear_job()
+        restarted = make("helper", helper_storage)
+        await restarted.init()
+        assert restarted.participant is not None and restarted.participant.state == "disconnected"
+        await restarted.peer_connected("coord")
+        await coordinator.peer_connected("helper")
+        await run_until_done(coordinator)
+        await network.settle()
+        rounds_after = [cp for cp in coordinator.get_state()["job"]["checkpoints"][5:]]
+        # After the restart the helper trained again: rounds with two contributions.
+        assert any(cp["metrics"]["examplesProcessed"] == 200 for cp in rounds_after)
+        assert await helper_storage.get("settings", "participation") is None  # the job finished
 
-    asyncio.run(main())
+    on_network(main)
 
 
 def test_progress_reports_reach_subscribers_at_most_every_100_ms() -> None:

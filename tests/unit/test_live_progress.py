@@ -23,7 +23,7 @@ from weei.runtime.wasmtime_engine import WasmtimeEngine
 
 sys.path.insert(0, str(Path(__file__).parent))
 from sim import Sim, dataset_spec  # noqa: E402
-from test_controller import DIGITS_SETTINGS, digits_validation, package  # noqa: E402
+from test_controller import DIGITS_SETTINGS, digits_validation, on_network, package  # noqa: E402
 
 # ------------------------------------------------------------ core, simulated time
 
@@ -138,113 +138,101 @@ def _make(network: MemoryNetwork, engine: WasmtimeEngine, peer: str) -> Training
 
 
 def test_the_coordinator_sees_a_remote_participants_progress_and_estimates_the_time_left() -> None:
-    async def main() -> None:
-        network, engine = MemoryNetwork(), WasmtimeEngine()
+    async def main(network: MemoryNetwork, engine: WasmtimeEngine) -> None:
         coordinator, helper = _make(network, engine, "coord"), _make(network, engine, "helper")
-        try:
-            for c in (coordinator, helper):
-                await c.init()
-            settings = {**DIGITS_SETTINGS, "epochs": 2, "coordinatorParticipates": False, "workers": 1}
-            job_id = await coordinator.create_job(**package("digits-mlp"), settings=settings,
-                                                  validation=digits_validation())
-            coordinator.invite("helper")
-            await network.settle()
-            await helper.decide_invitation(job_id, True)
-            await network.settle()
+        for c in (coordinator, helper):
+            await c.init()
+        settings = {**DIGITS_SETTINGS, "epochs": 2, "coordinatorParticipates": False, "workers": 1}
+        job_id = await coordinator.create_job(**package("digits-mlp"), settings=settings,
+                                              validation=digits_validation())
+        coordinator.invite("helper")
+        await network.settle()
+        await helper.decide_invitation(job_id, True)
+        await network.settle()
 
-            # The participant's job view: the job's settings and module, the module file, its capacity.
-            mine = helper.get_state()["job"]
-            theirs = coordinator.get_state()["job"]
-            assert mine["role"] == "participant" and mine["status"] == "running"
-            assert mine["settings"] == theirs["settings"] and mine["settings"]["workers"] == 1
-            assert mine["module"] == theirs["module"] and mine["hasModuleFile"] is True
-            assert mine["localWorkers"] == {"requested": 1, "capacity": 1, "effective": 1, "active": 0}
-            name, data = helper.export_module()
-            assert (name, len(data)) == (theirs["module"]["fileName"], theirs["module"]["bytes"])
-            assert coordinator.export_module() == (name, data)
-            helper.pause_contribution(True)
-            await network.settle()
-            assert helper.get_state()["job"]["status"] == "paused"
-            assert helper.get_state()["job"]["participants"]["helper"]["paused"] is True
-            helper.pause_contribution(False)
-            await network.settle()
+        # The participant's job view: the job's settings and module, the module file, its capacity.
+        mine = helper.get_state()["job"]
+        theirs = coordinator.get_state()["job"]
+        assert mine["role"] == "participant" and mine["status"] == "running"
+        assert mine["settings"] == theirs["settings"] and mine["settings"]["workers"] == 1
+        assert mine["module"] == theirs["module"] and mine["hasModuleFile"] is True
+        assert mine["localWorkers"] == {"requested": 1, "capacity": 1, "effective": 1, "active": 0}
+        name, data = helper.export_module()
+        assert (name, len(data)) == (theirs["module"]["fileName"], theirs["module"]["bytes"])
+        assert coordinator.export_module() == (name, data)
+        helper.pause_contribution(True)
+        await network.settle()
+        assert helper.get_state()["job"]["status"] == "paused"
+        assert helper.get_state()["job"]["participants"]["helper"]["paused"] is True
+        helper.pause_contribution(False)
+        await network.settle()
 
-            told: list[dict[str, Any]] = []
-            coordinator.subscribe(told.append)
-            await coordinator.start()
-            assert any(s["busy"] for s in told) and not coordinator.get_state()["busy"]
-            seen: list[dict[str, Any]] = []  # polled: subscribers hear of progress at most every 100 ms
-            while (state := coordinator.get_state())["job"]["status"] != "completed":
-                seen.append(state)
-                await asyncio.sleep(0.001)
-            await network.settle()
+        told: list[dict[str, Any]] = []
+        coordinator.subscribe(told.append)
+        await coordinator.start()
+        assert any(s["busy"] for s in told) and not coordinator.get_state()["busy"]
+        seen: list[dict[str, Any]] = []  # polled: subscribers hear of progress at most every 100 ms
+        while (state := coordinator.get_state())["job"]["status"] != "completed":
+            seen.append(state)
+            await asyncio.sleep(0.001)
+        await network.settle()
 
-            remote = [s["progress"]["helper"] for s in seen if "helper" in s["progress"]]
-            assert remote, "the coordinator never saw the helper's progress"
-            assert all(0 <= p["processedExamples"] <= p["totalExamples"] == 100 for p in remote)
-            assert any(p.get("recordsPerSecond", 0) > 0 for p in remote)
-            assert any(s["liveMetrics"].get("helper") and set(s["liveMetrics"]["helper"][-1]["values"]) ==
-                       {"loss", "accuracy"} for s in seen)
-            estimates = [s["estimatedRemainingMs"] for s in seen if "estimatedRemainingMs" in s]
-            assert len(estimates) > 8
-            quarter = len(estimates) // 4  # the rate of a tiny chunk is noisy: compare medians
-            assert statistics.median(estimates[-quarter:]) < statistics.median(estimates[:quarter])
-            assert all(s["job"]["progress"]["estimatedRemainingMs"] == s["estimatedRemainingMs"]
-                       for s in seen if "estimatedRemainingMs" in s)
-            final = coordinator.get_state()
-            assert final["progress"] == {} and "estimatedRemainingMs" not in final  # nobody trains now
-            validated = [cp["validationMetrics"] for cp in final["job"]["checkpoints"] if "validationMetrics" in cp]
-            assert validated and all(v["examplesProcessed"] > 0 for v in validated)
-            assert network.refused == []
-        finally:
-            await network.close()
+        remote = [s["progress"]["helper"] for s in seen if "helper" in s["progress"]]
+        assert remote, "the coordinator never saw the helper's progress"
+        assert all(0 <= p["processedExamples"] <= p["totalExamples"] == 100 for p in remote)
+        assert any(p.get("recordsPerSecond", 0) > 0 for p in remote)
+        assert any(s["liveMetrics"].get("helper") and set(s["liveMetrics"]["helper"][-1]["values"]) ==
+                   {"loss", "accuracy"} for s in seen)
+        estimates = [s["estimatedRemainingMs"] for s in seen if "estimatedRemainingMs" in s]
+        assert len(estimates) > 8
+        quarter = len(estimates) // 4  # the rate of a tiny chunk is noisy: compare medians
+        assert statistics.median(estimates[-quarter:]) < statistics.median(estimates[:quarter])
+        assert all(s["job"]["progress"]["estimatedRemainingMs"] == s["estimatedRemainingMs"]
+                   for s in seen if "estimatedRemainingMs" in s)
+        final = coordinator.get_state()
+        assert final["progress"] == {} and "estimatedRemainingMs" not in final  # nobody trains now
+        validated = [cp["validationMetrics"] for cp in final["job"]["checkpoints"] if "validationMetrics" in cp]
+        assert validated and all(v["examplesProcessed"] > 0 for v in validated)
+        assert network.refused == []
 
-    asyncio.run(main())
+    on_network(main)
 
 
 def test_a_malformed_progress_on_the_wire_is_refused_and_changes_nothing() -> None:
-    async def main() -> None:
-        network, engine = MemoryNetwork(), WasmtimeEngine()
+    async def main(network: MemoryNetwork, engine: WasmtimeEngine) -> None:
         coordinator = _make(network, engine, "coord")
         _make(network, engine, "helper")
-        try:
-            await coordinator.init()
-            await coordinator.create_job(**package("digits-mlp"), settings=DIGITS_SETTINGS)
-            bad = {"type": "progress", "jobId": coordinator.get_state()["job"]["id"], "attemptId": "a",
-                   "processedExamples": 1, "totalExamples": 2, "elapsedMs": 1, "metrics": {"loss": "NaN"}}
-            network.inboxes["coord"].put_nowait(("helper", json.dumps(bad), {}))
-            await network.settle()
-            assert len(network.refused) == 1 and "non-finite-metric" in network.refused[0]
-            assert coordinator.get_state()["progress"] == {}
-        finally:
-            await network.close()
+        await coordinator.init()
+        await coordinator.create_job(**package("digits-mlp"), settings=DIGITS_SETTINGS)
+        bad = {"type": "progress", "jobId": coordinator.get_state()["job"]["id"], "attemptId": "a",
+               "processedExamples": 1, "totalExamples": 2, "elapsedMs": 1, "metrics": {"loss": "NaN"}}
+        network.inboxes["coord"].put_nowait(("helper", json.dumps(bad), {}))
+        await network.settle()
+        assert len(network.refused) == 1 and "non-finite-metric" in network.refused[0]
+        assert coordinator.get_state()["progress"] == {}
 
-    asyncio.run(main())
+    on_network(main)
 
 
 def test_settings_workers_sets_the_worker_split() -> None:
-    async def main() -> None:
-        network, engine = MemoryNetwork(), WasmtimeEngine()
+    async def main(network: MemoryNetwork, engine: WasmtimeEngine) -> None:
         c = _make(network, engine, "me")
-        try:
-            await c.init()
-            await c.set_max_local_workers(2)
-            await c.create_job(**package("cartpole-reinforce"),
-                               settings={"epochs": 2, "localEpochs": 1, "batchSize": 16,
-                                         "coordinatorParticipates": True, "workers": 1,
-                                         "experience": {"unitsPerAssignment": 32}})
-            assert c.get_state()["job"]["localWorkers"] == {"requested": 1, "capacity": 2, "effective": 1,
-                                                            "active": 0}
-            seen: list[dict[str, Any]] = []
-            c.subscribe(seen.append)
-            await c.start()
-            while c.get_state()["job"]["status"] != "completed":
-                await asyncio.sleep(0.005)
-            await c.idle()
-            used = {s["diagnostics"]["me"]["execution"].get("activeWorkers") for s in seen
-                    if "me" in s["diagnostics"]}
-            assert max(u for u in used if u is not None) == 1  # the device allows 2, the job asks for 1
-        finally:
-            await network.close()
+        await c.init()
+        await c.set_max_local_workers(2)
+        await c.create_job(**package("cartpole-reinforce"),
+                           settings={"epochs": 2, "localEpochs": 1, "batchSize": 16,
+                                     "coordinatorParticipates": True, "workers": 1,
+                                     "experience": {"unitsPerAssignment": 32}})
+        assert c.get_state()["job"]["localWorkers"] == {"requested": 1, "capacity": 2, "effective": 1,
+                                                        "active": 0}
+        seen: list[dict[str, Any]] = []
+        c.subscribe(seen.append)
+        await c.start()
+        while c.get_state()["job"]["status"] != "completed":
+            await asyncio.sleep(0.005)
+        await c.idle()
+        used = {s["diagnostics"]["me"]["execution"].get("activeWorkers") for s in seen
+                if "me" in s["diagnostics"]}
+        assert max(u for u in used if u is not None) == 1  # the device allows 2, the job asks for 1
 
-    asyncio.run(main())
+    on_network(main)

@@ -17,7 +17,7 @@ from weei.runtime import progress_reports
 from weei.runtime.wasmtime_engine import WasmtimeEngine
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_controller import DIGITS_SETTINGS, digits_validation, package  # noqa: E402
+from test_controller import DIGITS_SETTINGS, digits_validation, on_network, package  # noqa: E402
 from test_live_progress import _make  # noqa: E402
 
 
@@ -39,105 +39,89 @@ def test_progress_counts_every_local_epoch(monkeypatch: pytest.MonkeyPatch) -> N
     just before the update)."""
     monkeypatch.setattr(progress_reports, "PARSE_INTERVAL_S", 0.0)
 
-    async def main() -> None:
-        network, engine = MemoryNetwork(), WasmtimeEngine()
+    async def main(network: MemoryNetwork, engine: WasmtimeEngine) -> None:
         c = _make(network, engine, "me")
-        try:
-            await c.init()
-            files = package("digits-mlp")
-            assert "estimatedMs" not in c.review_settings(DIGITS_SETTINGS, json.loads(files["manifest"]))
-            await c.create_job(**files, settings={**DIGITS_SETTINGS, "epochs": 1, "localEpochs": 3})
-            seen = await _run(c)
-            # The next job of this model is estimated at the speed this device measured.
-            review = c.review_settings({**DIGITS_SETTINGS, "epochs": 4}, json.loads(files["manifest"]))
-            assert review["estimatedMs"] > 0 and review["work"] == 4 * 1500
-            assert any(w["message"].startswith("about ") for w in review["warnings"])
-            mine = [s["progress"]["me"] for s in seen if "me" in s["progress"]]
-            assert mine and all(p["totalExamples"] == 300 for p in mine), mine[:3]
-            assert all(p["processedExamples"] <= p["totalExamples"] for p in mine)
-            assert max(p["processedExamples"] for p in mine) > 100
-        finally:
-            await network.close()
+        await c.init()
+        files = package("digits-mlp")
+        assert "estimatedMs" not in c.review_settings(DIGITS_SETTINGS, json.loads(files["manifest"]))
+        await c.create_job(**files, settings={**DIGITS_SETTINGS, "epochs": 1, "localEpochs": 3})
+        seen = await _run(c)
+        # The next job of this model is estimated at the speed this device measured.
+        review = c.review_settings({**DIGITS_SETTINGS, "epochs": 4}, json.loads(files["manifest"]))
+        assert review["estimatedMs"] > 0 and review["work"] == 4 * 1500
+        assert any(w["message"].startswith("about ") for w in review["warnings"])
+        mine = [s["progress"]["me"] for s in seen if "me" in s["progress"]]
+        assert mine and all(p["totalExamples"] == 300 for p in mine), mine[:3]
+        assert all(p["processedExamples"] <= p["totalExamples"] for p in mine)
+        assert max(p["processedExamples"] for p in mine) > 100
 
-    asyncio.run(main())
+    on_network(main)
 
 
 def test_an_experience_job_has_an_estimate_and_slots_name_their_units() -> None:
-    async def main() -> None:
-        network, engine = MemoryNetwork(), WasmtimeEngine()
+    async def main(network: MemoryNetwork, engine: WasmtimeEngine) -> None:
         c = _make(network, engine, "me")
-        try:
-            await c.init()
-            await c.create_job(**package("cartpole-reinforce"),
-                               settings={"epochs": 6, "localEpochs": 1, "batchSize": 16, "coordinatorParticipates": True,
-                                         "experience": {"unitsPerAssignment": 32}})
-            seen = await _run(c)
-            slots = [slot for s in seen for slot in s["job"]["slots"]]
-            assert slots and all(slot["units"]["count"] == 32 and slot["chunkId"] == f"units-{slot['units']['start']}"
-                                 for slot in slots)
-            estimates = [s["estimatedRemainingMs"] for s in seen if "estimatedRemainingMs" in s]
-            assert estimates and all(e >= 0 for e in estimates)
-            assert "estimatedRemainingMs" not in c.get_state()  # completed: nothing left
-        finally:
-            await network.close()
+        await c.init()
+        await c.create_job(**package("cartpole-reinforce"),
+                           settings={"epochs": 6, "localEpochs": 1, "batchSize": 16, "coordinatorParticipates": True,
+                                     "experience": {"unitsPerAssignment": 32}})
+        seen = await _run(c)
+        slots = [slot for s in seen for slot in s["job"]["slots"]]
+        assert slots and all(slot["units"]["count"] == 32 and slot["chunkId"] == f"units-{slot['units']['start']}"
+                             for slot in slots)
+        estimates = [s["estimatedRemainingMs"] for s in seen if "estimatedRemainingMs" in s]
+        assert estimates and all(e >= 0 for e in estimates)
+        assert "estimatedRemainingMs" not in c.get_state()  # completed: nothing left
 
-    asyncio.run(main())
+    on_network(main)
 
 
 def test_review_settings_through_the_controller() -> None:
-    async def main() -> None:
-        network, engine = MemoryNetwork(), WasmtimeEngine()
+    async def main(network: MemoryNetwork, engine: WasmtimeEngine) -> None:
         c = _make(network, engine, "me")
-        try:
-            await c.init()
-            files = package("digits-mlp")
-            review = c.review_settings({**DIGITS_SETTINGS, "batchSize": 10**9}, json.loads(files["manifest"]))
-            assert review["needsConfirmation"] and [w["field"] for w in review["warnings"]] == ["batchSize"]
-            assert review["work"] == 2 * 1500
-            with pytest.raises(SettingsError) as err:
-                c.review_settings({**DIGITS_SETTINGS, "localEpochs": 0})
-            assert err.value.field == "localEpochs"
-            await c.create_job(**files, settings=DIGITS_SETTINGS)
-            # The active job's facts when no manifest is given.
-            assert c.review_settings({**DIGITS_SETTINGS, "epochs": 10**9})["needsConfirmation"]
-            assert not c.review_settings(DIGITS_SETTINGS)["needsConfirmation"]
-        finally:
-            await network.close()
+        await c.init()
+        files = package("digits-mlp")
+        review = c.review_settings({**DIGITS_SETTINGS, "batchSize": 10**9}, json.loads(files["manifest"]))
+        assert review["needsConfirmation"] and [w["field"] for w in review["warnings"]] == ["batchSize"]
+        assert review["work"] == 2 * 1500
+        with pytest.raises(SettingsError) as err:
+            c.review_settings({**DIGITS_SETTINGS, "localEpochs": 0})
+        assert err.value.field == "localEpochs"
+        await c.create_job(**files, settings=DIGITS_SETTINGS)
+        # The active job's facts when no manifest is given.
+        assert c.review_settings({**DIGITS_SETTINGS, "epochs": 10**9})["needsConfirmation"]
+        assert not c.review_settings(DIGITS_SETTINGS)["needsConfirmation"]
 
-    asyncio.run(main())
+    on_network(main)
 
 
 def test_a_participant_lists_the_jobs_checkpoints_and_ends_completed() -> None:
     """The coordinator's checkpoint notes fill the participant's job.checkpoints (charts, checkpoint list)."""
-    async def main() -> None:
-        network, engine = MemoryNetwork(), WasmtimeEngine()
+    async def main(network: MemoryNetwork, engine: WasmtimeEngine) -> None:
         coordinator, helper = _make(network, engine, "coord"), _make(network, engine, "helper")
-        try:
-            for c in (coordinator, helper):
-                await c.init()
-            settings = {**DIGITS_SETTINGS, "epochs": 1, "coordinatorParticipates": False, "workers": 1}
-            job_id = await coordinator.create_job(**package("digits-mlp"), settings=settings,
-                                                  validation=digits_validation())
-            coordinator.invite("helper")
-            await network.settle()
-            await helper.decide_invitation(job_id, True)
-            await network.settle()
-            await _run(coordinator)
-            await network.settle()
-            await coordinator.idle()
-            await network.settle()
-            theirs = coordinator.get_state()["job"]["checkpoints"]
-            mine = helper.get_state()["job"]
-            assert mine["status"] == "completed" and mine["role"] == "participant"
-            assert [c["artifact"] for c in mine["checkpoints"]] == [c["artifact"] for c in theirs]
-            assert [c["metrics"] for c in mine["checkpoints"]] == [c["metrics"] for c in theirs]
-            validated = [c for c in mine["checkpoints"] if "validationMetrics" in c]
-            assert validated and validated[-1]["validationMetrics"] == theirs[-1]["validationMetrics"]
-            assert network.refused == []
-        finally:
-            await network.close()
+        for c in (coordinator, helper):
+            await c.init()
+        settings = {**DIGITS_SETTINGS, "epochs": 1, "coordinatorParticipates": False, "workers": 1}
+        job_id = await coordinator.create_job(**package("digits-mlp"), settings=settings,
+                                              validation=digits_validation())
+        coordinator.invite("helper")
+        await network.settle()
+        await helper.decide_invitation(job_id, True)
+        await network.settle()
+        await _run(coordinator)
+        await network.settle()
+        await coordinator.idle()
+        await network.settle()
+        theirs = coordinator.get_state()["job"]["checkpoints"]
+        mine = helper.get_state()["job"]
+        assert mine["status"] == "completed" and mine["role"] == "participant"
+        assert [c["artifact"] for c in mine["checkpoints"]] == [c["artifact"] for c in theirs]
+        assert [c["metrics"] for c in mine["checkpoints"]] == [c["metrics"] for c in theirs]
+        validated = [c for c in mine["checkpoints"] if "validationMetrics" in c]
+        assert validated and validated[-1]["validationMetrics"] == theirs[-1]["validationMetrics"]
+        assert network.refused == []
 
-    asyncio.run(main())
+    on_network(main)
 
 
 def test_a_hostile_checkpoint_note_is_refused_by_name() -> None:

@@ -9,7 +9,6 @@ participants, and the job must complete as it does without the relay.
 
 from __future__ import annotations
 
-import asyncio
 from collections import Counter
 from typing import Mapping
 
@@ -20,16 +19,14 @@ from weei.core.relay_messages import RelayPiece
 from weei.demo.network import MemoryNetwork
 from weei.runtime.wasmtime_engine import WasmtimeEngine
 
-from test_controller import networked, package, run_until_done
+from test_controller import networked, on_network, package, run_until_done
 
 SETTINGS = {"epochs": 1, "localEpochs": 1, "batchSize": 16, "coordinatorParticipates": False}
 HELPERS = ("h1", "h2", "h3")
 
 
 def test_participants_relay_each_checkpoint_to_each_other() -> None:
-    async def main() -> None:
-        network = MemoryNetwork()
-        engine = WasmtimeEngine()
+    async def main(network: MemoryNetwork, engine: WasmtimeEngine) -> None:
         sent: Counter[tuple[str, str]] = Counter()  # (sender, what) -> checkpoint bytes
         types: Counter[str] = Counter()
         post = network.post
@@ -49,39 +46,36 @@ def test_participants_relay_each_checkpoint_to_each_other() -> None:
 
         coordinator = make("coord")
         helpers = [make(p) for p in HELPERS]
-        try:
-            for c in (coordinator, *helpers):
-                await c.init()
-            job_id = await coordinator.create_job(**package("digits-mlp"), settings=SETTINGS)
-            machine = coordinator.coordinator
-            assert machine is not None
-            machine.relays.min_relay_bytes, machine.relays.piece_bytes = 1, 4096
-            for peer in HELPERS:
-                coordinator.invite(peer)
-            await network.settle()
-            for helper in helpers:
-                await helper.decide_invitation(job_id, True)
-            await network.settle()
-            await coordinator.start()
-            await run_until_done(coordinator, timeout=120)
-            await network.settle()
-            state = coordinator.get_state()
-            rounds = len(state["job"]["checkpoints"]) - 1
-            weights = machine.spec.weight_bytes
-            assert rounds >= 2 and not network.refused and network.lost == 0
-            assert types["relayPlan"] > 0 and types["relayDone"] == types["relayPlan"]
-            # Each round's checkpoint: one copy from the coordinator, two relayed (a chain h -> h -> h).
-            relayed_rounds = types["relayPlan"] // 3
-            assert sent["coord", "piece"] == relayed_rounds * weights
-            assert sum(n for (src, what), n in sent.items() if src != "coord") == 2 * relayed_rounds * weights
-            assert sent["coord", "assign"] == 0  # every Assign named the relayed checkpoint as held
-            # Every accepted update trained from the checkpoint it was relayed.
-            assert all(r["state"] != "failed" for r in state["job"]["participants"].values())
-            log = [e["event"] for e in coordinator.get_debug_log()["events"]]
-            assert "relay.failed" not in log
-            for helper in helpers:
-                assert helper.get_state()["job"]["status"] in ("completed", "running")
-        finally:
-            await network.close()
+        for c in (coordinator, *helpers):
+            await c.init()
+        job_id = await coordinator.create_job(**package("digits-mlp"), settings=SETTINGS)
+        machine = coordinator.coordinator
+        assert machine is not None
+        machine.relays.min_relay_bytes, machine.relays.piece_bytes = 1, 4096
+        for peer in HELPERS:
+            coordinator.invite(peer)
+        await network.settle()
+        for helper in helpers:
+            await helper.decide_invitation(job_id, True)
+        await network.settle()
+        await coordinator.start()
+        await run_until_done(coordinator, timeout=120)
+        await network.settle()
+        state = coordinator.get_state()
+        rounds = len(state["job"]["checkpoints"]) - 1
+        weights = machine.spec.weight_bytes
+        assert rounds >= 2 and not network.refused and network.lost == 0
+        assert types["relayPlan"] > 0 and types["relayDone"] == types["relayPlan"]
+        # Each round's checkpoint: one copy from the coordinator, two relayed (a chain h -> h -> h).
+        relayed_rounds = types["relayPlan"] // 3
+        assert sent["coord", "piece"] == relayed_rounds * weights
+        assert sum(n for (src, what), n in sent.items() if src != "coord") == 2 * relayed_rounds * weights
+        assert sent["coord", "assign"] == 0  # every Assign named the relayed checkpoint as held
+        # Every accepted update trained from the checkpoint it was relayed.
+        assert all(r["state"] != "failed" for r in state["job"]["participants"].values())
+        log = [e["event"] for e in coordinator.get_debug_log()["events"]]
+        assert "relay.failed" not in log
+        for helper in helpers:
+            assert helper.get_state()["job"]["status"] in ("completed", "running")
 
-    asyncio.run(main())
+    on_network(main)

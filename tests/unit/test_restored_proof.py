@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from test_controller import on_network
 from test_room_proof import COORD, N1, N2, ROOM, T0, _controller, answer
 from weei.api import TrainingController
 from weei.core.commands import Send
@@ -249,28 +250,24 @@ def _events(c: TrainingController, name: str) -> list[dict[str, Any]]:
 
 
 def test_a_restored_participant_continues_with_a_coordinator_that_proves_the_key_and_not_before() -> None:
-    async def main() -> None:
-        network, engine = MemoryNetwork(), WasmtimeEngine()
-        try:
-            coordinator, _, restarted, _, job_id = await _accepted_then_restarted(network, engine, ROOM)
-            sent = Sent(restarted)
-            # Both ends see the channel open: the coordinator delivers at once, the participant challenges.
-            await restarted.peer_connected(COORD)
-            await coordinator.peer_connected("helper")
-            await network.settle()
-            assert restarted.participant is not None and restarted.participant.state == "modelLoaded"
-            assert coordinator.get_state()["job"]["participants"]["helper"]["state"] == "modelLoaded"
-            # The challenge went first; the module status only after the proof was in.
-            assert sent.types()[0] == "roomChallenge" and "moduleStatus" in sent.types(), sent.types()
-            events = [e["event"] for e in restarted.get_debug_log()["events"]]
-            assert events.index("room.proof.accepted") > events.index("room.proof.asked")
-            assert [d["coordinator"] for d in _events(restarted, "room.proof.accepted")] == [COORD]
-            assert _events(restarted, "participation.restored")[0]["proof"] is True
-            assert "error" not in restarted.get_state()
-        finally:
-            await network.close()
+    async def main(network: MemoryNetwork, engine: WasmtimeEngine) -> None:
+        coordinator, _, restarted, _, job_id = await _accepted_then_restarted(network, engine, ROOM)
+        sent = Sent(restarted)
+        # Both ends see the channel open: the coordinator delivers at once, the participant challenges.
+        await restarted.peer_connected(COORD)
+        await coordinator.peer_connected("helper")
+        await network.settle()
+        assert restarted.participant is not None and restarted.participant.state == "modelLoaded"
+        assert coordinator.get_state()["job"]["participants"]["helper"]["state"] == "modelLoaded"
+        # The challenge went first; the module status only after the proof was in.
+        assert sent.types()[0] == "roomChallenge" and "moduleStatus" in sent.types(), sent.types()
+        events = [e["event"] for e in restarted.get_debug_log()["events"]]
+        assert events.index("room.proof.accepted") > events.index("room.proof.asked")
+        assert [d["coordinator"] for d in _events(restarted, "room.proof.accepted")] == [COORD]
+        assert _events(restarted, "participation.restored")[0]["proof"] is True
+        assert "error" not in restarted.get_state()
 
-    asyncio.run(main())
+    on_network(main)
 
 
 @pytest.mark.parametrize("impostor_key,reason", [("another-room-key", "room-proof-mismatch"),
@@ -279,72 +276,59 @@ def test_a_restored_participant_refuses_whoever_answers_without_the_key(impostor
                                                                         reason: str) -> None:
     """Someone else answers under the coordinator's peer ID: the same job, reopened from the coordinator's
     own storage, but with another room key (or none). Nothing goes to it but the challenge."""
-    async def main() -> None:
-        network, engine = MemoryNetwork(), WasmtimeEngine()
-        try:
-            _, coord_storage, restarted, helper_storage, job_id = await _accepted_then_restarted(network, engine,
-                                                                                                 ROOM)
-            await network.disconnect(COORD)
-            impostor = _controller(network, engine, COORD, impostor_key, storage=coord_storage)
-            await impostor.init()
-            assert impostor.get_state()["job"]["id"] == job_id  # it runs the very job
-            saved = {store: await helper_storage.keys(store) for store in ("artifacts", "jobs", "checkpoints")}
-            sent = Sent(restarted)
-            await restarted.peer_connected(COORD)
-            await impostor.peer_connected("helper")  # it delivers the module at once
-            await network.settle()
-            assert restarted.participant is None
-            assert sent.types() == ["roomChallenge"]  # no module status, no update: nothing but the challenge
-            refused = _events(restarted, "participation.refused")
-            assert [(d["jobId"], d["coordinator"], d["reason"]) for d in refused] == [(job_id, COORD, reason)]
-            error = restarted.get_state()["error"]
-            assert reason in error and "ask them for a fresh invite link" in error.lower(), error
-            # The participation is over; nothing else this device saved is gone.
-            assert await helper_storage.get("settings", "participation") is None
-            assert {store: await helper_storage.keys(store) for store in saved} == saved
-            # The module that came before the proof was not taken: neither kept nor loaded.
-            assert impostor.session.coordinator is not None
-            assert impostor.session.coordinator.spec.module.sha256 not in restarted.artifacts
-        finally:
-            await network.close()
+    async def main(network: MemoryNetwork, engine: WasmtimeEngine) -> None:
+        _, coord_storage, restarted, helper_storage, job_id = await _accepted_then_restarted(network, engine, ROOM)
+        await network.disconnect(COORD)
+        impostor = _controller(network, engine, COORD, impostor_key, storage=coord_storage)
+        await impostor.init()
+        assert impostor.get_state()["job"]["id"] == job_id  # it runs the very job
+        saved = {store: await helper_storage.keys(store) for store in ("artifacts", "jobs", "checkpoints")}
+        sent = Sent(restarted)
+        await restarted.peer_connected(COORD)
+        await impostor.peer_connected("helper")  # it delivers the module at once
+        await network.settle()
+        assert restarted.participant is None
+        assert sent.types() == ["roomChallenge"]  # no module status, no update: nothing but the challenge
+        refused = _events(restarted, "participation.refused")
+        assert [(d["jobId"], d["coordinator"], d["reason"]) for d in refused] == [(job_id, COORD, reason)]
+        error = restarted.get_state()["error"]
+        assert reason in error and "ask them for a fresh invite link" in error.lower(), error
+        # The participation is over; nothing else this device saved is gone.
+        assert await helper_storage.get("settings", "participation") is None
+        assert {store: await helper_storage.keys(store) for store in saved} == saved
+        # The module that came before the proof was not taken: neither kept nor loaded.
+        assert impostor.session.coordinator is not None
+        assert impostor.session.coordinator.spec.module.sha256 not in restarted.artifacts
 
-    asyncio.run(main())
+    on_network(main)
 
 
 def test_a_restored_participant_refuses_a_coordinator_that_never_answers() -> None:
-    async def main() -> None:
-        network, engine = MemoryNetwork(), WasmtimeEngine()
-        try:
-            _, _, restarted, helper_storage, job_id = await _accepted_then_restarted(network, engine, ROOM)
-            await network.disconnect(COORD)
-            network.workers.pop(COORD).cancel()
-            network.transport(COORD)  # a silent peer under the coordinator's ID: nobody reads its inbox
-            assert restarted.peer_events.room_check is not None
-            restarted.peer_events.room_check.proofs.timeout_ms = 300.0
-            await restarted.peer_connected(COORD)
-            await asyncio.wait_for(restarted.idle(), 60)
-            assert restarted.participant is None
-            assert [d["reason"] for d in _events(restarted, "participation.refused")] == ["room-proof-timeout"]
-            assert await helper_storage.get("settings", "participation") is None
-        finally:
-            await network.close()
+    async def main(network: MemoryNetwork, engine: WasmtimeEngine) -> None:
+        _, _, restarted, helper_storage, job_id = await _accepted_then_restarted(network, engine, ROOM)
+        await network.disconnect(COORD)
+        network.workers.pop(COORD).cancel()
+        network.transport(COORD)  # a silent peer under the coordinator's ID: nobody reads its inbox
+        assert restarted.peer_events.room_check is not None
+        restarted.peer_events.room_check.proofs.timeout_ms = 300.0
+        await restarted.peer_connected(COORD)
+        await asyncio.wait_for(restarted.idle(), 60)
+        assert restarted.participant is None
+        assert [d["reason"] for d in _events(restarted, "participation.refused")] == ["room-proof-timeout"]
+        assert await helper_storage.get("settings", "participation") is None
 
-    asyncio.run(main())
+    on_network(main)
 
 
 def test_a_restored_participation_in_a_keyless_room_asks_nothing_as_at_its_first_acceptance() -> None:
-    async def main() -> None:
-        network, engine = MemoryNetwork(), WasmtimeEngine()
-        try:
-            coordinator, _, restarted, _, _ = await _accepted_then_restarted(network, engine, None)
-            await restarted.peer_connected(COORD)
-            assert restarted.participant is not None and restarted.participant.state == "approved"
-            await coordinator.peer_connected("helper")
-            await network.settle()
-            assert restarted.participant.state == "modelLoaded"
-            assert _events(restarted, "room.proof.asked") == []
-            assert _events(restarted, "participation.restored")[0]["proof"] is False
-        finally:
-            await network.close()
+    async def main(network: MemoryNetwork, engine: WasmtimeEngine) -> None:
+        coordinator, _, restarted, _, _ = await _accepted_then_restarted(network, engine, None)
+        await restarted.peer_connected(COORD)
+        assert restarted.participant is not None and restarted.participant.state == "approved"
+        await coordinator.peer_connected("helper")
+        await network.settle()
+        assert restarted.participant.state == "modelLoaded"
+        assert _events(restarted, "room.proof.asked") == []
+        assert _events(restarted, "participation.restored")[0]["proof"] is False
 
-    asyncio.run(main())
+    on_network(main)

@@ -25,7 +25,7 @@ from weei.demo.network import MemoryNetwork
 from weei.host.memory_storage import MemoryStorage
 from weei.runtime.wasmtime_engine import WasmtimeEngine
 
-from test_controller import DIGITS_SETTINGS, networked, package
+from test_controller import DIGITS_SETTINGS, networked, on_network, package
 
 ROOM = "mpoR7H63X6xKwHt3XTxFIA"
 COORD, AGENT, OTHER = "c" * 26, "a" * 26, "o" * 26
@@ -181,10 +181,7 @@ def _controller(network: MemoryNetwork, engine: WasmtimeEngine, peer: str, room_
 
 def test_a_coordinator_in_the_room_answers_its_own_job_only_and_without_a_key_says_so() -> None:
     """The real controller's answer, as JSON text on the demo's in-memory network."""
-    async def main() -> None:
-        network = MemoryNetwork()
-        engine = WasmtimeEngine()
-
+    async def main(network: MemoryNetwork, engine: WasmtimeEngine) -> None:
         def make(peer: str, room_key: str | None) -> TrainingController:
             return _controller(network, engine, peer, room_key)
 
@@ -201,47 +198,41 @@ def test_a_coordinator_in_the_room_answers_its_own_job_only_and_without_a_key_sa
             assert isinstance(message, RoomProof)
             return proofs.receive(src, message, T0 + 1)
 
-        try:
-            for c in (keyed, keyless):
-                await c.init()
-            job_id = await keyed.create_job(**package("digits-mlp"), settings={**DIGITS_SETTINGS, "epochs": 1})
-            other_job = await keyless.create_job(**package("digits-mlp"), settings={**DIGITS_SETTINGS, "epochs": 1})
-            for c in (keyed, keyless):
-                c.invite(AGENT)
-                src, text, _ = await asyncio.wait_for(inbox.get(), 30)
-                assert (src, json.loads(text)["type"]) == (c.my_peer_id, "invitation")
-            proofs = CoordinatorProofs(proof_key(ROOM), AGENT)
-            verdict = await ask(COORD, job_id, N1, proofs)
-            assert not isinstance(verdict, ProofIgnored) and verdict.proven
-            verdict = await ask(OTHER, other_job, N2, proofs)
-            assert not isinstance(verdict, ProofIgnored) and verdict.reason is RoomProofReason.MISSING
-            # a challenge for a job the coordinator does not run gets no answer, only a line in its log
-            network.post(AGENT, proofs.challenge("not-its-job", COORD, N2, T0), {})
-            # nor does one from a peer the coordinator never invited
-            stranger = CoordinatorProofs(proof_key(ROOM), "uninvited")
-            network.post("uninvited", stranger.challenge(job_id, COORD, N1, T0), {})
-            await asyncio.sleep(0.2)
-            assert inbox.empty() and network.inboxes["uninvited"].empty()
-            assert [v.reason for v in proofs.expire(T0 + PROOF_TIMEOUT_MS + 1)] == [RoomProofReason.TIMEOUT]
-            events = [(e["event"], e.get("details", {})) for e in keyed.get_debug_log()["events"]]
-            answered = [d for e, d in events if e == "room.challenge.answered"]
-            assert answered == [{"from": AGENT, "jobId": job_id, "proof": True}]
-            ignored = [(d["from"], d["jobId"]) for e, d in events if e == "room.challenge.ignored"]
-            assert ignored == [(AGENT, "not-its-job"), ("uninvited", job_id)], ignored
-        finally:
-            await network.close()
+        for c in (keyed, keyless):
+            await c.init()
+        job_id = await keyed.create_job(**package("digits-mlp"), settings={**DIGITS_SETTINGS, "epochs": 1})
+        other_job = await keyless.create_job(**package("digits-mlp"), settings={**DIGITS_SETTINGS, "epochs": 1})
+        for c in (keyed, keyless):
+            c.invite(AGENT)
+            src, text, _ = await asyncio.wait_for(inbox.get(), 30)
+            assert (src, json.loads(text)["type"]) == (c.my_peer_id, "invitation")
+        proofs = CoordinatorProofs(proof_key(ROOM), AGENT)
+        verdict = await ask(COORD, job_id, N1, proofs)
+        assert not isinstance(verdict, ProofIgnored) and verdict.proven
+        verdict = await ask(OTHER, other_job, N2, proofs)
+        assert not isinstance(verdict, ProofIgnored) and verdict.reason is RoomProofReason.MISSING
+        # a challenge for a job the coordinator does not run gets no answer, only a line in its log
+        network.post(AGENT, proofs.challenge("not-its-job", COORD, N2, T0), {})
+        # nor does one from a peer the coordinator never invited
+        stranger = CoordinatorProofs(proof_key(ROOM), "uninvited")
+        network.post("uninvited", stranger.challenge(job_id, COORD, N1, T0), {})
+        await asyncio.sleep(0.2)
+        assert inbox.empty() and network.inboxes["uninvited"].empty()
+        assert [v.reason for v in proofs.expire(T0 + PROOF_TIMEOUT_MS + 1)] == [RoomProofReason.TIMEOUT]
+        events = [(e["event"], e.get("details", {})) for e in keyed.get_debug_log()["events"]]
+        answered = [d for e, d in events if e == "room.challenge.answered"]
+        assert answered == [{"from": AGENT, "jobId": job_id, "proof": True}]
+        ignored = [(d["from"], d["jobId"]) for e, d in events if e == "room.challenge.ignored"]
+        assert ignored == [(AGENT, "not-its-job"), ("uninvited", job_id)], ignored
 
-    asyncio.run(main())
+    on_network(main)
 
 
 def test_a_participant_in_a_keyed_room_accepts_only_a_coordinator_that_proves_the_key() -> None:
     """decideInvitation(job, true) in a keyed room (a page, the agent): the proof first, else a decline."""
     from weei.core.errors import UsageError
 
-    async def main() -> None:
-        network = MemoryNetwork()
-        engine = WasmtimeEngine()
-
+    async def main(network: MemoryNetwork, engine: WasmtimeEngine) -> None:
         def make(peer: str, room_key: str | None) -> TrainingController:
             return _controller(network, engine, peer, room_key)
 
@@ -249,39 +240,36 @@ def test_a_participant_in_a_keyed_room_accepts_only_a_coordinator_that_proves_th
         member, stranger, member2, plain = make("member", ROOM), make("stranger", "other-room"), \
             make("member2", ROOM), make("plain", None)
         peers = (keyed, keyless, member, stranger, member2, plain)
-        try:
-            for c in peers:
-                await c.init()
-            job = await keyed.create_job(**package("digits-mlp"), settings={**DIGITS_SETTINGS, "epochs": 1})
-            other = await keyless.create_job(**package("digits-mlp"), settings={**DIGITS_SETTINGS, "epochs": 1})
-            for c, who in ((keyed, "member"), (keyed, "stranger"), (keyless, "member2"), (keyless, "plain")):
-                c.invite(who)
-            await network.settle()
+        for c in peers:
+            await c.init()
+        job = await keyed.create_job(**package("digits-mlp"), settings={**DIGITS_SETTINGS, "epochs": 1})
+        other = await keyless.create_job(**package("digits-mlp"), settings={**DIGITS_SETTINGS, "epochs": 1})
+        for c, who in ((keyed, "member"), (keyed, "stranger"), (keyless, "member2"), (keyless, "plain")):
+            c.invite(who)
+        await network.settle()
 
-            await member.decide_invitation(job, True)
-            with pytest.raises(UsageError) as mismatch:
-                await stranger.decide_invitation(job, True)
-            with pytest.raises(UsageError) as missing:
-                await member2.decide_invitation(other, True)
-            await plain.decide_invitation(other, True)  # no room key, nothing to prove: as before
-            await network.settle()
+        await member.decide_invitation(job, True)
+        with pytest.raises(UsageError) as mismatch:
+            await stranger.decide_invitation(job, True)
+        with pytest.raises(UsageError) as missing:
+            await member2.decide_invitation(other, True)
+        await plain.decide_invitation(other, True)  # no room key, nothing to prove: as before
+        await network.settle()
 
-            assert mismatch.value.reason == "room-proof-mismatch" and missing.value.reason == "room-proof-missing"
-            assert "holds no room key" in missing.value.message
-            states = {p: c.get_state()["job"]["participants"][p]["state"]
-                      for c, p in ((keyed, "member"), (keyed, "stranger"), (keyless, "member2"), (keyless, "plain"))}
-            assert states["stranger"] == states["member2"] == "declined", states
-            assert states["member"] != "declined" and states["plain"] != "declined", states
-            assert member.participant is not None and stranger.participant is None and member2.participant is None
-            refused = [e["details"] for e in stranger.get_debug_log()["events"] if e["event"] == "room.proof.refused"]
-            assert [(d["reason"], d["coordinator"], d["jobId"]) for d in refused] == [
-                ("room-proof-mismatch", "keyed", job)]
-            asked = [e for c in peers for e in c.get_debug_log()["events"] if e["event"] == "room.proof.asked"]
-            assert len(asked) == 3  # member, stranger, member2; plain asked nothing
-        finally:
-            await network.close()
+        assert mismatch.value.reason == "room-proof-mismatch" and missing.value.reason == "room-proof-missing"
+        assert "holds no room key" in missing.value.message
+        states = {p: c.get_state()["job"]["participants"][p]["state"]
+                  for c, p in ((keyed, "member"), (keyed, "stranger"), (keyless, "member2"), (keyless, "plain"))}
+        assert states["stranger"] == states["member2"] == "declined", states
+        assert states["member"] != "declined" and states["plain"] != "declined", states
+        assert member.participant is not None and stranger.participant is None and member2.participant is None
+        refused = [e["details"] for e in stranger.get_debug_log()["events"] if e["event"] == "room.proof.refused"]
+        assert [(d["reason"], d["coordinator"], d["jobId"]) for d in refused] == [
+            ("room-proof-mismatch", "keyed", job)]
+        asked = [e for c in peers for e in c.get_debug_log()["events"] if e["event"] == "room.proof.asked"]
+        assert len(asked) == 3  # member, stranger, member2; plain asked nothing
 
-    asyncio.run(main())
+    on_network(main)
 
 
 def test_a_silent_coordinator_times_out_by_name() -> None:

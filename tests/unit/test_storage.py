@@ -7,7 +7,8 @@ import asyncio
 import json
 import time
 
-from test_controller import DIGITS_SETTINGS, controller, digits_validation, networked, package, run_until_done
+from test_controller import (DIGITS_SETTINGS, controller, digits_validation, networked, on_network, package,
+                             run_until_done)
 
 from weei.api import TrainingController
 from weei.api.log_writer import DEBUG_LOG_KEY, LOG_WRITE_MS
@@ -92,36 +93,30 @@ def test_a_200_round_job_keeps_storage_and_memory_proportional_to_checkpoints() 
 def test_a_remote_participant_holds_only_what_the_next_rounds_may_name() -> None:
     from weei.demo.network import MemoryNetwork
 
-    async def main() -> None:
-        network = MemoryNetwork()
-        engine = WasmtimeEngine()
-
+    async def main(network: MemoryNetwork, engine: WasmtimeEngine) -> None:
         def make(peer: str) -> TrainingController:
             return networked(network, engine, peer)
 
         coordinator, helper = make("coord"), make("helper")
-        try:
-            for c in (coordinator, helper):
-                await c.init()
-            job_id = await coordinator.create_job(**package("cartpole-reinforce"),
-                                                  settings={**CARTPOLE, "epochs": 30,
-                                                            "coordinatorParticipates": False})
-            coordinator.invite("helper")
-            await network.settle()
-            await helper.decide_invitation(job_id, True)
-            await network.settle()
-            held: list[int] = []
-            helper.subscribe(lambda _state: held.append(len(helper.artifacts)))
-            await coordinator.start()
-            await run_until_done(coordinator, timeout=120)
-            await network.settle()
-            assert len(coordinator.get_state()["job"]["checkpoints"]) == 31
-            # Module, this round's and the last rounds' weights, its own update: not one per round.
-            assert 0 < max(held) <= 6, max(held)
-        finally:
-            await network.close()
+        for c in (coordinator, helper):
+            await c.init()
+        job_id = await coordinator.create_job(**package("cartpole-reinforce"),
+                                              settings={**CARTPOLE, "epochs": 30,
+                                                        "coordinatorParticipates": False})
+        coordinator.invite("helper")
+        await network.settle()
+        await helper.decide_invitation(job_id, True)
+        await network.settle()
+        held: list[int] = []
+        helper.subscribe(lambda _state: held.append(len(helper.artifacts)))
+        await coordinator.start()
+        await run_until_done(coordinator, timeout=120)
+        await network.settle()
+        assert len(coordinator.get_state()["job"]["checkpoints"]) == 31
+        # Module, this round's and the last rounds' weights, its own update: not one per round.
+        assert 0 < max(held) <= 6, max(held)
 
-    asyncio.run(main())
+    on_network(main)
 
 
 def test_a_refused_checkpoint_write_pauses_the_job_names_the_reason_and_keeps_what_was_saved() -> None:
