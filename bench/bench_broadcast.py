@@ -24,10 +24,10 @@ bytes sent over the checkpoint's size.
 
 ``--processes`` puts each participant in a process of its own (it
 acknowledges each checkpoint with a ``trainingStarted`` carrying the
-SHA-256 of what it holds), as on machines of their own. On the 2-core
-machine of session 9 it finished at 1 MB but not at 16 MB: four aiortc
-participant processes and the coordinator's share two cores, and the last
-participant of the chain had not its checkpoint after 120 s.
+SHA-256 of what it holds), as on machines of their own. Four aiortc
+participant processes and the coordinator share this machine's cores, so
+on 2 cores they are the limit (see the "why P3" line): ``--mb 16 --repeat
+1 --peers 1,4`` takes ~80 s.
 
 The P3 line (issue 11): the relayed delivery to 4 over the direct delivery
 to 1, best of each, in the same run; ``--no-relay`` gives the line of the
@@ -38,8 +38,8 @@ simulated time): every uplink at the raw aiortc rate of this run (20 ms
 latency), then at a fixed 10 MB/s (50 ms). They say what the plan itself
 costs, apart from this one process on one core. A "why P3" line after
 them says what limits the real one: the CPU the direct send to 1 took (this
-process's; with ``--processes`` the whole machine's busy CPU from
-/proc/stat), times the 4 copies a delivery to 4 must receive and, relayed,
+process's; with ``--processes`` that of every process of the benchmark,
+from /proc), times the 4 copies a delivery to 4 must receive and, relayed,
 send again, over the cores the peers can use, against the wall time of
 that direct send; and how busy those cores were in the relayed run.
 
@@ -82,6 +82,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "app" / "py"))
 
 from aiohttp.test_utils import TestServer  # noqa: E402
+from machine_cpu import tree_cpu  # noqa: E402  (bench/, this script's folder)
 from aiortc import RTCConfiguration, RTCDataChannel, RTCPeerConnection  # noqa: E402
 
 from weei.agent.transport import HIGH_WATER, LOW_WATER, AgentTransport  # noqa: E402
@@ -481,30 +482,20 @@ async def child(url: str, room: str, coordinator: str, n: int) -> None:
 
 @dataclass(frozen=True, order=True)
 class Run:
-    """One timed transfer: wall seconds (runs order by it), this process's CPU seconds meanwhile, and the
-    CPU seconds every core of the machine spent busy meanwhile (None where /proc/stat is missing)."""
+    """One timed transfer: wall seconds (runs order by it), this process's CPU seconds meanwhile, and those
+    of this process and every process it started (the participants with --processes; None without /proc)."""
 
     seconds: float
     cpu: float
-    machine_cpu: float | None
-
-
-def machine_busy() -> float | None:
-    """CPU seconds all cores of this machine have been busy since boot (Linux /proc/stat), or None."""
-    try:
-        ticks = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
-    except (OSError, ValueError):
-        return None
-    # user nice system idle iowait irq softirq steal: everything but idle and iowait is work.
-    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
+    tree_cpu: float | None
 
 
 async def timed(transfer: Any) -> Run:
-    """The transfer's reported wall seconds, with the CPU this process and the machine spent meanwhile."""
-    cpu, machine = time.process_time(), machine_busy()
+    """The transfer's reported wall seconds, with the CPU this process and its process tree spent meanwhile."""
+    cpu, tree = time.process_time(), tree_cpu()
     seconds = await transfer
-    after = machine_busy()
-    return Run(seconds, time.process_time() - cpu, None if machine is None or after is None else after - machine)
+    after = tree_cpu()
+    return Run(seconds, time.process_time() - cpu, None if tree is None or after is None else after - tree)
 
 
 def spread(runs: list[Run]) -> str:
@@ -593,14 +584,14 @@ def p3_line(mb: float, best: dict[tuple[str, int], Run], mode: str) -> str:
 def cpu_bound_line(best: dict[tuple[str, int], Run], processes: bool) -> str | None:
     """Why P3 is not met here: the CPU the direct send to 1 took, times the 4 copies a delivery to 4 must
     receive (and, relayed, send), over the cores the peers can use, is already the wall time that run took.
-    One process: its own CPU on its one event loop. A process each: the whole machine's busy CPU."""
+    One process: its own CPU on its one event loop. A process each: that of all the benchmark's processes."""
     if ("direct", 1) not in best or ("relay", 4) not in best:
         return None
     one, four = best["direct", 1], best["relay", 4]
     if processes:
-        if one.machine_cpu is None or four.machine_cpu is None:
+        if one.tree_cpu is None or four.tree_cpu is None:
             return None
-        cores, cpu_1, cpu_4, what = os.cpu_count() or 1, one.machine_cpu, four.machine_cpu, "the machine's"
+        cores, cpu_1, cpu_4, what = os.cpu_count() or 1, one.tree_cpu, four.tree_cpu, "its processes'"
     else:
         cores, cpu_1, cpu_4, what = 1, one.cpu, four.cpu, "this process's"
     floor = 4 * cpu_1 / cores
