@@ -29,6 +29,7 @@ __all__ = ["kernel_wasm_path", "load_kernel_wasm", "WasmKernel", "StagedAverage"
 #: 65,536 pages of 64 KiB: all a wasm32 memory can address.
 KERNEL_MEMORY_LIMIT = 1 << 32
 
+
 def _repo_root() -> Path:
     return Path(__file__).resolve().parents[4]
 
