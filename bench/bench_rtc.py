@@ -42,25 +42,21 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlparse
+from urllib.parse import quote
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "browser"))
 sys.path.insert(0, str(ROOT / "app" / "py"))
 
 from machine_cpu import tree_cpu  # noqa: E402  (bench/, this script's folder)
-from site_helpers import CHROMIUM, CHROMIUM_ARGS, start_server, stop_server  # noqa: E402
+from site_helpers import CHROMIUM, CHROMIUM_ARGS, serve_harness, start_server, stop_server  # noqa: E402
 
 __all__ = ["main"]
 
 MB = 1_000_000
-HARNESS = ROOT / "tests" / "browser"
-HARNESS_FILES = ("rtc_harness.html", "rtc_peer.py", "link_cases.py")
 
 RAW_SETUP = """async (offerer) => {
   window.pc = new RTCPeerConnection();
@@ -157,31 +153,6 @@ class WeeiPair:
         return (got["at"] - sent["at"]) / 1000
 
 
-def harness_origin() -> tuple[ThreadingHTTPServer, str]:
-    """A second origin serving the harness files, as tests/browser/test_rtc.py does."""
-    files = {name: (HARNESS / name).read_bytes() for name in HARNESS_FILES}
-    types = {"html": "text/html; charset=utf-8", "py": "text/plain; charset=utf-8"}
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-            name = urlparse(self.path).path.lstrip("/")
-            if name not in files:
-                self.send_error(404)
-                return
-            self.send_response(200)
-            self.send_header("Content-Type", types[name.rsplit(".", 1)[1]])
-            self.send_header("Content-Length", str(len(files[name])))
-            self.end_headers()
-            self.wfile.write(files[name])
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    return httpd, f"http://127.0.0.1:{httpd.server_address[1]}"
-
-
 def timed(transfer: Any, nbytes: int) -> tuple[float, float | None]:
     """(seconds the transfer reports, CPU seconds the benchmark's processes used meanwhile: both Chromiums,
     Playwright's driver, ``weei serve``, this script)."""
@@ -202,7 +173,7 @@ def main() -> int:
     build = subprocess.run([sys.executable, "build.py", "site"], cwd=ROOT, capture_output=True, text=True)
     if build.returncode:
         raise SystemExit("build.py site failed:\n" + build.stdout + build.stderr)
-    httpd, origin = harness_origin()
+    httpd, origin = serve_harness()
     server = start_server(ROOT / "dist", "--allow-origin", origin)
     runs: dict[str, list[tuple[float, float | None]]] = {"raw": [], "weei": []}
     try:
@@ -221,6 +192,7 @@ def main() -> int:
     finally:
         stop_server(server)
         httpd.shutdown()
+        httpd.server_close()
     cores = os.cpu_count() or 1
     best = {side: min(r) for side, r in runs.items()}
     print(f"{args.mb:g} MB between two Chromium processes, best of {args.repeat}, {cores} CPUs, 127.0.0.1, "

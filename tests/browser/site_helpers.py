@@ -9,7 +9,10 @@ import subprocess
 import sys
 import threading
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
 
 ROOT = Path(__file__).resolve().parents[2]
 DIST = ROOT / "dist"
@@ -59,3 +62,35 @@ def start_server(site: Path, *extra: str) -> Server:
 def stop_server(server: Server) -> int:
     server.proc.send_signal(signal.SIGTERM)
     return server.proc.wait(timeout=15)
+
+
+#: What the RTC harness page needs besides `weei serve` (tests/browser/test_rtc.py, bench/bench_rtc.py).
+HARNESS_FILES = ("rtc_harness.html", "rtc_peer.py", "link_cases.py")
+
+
+def serve_harness() -> tuple[ThreadingHTTPServer, str]:
+    """A second origin serving the harness files, read now (not from dist/: other builds may wipe it meanwhile).
+    Returns the server (``shutdown()`` and ``server_close()`` it) and its URL."""
+    here = Path(__file__).parent
+    files = {name: (here / name).read_bytes() for name in HARNESS_FILES}
+    types = {"html": "text/html; charset=utf-8", "py": "text/plain; charset=utf-8"}
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            name = urlparse(self.path).path.lstrip("/")
+            if name not in files:
+                self.send_error(404)
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", types[name.rsplit(".", 1)[1]])
+            self.send_header("Content-Length", str(len(files[name])))
+            self.send_header("Cache-Control", "no-store")
+            self.end_headers()
+            self.wfile.write(files[name])
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    return httpd, f"http://127.0.0.1:{httpd.server_address[1]}"

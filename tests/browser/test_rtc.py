@@ -22,46 +22,22 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlparse
+from urllib.parse import quote
 
 import pytest
 from link_cases import CASES
-from site_helpers import CHROMIUM, CHROMIUM_ARGS, ROOT, TIMEOUT_MS, Server, start_server, stop_server
+from site_helpers import CHROMIUM, CHROMIUM_ARGS, ROOT, TIMEOUT_MS, Server, serve_harness, start_server, stop_server
 
-HERE = Path(__file__).parent
-HARNESS_FILES = ("rtc_harness.html", "rtc_peer.py", "link_cases.py")
 MB = 1_000_000
 
 
 @pytest.fixture(scope="module")
 def harness_origin() -> Iterator[str]:
-    """A second origin serving the harness files (not dist/: other builds may wipe it meanwhile)."""
-    files = {name: (HERE / name).read_bytes() for name in HARNESS_FILES}
-    types = {"html": "text/html; charset=utf-8", "py": "text/plain; charset=utf-8"}
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-            name = urlparse(self.path).path.lstrip("/")
-            if name not in files:
-                self.send_error(404)
-                return
-            self.send_response(200)
-            self.send_header("Content-Type", types[name.rsplit(".", 1)[1]])
-            self.send_header("Content-Length", str(len(files[name])))
-            self.send_header("Cache-Control", "no-store")
-            self.end_headers()
-            self.wfile.write(files[name])
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    """A second origin serving the harness files."""
+    httpd, origin = serve_harness()
+    yield origin
     httpd.shutdown()
     httpd.server_close()
 
