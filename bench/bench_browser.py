@@ -17,8 +17,8 @@ the system Chromium (/usr/bin/chromium, or WEEI_CHROMIUM) through Playwright.
    installed before any script; issue 12 asks for none above 200 ms).
 2. Aggregation. In a Pyodide on the page's thread (the test hooks'; the
    API's own runs in the host worker, on the same engine),
-   ``WasmKernel.run_average`` over the browser engine (the inputs already staged in the module's memory, as
-   bench_aggregate.py does for wasmtime) for U updates of ``--elems``
+   ``WasmKernel.run_average`` over the browser engine (the inputs already
+   staged in the module's memory, as bench_aggregate.py does for wasmtime) for U updates of ``--elems``
    float32, against ``Uint8Array.prototype.set`` copying the same U updates
    into one buffer in the same page. Target: >= 0.7x of the copy rate.
    The staging copy (Python bytes into wasm memory) is reported on its own.
