@@ -31,3 +31,46 @@ def test_indexeddb_holds_each_file_once_and_is_empty_after_delete(weei_server: A
     assert len(stored["artifacts"]) == 17
     assert out["deleted"] == {"jobs": [], "checkpoints": [], "artifacts": []} and out["saved"] == []
     assert not log.errors, log.errors
+
+
+def test_a_bare_weei_database_and_tampered_storage_do_not_stop_weei(weei_server: Any, page: Any) -> None:
+    """Issue 20, finding 7: another script of the origin made 'weei' first (version 1, no stores) and wrote
+    garbage where Weei keeps its debug log; later a device setting Weei cannot read. Weei starts each time."""
+    pg, log = page
+    pg.goto(weei_server.url)
+    pg.evaluate("""() => new Promise((resolve, reject) => {
+      localStorage.setItem('weei.debugLog', '{"events": [garbage');
+      const request = indexedDB.open('weei');
+      request.onsuccess = () => { request.result.close(); resolve(); };
+      request.onerror = () => reject(request.error);
+    })""")
+    ready(pg)
+    first = pg.evaluate("""async () => {
+      const training = T.api();
+      const pkg = await T.pkg('digits-mlp');
+      const id = await training.createJob({ ...pkg, settings: { epochs: 1, localEpochs: 1, batchSize: 16,
+                                                                coordinatorParticipates: true } });
+      await training.leave();
+      const db = await new Promise((resolve) => { const r = indexedDB.open('weei'); r.onsuccess = () => resolve(r.result); });
+      const stores = Array.from(db.objectStoreNames).sort();
+      const version = db.version;
+      await new Promise((resolve, reject) => {
+        const tx = db.transaction('settings', 'readwrite');
+        tx.objectStore('settings').put({ maxLocalWorkers: 'many' }, 'device');
+        tx.oncomplete = resolve; tx.onerror = () => reject(tx.error);
+      });
+      db.close();
+      return { id, stores, version, jobs: await T.hooks().storageKeys('jobs') };
+    }""")
+    assert first["stores"] == ["artifacts", "checkpoints", "jobs", "quarantine", "settings"]
+    assert first["version"] == 2 and first["jobs"] == [first["id"]]
+    pg.reload()
+    ready(pg)
+    second = pg.evaluate("""() => { const s = T.api().getState();
+      return { error: s.error || '', workers: s.maxLocalWorkers, saved: s.savedJobs.map((j) => j.id),
+               setAside: T.api().getDebugLog().events.filter((e) => e.event === 'storage.set-aside')
+                 .map((e) => e.details.key) }; }""")
+    assert "settings/device" in second["error"] and "maxLocalWorkers" in second["error"]
+    assert second["setAside"] == ["device"] and isinstance(second["workers"], int) and second["workers"] >= 1
+    assert second["saved"] == [first["id"]]
+    assert not log.errors, log.errors

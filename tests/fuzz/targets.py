@@ -457,6 +457,72 @@ def _job_record() -> Target:
                          "spec_from_record: a saved job's record read back from storage")
 
 
+def _stored_job() -> Target:
+    from weei.api.ports import StorageError
+    from weei.api.stored import parse_job_record
+
+    samples = []
+    for record in _job_record().samples:
+        samples.append({**record, "status": "running", "active": True, "createdAt": 1_700_000_000_000,
+                        "updatedAt": 1_700_000_001_000.5, "lastRound": 2, "participants": ["p1", "p2"],
+                        "robust": {"p1": {"outliers": 1}}})
+    samples.append({**_job_record().samples[0], "status": "completed"})
+
+    def call(value: Any) -> Any:
+        return parse_job_record(value.get("id") if isinstance(value, dict) and isinstance(value.get("id"), str)
+                                else "job-1", value)
+
+    return _value_target("stored-job", call, (StorageError,), samples,
+                         "parse_job_record: a saved job's whole record read back (spec, status, times, peers)")
+
+
+def _stored_device_settings() -> Target:
+    from weei.api.ports import StorageError
+    from weei.api.stored import parse_device_settings
+
+    samples = [{"maxLocalWorkers": 4, "gpuMemoryBudgetMiB": 512, "backendPreference": "auto"},
+               {"maxLocalWorkers": 64, "gpuMemoryBudgetMiB": 0, "backendPreference": "hybrid"}, {}]
+    return _value_target("stored-device-settings", lambda v: parse_device_settings(v, default_workers=8),
+                         (StorageError,), samples, "parse_device_settings: settings/device read back")
+
+
+def _stored_participation() -> Target:
+    from weei.api.ports import StorageError
+    from weei.api.stored import parse_participation
+
+    invitation = {"type": "invitation", "jobId": "job-1", "coordinator": "c" * 26,
+                  "modelInfo": {"id": "digits-mlp", "name": "Digits"},
+                  "module": {"fileName": "model.wasm", "bytes": 4096, "sha256": "ab" * 32}, "dataBytes": 1 << 20,
+                  "settings": {"epochs": 2, "batchSize": 16}}
+    samples = [{"from": "c" * 26, "invitation": invitation}]
+    return _value_target("stored-participation", parse_participation, (StorageError,), samples,
+                         "parse_participation: settings/participation (the job this device accepted) read back")
+
+
+def _stored_checkpoint() -> Target:
+    from weei.api.ports import StorageError
+    from weei.api.stored import stored_checkpoint
+
+    # A value input holds no bytes: a string "file" stands for the stored Uint8Array (anything else stays
+    # as it is, and must be refused).
+    samples = [{"summary": {"artifact": {"round": 3, "fileName": "job-1-round-3.weeickpt", "sha256": "cd" * 32},
+                            "metrics": {"loss": 0.5}, "createdAt": 1_700_000_000_000}, "file": "WEEICKPT..."},
+               {"summary": {"artifact": {"round": 0, "fileName": "c0.weeickpt", "sha256": "00" * 32}}, "file": ""}]
+
+    def call(value: Any) -> Any:
+        if isinstance(value, dict) and isinstance(value.get("file"), str):
+            value = {**value, "file": value["file"].encode("utf-8", "surrogatepass")}
+        round_ = 3
+        if isinstance(value, dict) and isinstance(value.get("summary"), dict):
+            artifact = value["summary"].get("artifact")
+            if isinstance(artifact, dict) and type(artifact.get("round")) is int and artifact["round"] >= 0:
+                round_ = artifact["round"] % 10**8  # mostly the key it was saved under, now and then not
+        return stored_checkpoint(value, f"job-1/{round_:08d}")
+
+    return _value_target("stored-checkpoint", call, (StorageError,), samples,
+                         "stored_checkpoint: a checkpoint entry (summary and file) read back")
+
+
 def _diagnostics() -> Target:
     from test_diagnostics import WALL0, recorder
 
@@ -576,6 +642,8 @@ TARGETS: dict[str, Callable[[], Target]] = {
     "job-record": _job_record, "diagnostics": _diagnostics, "model-result": _model_result, "debuglog": _debuglog,
     "agent-storage": _storage, "shader-archive": _shader_archive, "device-program": _device_program,
     "signaling-client": _signaling_client, "signaling-server": _signaling_server,
+    "stored-job": _stored_job, "stored-device-settings": _stored_device_settings,
+    "stored-participation": _stored_participation, "stored-checkpoint": _stored_checkpoint,
 }
 
 

@@ -52,6 +52,7 @@ from .log_writer import DEBUG_LOG_KEY
 from .peer_events import PeerEvents
 from .ports import KeyValue, Storage, StorageError, Transport, WorkerPool
 from .session import Session
+from .stored import parse_device_settings, parse_participation
 from .state_view import StateView, job_module
 
 __all__ = ["TrainingController", "DEBUG_LOG_KEY"]
@@ -119,7 +120,8 @@ class TrainingController:
 
     @property
     def invitations(self) -> dict[str, dict[str, Any]]:
-        return self.session.invitations
+        """Job id -> the pending invitation as ``state.invitations`` shows it (core/invitations.py)."""
+        return self.session.invitations.entries()
 
     @property
     def artifacts(self) -> Mapping[str, bytes]:
@@ -139,17 +141,24 @@ class TrainingController:
     async def init(self) -> None:
         """Load saved settings and jobs; continue an interrupted job from its last checkpoint."""
         s = self.session
-        settings = await self.store.setting("device") or {}
-        s.device.max_local_workers = int(settings.get("maxLocalWorkers", self.backend.device_limit))
-        s.device.gpu_memory_budget_mib = int(settings.get("gpuMemoryBudgetMiB", s.device.gpu_memory_budget_mib))
-        s.device.backend_preference = str(settings.get("backendPreference", "auto"))
+        # Every record read back is parsed like wire input (stored.py): one that does not parse is set
+        # aside by name and Weei starts without it.
+        limit = self.backend.device_limit
+        s.device = await self.store.read_setting(
+            "device", lambda v: parse_device_settings(v, default_workers=limit)) or \
+            parse_device_settings({}, default_workers=limit)
         removed = await self.store.load()
         if removed:
             s.record("storage.collected", {"entries": removed})
         active = [r for r in self.store.saved_jobs.values() if r.get("active")]
-        participation = await self.store.setting(PARTICIPATION_KEY)
-        if participation and not active:
-            self.peer_events.rejoin(participation)
+        participation = await self.store.read_setting(PARTICIPATION_KEY, parse_participation)
+        if participation is not None and not active:
+            self.peer_events.rejoin(*participation)
+        for notice in self.store.set_aside_now:
+            s.record("storage.set-aside", notice)
+        if self.store.set_aside_now:
+            s.error = "stored records that could not be read were set aside: " + ", ".join(
+                f"{n['store']}/{n['key']} ({n['message']})" for n in self.store.set_aside_now[:3])[:600]
         if active:
             latest = max(active, key=lambda r: r.get("updatedAt", 0))
             try:

@@ -11,6 +11,10 @@ What is durable (docs/architecture.md, Persistence):
   auxiliary files, validation, the WGSL archive of a job created with
   executionFiles), once each, whichever jobs name them.
 * ``settings/device`` and ``settings/participation``.
+* ``quarantine/<store>/<key>``: a record that did not parse when it was read
+  back (``stored.py``), set aside with the reason: ``{"store", "key",
+  "reason", "message", "value"}``. A set-aside job keeps its checkpoints and
+  the artifacts it names.
 
 In memory, :attr:`JobStore.artifacts` holds what the active job needs now:
 its files, the current weights, the snapshot weights rounds still refer to
@@ -31,7 +35,7 @@ costs a checkpoint already saved.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, TypeVar
 
 from ..core.aggregate import AggregationKernel
 from ..core.checkpoint import Checkpoint, read_checkpoint
@@ -40,8 +44,11 @@ from ..core.coordinator import Coordinator
 from ..core.errors import CheckpointError, WeeiError
 from .ports import Storage, StorageError
 from .records import record_artifacts, spec_from_record, spec_to_record
+from .stored import QUARANTINE_STORE, parse_job_record, stored_checkpoint
 
 __all__ = ["JobStore", "Reopened", "checkpoint_key", "PARTICIPATION_KEY"]
+
+_T = TypeVar("_T")
 
 PARTICIPATION_KEY = "participation"  # the job this device accepted, in the settings store
 
@@ -68,16 +75,51 @@ class JobStore:
         self.artifacts: dict[str, bytes] = {}  # in-memory copies of what the active job needs now
         self.latest_checkpoint: tuple[str, bytes] | None = None  # (file name, file) last made durable
         self.saved_round: dict[str, int] = {}  # job id -> the round of its last durable checkpoint
+        # Job id -> the raw record of a job set aside (now or at an earlier start): what it names is kept.
+        self.set_aside_jobs: dict[str, Any] = {}
+        self.set_aside_now: list[dict[str, str]] = []  # what this start set aside: {store, key, reason, message}
 
     # ------------------------------------------------------------ start-up
 
     async def load(self) -> int:
-        """Read the saved jobs and delete what none of them names; returns how many entries went."""
+        """Read the saved jobs (a record that does not parse is set aside) and delete what none of them
+        names; returns how many entries went."""
+        for key in await self.storage.keys(QUARANTINE_STORE):
+            entry = await self.storage.get(QUARANTINE_STORE, key)
+            if key.startswith("jobs/") and isinstance(entry, dict):
+                self.set_aside_jobs[key[len("jobs/"):]] = entry.get("value")
         for key in await self.storage.keys("jobs"):
             record = await self.storage.get("jobs", key)
-            if isinstance(record, dict):
-                self.saved_jobs[key] = record
+            try:
+                self.saved_jobs[key] = parse_job_record(key, record)
+            except StorageError as exc:
+                self.set_aside_jobs[key] = record
+                await self.set_aside("jobs", key, record, exc)
         return await self.collect_garbage()
+
+    async def set_aside(self, store: str, key: str, value: Any, error: StorageError) -> None:
+        """Move a record that did not parse to the quarantine store (kept, with why) and note it in
+        :attr:`set_aside_now`. If storage refuses the move, the record stays where it is (and is refused
+        again at the next start): nothing is deleted that was not kept."""
+        self.set_aside_now.append({"store": store, "key": key[:200], "reason": str(error.reason),
+                                   "message": error.message[:300]})
+        try:
+            await self.storage.put(QUARANTINE_STORE, f"{store}/{key}", {
+                "store": store, "key": key, "reason": str(error.reason), "message": error.message, "value": value})
+        except StorageError:
+            return
+        await self.storage.delete(store, key)
+
+    async def read_setting(self, key: str, parse: Callable[[Any], _T]) -> _T | None:
+        """``settings/<key>`` through ``parse``; None when absent or when it did not parse (set aside)."""
+        value = await self.setting(key)
+        if value is None:
+            return None
+        try:
+            return parse(value)
+        except StorageError as exc:
+            await self.set_aside("settings", key, value, exc)
+            return None
 
     async def collect_garbage(self) -> int:
         """Delete stored artifacts and checkpoints that no saved job names; returns how many went."""
@@ -88,7 +130,8 @@ class JobStore:
                 await self.storage.delete("artifacts", sha)
                 removed += 1
         for key in await self.storage.keys("checkpoints"):
-            if key.rsplit("/", 1)[0] not in self.saved_jobs:
+            job_id = key.rsplit("/", 1)[0]
+            if job_id not in self.saved_jobs and job_id not in self.set_aside_jobs:
                 await self.storage.delete("checkpoints", key)
                 removed += 1
         return removed
@@ -214,6 +257,8 @@ class JobStore:
         for job_id, record in self.saved_jobs.items():
             if job_id != except_job:
                 named |= record_artifacts(record)
+        for record in self.set_aside_jobs.values():
+            named |= record_artifacts(record)
         return named
 
     # ---------------------------------------------------------- checkpoints
@@ -240,8 +285,8 @@ class JobStore:
         key = checkpoint_key(job_id, round_)
         stored = await self.storage.get("checkpoints", key)
         if stored is not None:
-            stored["summary"] = summary
-            await self.storage.put("checkpoints", key, stored)
+            file = stored_checkpoint(stored, key)[1]
+            await self.storage.put("checkpoints", key, {"summary": summary, "file": file})
 
     async def read_checkpoints(self, job_id: str) -> tuple[list[dict[str, Any]], bytes]:
         """Every saved summary of a job, oldest first, and its last checkpoint file.
@@ -254,7 +299,7 @@ class JobStore:
         summaries = []
         file = b""
         for key in keys:
-            summary, file = _stored_checkpoint(await self.storage.get("checkpoints", key), key)
+            summary, file = stored_checkpoint(await self.storage.get("checkpoints", key), key)
             summaries.append(summary)
         return summaries, file
 
@@ -297,23 +342,6 @@ class JobStore:
             if stored is None:
                 raise CheckpointError("no-checkpoint", f"job {job_id}: checkpoint {round_}, which a snapshot slot "
                                                        f"names, is not in storage")
-            file = _stored_checkpoint(stored, checkpoint_key(job_id, round_))[1]
+            file = stored_checkpoint(stored, checkpoint_key(job_id, round_))[1]
             self.remember(sha, bytes(read_checkpoint(file).weights))
 
-
-def _stored_checkpoint(stored: Any, key: str) -> tuple[dict[str, Any], bytes]:
-    """A checkpoint entry read back from storage: its summary and its file; StorageError('corrupt') otherwise.
-
-    The summary's artifact is what a reopened job indexes its history by (the round a snapshot slot
-    names, the file the page offers), so it is checked here, against the key it was saved under."""
-    if not isinstance(stored, dict) or not isinstance(stored.get("summary"), dict) \
-            or not isinstance(stored.get("file"), (bytes, bytearray, memoryview)):
-        raise StorageError("corrupt", f"checkpoint {key} in storage is not a summary and a file")
-    artifact = stored["summary"].get("artifact")
-    round_ = artifact.get("round") if isinstance(artifact, dict) else None
-    sha = artifact.get("sha256") if isinstance(artifact, dict) else None
-    if type(round_) is not int or not key.endswith(f"/{round_:08d}") or not isinstance(sha, str) \
-            or len(sha) != 64 or sha.strip("0123456789abcdef") or not isinstance(artifact.get("fileName"), str):
-        raise StorageError("corrupt", f"checkpoint {key} in storage: its summary does not name the round, "
-                                      f"SHA-256 and file name it was saved under")
-    return stored["summary"], bytes(stored["file"])

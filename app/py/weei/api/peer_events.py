@@ -8,13 +8,14 @@ import os
 from typing import Any, Awaitable, Callable, Mapping
 
 from ..core.commands import Send
-from ..core.errors import UsageError, WeeiError
-from ..core.messages import Direction, Invitation, Message, Progress, decode_message
+from ..core.errors import UsageError
+from ..core.messages import Direction, Invitation, InvitationDecision, Message, Progress
 from ..core.participant import Participant
 from ..core.relay import RelayNode
 from ..core.relay_messages import RelayPiece, RelayPlan
 from ..core.restored_proof import Hold, RestoredProof
 from ..core.room_proof import ProofVerdict, RoomChallenge, RoomProof, answer_challenge, proof_key
+from ..core.states import is_free
 from .executor import Executor
 from .job_store import PARTICIPATION_KEY, JobStore
 from .room_check import RoomCheck, refusal_text
@@ -81,15 +82,12 @@ class PeerEvents:
         for sha, data in blobs.items():
             self.store.remember(sha, data)
         if isinstance(message, Invitation):
-            if s.coordinator is not None or (s.participant is not None and s.participant.state not in (
-                    "declined", "stopped")):
+            if self._busy():
                 s.record("invitation.ignored", {"from": peer, "reason": "busy with another job"})
                 return
-            s.participant = Participant(s.my_peer_id)
-            s.participant.receive(peer, message, now)
-            s.invitations[message.job_id] = {"invitation": {
-                "coordinator": message.coordinator, "modelInfo": message.model_info, "module": message.module,
-                "dataBytes": message.data_bytes, "settings": message.settings}, "receivedAt": now}
+            # Kept in a bounded list, one per coordinator; one naming another coordinator is refused.
+            for note in s.invitations.offer(peer, message, now):
+                s.record(note.pop("event"), note)
         elif isinstance(message, (RelayPlan, RelayPiece)):
             self._relay(peer, message, blobs)
         elif isinstance(message, RoomChallenge):
@@ -128,31 +126,49 @@ class PeerEvents:
         is declined, and the refusal is raised (UsageError, reason ``room-proof-*``): no compute for it.
         """
         s = self.session
-        participant = s.participant
-        if job_id not in s.invitations or participant is None:
+        pending = s.invitations.get(job_id)
+        if pending is None:
             raise UsageError("no-invitation", f"there is no pending invitation for job {job_id}")
+        self._check_free(accepted)
         refusal = None
-        if accepted and self.room_check is not None and participant.coordinator is not None:
-            verdict = await self.room_check.prove(job_id, participant.coordinator)
-            if s.participant is not participant or job_id not in s.invitations:  # withdrawn meanwhile
+        if accepted and self.room_check is not None:
+            verdict = await self.room_check.prove(job_id, pending.sender)
+            if s.invitations.get(job_id) is not pending:  # withdrawn or replaced meanwhile
                 raise UsageError("no-invitation", f"the invitation for job {job_id} is gone")
+            self._check_free(accepted)
             if not verdict.proven:
                 refusal = UsageError(str(verdict.reason), refusal_text(verdict))
                 s.error = refusal.message  # the window's banner says it after the invitation's card is gone
                 accepted = False
-        invitation = participant.invitation
-        participant.decide(accepted, now())
-        del s.invitations[job_id]
-        if accepted and invitation is not None:
+        s.invitations.take(job_id)
+        if accepted:
+            participant = Participant(s.my_peer_id)
+            participant.receive(pending.sender, pending.invitation, now())
+            participant.decide(True, now())
+            s.participant = participant
+            # This device takes part in one job: its coordinator hears yes, every other one hears no.
+            for other in s.invitations.clear():
+                self.executor.send(Send(other.sender, InvitationDecision(other.invitation.job_id, False)))
+                s.record("invitation.dropped", {"jobId": other.invitation.job_id, "from": other.sender,
+                                                "reason": "accepted-another"})
             # Kept so a restarted agent or a reloaded page takes part again when the coordinator is back.
-            await self.store.put_setting(PARTICIPATION_KEY, {"invitation": invitation.to_json(),
-                                                             "from": participant.coordinator})
-        await self.executor.drain()  # the decision must leave before a declined machine is dropped
-        if not accepted:
-            s.participant = None
-            self.executor.view.notify()
+            await self.store.put_setting(PARTICIPATION_KEY, {"invitation": pending.invitation.to_json(),
+                                                             "from": pending.sender})
+        else:
+            self.executor.send(Send(pending.sender, InvitationDecision(job_id, False)))
+        await self.executor.drain()
+        self.executor.view.notify()
         if refusal is not None:
             raise refusal
+
+    def _busy(self) -> bool:
+        """This device coordinates a job or takes part in one: no invitation is shown or accepted."""
+        s = self.session
+        return s.coordinator is not None or (s.participant is not None and not is_free(s.participant.state))
+
+    def _check_free(self, accepting: bool) -> None:
+        if accepting and self._busy():
+            raise UsageError("job-active", "leave the current job before accepting another")
 
     def _send(self, send: Send) -> None:
         if self.session.transport is not None:
@@ -170,20 +186,15 @@ class PeerEvents:
                                              "proof": answer.proof is not None})
         self._send(Send(peer, answer))
 
-    def rejoin(self, record: Any) -> None:
+    def rejoin(self, coordinator: str, invitation: Invitation) -> None:
+        """Take part again in the job a saved participation (``stored.parse_participation``) names."""
         s = self.session
-        try:
-            invitation = decode_message(record["invitation"])
-            assert isinstance(invitation, Invitation)
-            s.participant = Participant.rejoin(s.my_peer_id, record["from"], invitation)
-        except (WeeiError, KeyError, TypeError, AssertionError) as exc:
-            s.record("participation.unreadable", {"error": str(exc)[:200]})
-            return
+        s.participant = Participant.rejoin(s.my_peer_id, coordinator, invitation)
         # In a keyed room the coordinator proves the key again once its channel opens; a keyless room has
         # no key to prove, as at a first acceptance.
         if self.room_check is not None:
-            self._restored = (RestoredProof(invitation.job_id, record["from"]), s.participant)
-        s.record("participation.restored", {"jobId": invitation.job_id, "coordinator": record["from"],
+            self._restored = (RestoredProof(invitation.job_id, coordinator), s.participant)
+        s.record("participation.restored", {"jobId": invitation.job_id, "coordinator": coordinator,
                                             "proof": self.room_check is not None})
 
     async def peer_connected(self, peer: str) -> None:

@@ -90,7 +90,7 @@ def _working_bytes(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
-def record_artifacts(record: dict[str, Any]) -> set[str]:
+def record_artifacts(record: Any) -> set[str]:
     """The SHA-256 of every artifact a job record names (module, chunks, auxiliary files, validation,
     the WGSL archive).
 

@@ -13,6 +13,7 @@ from typing import Any, Callable, Mapping
 from ..core.coordinator import Coordinator
 from ..core.debuglog import DebugLog
 from ..core.diagnostics import DiagnosticsBook, DiagnosticsRecorder
+from ..core.invitations import PendingInvitations
 from ..core.live_progress import LiveProgress
 from ..core.participant import Participant
 from ..core.relay import RelayNode
@@ -49,7 +50,7 @@ class Session:
     job_seed: int | None = None
     validation_sha256: str | None = None
     validation_unavailable: bool = False
-    invitations: dict[str, dict[str, Any]] = field(default_factory=dict)
+    invitations: PendingInvitations = field(default_factory=PendingInvitations)  # waiting for a decision
     busy: int = 0
     preparing: bool = False
     evaluating: int = 0

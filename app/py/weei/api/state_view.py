@@ -89,7 +89,7 @@ class StateView:
             "transitioning": s.saving > 0,
             "evaluating": s.evaluating > 0,
             "peers": s.transport.peers() if s.transport is not None else [],
-            "invitations": [[job_id, json.loads(json.dumps(inv))] for job_id, inv in s.invitations.items()],
+            "invitations": [[job_id, json.loads(json.dumps(inv))] for job_id, inv in s.invitations.entries().items()],
             "progress": s.live.progress_json(),
             "liveMetrics": s.live.live_metrics_json(),
             **self._transfers(),

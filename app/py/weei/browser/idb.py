@@ -2,9 +2,18 @@
 
 Theory of operation
 -------------------
-One database, ``weei`` (version 1), with four object stores of out-of-line
-string keys: ``jobs``, ``checkpoints``, ``artifacts`` and ``settings``
-(see docs/architecture.md, Persistence). Values are what the controller
+One database, ``weei``, with five object stores of out-of-line string keys
+and no key generator: ``jobs``, ``checkpoints``, ``artifacts``, ``settings``
+and ``quarantine`` (see docs/architecture.md, Persistence).
+
+The database is Weei's when it has those stores, whatever its version
+number: anything on the origin may have made a database of that name first
+(a bare ``indexedDB.open('weei')`` makes version 1 with no store). So
+:meth:`IndexedDBStorage.open` opens the version there is, and when a store is
+missing or of another shape it asks for the next version and, in the
+upgrade, creates what is missing and replaces what is misshapen (a store
+Weei never made holds nothing of Weei's). Taking a fresh database name
+instead would leave the jobs of an older version behind under the old one. Values are what the controller
 hands over: ``bytes`` are stored as a ``Uint8Array`` and come back as
 ``bytes``; dicts (with bytes inside, as a checkpoint entry has) go through
 :func:`~weei.browser.convert.to_js_value` and come back as dicts.
@@ -36,11 +45,10 @@ from weei.api.ports import STORAGE_QUOTA_EXCEEDED, StorageError
 from .convert import from_js_value, is_nullish, to_js_value
 from .engine import to_uint8array
 
-__all__ = ["IndexedDBStorage", "StorageError", "DB_NAME", "DB_VERSION", "STORES"]
+__all__ = ["IndexedDBStorage", "StorageError", "DB_NAME", "STORES"]
 
 DB_NAME = "weei"
-DB_VERSION = 1
-STORES = ("jobs", "checkpoints", "artifacts", "settings")
+STORES = ("jobs", "checkpoints", "artifacts", "settings", "quarantine")
 
 
 def _describe(error: Any) -> tuple[str, str]:
@@ -95,30 +103,21 @@ class IndexedDBStorage:
 
     @classmethod
     async def open(cls, name: str = DB_NAME) -> IndexedDBStorage:
-        """Open (creating the stores on first use). Raises StorageError('storage-unavailable')."""
+        """Open, creating or repairing the stores (see above). Raises StorageError('storage-unavailable')."""
         factory = getattr(js, "indexedDB", None)
         if is_nullish(factory):
             raise StorageError("storage-unavailable", "IndexedDB is not available in this browser context")
-        try:
-            request = factory.open(name, DB_VERSION)
-        except JsException as exc:
-            raise StorageError("storage-unavailable", f"IndexedDB: {exc}") from None
-
-        def upgrade(_event: Any) -> None:
-            db = request.result
-            for store in STORES:
-                if not db.objectStoreNames.contains(store):
-                    db.createObjectStore(store)
-
-        upgrade_proxy = create_proxy(upgrade)
-        request.addEventListener("upgradeneeded", upgrade_proxy)
-        try:
-            db = await _wait(request, "success", "error", result=lambda r: r.result)
-        except StorageError as exc:
-            raise StorageError("storage-unavailable", exc.message) from None
-        finally:
-            request.removeEventListener("upgradeneeded", upgrade_proxy)
-            upgrade_proxy.destroy()
+        db = await _open(factory, name, None)
+        unfit = _unfit_stores(db)
+        if unfit:
+            version = int(db.version) + 1
+            db.close()
+            db = await _open(factory, name, version)
+            unfit = _unfit_stores(db)
+            if unfit:
+                db.close()
+                raise StorageError("storage-unavailable", f"IndexedDB: database {name!r} lacks the stores "
+                                                          f"{', '.join(unfit)} after an upgrade")
         return cls(db)
 
     def close(self) -> None:
@@ -175,3 +174,52 @@ class IndexedDBStorage:
         request = tx.objectStore(store).getAllKeys()
         keys = await _wait(request, "success", "error", result=lambda r: r.result)
         return sorted(str(k) for k in keys.to_py())
+
+
+def _fit(store: Any) -> bool:
+    """Weei's shape of store: keys given with each put (no key path), no key generator."""
+    return is_nullish(store.keyPath) and not bool(store.autoIncrement)
+
+
+def _unfit_stores(db: Any) -> list[str]:
+    """The stores of :data:`STORES` that ``db`` lacks or has in another shape."""
+    unfit = []
+    for name in STORES:
+        if not db.objectStoreNames.contains(name):
+            unfit.append(name)
+            continue
+        try:
+            store = db.transaction(name, "readonly").objectStore(name)
+        except JsException:
+            unfit.append(name)
+            continue
+        if not _fit(store):
+            unfit.append(name)
+    return unfit
+
+
+async def _open(factory: Any, name: str, version: int | None) -> Any:
+    """Open ``name`` (at ``version``, or at the version there is); an upgrade makes every store fit."""
+    try:
+        request = factory.open(name) if version is None else factory.open(name, version)
+    except JsException as exc:
+        raise StorageError("storage-unavailable", f"IndexedDB: {exc}") from None
+
+    def upgrade(_event: Any) -> None:
+        db, tx = request.result, request.transaction
+        for store in STORES:
+            if db.objectStoreNames.contains(store):
+                if _fit(tx.objectStore(store)):
+                    continue
+                db.deleteObjectStore(store)
+            db.createObjectStore(store)
+
+    upgrade_proxy = create_proxy(upgrade)
+    request.addEventListener("upgradeneeded", upgrade_proxy)
+    try:
+        return await _wait(request, "success", "error", result=lambda r: r.result)
+    except StorageError as exc:
+        raise StorageError("storage-unavailable", exc.message) from None
+    finally:
+        request.removeEventListener("upgradeneeded", upgrade_proxy)
+        upgrade_proxy.destroy()

@@ -1,0 +1,102 @@
+"""Invitations waiting for a decision (issue 20, finding 5): the coordinator an invitation names is the
+peer whose channel it came over, and pending invitations are a bounded list, one per coordinator, so a
+pending one never hides another (core/invitations.py, api/peer_events.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from test_controller import DIGITS_SETTINGS, networked, on_network, package
+
+from weei.api import TrainingController
+from weei.core.commands import Send
+from weei.core.invitations import MAX_PENDING, PendingInvitations
+from weei.core.messages import Invitation
+from weei.demo.network import MemoryNetwork
+from weei.runtime.wasmtime_engine import WasmtimeEngine
+
+MODULE = {"fileName": "model.wasm", "bytes": 10, "sha256": "ab" * 32}
+
+
+def invitation(job_id: str, coordinator: str) -> Invitation:
+    return Invitation(job_id, coordinator, {"id": "m", "name": "Model"}, MODULE, 0, {"epochs": 1})
+
+
+def events(c: TrainingController, name: str) -> list[dict[str, Any]]:
+    return [e.get("details", {}) for e in c.session.debug_log.events() if e["event"] == name]
+
+
+def test_an_invitation_naming_another_coordinator_than_its_sender_is_refused_by_name() -> None:
+    async def main(network: MemoryNetwork, engine: WasmtimeEngine) -> None:
+        coordinator, helper = networked(network, engine, "coord"), networked(network, engine, "helper")
+        for c in (coordinator, helper):
+            await c.init()
+        job_id = await coordinator.create_job(**package("digits-mlp"), settings={**DIGITS_SETTINGS, "epochs": 1})
+        network.transport("mallory")  # a member of the room, with no controller: it only sends
+        network.post("mallory", Send("helper", invitation("job-spoofed", "coord")), {})
+        await network.settle()
+        assert helper.get_state()["invitations"] == []
+        assert events(helper, "invitation.refused") == [
+            {"jobId": "job-spoofed", "from": "mallory", "reason": "coordinator-mismatch"}]
+        # The real coordinator's invitation is shown, and it is the one accepted.
+        coordinator.invite("helper")
+        await network.settle()
+        shown = dict(helper.get_state()["invitations"])
+        assert list(shown) == [job_id] and shown[job_id]["invitation"]["coordinator"] == "coord"
+        await helper.decide_invitation(job_id, True)
+        await network.settle()
+        assert coordinator.get_state()["job"]["participants"]["helper"]["approved"] is True
+
+    on_network(main)
+
+
+def test_two_coordinators_invitations_are_both_shown_and_each_can_be_decided() -> None:
+    async def main(network: MemoryNetwork, engine: WasmtimeEngine) -> None:
+        first, second, third = (networked(network, engine, p) for p in ("first", "second", "third"))
+        helper = networked(network, engine, "helper")
+        for c in (first, second, third, helper):
+            await c.init()
+        jobs = {}
+        for c in (first, second, third):
+            jobs[c.my_peer_id] = await c.create_job(**package("digits-mlp"),
+                                                    settings={**DIGITS_SETTINGS, "epochs": 1})
+            c.invite("helper")
+            await network.settle()
+        # Before: the first pending invitation made the device 'busy' and the later ones were dropped unseen.
+        shown = dict(helper.get_state()["invitations"])
+        assert list(shown) == [jobs["first"], jobs["second"], jobs["third"]]
+        assert [shown[j]["invitation"]["coordinator"] for j in shown] == ["first", "second", "third"]
+        # Each by its id: the first declined, the second accepted; accepting declines the rest.
+        await helper.decide_invitation(jobs["first"], False)
+        await network.settle()
+        assert first.get_state()["job"]["participants"]["helper"]["state"] == "declined"
+        assert [j for j, _ in helper.get_state()["invitations"]] == [jobs["second"], jobs["third"]]
+        await helper.decide_invitation(jobs["second"], True)
+        await network.settle()
+        assert second.get_state()["job"]["participants"]["helper"]["approved"] is True
+        assert helper.participant is not None and helper.participant.coordinator == "second"
+        assert helper.get_state()["invitations"] == []
+        assert third.get_state()["job"]["participants"]["helper"]["state"] == "declined"
+        assert events(helper, "invitation.dropped") == [
+            {"jobId": jobs["third"], "from": "third", "reason": "accepted-another"}]
+
+    on_network(main)
+
+
+def test_the_pending_list_is_bounded_one_per_coordinator_and_names_every_drop() -> None:
+    pending = PendingInvitations()
+    for i in range(MAX_PENDING):
+        assert pending.offer(f"c{i}", invitation(f"job-{i}", f"c{i}"), now=i) == []
+    # One more coordinator: the oldest goes, by name.
+    assert pending.offer("late", invitation("job-late", "late"), now=99) == [
+        {"event": "invitation.dropped", "jobId": "job-0", "from": "c0", "reason": "too-many-pending"}]
+    assert len(pending) == MAX_PENDING and "job-late" in pending and "job-0" not in pending
+    # A newer invitation from the same coordinator replaces its older one.
+    assert pending.offer("c3", invitation("job-3b", "c3"), now=100) == [
+        {"event": "invitation.dropped", "jobId": "job-3", "from": "c3", "reason": "replaced"}]
+    assert [p.sender for p in pending].count("c3") == 1 and list(pending.entries())[-1] == "job-3b"
+    # Another peer cannot take over a pending job's card, nor name another coordinator.
+    assert pending.offer("c5", invitation("job-late", "c5"), now=101)[0]["reason"] == "job-pending-elsewhere"
+    assert pending.get("job-late").sender == "late"  # type: ignore[union-attr]
+    assert pending.offer("c9", invitation("job-9", "c1"), now=102)[0]["reason"] == "coordinator-mismatch"
+    assert "job-9" not in pending and len(pending) == MAX_PENDING
