@@ -26,12 +26,14 @@ from typing import TYPE_CHECKING, Any, Mapping, TextIO
 
 from .. import __version__
 from ..api.controller import TrainingController
+from ..api.ports import StorageError
+from ..api.records import record_artifacts
 from ..core.errors import UsageError, WeeiError
-from ..core.framing import referenced_artifacts
 from ..core.messages import Invitation, Message
 from ..core.room_proof import ProofVerdict
 from ..core.signaling_protocol import room_code
 from ..server.signaling_client import SignalingClient
+from .keep import DEFAULT_DISK_BUDGET_MIB, DiskClaims, KeepRefusal
 from .policy import AcceptancePolicy, CoordinatorTrust, Decision
 from .storage import DiskKeyValue, DiskStorage
 
@@ -83,6 +85,7 @@ class AgentOptions:
     workers: int | None = None  # local Workers; default: every core
     backend: str = "auto"  # backendPreference: auto (a hardware GPU only), cpu, gpu (any adapter)
     memory_limit_mib: int | None = None  # a model module's memory cap (weei.core.sandbox); default 1 GiB
+    disk_budget_mib: int = DEFAULT_DISK_BUDGET_MIB  # the most a coordinator's files may take on disk (keep.py)
 
 
 def restrict_host_addresses(addresses: tuple[str, ...]) -> None:
@@ -112,7 +115,7 @@ class Agent:
         self.controller: TrainingController | None = None
         self.decisions: dict[str, Decision] = {}
         self._deciding: set[str] = set()
-        self._latest: dict[str, str] = {}  # artifact kind -> newest SHA-256 kept on disk
+        self.disk = DiskClaims(options.disk_budget_mib << 20)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._last_state: tuple[Any, ...] | None = None
         self._last_error: str | None = None
@@ -176,7 +179,7 @@ class Agent:
         if controller is None:
             return
         if not controller.peer_events.holds_back(peer):  # else kept only once its coordinator proved the key
-            await self._keep(message, blobs)
+            await self._keep(peer, message, blobs)
         before = controller.invitations.get(message.job_id) if isinstance(message, Invitation) else None
         await controller.receive(peer, message, blobs)
         if isinstance(message, Invitation) and controller.invitations.get(message.job_id) is not before:
@@ -186,22 +189,46 @@ class Agent:
                 self._deciding.add(job_id)
                 self._spawn(self._decide(job_id))
 
-    async def _keep(self, message: Message, blobs: Mapping[str, bytes]) -> None:
-        """Store what arrived on disk before acting on it; keep only the newest checkpoint (and snapshot)."""
-        pruned = False
-        for ref in referenced_artifacts(message):
-            data = blobs.get(ref.sha256)
-            if data is None:
-                continue
-            await self.storage.put("artifacts", ref.sha256, data)
-            if ref.kind in ("checkpoint", "snapshot"):
-                previous = self._latest.get(ref.kind)
-                if previous is not None and previous != ref.sha256:
-                    await self.storage.delete("artifacts", previous)
-                    pruned = True
-                self._latest[ref.kind] = ref.sha256
-        if pruned:
+    async def _keep(self, peer: str, message: Message, blobs: Mapping[str, bytes]) -> None:
+        """Store on disk, before acting on it, what the accepted job asks for (keep.py); refuse the rest."""
+        controller = self.controller
+        verdict = self.disk.judge(controller.participant if controller is not None else None, peer, message, blobs)
+        for refusal in verdict.refused:
+            if refusal.first:
+                self._refused(refusal)
+        for ref in verdict.keep:
+            try:
+                await self.storage.put("artifacts", ref.sha256, blobs[ref.sha256])
+            except StorageError:
+                self.disk.released(ref.sha256)
+                raise
+        for sha in verdict.stale:
+            await self.storage.delete("artifacts", sha)
+        if verdict.stale:
             await self.storage.collect_garbage()
+
+    def _refused(self, refusal: KeepRefusal) -> None:
+        """Said once per peer and reason: a peer sending junk must not flood the output or the debug log."""
+        self.say(f"not storing files from peer {refusal.peer}: {refusal.reason}: {refusal.detail}")
+        if self.controller is not None:
+            self.controller.session.record("disk.refused", {
+                "from": refusal.peer, "reason": str(refusal.reason), "kind": refusal.ref.kind,
+                "sha256": refusal.ref.sha256, "bytes": refusal.ref.bytes, "detail": refusal.detail[:200]})
+
+    async def collect_garbage(self) -> int:
+        """Delete the files on disk that the current participation does not claim (those of a job that ended,
+        another job's, an older version's) and that no saved job names; returns how many files went."""
+        controller = self.controller
+        claimed = self.disk.claimed(controller.participant if controller is not None else None)
+        named = {sha for record in controller.store.saved_jobs.values()
+                 for sha in record_artifacts(record)} if controller is not None else set()
+        removed = 0
+        for sha in await self.storage.keys("artifacts"):
+            if sha not in claimed and sha not in named:
+                await self.storage.delete("artifacts", sha)
+                self.disk.released(sha)
+                removed += 1
+        return removed + await self.storage.collect_garbage()
 
     async def peer_disconnected(self, peer: str) -> None:
         if self.controller is not None:
@@ -313,6 +340,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the most linear memory a model module may use on this machine; each task gets "
                              "its package's estimatedWorkingBytes plus inputs and headroom, up to this "
                              "(default: 1024)")
+    parser.add_argument("--disk-budget-mib", type=int, default=DEFAULT_DISK_BUDGET_MIB, metavar="MIB",
+                        help="the most the files of the job the agent takes part in may take on its disk; files "
+                             "past it are not stored (training goes on from memory), and nothing from another peer "
+                             f"is ever stored (default: {DEFAULT_DISK_BUDGET_MIB})")
     parser.add_argument("--ice-host", action="append", default=[], metavar="ADDRESS",
                         help="offer WebRTC host candidates on these local addresses only (repeatable; "
                              "default: every interface)")
@@ -343,12 +374,16 @@ def run_cli(args: argparse.Namespace, out: TextIO | None = None) -> int:
     if args.memory_limit_mib is not None and not 16 <= args.memory_limit_mib <= 4096:
         print("weei agent: --memory-limit-mib must be 16 to 4096", file=sys.stderr)
         return 2
+    if not 0 <= args.disk_budget_mib <= 1 << 30:
+        print("weei agent: --disk-budget-mib must be 0 to 2**30", file=sys.stderr)
+        return 2
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if args.ice_host:
         restrict_host_addresses(tuple(args.ice_host))
     options = AgentOptions(server=server, room=invite.key, data_dir=args.data_dir or default_data_dir(),
                            accept_models=models, trust=trust, interactive=args.interactive, workers=args.workers,
-                           backend=args.backend, memory_limit_mib=args.memory_limit_mib)
+                           backend=args.backend, memory_limit_mib=args.memory_limit_mib,
+                           disk_budget_mib=args.disk_budget_mib)
     return asyncio.run(_run(options, out))
 
 

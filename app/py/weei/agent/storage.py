@@ -15,9 +15,16 @@ either the old value or the new one, never half of one. A blob is checked
 against its SHA-256 when read. Values come back as fresh objects (tuples
 as lists), like IndexedDB's structured clone.
 
+The storage keeps its files in its own directories: ``records``, each
+store's folder and ``blobs`` may not be symbolic links (``root`` itself may
+be one), and garbage collection deletes only regular files with the names
+it gives, never following a link, so a link planted there cannot make it
+write or delete files elsewhere.
+
 Errors are :class:`~weei.api.ports.StorageError`: ``corrupt`` when what is
 on disk is not what was written, ``storage-quota-exceeded`` when the disk
-is full (the old value stays), ``storage-failed`` for another refused write.
+is full (the old value stays), ``storage-failed`` for another refused write,
+``storage-symlink`` when one of its directories is a symbolic link.
 """
 
 from __future__ import annotations
@@ -45,6 +52,14 @@ _SHA = re.compile(r"[0-9a-f]{64}")
 # A record holds checked documents (model info, settings: at most
 # MAX_JSON_DEPTH deep) a few levels down; _decode recurses once per level.
 _MAX_RECORD_DEPTH = 2 * MAX_JSON_DEPTH
+
+
+def _own_dir(path: Path) -> Path:
+    """``path``, unless it is a symbolic link (then StorageError 'storage-symlink')."""
+    if path.is_symlink():
+        raise StorageError("storage-symlink", f"{path} is a symbolic link: the storage keeps its files only in "
+                                              "its own directories")
+    return path
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
@@ -108,6 +123,7 @@ class DiskStorage:
 
     async def keys(self, store: str) -> list[str]:
         folder = self._store_dir(store)
+        self._blobs()
         if not folder.is_dir():
             return []
         return sorted(unquote(p.name[:-5]) for p in folder.iterdir() if p.name.endswith(".json")
@@ -117,7 +133,7 @@ class DiskStorage:
 
     def has_blob(self, sha256: str) -> bool:
         """Whether the bytes with this SHA-256 are on disk."""
-        return bool(_SHA.fullmatch(sha256)) and (self.root / "blobs" / sha256).is_file()
+        return bool(_SHA.fullmatch(sha256)) and (self._blobs() / sha256).is_file()
 
     async def collect_garbage(self) -> int:
         """Delete blobs no record names (and stale temporary files); returns how many files went."""
@@ -129,7 +145,10 @@ class DiskStorage:
     def _store_dir(self, store: str) -> Path:
         if not isinstance(store, str) or not _STORE.fullmatch(store):
             raise UsageError("bad-store", f"store name {store!r} must match {_STORE.pattern}")
-        return self.root / "records" / store
+        return _own_dir(_own_dir(self.root / "records") / store)
+
+    def _blobs(self) -> Path:
+        return _own_dir(self.root / "blobs")
 
     def _record_path(self, store: str, key: str) -> Path:
         if not isinstance(key, str) or not key or len(key) > 200:
@@ -139,7 +158,7 @@ class DiskStorage:
     def _put(self, path: Path, text: bytes, blobs: dict[str, bytes]) -> None:
         for sha, data in blobs.items():
             if not self.has_blob(sha):
-                _write_atomic(self.root / "blobs" / sha, data)
+                _write_atomic(self._blobs() / sha, data)
         _write_atomic(path, text)
 
     def _get(self, path: Path) -> Any:
@@ -150,7 +169,7 @@ class DiskStorage:
         return _decode(_parse_record(path, text), self._read_blob)
 
     def _read_blob(self, sha: str, size: int) -> bytes:
-        path = self.root / "blobs" / sha
+        path = self._blobs() / sha
         try:
             data = path.read_bytes()
         except FileNotFoundError:
@@ -162,19 +181,31 @@ class DiskStorage:
     def _collect(self) -> int:
         named: set[str] = set()
         removed = 0
-        records = self.root / "records"
-        for path in records.rglob("*") if records.is_dir() else ():
-            if path.name.startswith(".tmp-"):
-                path.unlink()
-                removed += 1
-            elif path.suffix == ".json":
-                _decode(_parse_record(path, path.read_bytes()), lambda sha, size: named.add(sha) or b"")
-        blobs = self.root / "blobs"
-        for path in blobs.iterdir() if blobs.is_dir() else ():
-            if path.name not in named:
-                path.unlink()
+        records = _own_dir(self.root / "records")
+        blobs = self._blobs()  # refused before anything is deleted
+        for folder in records.iterdir() if records.is_dir() else ():
+            if not _STORE.fullmatch(folder.name):
+                continue  # not a store this storage made
+            for entry in _files(_own_dir(folder)):
+                if entry.name.startswith(".tmp-"):
+                    os.unlink(entry.path)
+                    removed += 1
+                elif entry.name.endswith(".json"):
+                    path = Path(entry.path)
+                    _decode(_parse_record(path, path.read_bytes()), lambda sha, size: named.add(sha) or b"")
+        for entry in _files(blobs):
+            if (_SHA.fullmatch(entry.name) or entry.name.startswith(".tmp-")) and entry.name not in named:
+                os.unlink(entry.path)
                 removed += 1
         return removed
+
+
+def _files(folder: Path) -> list[os.DirEntry[str]]:
+    """The regular files directly in ``folder`` (none if it is missing); links are not followed, nor listed."""
+    if not folder.is_dir():
+        return []
+    with os.scandir(folder) as entries:
+        return [e for e in entries if e.is_file(follow_symlinks=False)]
 
 
 def _parse_record(path: Path, data: bytes) -> Any:

@@ -41,8 +41,9 @@ class PeerEvents:
         # the gate, the participant it was made for, and the challenge in flight.
         self._restored: tuple[RestoredProof, Participant] | None = None
         self._reproving: asyncio.Task[Any] | None = None
-        #: Called with each message the gate held, before it is handled (the agent keeps its files on disk).
-        self.on_release: Callable[[Message, Mapping[str, bytes]], Awaitable[None]] | None = None
+        #: Called with each message the gate held and its sender, before it is handled (the agent keeps its
+        #: files on disk).
+        self.on_release: Callable[[str, Message, Mapping[str, bytes]], Awaitable[None]] | None = None
         executor.holds_back = self._holds_outgoing
 
     def _gate(self) -> RestoredProof | None:
@@ -238,7 +239,7 @@ class PeerEvents:
         while s.participant is participant and (item := gate.take_held()) is not None:
             message, blobs = item
             if self.on_release is not None:
-                await self.on_release(message, blobs)
+                await self.on_release(gate.coordinator, message, blobs)
             await self._handle(gate.coordinator, message, blobs)
 
     async def _end_refused(self, verdict: ProofVerdict) -> None:
