@@ -13,7 +13,9 @@ What happens on the way is told through ``on_event(kind, payload)`` as it
 happens: ``adapter`` (``{"adapter": diagnostics.gpu.adapter}``, once the
 device is open) and ``compiled`` (``{"compilationMs": ms}``). Failures are
 ``GpuError``s with a named reason; any other exception of the device path
-becomes ``device-failed`` (opening) or ``gpu-error``.
+becomes ``device-failed`` (opening) or ``gpu-error``. An assignment has a
+deadline (``GpuAssignment.deadline_s``, from when ``run`` starts), looked at
+before each step and between its submissions (``gpu-timeout``).
 """
 
 from __future__ import annotations
