@@ -70,3 +70,14 @@ def test_command_line_options() -> None:
     assert run_cli(args, io.StringIO()) == 2  # a bare key needs --server
     args = parser.parse_args(["--room", "ftp://x/#room=abc"])
     assert run_cli(args, io.StringIO()) == 2
+
+
+def test_a_jobs_wgsl_archive_runs_only_if_accept_model_lists_it_too() -> None:
+    """Issue 20 §3: the WGSL archive (announced after the acceptance) is code the GPU runs: accepting the
+    module, by the rules or on the terminal, does not accept it."""
+    archive = "cd" * 32
+    for policy in (AcceptancePolicy([SHA], trust=CoordinatorTrust(room=True)),
+                   AcceptancePolicy(interactive=True, ask=lambda _p: "y", out=io.StringIO())):
+        decision = policy.archive_decision(archive)
+        assert not decision.accepted and f"--accept-model {archive}" in decision.reason
+    assert AcceptancePolicy([SHA, archive.upper()]).archive_decision(archive).accepted

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from weei.gpu import DeviceLimits, GpuError, pack_archive, parse_archive, parse_program
-from weei.gpu.program import MAX_STEPS, Clear, Copy, Dispatch, check_upload
+from weei.gpu.program import (MAX_STEPS, MAX_WORKGROUPS_PER_DISPATCH, MAX_WORKGROUPS_PER_STEP, Clear, Copy, Dispatch,
+                              check_upload)
 from weei.runtime import ModelRuntime, WasmtimeEngine
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -133,6 +134,24 @@ def test_refusals_by_name() -> None:
     small = DeviceLimits(max_storage_buffers_per_shader_stage=4, max_compute_workgroups_per_dimension=8)
     assert _refused(_program(), limits=small).reason == "program-invalid"
     assert _refused(_edit(["buffers", 1, "bytes"], 64), limits=DeviceLimits(max_storage_buffer_binding_size=32)).reason == "program-invalid"
+
+
+def test_endless_dispatches_are_refused_before_anything_is_submitted() -> None:
+    """Issue 20 §3: a dispatch of 65535 x 65535 workgroups ran past 35 s under a 2 s limit (a
+    submitted dispatch cannot be stopped). Its size is bounded where the program is parsed."""
+    huge = _refused(_edit(["steps", 0, "workgroups"], [65535, 65535, 1]))
+    assert huge.reason == "program-over-workgroups" and "65535 x 65535 x 1" in huge.message
+    assert _refused(_edit(["steps", 0, "workgroups"], [1024, 1024, 1024])).reason == "program-over-workgroups"
+    # Within one dimension, WebGPU's 65535 holds even where a native device reports more.
+    wide = DeviceLimits(max_compute_workgroups_per_dimension=1 << 20)
+    assert _refused(_edit(["steps", 0, "workgroups"], [65536, 1, 1]), limits=wide).reason == "program-invalid"
+    # The largest dispatch passes; a step of many of them is bounded as a whole.
+    top = [65535, MAX_WORKGROUPS_PER_DISPATCH // 65535, 1]
+    assert _parse(_edit(["steps", 0, "workgroups"], top)).workgroups == 65535 * top[1]
+    dispatch = {**_program()["steps"][0], "workgroups": top}
+    fits = MAX_WORKGROUPS_PER_STEP // (65535 * top[1])
+    assert _parse(_edit(["steps"], [dispatch] * fits)).workgroups <= MAX_WORKGROUPS_PER_STEP
+    assert _refused(_edit(["steps"], [dispatch] * (fits + 1))).reason == "program-over-workgroups"
 
 
 def test_uploads_go_only_into_batch_buffers() -> None:

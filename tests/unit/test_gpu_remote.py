@@ -62,14 +62,15 @@ def seeded(n: int) -> bytes:
     return fixed_random(n) if n == 16 else os.urandom(n)
 
 
-def make(network: MemoryNetwork, peer: str, storage: MemoryStorage | None = None) -> TrainingController:
+def make(network: MemoryNetwork, peer: str, storage: MemoryStorage | None = None, **overrides: Any) -> TrainingController:
     return networked(network, WasmtimeEngine(), peer, storage=storage or MemoryStorage(), random_bytes=seeded,
-                     environment={"browser": "agent", "os": "Linux"}, gpu=wgpu.gpu)
+                     environment={"browser": "agent", "os": "Linux"}, gpu=wgpu.gpu, **overrides)
 
 
-async def remote_job(network: Wire, preference: str) -> dict[str, Any]:
-    """A digits job with the archive, trained by one remote participant with ``preference``."""
-    coordinator, helper = make(network, "coord"), make(network, "helper")
+async def remote_job(network: Wire, preference: str, **helper: Any) -> dict[str, Any]:
+    """A digits job with the archive, trained by one remote participant with ``preference`` (and ``helper``'s
+    controller arguments)."""
+    coordinator, helper = make(network, "coord"), make(network, "helper", **helper)
     try:
         for c in (coordinator, helper):
             await c.init()
@@ -124,6 +125,26 @@ def test_a_participant_on_the_cpu_never_downloads_the_archive() -> None:
     assert remote["execution"]["fallbackReason"] is None
     assert remote["model"]["wgsl"] == {"present": False, "sha256": []}
     assert not events(state, "gpu.trained") and not events(state, "gpu.archive-received")
+
+
+def test_an_agent_runs_only_an_archive_its_accept_list_names() -> None:
+    """Issue 20 §3: ``--accept-model`` covered the module, not the WGSL archive the job then announced,
+    so an accepted module brought any GPU code with it. Now the archive is not even fetched."""
+    from test_agent import module_sha
+    from weei.agent.policy import AcceptancePolicy
+
+    policy = AcceptancePolicy([module_sha()])  # the module, not the archive
+    network = Wire()
+    state = asyncio.run(remote_job(network, "gpu", accept_archive=lambda sha: policy.archive_decision(sha).accepted))
+    assert state["job"]["status"] == "completed"  # on the CPU: the module was accepted
+    assert network.archives == [] and not state["helperHeld"]
+    remote = state["diagnostics"]["helper"]
+    assert remote["execution"]["actual"] == "cpu"
+    assert remote["execution"]["fallbackReason"].startswith("archive-not-accepted:")
+    assert [e["details"] for e in events(state, "gpu.archive-refused")] == [
+        {"reason": "archive-not-accepted", "sha256": ARCHIVE_SHA}]
+    assert not events(state, "gpu.trained")
+    assert AcceptancePolicy([module_sha(), ARCHIVE_SHA]).archive_decision(ARCHIVE_SHA.upper()).accepted
 
 
 def _swap_archive(send: Send, blobs: dict[str, bytes], bad: bytes) -> tuple[Send, dict[str, bytes]]:
@@ -229,7 +250,8 @@ def test_weei_agent_with_backend_gpu_trains_on_its_gpu_over_webrtc(tmp_path: Any
     async def scenario() -> None:
         async with signaling_server() as url:
             coord_transport = AgentTransport(SignalingClient(url))
-            agent = Agent(AgentOptions(server=url, room="gpu", data_dir=tmp_path, accept_models=(module_sha(),),
+            agent = Agent(AgentOptions(server=url, room="gpu", data_dir=tmp_path,
+                                       accept_models=(module_sha(), ARCHIVE_SHA),
                                        trust=CoordinatorTrust(room=True), workers=1, backend="gpu"),
                           out=io.StringIO())
             try:

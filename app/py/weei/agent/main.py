@@ -151,7 +151,7 @@ class Agent:
             pool=ThreadWorkerPool(engine, device_limit=opts.workers), kernel=NativeKernel(), engine=engine,
             clock=lambda: time.time() * 1000.0, monotonic=lambda: time.monotonic() * 1000.0,
             random_bytes=os.urandom, transport=self.transport, environment=agent_environment(), gpu=_wgpu(),
-            room_key=opts.room)
+            room_key=opts.room, accept_archive=self._accept_archive)
         await controller.init()
         if opts.workers is not None:
             await controller.set_max_local_workers(opts.workers)
@@ -171,6 +171,12 @@ class Agent:
             self.say("no --accept-model or --interactive: every invitation will be refused")
         elif self.policy.accept_models and not self.policy.trust.anyone and not self.policy.interactive:
             self.say("--accept-model without --trust-room or --accept-coordinator: every invitation will be refused")
+
+    def _accept_archive(self, sha256: str) -> bool:
+        decision = self.policy.archive_decision(sha256)
+        if not decision.accepted:
+            self.say(decision.reason)
+        return decision.accepted
 
     # ------------------------------------------------------- the transport's receiver
 
@@ -320,7 +326,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--room", required=True, metavar="INVITE",
                         help="the invite link (http://host:port/#room=KEY, as weei serve prints it) or the room key")
     parser.add_argument("--accept-model", action="append", default=[], metavar="SHA256",
-                        help="accept invitations whose model module has this SHA-256 (repeatable)")
+                        help="accept invitations whose model module has this SHA-256, and run a job's WGSL "
+                             "archive on the GPU only if its SHA-256 is listed too (repeatable)")
     parser.add_argument("--trust-room", action="store_true",
                         help="--accept-model accepts invitations from any coordinator in the room (every member "
                              "entered with the invite link's key; a coordinator proves the key before the agent "

@@ -27,6 +27,13 @@ the reason says which rule is missing.
 
 Nothing is downloaded before acceptance: the invitation carries only the
 description; the module and data follow only after an accepting decision.
+
+A job with a WGSL archive announces it only after the acceptance (in
+Deliver), and the archive is code too, run on the GPU: it is fetched and run
+only when its SHA-256 is listed in ``--accept-model`` as well
+(:meth:`AcceptancePolicy.archive_decision`); otherwise the accepted job
+trains on the CPU (``archive-not-accepted``), however the invitation was
+accepted.
 """
 
 from __future__ import annotations
@@ -123,6 +130,14 @@ class AcceptancePolicy:
         self.interactive = interactive
         self.ask = ask or _ask_terminal
         self.out = out or sys.stdout
+
+    def archive_decision(self, sha256: str) -> Decision:
+        """Whether an accepted job's WGSL archive may run on this machine's GPU."""
+        sha = sha256.lower()
+        if sha in self.accept_models:
+            return Decision(True, f"WGSL archive sha256 {sha} is allowed by --accept-model")
+        return Decision(False, f"WGSL archive sha256 {sha} is not one of --accept-model: the job trains on the CPU "
+                               f"(--accept-model {sha} lets it use the GPU)")
 
     async def decide(self, job_id: str, invitation: Mapping[str, Any], sender: str) -> Decision:
         """Accept or refuse ``invitation``, which came from peer ``sender``."""

@@ -82,7 +82,7 @@ class TrainingController:
                  monotonic: Callable[[], float], random_bytes: Callable[[int], bytes],
                  transport: Transport | None = None, environment: Mapping[str, Any] | None = None,
                  backend: ComputeBackend | None = None, gpu: Any = None, gpu_host: GpuHost | None = None,
-                 room_key: str | None = None) -> None:
+                 room_key: str | None = None, accept_archive: Callable[[str], bool] | None = None) -> None:
         self.pool = pool
         self.kernel = kernel
         self.engine = engine
@@ -95,10 +95,10 @@ class TrainingController:
         self.store = JobStore(storage)
         # The GPU backend trains jobs created with executionFiles on ``gpu`` (wgpu.gpu, the browser shim;
         # None: no WebGPU), in ``gpu_host`` (the page's training Workers; default a thread), and everything
-        # else on the CPU Workers.
+        # else on the CPU Workers. ``accept_archive(sha256)`` says which remote WGSL archives may run.
         self.backend: ComputeBackend = backend or GpuComputeBackend(
             CpuWorkerBackend(pool, kernel, on_progress=self._on_local_progress), engine=engine,
-            session=self.session, gpu=gpu, host=gpu_host)
+            session=self.session, gpu=gpu, host=gpu_host, accept_archive=accept_archive)
         self.view = StateView(self.session, self.store, self.backend)
         self.executor = Executor(self.session, self.store, self.backend, kv, self.view)
         self.peer_events = PeerEvents(self.session, self.store, self.executor, room_key, random_bytes)

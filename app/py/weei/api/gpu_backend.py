@@ -31,14 +31,19 @@ The device work is blocking (wgpu-py's ``*_sync`` calls, the shim's
 ``run_sync``), so it runs off the event loop: :class:`LocalGpuHost` runs it
 in a thread (CPython; its events cross back with ``call_soon_threadsafe``),
 the page's ``weei.browser.workers.WorkerGpuHost`` in a training Worker
-(``trainGpu``), on the Worker's own ``navigator.gpu`` (docs/gpu.md).
+(``trainGpu``), on the Worker's own ``navigator.gpu`` (docs/gpu.md). Either
+way an assignment has a deadline (``deadline_s``): the executor stops
+between its submissions once it has passed, and the host stops waiting for
+it then (``gpu-timeout``).
 
 Where the archive comes from: the coordinator's own job sets it
 (``set_job``, from ``prepare`` or the job store on a reopen); a remote job
 announces it in Deliver (``offer``: this device asks for it only when it
 would train on a GPU), and it arrives with the first Assign
 (``receive_archive``: size and SHA-256 against the announcement, then
-module by module). A bad one leaves the job on the CPU with its reason.
+module by module). A bad one leaves the job on the CPU with its reason, and
+so does one the host does not accept (``accept_archive``: the agent's
+``--accept-model`` list, docs/agent.md): that one is never fetched.
 """
 
 from __future__ import annotations
@@ -46,8 +51,9 @@ from __future__ import annotations
 import asyncio
 import sys
 import threading
+import time
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Mapping, Protocol
+from typing import Any, Callable, Mapping, Protocol
 
 from ..core.errors import WeeiError
 from ..core.job import GpuOffer
@@ -57,7 +63,7 @@ from ..gpu.adapter import check_budget
 from ..gpu.archive import check_descriptor, parse_archive
 from ..gpu.errors import GpuError
 from ..gpu.session import GpuBackendSpec, GpuWork
-from ..gpu.trainer import EventSink, GpuAssignment, GpuOutcome, GpuTrainer
+from ..gpu.trainer import GPU_DEADLINE_S, EventSink, GpuAssignment, GpuOutcome, GpuTrainer
 from ..prepare import GpuFiles
 from ..runtime import Engine, ModelRuntime
 from .compute import CpuWorkerBackend
@@ -65,15 +71,7 @@ from .local_training import local_epochs
 from .ports import TaskCancelled, WorkerResult, WorkerTask
 from .session import Session
 
-__all__ = ["GpuComputeBackend", "GpuHost", "LocalGpuHost", "RunBlocking"]
-
-RunBlocking = Callable[[Callable[[], Any]], Awaitable[Any]]
-
-
-async def _to_thread(fn: Callable[[], Any]) -> Any:
-    if sys.platform == "emscripten":  # Pyodide has no threads (the page uses WorkerGpuHost, not this)
-        return fn()
-    return await asyncio.to_thread(fn)
+__all__ = ["GpuComputeBackend", "GpuHost", "LocalGpuHost"]
 
 
 class GpuHost(Protocol):
@@ -97,15 +95,22 @@ class GpuHost(Protocol):
 
 
 class LocalGpuHost:
-    """The trainer in a thread of this process (CPython: wgpu-py; the agent and the tests)."""
+    """The trainer in a thread of this process (CPython: wgpu-py; the agent and the tests).
+
+    The thread stops itself between submissions once the assignment's deadline has passed; what it
+    cannot interrupt (one submission on the device, a model call) is waited for only until the
+    deadline: ``train`` then fails with ``gpu-timeout`` and leaves the thread to finish by itself (a
+    daemon: it never holds up the process's exit). The next assignment waits for that thread until
+    the thread's own deadline and is refused by the same name after it, so a device stuck in one
+    piece of work holds one thread, never a pile of them, and never two at once on one trainer."""
 
     name = "thread"
     in_pool = False
 
-    def __init__(self, gpu: Any, engine: Engine, run_blocking: RunBlocking = _to_thread) -> None:
+    def __init__(self, gpu: Any, engine: Engine) -> None:
         self.trainer = GpuTrainer(gpu)
         self.engine = engine
-        self.run_blocking = run_blocking
+        self._running: tuple[asyncio.Future[GpuOutcome], float] | None = None  # the last thread's result, deadline
 
     async def train(self, assignment: GpuAssignment, *, module_sha256: str, module: bytes,
                     on_event: EventSink, tag: str) -> GpuOutcome:
@@ -124,7 +129,53 @@ class LocalGpuHost:
                                                                "metrics": dict(p.metrics)})
             return self.trainer.run(runtime, assignment, event)
 
-        return await self.run_blocking(run)
+        if sys.platform == "emscripten":  # Pyodide has no threads (the page uses WorkerGpuHost, not this)
+            return run()
+        await self._previous()
+        future: asyncio.Future[GpuOutcome] = loop.create_future()
+        future.add_done_callback(lambda f: f.cancelled() or f.exception())  # an abandoned one's error is not news
+        self._running = (future, time.monotonic() + assignment.deadline_s)
+
+        def settle(result: GpuOutcome | None, error: BaseException | None) -> None:
+            if future.done():
+                return
+            if error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(result)  # type: ignore[arg-type]
+
+        def target() -> None:
+            result, error = None, None
+            try:
+                result = run()
+            except BaseException as exc:  # handed to the event loop, raised there
+                error = exc
+            try:
+                loop.call_soon_threadsafe(settle, result, error)
+            except RuntimeError:  # the loop closed while the device worked: nobody waits any more
+                pass
+
+        threading.Thread(target=target, name="weei-gpu", daemon=True).start()
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), assignment.deadline_s)
+        except TimeoutError:
+            raise GpuError("gpu-timeout", f"the GPU assignment did not return within its deadline of "
+                                          f"{assignment.deadline_s:g} s") from None
+
+    async def _previous(self) -> None:
+        """Wait for the previous assignment's thread (a dropped or timed-out one), until its deadline."""
+        if self._running is None:
+            return
+        future, deadline = self._running
+        if not future.done():
+            try:
+                await asyncio.wait_for(asyncio.shield(future), max(0.0, deadline - time.monotonic()))
+            except TimeoutError:
+                raise GpuError("gpu-timeout", "the previous GPU assignment ran past its deadline and has not "
+                                              "returned: this device's GPU takes no work until it does") from None
+            except Exception:
+                pass  # that assignment's own failure, told when it happened
+        self._running = None
 
     def cancel(self, tag: str) -> None:
         pass  # a GPU step in a thread cannot be interrupted: the dropped attempt's result is thrown away
@@ -142,7 +193,7 @@ class _JobGpu:
 _STICKY = frozenset({
     "webgpu-unavailable", "no-adapter", "software-adapter", "missing-feature", "adapter-limits", "device-failed",
     "over-memory-budget", "module-compile-failed", "module-missing", "entry-point-missing", "program-invalid",
-    "program-over-budget", "program-over-estimate", "gate-mismatch",
+    "program-over-budget", "program-over-estimate", "program-over-workgroups", "gate-mismatch",
 })
 
 
@@ -150,12 +201,15 @@ class GpuComputeBackend:
     """Trains on the GPU where the job, the preference and the device allow; the CPU Workers otherwise."""
 
     def __init__(self, cpu: CpuWorkerBackend, *, engine: Engine, session: Session, gpu: Any,
-                 host: GpuHost | None = None) -> None:
+                 host: GpuHost | None = None, accept_archive: Callable[[str], bool] | None = None) -> None:
+        """``accept_archive(sha256)``: whether this host runs a remote job's WGSL archive (None: any)."""
         self.cpu = cpu
         self.session = session
         # wgpu.gpu in CPython, weei.browser.webgpu.gpu in the page (whether there is WebGPU), None without
         self.gpu = gpu
         self.host: GpuHost = host or LocalGpuHost(gpu, engine)
+        self.accept_archive = accept_archive
+        self.deadline_s = GPU_DEADLINE_S  # how long one GPU assignment may take
         self._jobs = 0  # _JobGpu keys
         self.job: _JobGpu | None = None
         self.kind = "cpu"  # what the last assignment trained on (execution.actual: cpu, gpu or hybrid)
@@ -195,7 +249,15 @@ class GpuComputeBackend:
             self.set_job(None, cpu_id)
             self._offer = parsed
         wants = parsed is not None and self.gpu is not None and self.session.device.backend_preference != "cpu"
-        return wants and self.job is None and self._archive_error is None
+        wants = wants and self.job is None and self._archive_error is None
+        if wants and parsed is not None and self.accept_archive is not None \
+                and not self.accept_archive(parsed.archive.sha256):
+            self._archive_error = GpuError("archive-not-accepted", f"this host does not accept the WGSL archive "
+                                                                   f"{parsed.archive.sha256}: the job trains on the CPU")
+            self.session.record("gpu.archive-refused", {"reason": "archive-not-accepted",
+                                                        "sha256": parsed.archive.sha256})
+            return False
+        return wants
 
     def receive_archive(self, sha256: str, data: bytes | None) -> None:
         """The announced archive arrived with an Assign: checked against the announcement, then module by
@@ -304,7 +366,8 @@ class GpuComputeBackend:
                 self.cpu.local.on_progress({"processedExamples": payload.get("processedExamples", 0),
                                             "totalExamples": total, "metrics": payload.get("metrics", {})})
 
-        request = GpuAssignment(job.key, job.files.archive, spec, preference, budget, weights, auxiliary, work)
+        request = GpuAssignment(job.key, job.files.archive, spec, preference, budget, weights, auxiliary, work,
+                                self.deadline_s)
         self._gpu_attempt = tag
         try:
             outcome = await self.host.train(request, module_sha256=module_sha256, module=module,

@@ -15,10 +15,10 @@ REASONS: frozenset[str] = frozenset({
     "device-failed", "device-lost", "out-of-memory", "gpu-error", "gpu-timeout",
     # package and archive
     "over-memory-budget", "archive-size-mismatch", "archive-hash-mismatch", "archive-malformed",
-    "archive-format", "module-duplicate", "module-hash-mismatch", "module-entry-point-missing",
+    "archive-format", "archive-not-accepted", "module-duplicate", "module-hash-mismatch", "module-entry-point-missing",
     "module-missing", "entry-point-missing", "module-compile-failed",
     # program
-    "program-invalid", "program-over-budget", "program-over-estimate", "upload-invalid",
+    "program-invalid", "program-over-budget", "program-over-estimate", "program-over-workgroups", "upload-invalid",
     "gpu-step-limit",
     # admission gate
     "gate-mismatch",

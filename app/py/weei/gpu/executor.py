@@ -5,10 +5,19 @@ wgpu-py itself in CPython (Vulkan, Metal, D3D12; lavapipe in tests) and
 ``weei.browser.webgpu`` over ``navigator.gpu`` in Pyodide. The ``gpu``
 object (``wgpu.gpu`` or the shim) is passed in, so this module imports
 neither. Every device failure becomes a ``GpuError`` with a named reason.
+
+Submitted work cannot be recalled, so a deadline can only act between
+submissions: a step is submitted in pieces of at most
+:data:`PIECE_WORKGROUPS` workgroups (whole dispatches; the parser bounds
+each one), the executor waits for each piece and stops with
+``gpu-timeout`` once the step's timeout or the operation's deadline has
+passed. A program within the bounds of ``weei.gpu.program`` is one piece
+per step; a heavier one pays a wait per piece.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -18,12 +27,15 @@ from typing import Any
 from .adapter import AdapterFacts, admit_adapter
 from .archive import ShaderArchive
 from .errors import GpuError
-from .program import Clear, Copy, DeviceLimits, DeviceProgram, Dispatch, PipelineSpec, check_upload
+from .program import (MAX_WORKGROUPS_PER_DISPATCH, Clear, Copy, DeviceLimits, DeviceProgram, Dispatch, PipelineSpec,
+                      Step, check_upload)
 
-__all__ = ["GpuDevice", "ProgramRun", "STORAGE_USAGE"]
+__all__ = ["GpuDevice", "ProgramRun", "STORAGE_USAGE", "PIECE_WORKGROUPS"]
 
 # GPUBufferUsage: STORAGE | COPY_SRC | COPY_DST (the same numbers in wgpu-py and WebGPU).
 STORAGE_USAGE = 0x0080 | 0x0004 | 0x0008
+#: The most workgroups submitted before the executor waits and looks at the clock (one dispatch may be that big).
+PIECE_WORKGROUPS = MAX_WORKGROUPS_PER_DISPATCH
 
 
 @contextmanager
@@ -136,18 +148,23 @@ class RunStats:
     readback_bytes: int = 0
     readback_s: float = 0.0
     compute_s: float = 0.0
+    pieces: int = 0  # submissions waited on
 
 
 class ProgramRun:
     """One program's buffers and pipelines on a device: upload, run, read back."""
 
     def __init__(
-        self, gpu: GpuDevice, archive: ShaderArchive, program: DeviceProgram, weights: bytes, *, step_timeout_s: float = 60.0
+        self, gpu: GpuDevice, archive: ShaderArchive, program: DeviceProgram, weights: bytes, *,
+        step_timeout_s: float = 60.0, deadline: float | None = None,
     ) -> None:
+        """``deadline``: the operation's end on the ``time.monotonic()`` clock (None: only the step timeout)."""
         self.gpu = gpu
         self.program = program
         self.stats = RunStats()
         self._timeout = step_timeout_s
+        self.deadline = deadline
+        self._pieces = _pieces(program.steps)
         dev = gpu.device
         start = time.perf_counter()
         pipelines = {p.id: gpu.pipeline(archive, p) for p in program.pipelines}
@@ -182,40 +199,62 @@ class ProgramRun:
         self.stats.upload_s += time.perf_counter() - start
 
     def run_steps(self) -> list[bytes]:
-        """Encode and submit the program's steps once; return the step readback."""
+        """Submit the program's steps once, piece by piece; return the step readback.
+
+        Raises ``gpu-timeout`` after the piece during which the step's timeout or the deadline passed."""
         start = time.perf_counter()
-        dev = self.gpu.device
+        self.check_deadline()
         groups = iter(self._groups)
-        with _device_errors("running the program"):
-            encoder = dev.create_command_encoder()
-            compute = None
-            for step in self.program.steps:
-                if isinstance(step, Dispatch):
-                    if compute is None:
-                        compute = encoder.begin_compute_pass()
-                    pipe, group = next(groups)
-                    compute.set_pipeline(pipe)
-                    compute.set_bind_group(0, group)
-                    compute.dispatch_workgroups(*step.workgroups)
-                    continue
-                if compute is not None:
-                    compute.end()
-                    compute = None
-                if isinstance(step, Copy):
-                    encoder.copy_buffer_to_buffer(self._buffers[step.source], step.source_offset,
-                                                  self._buffers[step.target], step.target_offset, step.bytes)
-                elif isinstance(step, Clear):
-                    encoder.clear_buffer(self._buffers[step.buffer], step.offset, step.bytes)
+        out: list[bytes] = []
+        for k, piece in enumerate(self._pieces):
+            with _device_errors("running the program"):
+                self._submit(piece, groups)
+            # A read waits for the piece: the queue runs in order (wgpu-py 0.32's on_submitted_work_done
+            # fails with its wgpu-native, and the shim has no other wait). The last piece's is the readback.
+            if k == len(self._pieces) - 1 and self.program.step_readback:
+                out = self.read(self.program.step_readback)
+            else:
+                with _device_errors("waiting for the program"):
+                    self.gpu.device.queue.read_buffer(self._buffers[self.program.buffers[0].id], 0, 4)
+            self.stats.pieces += 1
+            elapsed = time.perf_counter() - start
+            if elapsed > self._timeout:
+                self.stats.compute_s += elapsed
+                raise GpuError("gpu-timeout", f"a step ran {elapsed:.1f} s, past the limit of {self._timeout:g} s")
+            self.check_deadline()
+        self.stats.compute_s += time.perf_counter() - start
+        self.stats.steps += 1
+        return out
+
+    def check_deadline(self) -> None:
+        """Raise ``gpu-timeout`` if the operation's deadline has passed."""
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise GpuError("gpu-timeout", f"the GPU work ran past its deadline after {self.stats.steps} steps "
+                                          f"({self.stats.pieces} submissions)")
+
+    def _submit(self, piece: Sequence[Step], groups: Iterator[tuple[Any, Any]]) -> None:
+        encoder = self.gpu.device.create_command_encoder()
+        compute = None
+        for step in piece:
+            if isinstance(step, Dispatch):
+                if compute is None:
+                    compute = encoder.begin_compute_pass()
+                pipe, group = next(groups)
+                compute.set_pipeline(pipe)
+                compute.set_bind_group(0, group)
+                compute.dispatch_workgroups(*step.workgroups)
+                continue
             if compute is not None:
                 compute.end()
-            dev.queue.submit([encoder.finish()])
-        out = self.read(self.program.step_readback)
-        elapsed = time.perf_counter() - start
-        self.stats.compute_s += elapsed
-        self.stats.steps += 1
-        if elapsed > self._timeout:
-            raise GpuError("gpu-timeout", f"a step took {elapsed:.1f} s, over the limit of {self._timeout:.0f} s")
-        return out
+                compute = None
+            if isinstance(step, Copy):
+                encoder.copy_buffer_to_buffer(self._buffers[step.source], step.source_offset,
+                                              self._buffers[step.target], step.target_offset, step.bytes)
+            elif isinstance(step, Clear):
+                encoder.clear_buffer(self._buffers[step.buffer], step.offset, step.bytes)
+        if compute is not None:
+            compute.end()
+        self.gpu.device.queue.submit([encoder.finish()])
 
     def read(self, ranges: Sequence[Any]) -> list[bytes]:
         """Read back ranges (the read also waits for the submitted work)."""
@@ -233,3 +272,20 @@ class ProgramRun:
         for buf in self._buffers.values():
             buf.destroy()
         self._buffers.clear()
+
+
+def _pieces(steps: Sequence[Step]) -> tuple[tuple[Step, ...], ...]:
+    """Consecutive steps, cut where the next dispatch would take a piece past PIECE_WORKGROUPS."""
+    pieces: list[tuple[Step, ...]] = []
+    current: list[Step] = []
+    size = 0
+    for step in steps:
+        n = math.prod(step.workgroups) if isinstance(step, Dispatch) else 0
+        if current and size + n > PIECE_WORKGROUPS:
+            pieces.append(tuple(current))
+            current, size = [], 0
+        current.append(step)
+        size += n
+    if current:
+        pieces.append(tuple(current))
+    return tuple(pieces)

@@ -21,6 +21,8 @@ from .errors import GpuError
 
 __all__ = [
     "PROGRAM_FORMAT",
+    "MAX_WORKGROUPS_PER_DISPATCH",
+    "MAX_WORKGROUPS_PER_STEP",
     "DeviceLimits",
     "BufferSpec",
     "PipelineSpec",
@@ -40,6 +42,14 @@ MAX_PIPELINES = 64
 MAX_STEPS = 4096
 MAX_CONSTANTS = 32
 MAX_READBACKS = 16
+#: WebGPU's maxComputeWorkgroupsPerDimension default: a native device may report more, a browser's will not.
+WEBGPU_MAX_WORKGROUPS_PER_DIMENSION = 65535
+#: A dispatch cannot be interrupted or split without changing what the shader sees, so its size is the
+#: executor's smallest piece of work between deadline checks. 2^22 is eight times what one 64-wide
+#: workgroup per element of the largest storage binding (2^25 floats) needs.
+MAX_WORKGROUPS_PER_DISPATCH = 1 << 22
+#: All the dispatches of one program step together.
+MAX_WORKGROUPS_PER_STEP = 1 << 26
 BUFFER_INITS = ("zeros", "weights", "batch")
 _ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
@@ -125,6 +135,7 @@ class DeviceProgram:
     step_readback: tuple[Range, ...]
     final_readback: tuple[Range, ...]
     total_bytes: int  # buffers plus readback staging
+    workgroups: int = 0  # of all the dispatches of one step
 
     def buffer(self, buffer_id: str) -> BufferSpec | None:
         return next((b for b in self.buffers if b.id == buffer_id), None)
@@ -237,6 +248,10 @@ def parse_program(
             steps.append(Clear(buf.id, _int(c["offset"], f"{p}.offset", 0, buf.bytes - size, 4), size))
         else:
             raise _bad(f"{p}.op", "must be 'dispatch', 'copy' or 'clear'")
+    workgroups = sum(math.prod(step.workgroups) for step in steps if isinstance(step, Dispatch))
+    if workgroups > MAX_WORKGROUPS_PER_STEP:
+        raise GpuError("program-over-workgroups", f"device program: one step dispatches {workgroups} workgroups, "
+                                                  f"over the limit of {MAX_WORKGROUPS_PER_STEP}")
 
     step_rb = _ranges(doc["stepReadback"], "stepReadback", buffers, 0)
     final_rb = _ranges(doc["finalReadback"], "finalReadback", buffers, 1)
@@ -248,7 +263,8 @@ def parse_program(
             "program-over-estimate",
             f"device program: needs {total} bytes, more than the backend's estimatedWorkingBytes {estimated_working_bytes}",
         )
-    return DeviceProgram(tuple(buffers.values()), tuple(pipelines.values()), tuple(steps), step_rb, final_rb, total)
+    return DeviceProgram(tuple(buffers.values()), tuple(pipelines.values()), tuple(steps), step_rb, final_rb, total,
+                         workgroups)
 
 
 def _named(value: Any) -> str:
@@ -283,8 +299,11 @@ def _dispatch(
             raise _bad(bp, f"buffer {buf.id!r} is bound twice in one dispatch")
         bindings.append(Binding(number, buf.id))
     wg = _list(d["workgroups"], f"{p}.workgroups", 3, 3)
-    top = limits.max_compute_workgroups_per_dimension
+    top = min(limits.max_compute_workgroups_per_dimension, WEBGPU_MAX_WORKGROUPS_PER_DIMENSION)
     x, y, z = (_int(v, f"{p}.workgroups[{j}]", 1, top) for j, v in enumerate(wg))
+    if x * y * z > MAX_WORKGROUPS_PER_DISPATCH:
+        raise GpuError("program-over-workgroups", f"device program: {p}.workgroups: {x} x {y} x {z} workgroups, "
+                                                  f"over the limit of {MAX_WORKGROUPS_PER_DISPATCH} per dispatch")
     return Dispatch(d["pipeline"], tuple(bindings), (x, y, z))
 
 

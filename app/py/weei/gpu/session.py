@@ -98,8 +98,10 @@ def train_on_gpu(
     budget_mib: float,
     step_limit: int | None = None,
     max_steps: int = MAX_GPU_STEPS,
+    deadline: float | None = None,
 ) -> GpuTrainResult:
-    """Train one assignment on the GPU from the runtime's loaded weights."""
+    """Train one assignment on the GPU from the runtime's loaded weights; ``deadline`` (on the
+    ``time.monotonic()`` clock) is checked before each step and between its submissions (``gpu-timeout``)."""
     check_budget(backend.estimated_working_bytes, budget_mib)
     begin, weights, unit_count = runtime.gpu_begin(**work.inputs(), step_limit=step_limit)
     program = parse_program(
@@ -110,7 +112,7 @@ def train_on_gpu(
         budget_bytes=int(budget_mib * (1 << 20)),
         estimated_working_bytes=backend.estimated_working_bytes,
     )
-    run = ProgramRun(gpu, archive, program, weights)
+    run = ProgramRun(gpu, archive, program, weights, deadline=deadline)
     try:
         start = time.perf_counter()
         readback: Sequence[bytes] = []
@@ -138,6 +140,7 @@ def run_gate(
     work: GpuWork,
     *,
     budget_mib: float,
+    deadline: float | None = None,
 ) -> tuple[GateResult, TrainResult, GpuTrainResult]:
     """The admission gate: the first step (for experience work, the first
     update, from the same episodes) in the CPU WASM and on the GPU from the
@@ -146,5 +149,5 @@ def run_gate(
     runtime.load_model(weights)
     cpu = runtime.train(**work.inputs(), step_limit=1)
     runtime.load_model(weights)
-    on_gpu = train_on_gpu(runtime, gpu, archive, backend, work, budget_mib=budget_mib, step_limit=1)
+    on_gpu = train_on_gpu(runtime, gpu, archive, backend, work, budget_mib=budget_mib, step_limit=1, deadline=deadline)
     return compare_step(cpu.weights, on_gpu.train.weights, backend.numerical_mode), cpu, on_gpu

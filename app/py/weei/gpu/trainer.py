@@ -13,15 +13,19 @@ What happens on the way is told through ``on_event(kind, payload)`` as it
 happens: ``adapter`` (``{"adapter": diagnostics.gpu.adapter}``, once the
 device is open) and ``compiled`` (``{"compilationMs": ms}``). Failures are
 ``GpuError``s with a named reason; any other exception of the device path
-becomes ``device-failed`` (opening) or ``gpu-error``.
+becomes ``device-failed`` (opening) or ``gpu-error``. An assignment has a
+deadline (``GpuAssignment.deadline_s``, from when ``run`` starts), looked at
+before each step and between its submissions (``gpu-timeout``).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from weei.core.sandbox import DEADLINE_CEILING_S
 from weei.runtime import ModelRuntime
 
 from .adapter import check_budget
@@ -31,12 +35,15 @@ from .executor import GpuDevice
 from .gate import GateResult, require_pass
 from .session import GpuBackendSpec, GpuWork, run_gate, train_on_gpu
 
-__all__ = ["GpuAssignment", "GpuOutcome", "GpuTrainer", "EventSink"]
+__all__ = ["GpuAssignment", "GpuOutcome", "GpuTrainer", "EventSink", "GPU_DEADLINE_S"]
 
 EventSink = Callable[[str, dict[str, Any]], None]
 
 # After these the device is not trusted again: the next assignment opens a fresh one.
 _RESET = frozenset({"device-lost", "gpu-timeout"})
+#: How long one GPU assignment (device, compilation, gate, training) may take: a CPU operation's
+#: ceiling, and the page's trainGpu deadline (weei.browser.workers.TASK_DEADLINES_S).
+GPU_DEADLINE_S = DEADLINE_CEILING_S
 
 
 @dataclass(frozen=True)
@@ -51,6 +58,7 @@ class GpuAssignment:
     weights: bytes = field(repr=False)
     auxiliary: Mapping[str, bytes]
     work: GpuWork
+    deadline_s: float = GPU_DEADLINE_S  # from when the trainer starts it
 
 
 @dataclass(frozen=True)
@@ -77,6 +85,7 @@ class GpuTrainer:
 
     def run(self, runtime: ModelRuntime, a: GpuAssignment, on_event: EventSink) -> GpuOutcome:
         """Train ``a`` with the model ``runtime`` (loaded; its weights are replaced)."""
+        deadline = time.monotonic() + a.deadline_s
         check_budget(a.spec.estimated_working_bytes, a.budget_mib)  # before the device and any allocation
         key = (a.job, a.preference, a.budget_mib)
         if self._device is None or self._key != key:
@@ -99,7 +108,7 @@ class GpuTrainer:
                 progress, runtime.on_progress = runtime.on_progress, None  # the gate's steps are not progress
                 try:
                     gate, _, _ = run_gate(runtime, device, a.archive, a.spec, a.weights, a.work,
-                                          budget_mib=a.budget_mib)
+                                          budget_mib=a.budget_mib, deadline=deadline)
                 finally:
                     runtime.on_progress = progress
             require_pass(gate)
@@ -107,7 +116,8 @@ class GpuTrainer:
             runtime.load_model(a.weights)
             if a.auxiliary:
                 runtime.load_auxiliary(a.auxiliary)
-            result = train_on_gpu(runtime, device, a.archive, a.spec, a.work, budget_mib=a.budget_mib)
+            result = train_on_gpu(runtime, device, a.archive, a.spec, a.work, budget_mib=a.budget_mib,
+                                  deadline=deadline)
         except GpuError as exc:
             if exc.reason in _RESET:
                 self._device = None
