@@ -90,7 +90,7 @@ class TrainingController:
         self.random_bytes = random_bytes
         # environment: the diagnostics' browser/browserVersion/os/logicalCores (the agent says 'agent').
         self.session = Session(my_peer_id=my_peer_id, clock=clock, monotonic=monotonic, transport=transport,
-                               debug_log=DebugLog.from_json(kv.get(DEBUG_LOG_KEY), clock()),
+                               debug_log=DebugLog.from_json(kv.get(DEBUG_LOG_KEY), clock(), own_peer=my_peer_id),
                                recorder=DiagnosticsRecorder(sequence_base=int(clock()), environment=environment))
         self.store = JobStore(storage)
         # The GPU backend trains jobs created with executionFiles on ``gpu`` (wgpu.gpu, the browser shim;

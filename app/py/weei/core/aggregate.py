@@ -46,6 +46,18 @@ Elements inside the model's ``averageOnly`` byte ranges take ``avg`` as it
 is and keep their state unchanged. A non-finite value anywhere in the new
 weights or state fails the round (``AggregationError('non-finite-result')``)
 and nothing is returned, so the caller keeps the previous checkpoint.
+
+Metrics (``weighted_mean``): the example-weighted mean of the values the
+updates report. Any finite float64 is a value a model may report (a
+diverging loss has no bound we could name), so the mean must not overflow
+where ``sum(v_k * c_k)`` would (one ``loss: 1e308`` over 11 examples is
+already infinite). Every value is first scaled by ``2**-e``, ``e`` the
+exponent of the largest magnitude (``frexp``), so each scaled value lies in
+(-1, 1) and the sums stay within the total count; scaling by a power of two
+is exact, so values that do not overflow give the bits of
+``sum(v_k * c_k) / C``. A weighted mean lies between the smallest and the
+largest value: the result is clamped there (a rounding step past them could
+overflow the scaling back) and then scaled back by ``2**e``.
 """
 
 from __future__ import annotations
@@ -75,6 +87,7 @@ __all__ = [
     "parse_model_aggregation_info",
     "canonical_contributions",
     "fedavg",
+    "weighted_mean",
     "trainable_segments",
     "fedavgm_step",
     "fedadam_step",
@@ -324,6 +337,21 @@ def fedavg(kernel: AggregationKernel, contributions: Sequence[Contribution], wei
         raise AggregationError("invalid-contribution", f"weight bytes {weight_bytes} is not a multiple of 4")
     updates, counts = canonical_contributions(contributions, weight_bytes)
     return kernel.weighted_average(updates, counts)
+
+
+def weighted_mean(values: Sequence[tuple[float, int]]) -> float:
+    """The mean of finite ``(value, count)`` pairs weighted by their counts, finite for any finite values
+    (see "Metrics" above).
+
+    Raises: ValueError when there is no pair or a count is below 1.
+    """
+    if not values or any(count < 1 for _, count in values):
+        raise ValueError("a weighted mean needs at least one value, each with a count of 1 or more")
+    _, exponent = math.frexp(max(abs(v) for v, _ in values))
+    scaled = [(math.ldexp(v, -exponent), count) for v, count in values]
+    mean = sum(x * count for x, count in scaled) / sum(count for _, count in scaled)
+    low, high = min(x for x, _ in scaled), max(x for x, _ in scaled)
+    return math.ldexp(min(max(mean, low), high), exponent)
 
 
 def trainable_segments(n_elems: int, average_only: Sequence[tuple[int, int]]) -> list[Segment]:

@@ -13,8 +13,9 @@ and discarded, never averaged.
 A round closes when every attempt has an outcome, or at its deadline,
 into checkpoint ``r`` (``core/roundloop.py`` runs the rounds; this module
 takes the host's commands and the peers' events). A round with no valid
-update keeps the previous checkpoint and tries again; a non-finite
-aggregate pauses the job with the error.
+update keeps the previous checkpoint and tries again; a round that cannot
+close (a non-finite aggregate, any error) keeps it too and pauses the job
+with the error.
 
 The job's status, each participant's record and each attempt move only
 along the transition tables of ``core/states.py``; this class is the only

@@ -32,6 +32,17 @@ work between them: bookkeeping, messages sent before the save.
 
 Wall-clock milliseconds (``now_ms``) stamp events; monotonic milliseconds
 (``now_mono``) measure phases and gaps. Neither is read here.
+
+**One peer cannot flush the log.** An event about another peer (its
+details name it as ``peer``, ``from`` or ``to``; this device's own id,
+``own_peer``, is exempt) spends one of that peer's ``PEER_BURST`` tokens,
+which come back one per ``PEER_REFILL_MS``. A peer without a token has its
+event counted, not stored: into one ``debuglog.repeated`` entry per peer
+(``{peer, count, events: {name: count}, lastAt}``), kept open while it is
+still in the log. So 5,000 junk messages from one participant cost the
+others' history about ``PEER_BURST`` events, however fast they come, and a
+flood that goes on adds one event per ``PEER_REFILL_MS`` (as a busy peer of
+a real job does), plus its one growing count.
 """
 
 from __future__ import annotations
@@ -52,6 +63,8 @@ __all__ = [
     "MAX_EVENTS",
     "MAX_PHASE_SAMPLES",
     "MAX_PHASES",
+    "PEER_BURST",
+    "PEER_REFILL_MS",
     "iso8601",
     "DebugLog",
 ]
@@ -71,6 +84,14 @@ _MAX_INT_DURATION = 2**1000
 # A count a float divides exactly: the averages divide a float total by it, and an int past float's
 # range (10**400 is valid JSON) would raise OverflowError there.
 _MAX_COUNT = 2**53
+
+#: Events about one other peer kept in a burst, and the wall-clock ms after which it may add one more.
+PEER_BURST = 100
+PEER_REFILL_MS = 2_000
+# Details that name the peer an event is about, in the order they are looked for.
+_PEER_KEYS = ("peer", "from", "to")
+# Peers whose budget is remembered: past this, full budgets (they carry nothing) are forgotten first.
+_MAX_PEER_BUDGETS = 4 * MAX_EVENTS
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
@@ -156,6 +177,16 @@ class _PhaseStats:
         return stats
 
 
+@dataclass
+class _PeerBudget:
+    """One peer's tokens (see "One peer cannot flush the log") and its open ``debuglog.repeated`` entry."""
+
+    tokens: float
+    at_ms: float
+    repeated: dict[str, Any] | None = None
+    repeated_seq: int = 0  # DebugLog._appended just after the entry went in
+
+
 def _unreadable(message: str) -> NoReturn:
     # parse_json's fail: bad JSON, NaN/Infinity (to_json could not write them
     # back) or nesting past MAX_JSON_DEPTH; the caller turns it into a reset.
@@ -173,9 +204,12 @@ def _is_duration(value: Any) -> bool:
 class DebugLog:
     """The last ``MAX_EVENTS`` events and the phase/idle baseline of this browser profile."""
 
-    def __init__(self) -> None:
-        """Start an empty log."""
+    def __init__(self, *, own_peer: str | None = None) -> None:
+        """Start an empty log; events about ``own_peer`` (this device) are never rate-limited."""
+        self.own_peer = own_peer
         self._events: deque[dict[str, Any]] = deque(maxlen=MAX_EVENTS)
+        self._appended = 0  # events ever appended (since the last clear): where an open repeated entry is
+        self._budgets: dict[str, _PeerBudget] = {}
         self._phases: dict[str, _PhaseStats] = {}
         self._idle_samples = 0
         self._idle_total_ms = 0.0
@@ -194,7 +228,8 @@ class DebugLog:
     # -- events -----------------------------------------------------------------------
 
     def record(self, now_ms: float, event: str, details: Mapping[str, Any] | None = None) -> None:
-        """Append an event at wall time ``now_ms``; the oldest goes beyond 1,000.
+        """Append an event at wall time ``now_ms``; the oldest goes beyond 1,000. An event about another
+        peer past its budget is counted into that peer's ``debuglog.repeated`` entry instead.
 
         ``details`` is copied into JSON data (values that JSON cannot hold
         become strings), so a later change to the caller's dict does not
@@ -204,11 +239,65 @@ class DebugLog:
         if not isinstance(event, str) or not event:
             raise UsageError("bad-event", f"event must be a non-empty string, got {event!r}")
         entry: dict[str, Any] = {"at": iso8601(now_ms), "event": event[:_MAX_NAME]}
+        peer = self._peer_of(details)
+        if peer is not None and not self._spend(peer, now_ms, entry):
+            return
         if details is not None:
             plain = _plain(details)
             entry["details"] = plain if isinstance(plain, dict) else {"value": plain}
+        self._append(entry)
+
+    def _append(self, entry: dict[str, Any]) -> None:
         self._events.append(entry)
+        self._appended += 1
         self._revision += 1
+
+    def _peer_of(self, details: Mapping[str, Any] | None) -> str | None:
+        """The other peer an event is about, or None (no peer, or this device)."""
+        if not isinstance(details, Mapping):
+            return None
+        for key in _PEER_KEYS:
+            value = details.get(key)
+            if value is not None:
+                return str(value)[:_MAX_NAME] if value != self.own_peer else None
+        return None
+
+    def _spend(self, peer: str, now_ms: float, entry: dict[str, Any]) -> bool:
+        """Whether ``peer`` may add ``entry`` now; if not, the entry is counted into its repeated entry."""
+        budget = self._budgets.get(peer)
+        if budget is None:
+            if len(self._budgets) >= _MAX_PEER_BUDGETS:
+                self._forget_budgets(now_ms)
+            budget = self._budgets[peer] = _PeerBudget(float(PEER_BURST), now_ms)
+        # A wall clock may step back: time only ever adds tokens.
+        budget.tokens = min(float(PEER_BURST), budget.tokens + max(0.0, now_ms - budget.at_ms) / PEER_REFILL_MS)
+        budget.at_ms = max(budget.at_ms, now_ms)
+        if budget.tokens >= 1:
+            budget.tokens -= 1
+            return True
+        repeated = budget.repeated
+        if repeated is None or self._appended - budget.repeated_seq >= len(self._events):  # gone from the log
+            repeated = {"at": entry["at"], "event": "debuglog.repeated",
+                        "details": {"peer": peer, "count": 0, "events": {}, "lastAt": entry["at"]}}
+            self._append(repeated)
+            budget.repeated, budget.repeated_seq = repeated, self._appended
+        details = repeated["details"]
+        details["count"] += 1
+        details["lastAt"] = entry["at"]
+        counts = details["events"]
+        if entry["event"] in counts or len(counts) < _MAX_ITEMS:
+            counts[entry["event"]] = counts.get(entry["event"], 0) + 1
+        self._revision += 1
+        return False
+
+    def _forget_budgets(self, now_ms: float) -> None:
+        """Make room: a full budget carries nothing; if every peer is still busy, the first seen half goes."""
+        for peer in [p for p, b in self._budgets.items()
+                     if b.tokens + max(0.0, now_ms - b.at_ms) / PEER_REFILL_MS >= PEER_BURST]:
+            del self._budgets[peer]
+        if len(self._budgets) >= _MAX_PEER_BUDGETS:
+            for peer in list(self._budgets)[:len(self._budgets) // 2]:
+                del self._budgets[peer]
 
     def events(self) -> list[dict[str, Any]]:
         """Return a copy of the events, oldest first (``getDebugLog()``)."""
@@ -314,6 +403,7 @@ class DebugLog:
     def clear(self) -> None:
         """Delete every event and the baseline (``clearDebugLog()``); phases in flight go on."""
         self._events.clear()
+        self._budgets.clear()
         self._phases.clear()
         self._idle_samples = 0
         self._idle_total_ms = 0.0
@@ -333,14 +423,14 @@ class DebugLog:
         )
 
     @classmethod
-    def from_json(cls, text: object, now_ms: float) -> DebugLog:
+    def from_json(cls, text: object, now_ms: float, *, own_peer: str | None = None) -> DebugLog:
         """Read the stored text back; ``None`` (nothing stored) gives an empty log.
 
         Never raises for the stored value: a part that cannot be read starts
         empty and a ``debuglog.reset`` event (at ``now_ms``) names the part and
         the reason. Raises ``UsageError`` only for a bad ``now_ms``.
         """
-        log = cls()
+        log = cls(own_peer=own_peer)
         iso8601(now_ms)  # check the caller's time before trusting it for a reset event
         if text is None:
             return log
@@ -385,7 +475,7 @@ class DebugLog:
                 raise ValueError(f"event {index} has unexpected fields")
             # 1e400 reads as infinity, which to_json could not write back.
             json.dumps(entry, allow_nan=False)
-            self._events.append(entry)
+            self._append(entry)
 
     def _load_baseline(self, phases: Any, idle: Any) -> None:
         if not isinstance(phases, dict) or len(phases) > MAX_PHASES:

@@ -1,4 +1,4 @@
-"""How large each kind of file may be: one table, one check.
+"""How large each kind of file may be, and the other limits more than one parser checks: one place each.
 
 The spec gives two limits. "Weei accepts checkpoint and module files of up
 to 256 MB" (decimal MB: the spec writes MiB and GiB where it means binary
@@ -6,6 +6,12 @@ units), and an auxiliary weights slot is "up to 2 GiB". Everything else a
 job shares (dataset chunks, the validation file, updates, snapshots, which
 are checkpoint weights) keeps the checkpoint and module limit, as before.
 Each check runs on sizes alone, before a byte is read or shared.
+
+A model's metrics have limits of their own (``MAX_METRICS``,
+``MAX_METRIC_ID_CHARS``): the model-info parser and the message parser
+(updates, progress reports, checkpoint notes) read the same constants, so
+model info that passes never declares a metric every update would be
+refused for.
 """
 
 from __future__ import annotations
@@ -14,7 +20,8 @@ from typing import Iterable, Mapping
 
 from .errors import ManifestError
 
-__all__ = ["MAX_FILE_BYTES", "MAX_AUXILIARY_BYTES", "MAX_SHADER_ARCHIVE_BYTES", "max_bytes", "check_file_size", "check_selection_sizes"]
+__all__ = ["MAX_FILE_BYTES", "MAX_AUXILIARY_BYTES", "MAX_SHADER_ARCHIVE_BYTES", "MAX_METRICS", "MAX_METRIC_ID_CHARS",
+           "max_bytes", "check_file_size", "check_selection_sizes"]
 
 #: Checkpoints and modules (and every kind without its own limit).
 MAX_FILE_BYTES = 256_000_000
@@ -23,6 +30,10 @@ MAX_AUXILIARY_BYTES = 2 * 1024**3
 
 #: One WGSL shader archive (docs/gpu.md): 4 MiB, checked before it is parsed or shared.
 MAX_SHADER_ARCHIVE_BYTES = 4 << 20
+
+#: Metrics a model declares (and a message reports), and the characters of each metric id.
+MAX_METRICS = 64
+MAX_METRIC_ID_CHARS = 64
 
 _BY_KIND = {"auxiliary": MAX_AUXILIARY_BYTES, "wgsl": MAX_SHADER_ARCHIVE_BYTES}
 

@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 
 from ._check import Where, as_bool, as_choice, as_int, as_list, as_object, as_sha256, as_str
 from .errors import WeeiError
-from .limits import MAX_SHADER_ARCHIVE_BYTES
+from .limits import MAX_METRIC_ID_CHARS, MAX_METRICS, MAX_SHADER_ARCHIVE_BYTES
 from .seeds import parse_seed
 
 __all__ = [
@@ -133,18 +133,18 @@ def _auxiliary(obj: Mapping[str, Any]) -> dict[str, ArtifactRef]:
 def _metrics(obj: Mapping[str, Any], key: str) -> dict[str, float]:
     value = _obj(obj, key)
     where = _AT.at(key)
-    if len(value) > 64:
-        where("must have at most 64 metrics")
+    if len(value) > MAX_METRICS:
+        where(f"must have at most {MAX_METRICS} metrics")
     out: dict[str, float] = {}
     for name, v in value.items():
-        if len(name) > 64:
-            where("metric names must be at most 64 characters")
+        if len(name) > MAX_METRIC_ID_CHARS:
+            where(f"metric names must be at most {MAX_METRIC_ID_CHARS} characters")
         try:
             number = float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else math.nan
         except OverflowError:  # a JSON integer too large for a float
             number = math.inf
         if not math.isfinite(number):
-            where.at(name[:64]).because(MessageReason.NON_FINITE_METRIC)("must be a finite number")
+            where.at(name).because(MessageReason.NON_FINITE_METRIC)("must be a finite number")
         out[name] = number
     return out
 

@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 from . import _check
 from .errors import ManifestError, ModelInfoReason, SettingsError
-from .limits import MAX_AUXILIARY_BYTES
+from .limits import MAX_AUXILIARY_BYTES, MAX_METRIC_ID_CHARS, MAX_METRICS
 from .settings import AGGREGATION_METHODS, TrainingSettings
 
 __all__ = [
@@ -315,10 +315,16 @@ class ModelInfo:
             raise ManifestError(r, "modelInfo.dataFormats: a dataset model needs at least one format")
         metrics: list[Metric] = []
         metric_ids: set[str] = set()
-        for i, item in enumerate(_at(r, "modelInfo").read(obj, "metrics", _check.as_list)):
+        declared = _at(r, "modelInfo").read(obj, "metrics", _check.as_list)
+        # Every update, progress report and checkpoint note carries these ids: the message parser's limits.
+        if len(declared) > MAX_METRICS:
+            raise ManifestError(r, f"modelInfo.metrics: at most {MAX_METRICS} metrics, not {len(declared)}")
+        for i, item in enumerate(declared):
             p = f"modelInfo.metrics[{i}]"
             item = _check.as_object(item, _at(r, p))
             mid = _at(r, p).read(item, "id", _check.as_str)
+            if len(mid) > MAX_METRIC_ID_CHARS:
+                raise ManifestError(r, f"{p}.id: at most {MAX_METRIC_ID_CHARS} characters, not {len(mid)}")
             label = _at(r, p).read(item, "label", _check.as_str, nonempty=False)
             direction = _at(r, p).get(item, "direction")
             if direction not in ("minimize", "maximize"):

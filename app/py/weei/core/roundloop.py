@@ -17,12 +17,18 @@ front of the queue for the next round. A round closes (``_close_round``)
 when every attempt has an outcome, or at its deadline: the pure
 ``rounds.close_round`` aggregates the valid updates (FedAvg in canonical
 order, then FedAvgM/FedAdam, and the weighted metrics) into the record of
-checkpoint ``r``, which ``_take_round`` writes down and saves. A round with
-no valid update keeps the previous checkpoint and tries again; after
-``MAX_EMPTY_ROUNDS`` of them, or a non-finite aggregate, the job pauses
-with the error (the previous checkpoint stays), so the person can lower the
-server learning rate and resume. When the work is done the job completes
-(``_finish``) and every participant is told.
+checkpoint ``r``; ``_closing`` builds and checks that checkpoint's file on a
+copy of the schedule, and only then ``_take_round`` writes it all down and
+saves it. Closing is all or nothing: any error before the write-down (a
+non-finite aggregate, a file that would not pass the reader's checks, a
+bug) leaves the round counter, weights and checkpoints as they were, gives
+the round's trained work back and pauses the job with the cause
+(``_round_failed``: ``round.failed`` and ``job.paused`` reason
+``round-failed`` in the log, ``error`` in the state), so the person can fix
+it (a lower server learning rate, say) and resume. A round with no valid
+update keeps the previous checkpoint and tries again; after
+``MAX_EMPTY_ROUNDS`` of them the job pauses too. When the work is done the
+job completes (``_finish``) and every participant is told.
 
 :class:`RoundLoop` is the half of :class:`~weei.core.coordinator.Coordinator`
 that runs rounds; the other half takes the host's commands and the peers'
@@ -31,15 +37,15 @@ events. The state both share is declared here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping
 
 from . import checkpoint as ckpt
 from . import progress
 from .aggregate import AggregationState
-from .attempts import Attempt, RoundAttempts, check_update
+from .attempts import Attempt, Received, RoundAttempts, check_update
 from .commands import Command, Log, Phase, RunValidation, SaveCheckpoint, Send
-from .errors import AggregationError, SettingsError
+from .errors import WeeiError
 from .job import JobSpec
 from .messages import ArtifactRef, CheckpointNote, JobFinished, Message, Update, UpdateReceipt
 from .peers import PeerRecord, available, eligible, loading
@@ -60,6 +66,17 @@ MAX_EMPTY_ROUNDS = 5
 # Rounds in a row whose update was an outlier before a peer is named in the
 # debug log (``peer.outlier``): one odd round is noise, three is a pattern.
 REPEATED_OUTLIER_ROUNDS = 3
+
+
+@dataclass(frozen=True)
+class _Closing:
+    """A closed round, built but not written down yet: its record, the schedule after it, its checkpoint."""
+
+    record: RoundRecord
+    dataset: DatasetSchedule | None  # a copy with the round's chunks trained
+    epoch_done: bool
+    save: SaveCheckpoint
+    incomplete: bool  # the checkpoint says the job ended incomplete
 
 
 @dataclass(frozen=True)
@@ -251,8 +268,6 @@ class RoundLoop:
         if not received:
             self._empty_round(now)
             return
-        self._empty_rounds = 0
-        self._last_failure = None
         method = self.spec.settings.aggregation.method
         training_ended = self.stopwatch()
         if self._round_opened is not None:
@@ -263,16 +278,29 @@ class RoundLoop:
             record = close_round(self.kernel, round_, self.weights, self.aggregation_state, self.spec.settings,
                                  self.spec.info, received,
                                  digest=lambda w: self.relays.digest(w, relayed=self._relay_likely()))
-        except (AggregationError, SettingsError) as exc:
-            for r in received:  # the trained work goes back, not counted as a failure
-                progress.give_back(self.dataset, self.experience, r.attempt, failed=False)
-            self._job("fail")
-            self.error = f"round {round_} failed: {exc.message}"
-            self._log("round.failed", round=round_, error=exc.message)
+            aggregated = self.stopwatch()
+            closing = self._closing(record, now)
+        except Exception as exc:  # noqa: BLE001 - whatever fails, the round must not half-close (issue 20)
+            self._round_failed(round_, received, exc)
             return
-        self._commands.append(Phase(round_, method, started, self.stopwatch()))
+        self._empty_rounds = 0
+        self._last_failure = None
+        self._commands.append(Phase(round_, method, started, aggregated))
         self._report_robust(record)
-        self._take_round(record, now)
+        self._take_round(closing, now)
+
+    def _round_failed(self, round_: int, received: list[Received], exc: Exception) -> None:
+        """Closing ``round_`` failed before anything was written down: the previous checkpoint stays, the
+        round's trained work goes back (not counted as a failure), and the job pauses with the cause."""
+        for r in received:
+            progress.give_back(self.dataset, self.experience, r.attempt, failed=False)
+        reason = exc.reason if isinstance(exc, WeeiError) else type(exc).__name__
+        text = (exc.message if isinstance(exc, WeeiError) else str(exc))[:500]
+        self._job("fail")
+        self.error = (f"round {round_} failed: {text} ({reason}); the checkpoint of round {self.checkpoint_round} "
+                      "stays. Fix the cause (a lower server learning rate, for a non-finite aggregate), then Resume")
+        self._log("round.failed", round=round_, reason=reason, error=text)
+        self._log("job.paused", reason="round-failed")
 
     def _report_robust(self, record: RoundRecord) -> None:
         """Log what robust aggregation did and name peers that are outliers round after round."""
@@ -311,21 +339,33 @@ class RoundLoop:
             return
         self._maybe_open_round(now)
 
-    def _take_round(self, record: RoundRecord, now: float) -> None:
-        """Write down a closed round's checkpoint: schedules, weights, the saved file, validation, what next."""
-        epoch_before = self.dataset.epoch if self.dataset is not None else 0
-        if self.dataset is not None:
+    def _closing(self, record: RoundRecord, now: float) -> _Closing:
+        """Checkpoint ``record.round`` built as it will be written down, the round's chunks marked trained
+        on a copy of the schedule: nothing here changes the coordinator, so an error leaves it as it was."""
+        dataset = self.dataset.copy() if self.dataset is not None else None
+        epoch_done = False
+        if dataset is not None:
+            epoch_before = dataset.epoch
             for chunk_id in record.trained_chunks:
-                self.dataset.mark_trained(chunk_id)
-            self.dataset.end_round()
+                dataset.mark_trained(chunk_id)
+            dataset.end_round()
+            epoch_done = dataset.epoch > epoch_before
+        save, incomplete = self._build_checkpoint(
+            now, round_=record.round, weights=record.weights, weights_sha256=record.weights_sha256,
+            state=record.aggregation_state, dataset=dataset, metrics=record.metrics, examples=record.examples)
+        return _Closing(record, dataset, epoch_done, save, incomplete)
+
+    def _take_round(self, closing: _Closing, now: float) -> None:
+        """Write down a closed round's checkpoint: schedules, weights, the saved file, validation, what next."""
+        record, save = closing.record, closing.save
+        self.dataset = closing.dataset
         self.weights = record.weights
         self.weights_sha256 = record.weights_sha256
         self.aggregation_state = record.aggregation_state
         self.checkpoint_round = record.round
-        save = self._save_checkpoint(now, metrics=record.metrics, examples=record.examples, emit=False)
-        epoch_done = self.dataset is not None and self.dataset.epoch > epoch_before
+        self._record_checkpoint(save, closing.incomplete)
         if validation_due(self.spec, self.checkpoint_round, dataset_epoch=self.dataset.epoch if self.dataset else None,
-                          epoch_done=epoch_done, work_done=self._work_done()):
+                          epoch_done=closing.epoch_done, work_done=self._work_done()):
             self._commands.append(self._validation_command())
         if self._work_done():
             self._commands.append(save)
@@ -352,7 +392,7 @@ class RoundLoop:
             # same weights) so its file says the job ended incomplete and which chunks were trained.
             last = self.checkpoints[-1]
             self._save_checkpoint(now, metrics=dict(last["metrics"]["values"]),
-                                  examples=last["metrics"]["examplesProcessed"], replace=True)
+                                  examples=last["metrics"]["examplesProcessed"], replace_last=True)
         self._job("complete")
         self._grace_until = None
         for peer, record in self.peers.items():
@@ -370,34 +410,44 @@ class RoundLoop:
     # ------------------------------------------------------------ checkpoints
 
     def _save_checkpoint(self, now: float, *, metrics: dict[str, float], examples: int,
-                         replace: bool = False, emit: bool = True) -> SaveCheckpoint:
-        """Record checkpoint ``checkpoint_round`` (its summary, the participants' notes) and check its
-        file; its SaveCheckpoint is emitted here, or (``emit`` False) returned for the caller to emit."""
-        round_ = self.checkpoint_round
-        self.checkpoint_hashes[round_] = self.weights_sha256
-        state = self.aggregation_state
-        incomplete = self._work_done() and self._dropped_work()
+                         replace_last: bool = False) -> None:
+        """Record checkpoint ``checkpoint_round`` of the current weights (its summary, the participants'
+        notes) and emit its SaveCheckpoint; ``replace_last`` writes the last one again."""
+        save, incomplete = self._build_checkpoint(
+            now, round_=self.checkpoint_round, weights=self.weights, weights_sha256=self.weights_sha256,
+            state=self.aggregation_state, dataset=self.dataset, metrics=metrics, examples=examples)
+        if replace_last:
+            save = replace(save, summary={**self.checkpoints.pop(), **save.summary})  # keeps a validation already attached
+        self._record_checkpoint(save, incomplete)
+        self._commands.append(save)
+
+    def _build_checkpoint(self, now: float, *, round_: int, weights: bytes, weights_sha256: str,
+                          state: AggregationState | None, dataset: DatasetSchedule | None,
+                          metrics: dict[str, float], examples: int) -> tuple[SaveCheckpoint, bool]:
+        """Checkpoint ``round_``'s checked file and summary, and whether it says the job ended incomplete;
+        changes nothing. Raises CheckpointError when the file would not pass the reader's checks."""
+        incomplete = (progress.work_done(dataset, round_, self.spec.settings.epochs)
+                      and progress.dropped_work(dataset, self.experience))
         metadata = ckpt.checkpoint_metadata(
-            self.spec, round_=round_, weights_sha256=self.weights_sha256, weight_bytes=len(self.weights),
+            self.spec, round_=round_, weights_sha256=weights_sha256, weight_bytes=len(weights),
             metrics=metrics, examples=examples, incomplete=incomplete,
-            progress=progress.recorded(self.dataset, self.experience, self.job_seed),
+            progress=progress.recorded(dataset, self.experience, self.job_seed),
             aggregation=state)
-        self._saved_incomplete = incomplete
         # Aggregation already refused non-finite results; checkpoint 0 and continued weights are checked here.
-        checked = ckpt.prepare_checkpoint(metadata, self.weights, state.data if state is not None else None,
-                                          weights_sha256=self.weights_sha256,
+        checked = ckpt.prepare_checkpoint(metadata, weights, state.data if state is not None else None,
+                                          weights_sha256=weights_sha256,
                                           finite_checked=round_ > self.first_round - 1)
         summary = ckpt.checkpoint_summary(metadata, now, dataset_progress=(
-            self.dataset.progress if self.dataset is not None else None))
-        if replace:
-            summary = {**self.checkpoints.pop(), **summary}  # keeps a validation already attached
-        self.checkpoints.append(summary)
-        save = SaveCheckpoint(round_, checked, self.weights_sha256, summary)
-        if emit:
-            self._commands.append(save)
-        self._log("checkpoint.saved", round=round_, sha256=self.weights_sha256)
-        self._tell_checkpoint(summary)
-        return save
+            dataset.progress if dataset is not None else None))
+        return SaveCheckpoint(round_, checked, weights_sha256, summary), incomplete
+
+    def _record_checkpoint(self, save: SaveCheckpoint, incomplete: bool) -> None:
+        """Write down a built checkpoint (its hash, summary and the participants' notes); cannot fail."""
+        self.checkpoint_hashes[save.round] = save.weights_sha256
+        self._saved_incomplete = incomplete
+        self.checkpoints.append(save.summary)
+        self._log("checkpoint.saved", round=save.round, sha256=save.weights_sha256)
+        self._tell_checkpoint(save.summary)
 
     def _tell_checkpoint(self, summary: dict[str, Any]) -> None:
         """The participants' windows list the checkpoints too: a note (no weights) to each one taking part."""

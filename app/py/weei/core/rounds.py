@@ -11,7 +11,8 @@ the configured server optimizer, plus the example-weighted mean of every
 metric the model declares. Out comes a :class:`RoundRecord`, everything the
 new checkpoint ``r`` needs. The coordinator writes it down; nothing here
 changes the coordinator or the schedules, so a failed aggregation leaves
-them as they were. :func:`validation_due` says whether the new checkpoint
+them as they were. Metric means cannot overflow (``aggregate.weighted_mean``):
+a finite metric a peer reports never makes the checkpoint unwritable. :func:`validation_due` says whether the new checkpoint
 is evaluated, :func:`validation_command` what the host runs.
 """
 
@@ -21,7 +22,7 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
-from .aggregate import AggregationKernel, AggregationState, BytesLike, aggregate_round
+from .aggregate import AggregationKernel, AggregationState, BytesLike, aggregate_round, weighted_mean
 from .attempts import Attempt, Received
 from .commands import RunValidation
 from .errors import SettingsError, UsageError
@@ -103,12 +104,13 @@ def close_round(kernel: Kernel, round_: int, weights: bytes, state: AggregationS
 
 
 def weighted_metrics(metric_ids: Sequence[str], received: Sequence[Received]) -> dict[str, float]:
-    """Each metric's mean over the updates that report it, weighted by their example counts."""
+    """Each metric's mean over the updates that report it, weighted by their example counts: finite,
+    whatever finite values the updates report (``aggregate.weighted_mean``)."""
     out: dict[str, float] = {}
     for mid in metric_ids:
         pairs = [(r.update.metrics[mid], r.update.count) for r in received if mid in r.update.metrics]
         if pairs:
-            out[mid] = sum(v * c for v, c in pairs) / sum(c for _, c in pairs)
+            out[mid] = weighted_mean(pairs)
     return out
 
 

@@ -13,6 +13,7 @@ drop a chunk nor keep it from being trained.
 
 from __future__ import annotations
 
+import copy
 import random
 from collections import deque
 from dataclasses import dataclass
@@ -120,6 +121,15 @@ class DatasetSchedule:
             self.queue = deque(self.order)
             self.trained = []
             self.failures = {}
+
+    def copy(self) -> DatasetSchedule:
+        """An independent copy (a closing round writes its progress down on one first, core/roundloop.py)."""
+        other = copy.copy(self)
+        other.chunk_ids, other.order, other.trained, other.dropped = (
+            list(self.chunk_ids), list(self.order), list(self.trained), list(self.dropped))
+        other.queue, other.in_flight, other.failures = deque(self.queue), set(self.in_flight), dict(self.failures)
+        other.failed_by = {chunk: set(peers) for chunk, peers in self.failed_by.items()}
+        return other
 
     def shuffle(self, seed: int) -> None:
         """Shuffle the pass order; chunks already trained in this pass stay trained."""
