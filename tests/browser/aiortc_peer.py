@@ -30,7 +30,7 @@ class ThreadedPeer:
         self._thread.start()
         asyncio.run_coroutine_threadsafe(self._start(), self.loop)
 
-    def has(self, sha256: str) -> bool:
+    def has(self, sha256: str, size: int) -> bool:
         """Whether this peer holds an artifact (the transport asks before it fetches one)."""
         return False
 

@@ -177,7 +177,7 @@ async def coordinator(url: str, room: str, *, proves: bool = True) -> AsyncItera
         welcome = await transport.connect()
         controller = coordinator_controller(welcome.peer_id, transport, WasmtimeEngine(), room if proves else None)
         await controller.init()
-        transport.attach(controller, has=lambda sha: sha in controller.artifacts)
+        transport.attach(controller, has=controller.holds)
         await transport.join(room)
         yield controller, transport
     finally:

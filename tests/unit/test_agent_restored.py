@@ -43,7 +43,7 @@ async def coordinator(url: str, storage: MemoryStorage, room_key: str | None, to
         welcome = await transport.connect()
         controller = coordinator_controller(welcome.peer_id, transport, WasmtimeEngine(), room_key, storage)
         await controller.init()
-        transport.attach(controller, has=lambda sha: sha in controller.artifacts)
+        transport.attach(controller, has=controller.holds)
         await transport.join(ROOM)
         yield controller, transport
     finally:

@@ -430,10 +430,23 @@ def test_writer_omits_what_the_peer_holds_and_reader_checks_it_is_held() -> None
     frames = frames_of(message, [cp, chunk, aux], holds=frozenset(held))
     sent = sum(len(f) for f in frames)
     assert sent < 5000  # the checkpoint did not travel
-    (got,) = received(feed_all(FrameReader("p", has=held.__contains__), frames))
+    sizes = {ref("checkpoint", cp).sha256: len(cp), ref("auxiliary", aux).sha256: len(aux)}
+    (got,) = received(feed_all(FrameReader("p", has=lambda sha, size: sizes.get(sha) == size), frames))
     assert set(got.blobs) == {ref("chunk", chunk).sha256}
     # A reader that does not hold them refuses the message.
     assert failures(feed_all(FrameReader("p"), frames)) == ["missing-attachment"]
+
+
+def test_a_held_artifact_counts_only_at_the_size_the_message_gives() -> None:
+    # Issue 20: what a reader holds under a hash stands in for an omitted attachment only at that size.
+    cp, chunk, aux = blob(100_000, 1), blob(1000, 2), blob(10, 3)
+    frames = frames_of(assign_of(cp, chunk, aux), [cp, chunk, aux],
+                       holds=frozenset({ref("checkpoint", cp).sha256, ref("auxiliary", aux).sha256}))
+    sizes = {ref("checkpoint", cp).sha256: len(cp) + 1, ref("auxiliary", aux).sha256: len(aux)}
+    reader = FrameReader("p", has=lambda sha, size: sizes.get(sha) == size)
+    events = feed_all(reader, frames)
+    assert failures(events) == ["missing-attachment"] and not received(events)
+    assert "100000 bytes was neither sent nor held" in str(events[-1].error)
 
 
 def test_same_bytes_twice_before_their_messages() -> None:

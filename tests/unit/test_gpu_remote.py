@@ -263,7 +263,7 @@ def test_weei_agent_with_backend_gpu_trains_on_its_gpu_over_webrtc(tmp_path: Any
                     clock=lambda: time.time() * 1000.0, monotonic=lambda: time.monotonic() * 1000.0,
                     random_bytes=seeded, transport=coord_transport, room_key="gpu")
                 await coord.init()
-                coord_transport.attach(coord, has=lambda sha: sha in coord.artifacts)
+                coord_transport.attach(coord, has=coord.holds)
                 await coord_transport.join("gpu")
                 await agent.start()
                 assert agent.peer_id is not None and agent.controller is not None

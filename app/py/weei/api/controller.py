@@ -40,6 +40,7 @@ from ..core.messages import Message
 from ..core.participant import Participant
 from ..core.settings import TrainingSettings
 from ..core.settings_review import facts_from_job, facts_from_manifest, review_settings
+from ..core.verified import VerifiedBlobs
 from ..gpu.archive import check_descriptor, parse_archive
 from ..gpu.errors import GpuError
 from ..prepare import GpuFiles, PreparedJob, prepare_job
@@ -127,6 +128,12 @@ class TrainingController:
     def artifacts(self) -> Mapping[str, bytes]:
         """The artifacts held in memory now (read-only use: ``sha in controller.artifacts``)."""
         return self.store.artifacts
+
+    def holds(self, sha256: str, size: int) -> bool:
+        """Whether this device holds ``size`` bytes under ``sha256`` (the transport's ``has``: a message may
+        name such an artifact without attaching it)."""
+        data = self.store.artifacts.get(sha256)
+        return data is not None and len(data) == size
 
     @property
     def storage(self) -> Storage:
@@ -456,7 +463,8 @@ class TrainingController:
         if validation is not None:
             self.session.validation_sha256 = hashlib.sha256(validation).hexdigest()
             files[self.session.validation_sha256] = validation
-        await self.store.put_artifacts(files)
+        # prepare() checked every file against the SHA-256 that names it; the validation file is hashed above.
+        await self.store.put_artifacts(VerifiedBlobs(files))
 
     def _set_backend_job(self, prepared: PreparedJob | None) -> None:
         """Tell the GPU backend the job's archive and the package's CPU backend id (None: no job)."""

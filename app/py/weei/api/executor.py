@@ -121,7 +121,8 @@ class Executor:
             elif isinstance(command, SaveCheckpoint):
                 s.saving += 1  # released by _save_checkpoint
                 # The next round's Assigns come before it (their checkpoint's file is written after them).
-                self.store.remember(command.weights_sha256, command.weights)
+                # The coordinator named the weights by hashing them.
+                self.store.remember(VerifiedBlobs({command.weights_sha256: command.weights}))
         return commands
 
     def send(self, command: Send) -> None:
@@ -141,8 +142,9 @@ class Executor:
     async def _carry_out(self, role: str, command: Command) -> None:
         s = self.session
         if isinstance(command, Send):
-            for sha, data in command.blobs.items():
-                self.store.remember(sha, data)
+            # This machine's own bytes, named by hashing them (an update's weights, a broadcast's pieces) or
+            # a relayed piece the node took verified.
+            self.store.remember(VerifiedBlobs(command.blobs))
             if command.peer == s.my_peer_id:
                 self._deliver_locally(role, command)
             elif self.holds_back(command):
@@ -254,7 +256,7 @@ class Executor:
                                   format=spec.validation_format, working_bytes=spec.working_bytes)
             started = s.monotonic()
             result = await self.backend.evaluate(module_sha256=spec.module.sha256,
-                                                 module=self.store.artifact(spec.module.sha256), task=task)
+                                                 module=self.store.module(spec.module.sha256), task=task)
             s.debug_log.add_phase("validation", s.monotonic() - started, s.clock())
             coordinator.validation_finished(command.round, result.metrics, None, s.clock(), examples=result.count)
         except WeeiError as exc:
@@ -270,7 +272,7 @@ class Executor:
         participant = s.participant
         assert participant is not None
         try:
-            self.store.artifact(command.module.sha256)
+            self.store.module(command.module.sha256)
             for ref in command.auxiliary.values():
                 self.store.artifact(ref.sha256)
         except WeeiError as exc:
@@ -340,7 +342,7 @@ class Executor:
             participant.training_started(assign.attempt_id, now)
             await self.drain()
             outcome = await self.backend.train(assign, module_sha256=module_sha,
-                                               module=self.store.artifact(module_sha), weights=weights,
+                                               module=self.store.module(module_sha), weights=weights,
                                                auxiliary=aux, chunk=chunk, workers=workers,
                                                working_bytes=participant.working_bytes)
         except TaskCancelled:

@@ -18,8 +18,14 @@ What is durable (docs/architecture.md, Persistence):
 
 In memory, :attr:`JobStore.artifacts` holds what the active job needs now:
 its files, the current weights, the snapshot weights rounds still refer to
-and what arrived with messages. The executor calls :meth:`JobStore.evict`
-after every drain with what is still referred to; the rest goes.
+and what arrived with messages. Every key is the SHA-256 of its bytes: the
+mapping is read-only, and each writer either hashes what it is given or
+takes ``VerifiedBlobs`` (hashed on arrival, by the frame reader or the relay
+node, or made here and named by hashing); bytes read back from storage are
+hashed, and ones that do not match are refused (``corrupt``). So whatever a
+job loads or trains from is what its hash names (issue 20). The executor
+calls :meth:`JobStore.evict` after every drain with what is still referred
+to; the rest goes.
 
 Deleting a job deletes its checkpoints, its record and the artifacts no
 other record names. At start-up :meth:`JobStore.load` deletes artifacts and
@@ -35,6 +41,7 @@ costs a checkpoint already saved.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Callable, Mapping, TypeVar
 
 from ..core.aggregate import AggregationKernel
@@ -42,6 +49,7 @@ from ..core.checkpoint import Checkpoint, read_checkpoint
 from ..core.commands import SaveCheckpoint
 from ..core.coordinator import Coordinator
 from ..core.errors import CheckpointError, WeeiError
+from ..core.verified import VerifiedBlobs, is_verified, sha256_hex
 from .ports import Storage, StorageError
 from .records import record_artifacts, spec_from_record, spec_to_record
 from .stored import QUARANTINE_STORE, parse_job_record, stored_checkpoint
@@ -72,7 +80,7 @@ class JobStore:
     def __init__(self, storage: Storage) -> None:
         self.storage = storage
         self.saved_jobs: dict[str, dict[str, Any]] = {}
-        self.artifacts: dict[str, bytes] = {}  # in-memory copies of what the active job needs now
+        self._held: dict[str, bytes] = {}  # in-memory copies of what the active job needs now
         self.latest_checkpoint: tuple[str, bytes] | None = None  # (file name, file) last made durable
         self.saved_round: dict[str, int] = {}  # job id -> the round of its last durable checkpoint
         # Job id -> the raw record of a job set aside (now or at an earlier start): what it names is kept.
@@ -149,53 +157,83 @@ class JobStore:
 
     # ----------------------------------------------------------- artifacts
 
+    @property
+    def artifacts(self) -> Mapping[str, bytes]:
+        """The bytes held in memory by SHA-256, each the hash of its bytes (read-only: write through the methods)."""
+        return MappingProxyType(self._held)
+
     def artifact(self, sha: str) -> bytes:
         """The bytes with this SHA-256, held in memory. Raises WeeiError('missing-artifact')."""
-        data = self.artifacts.get(sha)
+        data = self._held.get(sha)
         if data is None:
             raise WeeiError("missing-artifact", f"artifact {sha[:12]}… is not in this browser")
         return data
 
-    def remember(self, sha: str, data: bytes) -> None:
-        """Hold bytes in memory only (weights, what arrived with a message): the checkpoint file keeps weights."""
-        self.artifacts[sha] = data
+    def module(self, sha: str) -> bytes:
+        """The module with this SHA-256, hashed again now: it becomes code, and hashing its few hundred kB
+        costs nothing beside running it. Raises WeeiError('missing-artifact' or 'hash-mismatch')."""
+        data = self.artifact(sha)
+        if sha256_hex(data) != sha:
+            raise WeeiError("hash-mismatch", f"the module held as {sha[:12]}… hashes to something else: not loaded")
+        return data
+
+    def remember(self, blobs: Mapping[str, bytes]) -> list[str]:
+        """Hold bytes in memory only (weights, what arrived with a message): the checkpoint file keeps weights.
+
+        ``VerifiedBlobs`` are taken as they are; any other entry is hashed now.
+        Returns the keys refused because their bytes hash to something else.
+        """
+        checked = is_verified(blobs)
+        refused = []
+        for sha, data in blobs.items():
+            if checked or sha256_hex(data) == sha:
+                self._held[sha] = data
+            else:
+                refused.append(sha)
+        return refused
 
     async def put_artifacts(self, items: Mapping[str, bytes]) -> None:
-        """Store a new job's files durably and in memory.
+        """Store a new job's files durably and in memory (``VerifiedBlobs`` as they are, others hashed first).
 
-        On a refused write, what this call stored and no saved job names is
-        deleted again, and the StorageError goes on to the caller.
+        Raises UsageError('hash-mismatch') for a file that does not hash to its
+        key, before anything is written. On a refused write, what this call
+        stored and no saved job names is deleted again, and the StorageError
+        goes on to the caller.
         """
+        items = items if is_verified(items) else VerifiedBlobs.check(items)
         written: list[str] = []
         try:
             for sha, data in items.items():
                 await self.storage.put("artifacts", sha, data)
                 written.append(sha)
-                self.artifacts[sha] = data
+                self._held[sha] = data
         except StorageError:
             named = self._named(None)
             for sha in written:
                 if sha not in named:
                     await self.storage.delete("artifacts", sha)
-                    self.artifacts.pop(sha, None)
+                    self._held.pop(sha, None)
             raise
 
     async def load_artifacts(self, shas: list[str]) -> set[str]:
-        """Read stored artifacts into memory; returns the SHA-256 of those not in storage."""
+        """Read stored artifacts into memory, each hashed; returns the SHA-256 of those not in storage.
+
+        Raises StorageError('corrupt') for one whose bytes hash to something else (storage is not ours alone).
+        """
         missing = set()
         for sha in shas:
             data = await self.storage.get("artifacts", sha)
             if data is None:
                 missing.add(sha)
-            else:
-                self.artifacts[sha] = bytes(data)
+            elif self.remember({sha: bytes(data)}):
+                raise StorageError("corrupt", f"artifact {sha[:16]}... in storage does not match its SHA-256")
         return missing
 
     def evict(self, keep: set[str]) -> int:
         """Drop every in-memory artifact not in ``keep``; returns how many went."""
-        gone = [sha for sha in self.artifacts if sha not in keep]
+        gone = [sha for sha in self._held if sha not in keep]
         for sha in gone:
-            del self.artifacts[sha]
+            del self._held[sha]
         return len(gone)
 
     # --------------------------------------------------------- job records
@@ -250,7 +288,7 @@ class JobStore:
         for sha in record_artifacts(record) if isinstance(record, dict) else set():
             if sha not in named:
                 await self.storage.delete("artifacts", sha)
-                self.artifacts.pop(sha, None)
+                self._held.pop(sha, None)
 
     def _named(self, except_job: str | None) -> set[str]:
         named: set[str] = set()
@@ -265,7 +303,7 @@ class JobStore:
 
     async def save_checkpoint(self, job_id: str, command: SaveCheckpoint) -> None:
         """Make a round's checkpoint durable; its weights stay in memory for the next round."""
-        self.artifacts[command.weights_sha256] = command.weights
+        self._held[command.weights_sha256] = command.weights  # the coordinator named them by hashing them
         await self.storage.put("checkpoints", checkpoint_key(job_id, command.round),
                                {"summary": command.summary, "file": command.file})
         self.latest_checkpoint = (command.summary["artifact"]["fileName"], command.file)
@@ -273,8 +311,9 @@ class JobStore:
 
     async def save_imported_checkpoint(self, job_id: str, read: Checkpoint, file: bytes,
                                        summary: dict[str, Any], weights_sha256: str) -> None:
-        """The checkpoint a job continues from, as its first (continueFromCheckpoint)."""
-        self.artifacts[weights_sha256] = bytes(read.weights)
+        """The checkpoint a job continues from, as its first (continueFromCheckpoint); ``weights_sha256`` is
+        the hash its coordinator took of ``read.weights``."""
+        self._held[weights_sha256] = bytes(read.weights)
         await self.storage.put("checkpoints", checkpoint_key(job_id, read.metadata.round),
                                {"summary": summary, "file": bytes(file)})
         self.latest_checkpoint = (summary["artifact"]["fileName"], bytes(file))
@@ -325,7 +364,7 @@ class JobStore:
                                               f"{', '.join(refused) or 'its participants'} is damaged")
         self.latest_checkpoint = (summaries[-1]["artifact"]["fileName"], file)
         self.saved_round[job_id] = read.metadata.round
-        self.remember(coordinator.weights_sha256, bytes(read.weights))
+        self._held[coordinator.weights_sha256] = bytes(read.weights)  # the coordinator hashed these weights
         await self._load_snapshots(job_id, coordinator)
         await self.load_artifacts([spec.module.sha256, *(c.sha256 for c in spec.chunks),
                                    *(r.sha256 for r in spec.auxiliary_files.values()),
@@ -336,12 +375,14 @@ class JobStore:
     async def _load_snapshots(self, job_id: str, coordinator: Coordinator) -> None:
         """Read back the weights of the earlier checkpoints snapshot slots (initial, roundsAgo) may name."""
         for round_, sha in coordinator.snapshot_checkpoints().items():
-            if sha in self.artifacts:
+            if sha in self._held:
                 continue
             stored = await self.storage.get("checkpoints", checkpoint_key(job_id, round_))
             if stored is None:
                 raise CheckpointError("no-checkpoint", f"job {job_id}: checkpoint {round_}, which a snapshot slot "
                                                        f"names, is not in storage")
             file = stored_checkpoint(stored, checkpoint_key(job_id, round_))[1]
-            self.remember(sha, bytes(read_checkpoint(file).weights))
+            if self.remember({sha: bytes(read_checkpoint(file).weights)}):
+                raise StorageError("corrupt", f"job {job_id}: the weights of checkpoint {round_} in storage do not "
+                                              f"match the SHA-256 its summary names")
 

@@ -111,8 +111,8 @@ class LinkTransport:
     def bytes_received(self) -> int:
         return self.links.bytes_received
 
-    def attach(self, receiver: Any, has: Callable[[str], bool] | None = None) -> None:
-        """Deliver to ``receiver``; ``has(sha256)`` says which artifacts it already holds (dedupe)."""
+    def attach(self, receiver: Any, has: Callable[[str, int], bool] | None = None) -> None:
+        """Deliver to ``receiver``; ``has(sha256, size)`` says which artifacts it already holds (dedupe)."""
         self._receiver = receiver
         self.links.has = has
 

@@ -80,8 +80,8 @@ class PeerEvents:
     async def _handle(self, peer: str, message: Message, blobs: Mapping[str, bytes]) -> None:
         s = self.session
         now = self.session.clock()
-        for sha, data in blobs.items():
-            self.store.remember(sha, data)
+        for sha in self.store.remember(blobs):
+            s.record("artifact.refused", {"from": peer, "sha256": sha, "reason": "hash-mismatch"})
         if isinstance(message, Invitation):
             if self._busy():
                 s.record("invitation.ignored", {"from": peer, "reason": "busy with another job"})
@@ -107,7 +107,8 @@ class PeerEvents:
         await self.executor.drain(quiet=isinstance(message, Progress))
 
     def _relay(self, peer: str, message: RelayPlan | RelayPiece, blobs: Mapping[str, bytes]) -> None:
-        """A relayed checkpoint's plan or piece (core/relay.py): only for the job this device takes part in."""
+        """A relayed checkpoint's plan or piece (core/relay.py): only for the job this device takes part in.
+        What the node assembles is stored under the hash of its bytes, which it checked against the plan."""
         s = self.session
         p = s.participant
         if s.relay is None:
@@ -117,8 +118,7 @@ class PeerEvents:
                          coordinator=p.coordinator if p is not None else None)
         else:
             s.relay.piece(peer, message, blobs)
-        for sha, data in s.relay.take_assembled().items():
-            self.store.remember(sha, data)
+        self.store.remember(s.relay.take_assembled())
 
     async def decide_invitation(self, job_id: str, accepted: bool, now: Callable[[], float]) -> None:
         """This device accepts or declines an invitation (the API's ``decideInvitation``).

@@ -100,7 +100,7 @@ class LinkManager:
         self.stall_ms = stall_ms
         self.expire_every_ms = expire_every_ms
         self.peer_id: str | None = None
-        self.has: Callable[[str], bool] | None = None  # which artifacts the receiver already holds
+        self.has: Callable[[str, int], bool] | None = None  # which artifacts (SHA-256, size) the receiver holds
         self.book = TransferBook()
         self.errors: OrderedDict[str, str] = OrderedDict()
         self.log: deque[TransferRecord] = deque(maxlen=MAX_LOG)

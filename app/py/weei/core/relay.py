@@ -23,11 +23,16 @@ directly, with 64 KiB pieces 1.33 x (bench/relay_sim.py: 20 MB/s uplinks,
 20 ms latency); each piece costs one small message more.
 
 Safety: the frame reader verifies every piece against the SHA-256 it
-arrived under; a node accepts a piece only if that hash and size are the
-ones its coordinator listed for that index, and only from its plan's
-source, before it keeps or forwards it. The plan's list comes from the
-coordinator over its own channel, and the pieces concatenated are what the
-coordinator hashed, so the assembled artifact needs no second hash. A node
+arrived under (a piece in a plain mapping the node hashes itself); a node
+accepts a piece only if that hash and size are the ones its coordinator
+listed for that index, and only from its plan's source, before it keeps or
+forwards it. The assembled artifact is hashed once more, whole: the plan's
+list only says which pieces come, not that they make the artifact the plan
+names, and a coordinator that lists the pieces of another file (a module
+the participant never approved, under the name of one it did) must not get
+them stored under that name (issue 20). Bytes that do not hash to the
+plan's artifact are dropped (``assembled-mismatch``) and reported; what
+:meth:`RelayNode.take_assembled` hands over is ``VerifiedBlobs``. A node
 takes plans only from the coordinator of the job it takes part in, keeps
 at most ``max_plans`` artifacts and ``max_bytes`` of pieces.
 
@@ -53,6 +58,7 @@ from .aggregate import BytesLike
 from .commands import Command, Log, Send
 from .messages import ArtifactRef
 from .relay_messages import MAX_FORWARD, MAX_PIECES, Piece, RelayDone, RelayPiece, RelayPlan
+from .verified import VerifiedBlobs, is_verified, sha256_hex
 
 __all__ = [
     "PIECE_BYTES",
@@ -361,9 +367,9 @@ class _Held:
 class RelayNode:
     """A participant's side: take plans from its coordinator, check and forward pieces, assemble.
 
-    ``verify`` hashes a piece (hex SHA-256) for hosts whose transport does
-    not verify attachments itself; the frame reader does, so the WebRTC hosts
-    pass None and no byte is hashed twice.
+    ``verify`` hashes (hex SHA-256) a piece that arrives in a plain mapping
+    and every assembled artifact (None: ``sha256_hex``). Pieces in
+    ``VerifiedBlobs`` (the frame reader's) are not hashed again.
     """
 
     def __init__(self, my_peer_id: str, *, max_plans: int = 2, max_bytes: int = 512_000_000,
@@ -371,9 +377,9 @@ class RelayNode:
         self.my_peer_id = my_peer_id
         self.max_plans = max_plans
         self.max_bytes = max_bytes
-        self.verify = verify
+        self.verify = verify or sha256_hex
         self.held: dict[str, _Held] = {}  # artifact -> its plan and pieces, oldest first
-        self.assembled: dict[str, bytes] = {}  # artifact -> bytes, until the host takes them
+        self.assembled: dict[str, bytes] = {}  # artifact -> bytes that hash to it, until the host takes them
         self._commands: list[Send | Log] = []
 
     def take_commands(self) -> list[Send | Log]:
@@ -385,9 +391,9 @@ class RelayNode:
         """The artifacts this node assembled and still plans for: the host keeps them for the Assign naming them."""
         return {sha for sha, held in self.held.items() if held.done}
 
-    def take_assembled(self) -> dict[str, bytes]:
-        """Artifacts completed since the last call (the host stores them under their SHA-256)."""
-        out, self.assembled = self.assembled, {}
+    def take_assembled(self) -> VerifiedBlobs:
+        """Artifacts completed since the last call, each hashed whole when it was assembled."""
+        out, self.assembled = VerifiedBlobs(self.assembled), {}
         return out
 
     def plan(self, sender: str, plan: RelayPlan, *, job_id: str | None, coordinator: str | None) -> None:
@@ -438,7 +444,7 @@ class RelayNode:
             self._fail(held, sender, f"bad-piece: piece {message.index} is not the one the plan lists")
             return
         if data is None or len(data) != expected.bytes or (
-                self.verify is not None and self.verify(data) != expected.sha256):
+                not is_verified(blobs) and self.verify(data) != expected.sha256):
             self._fail(held, sender, f"hash-mismatch: piece {message.index}")
             return
         if message.index in held.pieces:
@@ -447,9 +453,17 @@ class RelayNode:
         held.pieces[message.index] = data
         self._forward(held, message.index)
         if len(held.pieces) == len(pieces):
-            held.done = True
-            self.assembled[held.plan.artifact] = b"".join(held.pieces[i] for i in range(len(pieces)))
+            whole = b"".join(held.pieces[i] for i in range(len(pieces)))
             held.pieces = {}
+            digest = self.verify(whole)
+            if digest != held.plan.artifact:
+                # Every piece was the plan's, so the plan itself names bytes it does not list: the
+                # coordinator's doing, reported as its own (no relay is blamed), and nothing is kept.
+                self._fail(held, held.coordinator, f"assembled-mismatch: the pieces join to {digest[:16]}..., "
+                                                   f"not the plan's artifact {held.plan.artifact[:16]}...")
+                return
+            held.done = True
+            self.assembled[held.plan.artifact] = whole
             self._commands.append(Log("relay.received", {"round": held.plan.round, "artifact": held.plan.artifact,
                                                          "source": held.plan.source}))
             self._report(held, held.plan.source, None)

@@ -92,13 +92,14 @@ _FINISHED_MEMORY = 256
 class FrameReader:
     """Reassembles frames from one peer into messages and verified artifacts.
 
-    ``has(sha256)`` tells whether this side already holds an artifact: a
-    message may name artifacts that were not sent with it only if they are
-    held (the sender omitted them on purpose). Without ``has``, nothing is held.
+    ``has(sha256, size)`` tells whether this side already holds an artifact
+    of that size: a message may name artifacts that were not sent with it
+    only if they are held (the sender omitted them on purpose), at the size
+    the message gives. Without ``has``, nothing is held.
     """
 
     def __init__(self, peer_id: str, *, job_id: str | None = None, limits: ReaderLimits = ReaderLimits(),
-                 has: Callable[[str], bool] | None = None,
+                 has: Callable[[str, int], bool] | None = None,
                  progress_interval_ms: float = DEFAULT_PROGRESS_INTERVAL_MS) -> None:
         self.peer_id = peer_id
         self.job_id = job_id
@@ -271,9 +272,9 @@ class FrameReader:
                         error = (FrameReason.MISSING_ATTACHMENT, f"{ref.kind} {ref.sha256[:16]}... arrived with "
                                  f"{listed[ref.sha256]} bytes, the message says {ref.bytes}", ref.sha256)
                         break
-                elif self.has is None or not self.has(ref.sha256):
-                    error = (FrameReason.MISSING_ATTACHMENT, f"{ref.kind} {ref.sha256[:16]}... was neither sent nor held",
-                             ref.sha256)
+                elif self.has is None or not self.has(ref.sha256, ref.bytes):
+                    error = (FrameReason.MISSING_ATTACHMENT, f"{ref.kind} {ref.sha256[:16]}... of {ref.bytes} bytes "
+                             "was neither sent nor held", ref.sha256)
                     break
             if error is None and not set(listed) <= named:
                 error = (FrameReason.BAD_MESSAGE, "an attachment was sent that the message does not name", None)
