@@ -349,3 +349,33 @@ def test_any_origin_is_opt_in_and_origins_are_validated(site: Path) -> None:
             SignalingConfig(allowed_origins=(bad,))
         assert info.value.reason == "invalid-origin"
     assert SignalingConfig(allowed_origins=("HTTP://[::1]:80/",)).allowed_origins == ("http://[::1]",)
+
+
+# ---------------------------------------------------------------------------
+# Framing and the test hooks
+
+
+def test_documents_carry_a_policy_that_limits_framing_and_scripts(site: Path) -> None:
+    async def fetch(app: web.Application, path: str) -> tuple[dict[str, str], str]:
+        async with running(app) as (host, port), aiohttp.ClientSession() as session:
+            async with session.get(f"http://{host}:{port}{path}") as response:
+                return dict(response.headers), await response.text()
+
+    async def scenario() -> None:
+        headers, _ = await fetch(create_app(site), "/")
+        policy = headers["Content-Security-Policy"]
+        assert "frame-ancestors 'self'" in policy and headers["X-Frame-Options"] == "SAMEORIGIN"
+        assert "script-src 'self' 'wasm-unsafe-eval'" in policy and "unsafe-inline" not in policy
+        headers, _ = await fetch(create_app(site, frame_origins=("https://embed.example", "*")), "/index.html")
+        assert headers["Content-Security-Policy"].endswith("frame-ancestors 'self' https://embed.example")
+        assert "X-Frame-Options" not in headers  # it cannot name embed.example
+        # Scripts are loaded by other origins' pages under their own policy: no document policy on them.
+        headers, _ = await fetch(create_app(site), "/weei.js")
+        assert "Content-Security-Policy" not in headers and headers["Access-Control-Allow-Origin"] == "*"
+        # The landing page's test-hook switch is off unless the server was started for tests.
+        _, text = await fetch(create_app(site), "/test-hooks.js")
+        assert "WEEI_TEST_HOOKS = true" not in text
+        _, text = await fetch(create_app(site, test_hooks=True), "/test-hooks.js")
+        assert text.startswith("window.WEEI_TEST_HOOKS = true;")
+
+    run(scenario)
