@@ -33,7 +33,7 @@ def framing_origin() -> Iterator[str]:
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)
             src = parse_qs(urlparse(self.path).query).get("src", [""])[0].replace('"', "%22")
             body = (f"<!doctype html><meta charset=utf-8><title>someone else's site</title>"
-                    f'<iframe id=weei src="{src}" width=800 height=600></iframe>').encode()
+                    f'<iframe id=weei src="{src}" width=800 height=600 onload="window.framed = true"></iframe>').encode()
             self.send_response(200)
             self.send_header("Content-Type", "text/html; charset=utf-8")
             self.send_header("Content-Length", str(len(body)))
@@ -59,10 +59,9 @@ def framed(browser: Any, framing_origin: str, weei_url: str) -> dict[str, Any]:
         pg.on("console", lambda m: console.append(m.text))
         invite = f"{weei_url}#room=framing-test-room-key"
         pg.goto(f"{framing_origin}/frame?src={invite}")
-        pg.wait_for_function("() => document.getElementById('weei').contentWindow !== null")
+        # The frame's load event comes once its document is in, or once the browser refused it.
+        pg.wait_for_function("() => window.framed === true")
         frame = pg.frame_locator("#weei")
-        # Either the landing page's Open button appears (the page runs) or the browser refused the frame.
-        pg.wait_for_function("() => new Promise((r) => setTimeout(() => r(true), 1500))")
         child = next(f for f in pg.frames if f != pg.main_frame)
         opened = frame.locator("#open").count()
         weei = child.evaluate("() => typeof window.weeiReady") if opened else "undefined"
