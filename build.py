@@ -80,7 +80,7 @@ PY_PACKAGE_DIR = Path("app") / "py" / "weei"
 #: console pages, no node-only files).
 PYODIDE_FILES = ("pyodide.mjs", "pyodide.asm.mjs", "pyodide.asm.wasm", "python_stdlib.zip", "pyodide-lock.json")
 #: app/static files and directories that make up the site.
-SITE_FILES = ("index.html", "weei.js", "boot.mjs", "host.js", "worker.js", "widget.js")
+SITE_FILES = ("index.html", "landing.css", "landing.js", "weei.js", "boot.mjs", "host.js", "worker.js", "widget.js")
 SITE_DIRS = ("models", "kernel", "widget", "embed")
 #: A fixed timestamp makes weei-py.zip reproducible.
 _ZIP_DATE = (1980, 1, 1, 0, 0, 0)

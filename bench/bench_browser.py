@@ -94,7 +94,7 @@ def b64(data: bytes) -> str:
 
 def start_server() -> tuple[subprocess.Popen[str], str]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "weei.cli", "serve", "--port", "0", "--dir", str(ROOT / "dist")],
+        [sys.executable, "-m", "weei.cli", "serve", "--port", "0", "--dir", str(ROOT / "dist"), "--test-hooks"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     assert proc.stdout is not None

@@ -36,7 +36,8 @@
 // storage keys) are not on the API object. They are reachable as
 // window.__weeiTestHooks.get('distributed-training') only on a page that
 // asks for them: window.WEEI_TEST_HOOKS = true before this script runs, or
-// a data-test-hooks attribute on its <script> tag (index.html has one).
+// a data-test-hooks attribute on its <script> tag (index.html loads test-hooks.js,
+// which sets WEEI_TEST_HOOKS only under weei serve --test-hooks).
 (() => {
   'use strict';
   if (window.weeiReady) return; // the script was included twice

@@ -45,7 +45,7 @@ class Server:
 def start_server(site: Path, *extra: str) -> Server:
     """Start `weei serve` on a free port; return it once it printed its URL."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "weei.cli", "serve", "--port", "0", "--dir", str(site), *extra],
+        [sys.executable, "-m", "weei.cli", "serve", "--port", "0", "--dir", str(site), "--test-hooks", *extra],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     assert proc.stdout is not None

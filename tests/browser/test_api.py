@@ -26,7 +26,7 @@ from site_helpers import CHROMIUM, CHROMIUM_ARGS, DIST, TIMEOUT_MS
 PRELUDE = """() => {
   const T = {};
   T.api = () => weei.widgetsApi.get('distributed-training');
-  // The test hooks: index.html asks for them (data-test-hooks on its script tag).
+  // The test hooks: index.html has them under weei serve --test-hooks (site_helpers.start_server).
   T.hooks = () => __weeiTestHooks.get('distributed-training');
   T.sleep = (ms) => new Promise((r) => setTimeout(r, ms));
   T.waitFor = async (what, predicate, timeoutMs = 60000) => {

@@ -36,7 +36,7 @@ def wasmtime_training(options: dict[str, Any]) -> tuple[str, str, dict[str, floa
     return sha256(start), sha256(result.weights), result.metrics, result.unique_examples or 0
 
 
-#: The test hooks (window.__weeiTestHooks): index.html asks for them with data-test-hooks,
+#: The test hooks (window.__weeiTestHooks): index.html has them under `weei serve --test-hooks` (start_server),
 #: a page of another origin with window.WEEI_TEST_HOOKS = true (see TEST_HOOKS).
 HOOKS = "__weeiTestHooks.get('distributed-training')"
 TEST_HOOKS = "window.WEEI_TEST_HOOKS = true"

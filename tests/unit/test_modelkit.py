@@ -51,7 +51,7 @@ def test_dataset_template_to_trained_job(tmp_path: Path, monkeypatch: pytest.Mon
     started = time.monotonic()
     folder = tmp_path / "blobs"
     assert main(["model", "new", "blobs", "--dir", str(folder)]) == 0
-    assert {p.name for p in folder.iterdir()} == {"model.c", "README.md", "sdk"}
+    assert {p.name for p in folder.iterdir()} == {"model.c", "README.md", "sdk", "weei-model.toml"}
     assert (folder / "sdk" / "weei_sdk.h").read_bytes() == (ROOT / "c" / "sdk" / "weei_sdk.h").read_bytes()
     write_blobs(tmp_path / "records.csv")
     assert main(["data", "chunk", str(tmp_path / "records.csv"), "--chunks", "8", "--validation", "200",
@@ -130,6 +130,43 @@ def test_build_names_the_failing_check(tmp_path: Path, capsys: pytest.CaptureFix
     (folder / "model.c").write_text((folder / "model.c").read_text() + "\nint broken(void) { return undefined_name; }\n")
     assert main(["model", "build", str(folder)]) == 1
     assert "FAILED [build-error]" in capsys.readouterr().err
+
+
+def test_build_compiles_only_declared_sources_and_refuses_reading_this_machine(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A foreign model folder must not embed a file of the building machine in the shared module."""
+    folder = tmp_path / "picker"
+    assert main(["model", "new", "picker", "--kind", "experience", "--dir", str(folder)]) == 0
+    # Lying in the folder is not being compiled: this one would fail the build if it were.
+    (folder / "extra.c").write_text('#error "an undeclared source was compiled"\n')
+    capsys.readouterr()
+    assert main(["model", "build", str(folder)]) == 0
+    out = capsys.readouterr().out
+    compiled = next(line for line in out.splitlines() if line.startswith("compiled"))
+    assert compiled.endswith(": model.c, sdk/weei_gpu.c, sdk/weei_nn.c, sdk/weei_sdk.c"), compiled
+    secret = tmp_path / "secret.key"
+    secret.write_text("PRIVATE KEY\n")
+    attacks = {
+        "incbin.c": (f'__asm__(".section .data,\\"\\",@\\n.incbin \\"{secret}\\"\\n");\n', ".incbin"),
+        # token pasting builds the keyword; only the preprocessed text shows it
+        "pasted.c": ('#define CAT(a, b) a##b\nCAT(__as, m__)(".in" "cbin \\"/etc/hostname\\"");\n',
+                     "inline assembly (__asm__)"),
+        "absolute.c": (f'static const char k[] = {{\n#include "{secret}"\n}};\n', f"includes {secret}"),
+        "climb.c": ('#define P "../secret.key"\n#include P\n', "includes ../secret.key"),
+    }
+    for name, (text, said) in attacks.items():
+        (folder / name).write_text(text)
+        (folder / "weei-model.toml").write_text(f'sources = ["model.c", "{name}"]\n')
+        assert main(["model", "build", str(folder)]) == 1, name
+        err = capsys.readouterr().err
+        assert f"refused: {name} " in err and said in err, err
+    for bad in ('sources = ["/etc/hostname.c"]', 'sources = ["../x.c"]', 'sources = ["data/x.bin"]', "sources = 3"):
+        (folder / "weei-model.toml").write_text(bad + "\n")
+        assert main(["model", "build", str(folder)]) == 1, bad
+        assert "weei-model.toml" in capsys.readouterr().err
+    (folder / "weei-model.toml").unlink()
+    assert main(["model", "build", str(folder)]) == 1
+    assert "weei-model.toml is missing" in capsys.readouterr().err
 
 
 def test_model_new_refuses_bad_names_and_used_folders(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -309,14 +309,18 @@ def test_signal_checks_origin_against_the_allowlist(site: Path) -> None:
             own = f"http://{host}:{port}"
             assert await upgrade_status(host, port, None) == 101  # the agent: no Origin
             assert await upgrade_status(host, port, own) == 101  # the site's own pages
+            # DNS rebinding: evil.example re-pointed at this server sends an Origin that matches its Host.
+            rebound = f"evil.example:{port}"
+            assert await upgrade_status(host, port, f"http://{rebound}", rebound) == 403
             assert await upgrade_status(host, port, "https://embed.example") == 101
             assert await upgrade_status(host, port, "http://127.0.0.1:9") == 101
-            # Reached through a proxy at another name: its own origin is that name.
-            assert await upgrade_status(host, port, "https://weei.example", "weei.example") == 101
+            assert await upgrade_status(host, port, f"http://localhost:{port}") == 101  # loopback by name
             for stranger in ("https://evil.example", "http://embed.example", "https://embed.example:8443",
                              f"http://{host}:{port + 1}", "null", "garbage", f"http://evil.example:{port}"):
                 assert await upgrade_status(host, port, stranger) == 403, stranger
-            assert app[SIGNALING_KEY].refused_origins == 7
+            # A proxy's name is the server's only when the operator lists it (see the next test).
+            assert await upgrade_status(host, port, "https://weei.example", "weei.example") == 403
+            assert app[SIGNALING_KEY].refused_origins == 9
             assert app[SIGNALING_KEY].hub.connection_count == 0
 
     run(scenario)
@@ -332,8 +336,46 @@ def test_any_origin_is_opt_in_and_origins_are_validated(site: Path) -> None:
             assert await upgrade_status(host, port, "https://evil.example") == 101
 
     run(scenario)
+
+    async def proxied() -> None:
+        app = create_app(site)
+        add_signaling(app, SignalingConfig(allowed_origins=("https://weei.example",)))
+        async with running(app) as (host, port):
+            assert await upgrade_status(host, port, "https://weei.example", "weei.example") == 101
+
+    run(proxied)
     for bad in ("embed.example", "ftp://x.example", "https://x.example/path", "https://u@x.example", "https://x:99999"):
         with pytest.raises(UsageError) as info:
             SignalingConfig(allowed_origins=(bad,))
         assert info.value.reason == "invalid-origin"
     assert SignalingConfig(allowed_origins=("HTTP://[::1]:80/",)).allowed_origins == ("http://[::1]",)
+
+
+# ---------------------------------------------------------------------------
+# Framing and the test hooks
+
+
+def test_documents_carry_a_policy_that_limits_framing_and_scripts(site: Path) -> None:
+    async def fetch(app: web.Application, path: str) -> tuple[dict[str, str], str]:
+        async with running(app) as (host, port), aiohttp.ClientSession() as session:
+            async with session.get(f"http://{host}:{port}{path}") as response:
+                return dict(response.headers), await response.text()
+
+    async def scenario() -> None:
+        headers, _ = await fetch(create_app(site), "/")
+        policy = headers["Content-Security-Policy"]
+        assert "frame-ancestors 'self'" in policy and headers["X-Frame-Options"] == "SAMEORIGIN"
+        assert "script-src 'self' 'wasm-unsafe-eval'" in policy and "unsafe-inline" not in policy
+        headers, _ = await fetch(create_app(site, frame_origins=("https://embed.example", "*")), "/index.html")
+        assert headers["Content-Security-Policy"].endswith("frame-ancestors 'self' https://embed.example")
+        assert "X-Frame-Options" not in headers  # it cannot name embed.example
+        # Scripts are loaded by other origins' pages under their own policy: no document policy on them.
+        headers, _ = await fetch(create_app(site), "/weei.js")
+        assert "Content-Security-Policy" not in headers and headers["Access-Control-Allow-Origin"] == "*"
+        # The landing page's test-hook switch is off unless the server was started for tests.
+        _, text = await fetch(create_app(site), "/test-hooks.js")
+        assert "WEEI_TEST_HOOKS = true" not in text
+        _, text = await fetch(create_app(site, test_hooks=True), "/test-hooks.js")
+        assert text.startswith("window.WEEI_TEST_HOOKS = true;")
+
+    run(scenario)

@@ -24,6 +24,9 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     serve.add_argument("--dir", type=Path, default=None,
                        help="site directory (default ./dist, else the repository's dist/)")
+    serve.add_argument("--test-hooks", action="store_true",
+                       help="expose the test hooks (window.__weeiTestHooks) on the landing page: for tests and "
+                            "benchmarks only, never in production")
     from .server.signaling import add_arguments as add_server_arguments
 
     add_server_arguments(serve)
@@ -84,7 +87,8 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"Embed it with: <script src=\"{url}weei.js\"></script>", flush=True)
 
     try:
-        return run(site_dir, args.host, args.port, on_ready=ready, signaling=signaling, limits=limits)
+        return run(site_dir, args.host, args.port, on_ready=ready, signaling=signaling, limits=limits,
+                   test_hooks=args.test_hooks)
     except OSError as exc:
         print(f"weei serve: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
         return 1

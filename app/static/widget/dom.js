@@ -9,6 +9,9 @@ export function h(tag, props = {}, ...children) {
     if (value === undefined || value === null || value === false) continue;
     if (key === 'text') el.textContent = value;
     else if (key === 'class') el.className = value;
+    // Through the CSSOM, not a style attribute: a Content-Security-Policy without 'unsafe-inline' (the
+    // landing page's) refuses style attributes but not this.
+    else if (key === 'style') el.style.cssText = value;
     else if (key.startsWith('on') && typeof value === 'function') el.addEventListener(key.slice(2), value);
     else if (key in el && typeof value !== 'string') el[key] = value;
     else if (key === 'value' || key === 'checked' || key === 'disabled') el[key] = value;

@@ -48,7 +48,17 @@ export function mountWidget(api, { container = null, onClose = null, starting = 
   const host = document.createElement('div');
   host.setAttribute('data-weei-widget', 'distributed-training');
   const root = host.attachShadow({ mode: 'open' });
-  root.append(h('style', { text: CSS }), h('style', { text: ROOM_CSS }));
+  // Constructed style sheets: a page whose Content-Security-Policy allows no inline style (Weei's own
+  // landing page, or a strict embedding page) applies them, where it would refuse <style> elements.
+  if (typeof CSSStyleSheet === 'function' && 'adoptedStyleSheets' in root && 'replaceSync' in CSSStyleSheet.prototype) {
+    root.adoptedStyleSheets = [CSS, ROOM_CSS].map((text) => {
+      const sheet = new CSSStyleSheet();
+      sheet.replaceSync(text);
+      return sheet;
+    });
+  } else {
+    root.append(h('style', { text: CSS }), h('style', { text: ROOM_CSS }));
+  }
   (container || document.body).append(host);
 
   const widget = new Widget(api, root, host, () => { if (onClose) onClose(); }, starting);

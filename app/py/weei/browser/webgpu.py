@@ -57,9 +57,16 @@ def _kebab(name: str) -> str:
 
 
 def _limits(js_limits: Any) -> dict[str, int]:
-    # GPUSupportedLimits' attributes live on its prototype: for ... in lists them.
-    names = js.eval("(o) => { const k = []; for (const n in o) k.push(n); return k; }")(js_limits)
-    return {_kebab(n): int(getattr(js_limits, n)) for n in names.to_py()}
+    # GPUSupportedLimits' attributes are enumerable accessors on its prototype (what for ... in lists),
+    # walked here: js.eval is refused under a Content-Security-Policy without 'unsafe-eval' (Weei's).
+    names: list[str] = []
+    obj = js_limits
+    while obj is not None and not obj == js.Object.prototype:
+        for name in js.Object.getOwnPropertyNames(obj).to_py():
+            if js.Object.getOwnPropertyDescriptor(obj, name).enumerable and name not in names:
+                names.append(name)
+        obj = js.Object.getPrototypeOf(obj)
+    return {_kebab(n): int(getattr(js_limits, n)) for n in names}
 
 
 class _Device:

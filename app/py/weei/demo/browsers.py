@@ -64,7 +64,7 @@ PRELUDE = """() => {
 
 class _Server:
     def __init__(self) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "weei.cli", "serve", "--port", "0"], cwd=ROOT,
+        self.proc = subprocess.Popen([sys.executable, "-m", "weei.cli", "serve", "--port", "0", "--test-hooks"], cwd=ROOT,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         assert self.proc.stdout is not None
         first = self.proc.stdout.readline()

@@ -1,6 +1,7 @@
 """``weei model build DIR``: compile a model folder into a checked package.
 
-The folder (``weei model new`` makes one) holds the model's .c files, the
+The folder (``weei model new`` makes one) holds the model's .c files (those
+``weei-model.toml`` lists are compiled, after :mod:`.sources`' checks), the
 SDK in ``sdk/`` and its data in ``data/`` (``weei data chunk`` writes it):
 ``training-*.bin`` chunks, an optional ``validation.bin``, the file slots of
 auxiliaryWeights as ``auxiliary-<id>.bin`` and an optional ``dataset-manifest.json``.
@@ -25,6 +26,7 @@ from ..core.errors import WeeiError
 from ..core.jsonfmt import stringify
 from .compile import BuildError, compile_wasm
 from .package import ARCHIVE_NAME, model_manifest, probe_model
+from .sources import check_source, model_sources
 
 __all__ = ["CHECKS", "BuildReport", "build_package"]
 
@@ -60,12 +62,15 @@ class BuildReport:
     train_metrics: dict[str, float] = field(default_factory=dict)
     eval_metrics: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    compiled: list[Path] = field(default_factory=list)
 
     def lines(self) -> list[str]:
         experience = "workSource" in self.info
         kind = "experience" if experience else "dataset"
         out = [f"model {self.info['id']} {self.info.get('version', '')}: {kind} model, "
                f"{self.weight_bytes // 4} float32 weights ({self.weight_bytes} bytes)",
+               "compiled (weei-model.toml's sources and the SDK; nothing else): "
+               + ", ".join(str(p) for p in self.compiled),
                f"wrote {self.folder / 'model.wasm'} ({self.wasm_bytes} bytes)",
                f"wrote {self.folder / 'manifest.json'}"]
         if not experience:
@@ -82,23 +87,14 @@ class BuildReport:
         return out
 
 
-def _sources(folder: Path) -> list[Path]:
-    sources = sorted(p.relative_to(folder) for p in folder.glob("*.c"))
-    if not sources:
-        raise BuildError(f"{folder}: no .c file (weei model new NAME makes a template)")
-    sdk = sorted(p.relative_to(folder) for p in (folder / "sdk").glob("*.c"))
-    if not sdk:
-        raise BuildError(f"{folder}/sdk: the SDK's .c files are missing (weei model new copies them)")
-    return sources + sdk
-
-
 def build_package(folder: Path, *, random_bytes: bytes = bytes(range(16))) -> BuildReport:
     """Compile ``folder``, write its package and run the checks.
 
     ``random_bytes`` stands for the page's random source (job seed, initial
     weights seed); fixed by default so a build reports the same numbers.
 
-    Raises: BuildError (compiling, the folder's layout, a data/dataset-manifest.json
+    Raises: BuildError (a source refused by :mod:`.sources`, compiling, the
+    folder's layout, a data/dataset-manifest.json
     that differs from the chunks); the checker's SettingsError,
     ManifestError or ModelError with its named reason.
     """
@@ -109,9 +105,12 @@ def build_package(folder: Path, *, random_bytes: bytes = bytes(range(16))) -> Bu
     if not folder.is_dir():
         raise BuildError(f"{folder} is not a directory")
     report = BuildReport(folder)
+    report.compiled = model_sources(folder)
+    for source in report.compiled:
+        check_source(folder, source)
     with tempfile.TemporaryDirectory(prefix="weei-model-") as tmp:
         out = Path(tmp) / "model.wasm"
-        compile_wasm(_sources(folder), out, folder)
+        compile_wasm(report.compiled, out, folder)
         wasm = out.read_bytes()
     data_dir = folder / "data"
     facts = probe_model(wasm, data_dir)

@@ -1,7 +1,8 @@
 """``weei model new NAME``: a model folder that compiles, outside the repository.
 
 The folder gets ``model.c`` (a dataset or an experience model written
-against the SDK), a copy of the SDK in ``sdk/`` (so the folder builds on its
+against the SDK), ``weei-model.toml`` naming it as the one source to
+compile (:mod:`.sources`), a copy of the SDK in ``sdk/`` (so the folder builds on its
 own, wherever it lives) and a README with the next commands.
 """
 
@@ -12,6 +13,7 @@ import shutil
 from pathlib import Path
 
 from .compile import BuildError, sdk_dir
+from .sources import DECLARATION
 
 __all__ = ["KINDS", "NAME_PATTERN", "new_model"]
 
@@ -19,6 +21,11 @@ KINDS = ("dataset", "experience")
 #: A model ID that is also a folder name and a C string without escapes.
 NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 _TEMPLATES = Path(__file__).resolve().parent / "templates"
+_DECLARATION_TEXT = """\
+# The C files `weei model build` compiles, besides the SDK's (sdk/*.c by the
+# names Weei ships). Another .c in this folder is not compiled: add it here.
+sources = ["model.c"]
+"""
 
 
 def new_model(name: str, kind: str, folder: Path) -> list[Path]:
@@ -44,4 +51,6 @@ def new_model(name: str, kind: str, folder: Path) -> list[Path]:
     for template, target in ((_TEMPLATES / kind / "model.c", "model.c"), (_TEMPLATES / f"README.{kind}.md", "README.md")):
         (folder / target).write_text(template.read_text(encoding="utf-8").replace("@NAME@", name), encoding="utf-8")
         written.append(folder / target)
+    (folder / DECLARATION).write_text(_DECLARATION_TEXT, encoding="utf-8")
+    written.append(folder / DECLARATION)
     return written

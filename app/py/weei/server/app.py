@@ -18,6 +18,22 @@ errors included, gets the cross-origin headers in an
 * ``Cache-Control: no-cache`` - files keep their names across builds, so
   the browser revalidates (Last-Modified / If-Modified-Since) every time.
 
+An HTML document (the landing page; the only documents Weei serves) also
+gets :func:`content_security_policy`: scripts, styles, workers and
+connections from this origin only, WebAssembly compilation allowed, no
+inline script or style, and ``frame-ancestors`` limited to this origin and
+the origins the operator allows (``--allow-origin``), so no other site can
+frame the page and click-jack its buttons (Accept an invitation). Scripts,
+wasm and the other files keep no such header: pages of other origins load
+them with one tag and their own policy applies there.
+
+``GET /test-hooks.js`` is a route: ``window.WEEI_TEST_HOOKS = true`` when the
+app was made with ``test_hooks`` (``weei serve --test-hooks``, what the
+browser tests and benchmarks start), otherwise a script that does nothing.
+The landing page loads it before ``weei.js``, so only a test server's page
+exposes the test hooks (``hostPython`` runs any Python in the page's host
+worker).
+
 Content types come from :data:`MIME_TYPES` rather than the platform's
 ``mimetypes`` table: browsers refuse module scripts that are not served
 as JavaScript and ``WebAssembly.compileStreaming`` wants
@@ -42,9 +58,11 @@ from aiohttp import web
 
 from .http_limits import ConnectionGate, GatedSite, HttpLimits
 from .log_redaction import redact_parser_errors
+from .origins import ANY_ORIGIN
 from .signaling import SignalingConfig, add_signaling
 
-__all__ = ["MIME_TYPES", "SITE_DIR_KEY", "create_app", "default_site_dir", "serve", "run", "run_app"]
+__all__ = ["MIME_TYPES", "SITE_DIR_KEY", "content_security_policy", "create_app", "default_site_dir", "serve", "run",
+           "run_app"]
 
 MIME_TYPES: dict[str, str] = {
     ".html": "text/html; charset=utf-8",
@@ -68,6 +86,7 @@ log = logging.getLogger("weei.server")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 SITE_DIR_KEY: web.AppKey[Path] = web.AppKey("weei_site_dir", Path)
+_DOCUMENT_HEADERS_KEY: web.AppKey[dict[str, str]] = web.AppKey("weei_document_headers", dict)
 
 _CROSS_ORIGIN_HEADERS = {
     "Access-Control-Allow-Origin": "*",
@@ -84,11 +103,43 @@ def default_site_dir() -> Path:
     return Path(__file__).resolve().parents[4] / "dist"
 
 
+def content_security_policy(frame_origins: tuple[str, ...] = ()) -> str:
+    """The Content-Security-Policy of Weei's HTML documents; ``frame_origins``
+    (normalized origins, ``*`` ignored: framing needs a name) may frame them
+    besides this origin."""
+    ancestors = " ".join(["'self'", *(o for o in frame_origins if o != ANY_ORIGIN)])
+    return "; ".join((
+        "default-src 'none'",
+        # Pyodide and the models are WebAssembly: compiling it needs 'wasm-unsafe-eval' (not 'unsafe-eval').
+        "script-src 'self' 'wasm-unsafe-eval'",
+        # The Workers start from a blob: module that imports the real script (so that an embedding
+        # page of another origin can start them too); a blob Worker runs under this policy.
+        "worker-src 'self' blob:",
+        # fetch of the Pyodide files, packages and models, and the signaling WebSocket (same origin).
+        "connect-src 'self'",
+        "style-src 'self'",
+        "img-src 'self' data:",
+        "base-uri 'none'",
+        "form-action 'none'",
+        f"frame-ancestors {ancestors}",
+    ))
+
+
+def _document_headers(frame_origins: tuple[str, ...]) -> dict[str, str]:
+    headers = {"Content-Security-Policy": content_security_policy(frame_origins)}
+    if not any(o != ANY_ORIGIN for o in frame_origins):
+        # For browsers without frame-ancestors; it cannot name another origin, so it is left out then.
+        headers["X-Frame-Options"] = "SAMEORIGIN"
+    return headers
+
+
 async def _add_headers(request: web.Request, response: web.StreamResponse) -> None:
-    del request
     for name, value in _CROSS_ORIGIN_HEADERS.items():
         response.headers.setdefault(name, value)
     response.headers.setdefault("Cache-Control", "no-cache")
+    if response.headers.get("Content-Type", "").startswith("text/html"):
+        for name, value in request.app[_DOCUMENT_HEADERS_KEY].items():
+            response.headers.setdefault(name, value)
 
 
 def _no_route(request: web.Request) -> bool:
@@ -171,15 +222,30 @@ async def _static_fallback(request: web.Request, handler: Handler) -> web.Stream
     return web.FileResponse(target, headers={"Content-Type": content_type})
 
 
-def create_app(site_dir: Path) -> web.Application:
+_TEST_HOOKS_ON = "window.WEEI_TEST_HOOKS = true; // weei serve --test-hooks\n"
+_TEST_HOOKS_OFF = "// The test hooks are off (weei serve --test-hooks turns them on).\n"
+
+
+def create_app(site_dir: Path, *, frame_origins: tuple[str, ...] = (), test_hooks: bool = False) -> web.Application:
     """The Weei server app serving the static files of ``site_dir`` (made
-    absolute) wherever no route matches. Raises FileNotFoundError if
-    ``site_dir`` is not a directory."""
+    absolute) wherever no route matches; its HTML documents may be framed by
+    this origin and ``frame_origins`` (normalized, as
+    ``SignalingConfig.allowed_origins``); ``test_hooks`` turns the landing
+    page's test hooks on. Raises FileNotFoundError if ``site_dir`` is not a
+    directory."""
     root = Path(site_dir).resolve()
     if not root.is_dir():
         raise FileNotFoundError(f"{root} is not a directory (build it with: python build.py site)")
     app = web.Application(middlewares=[_no_tracebacks, _static_fallback])
     app[SITE_DIR_KEY] = root
+    app[_DOCUMENT_HEADERS_KEY] = _document_headers(tuple(frame_origins))
+    switch = _TEST_HOOKS_ON if test_hooks else _TEST_HOOKS_OFF
+
+    async def test_hooks_switch(request: web.Request) -> web.Response:
+        del request
+        return web.Response(text=switch, content_type="text/javascript", charset="utf-8")
+
+    app.router.add_get("/test-hooks.js", test_hooks_switch)
     app.on_response_prepare.append(_add_headers)
     return app
 
@@ -237,8 +303,10 @@ def run_app(app: web.Application, host: str = "127.0.0.1", port: int = 8000,
 
 def run(site_dir: Path, host: str = "127.0.0.1", port: int = 8000,
         on_ready: Callable[[str], None] | None = None, signaling: SignalingConfig | None = None,
-        limits: HttpLimits | None = None) -> int:
-    """Serve ``site_dir`` and the signaling endpoint until SIGINT or SIGTERM; return an exit status."""
-    app = create_app(site_dir)
-    add_signaling(app, signaling or SignalingConfig())
+        limits: HttpLimits | None = None, test_hooks: bool = False) -> int:
+    """Serve ``site_dir`` and the signaling endpoint until SIGINT or SIGTERM; return an exit status.
+    The origins the signaling allows may also frame the site's pages."""
+    signaling = signaling or SignalingConfig()
+    app = create_app(site_dir, frame_origins=signaling.allowed_origins, test_hooks=test_hooks)
+    add_signaling(app, signaling)
     return run_app(app, host, port, on_ready, limits)

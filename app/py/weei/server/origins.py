@@ -9,40 +9,36 @@ send an ``Origin`` header with the upgrade request, so the server checks
 it against an allowlist and answers ``403 origin-not-allowed`` before the
 upgrade. Allowed are:
 
-* the server's own origin: the ``Origin``'s host and port equal the
-  ``Host`` the request was sent to (the scheme is not compared, so a TLS
-  proxy in front of ``weei serve`` changes nothing);
+* the server's own origin as the connection reached it: ``http://`` and
+  the address and port the socket was accepted on (an IP literal; for a
+  loopback address also ``localhost``);
 * the origins the operator names (``weei serve --allow-origin URL``), the
-  embedding sites; ``*`` allows every origin;
+  embedding sites and any name the server is reached by (a TLS proxy's
+  ``https://weei.example.org``, a LAN host name); ``*`` allows every origin;
 * requests without an ``Origin`` (the agent, other non-browser clients:
   they are not someone else's page acting with a visitor's browser).
 
 ``Origin: null`` (sandboxed frames, ``file:`` pages) is refused unless
 ``*`` is allowed.
+
+The ``Host`` header is never trusted: under DNS rebinding a page of
+``http://evil.example:8000`` whose name the attacker re-points at this
+server sends ``Origin`` and ``Host`` that agree with each other, and neither
+names this server. Only an address the browser connected to by number, or
+a name the operator listed, identifies the server.
 """
 
 from __future__ import annotations
 
+import ipaddress
 from urllib.parse import urlsplit
 
 from ..core.errors import UsageError
 
-__all__ = ["ANY_ORIGIN", "normalize_origin", "origin_allowed"]
+__all__ = ["ANY_ORIGIN", "normalize_origin", "origin_allowed", "own_origins"]
 
 ANY_ORIGIN = "*"
 _DEFAULT_PORTS = {"http": 80, "https": 443, "ws": 80, "wss": 443}
-
-
-def _host_port(netloc: str, scheme: str) -> tuple[str, int] | None:
-    try:
-        parts = urlsplit(f"//{netloc}")
-        port = parts.port
-    except ValueError:
-        return None
-    host = parts.hostname
-    if not host:
-        return None
-    return host.lower(), port if port is not None else _DEFAULT_PORTS.get(scheme, 0)
 
 
 def normalize_origin(text: str) -> str:
@@ -67,9 +63,26 @@ def normalize_origin(text: str) -> str:
     return f"{scheme}://{host}"
 
 
-def origin_allowed(origin: str | None, host: str | None, allowed: frozenset[str]) -> bool:
-    """Whether a request with header ``Origin: origin`` sent to ``Host: host``
-    may open the WebSocket, given the operator's normalized ``allowed``."""
+def own_origins(local: tuple[str, int] | None) -> frozenset[str]:
+    """The origins of this server for a connection accepted on ``local``
+    (the socket's ``(address, port)``; None: unknown, then none)."""
+    if local is None:
+        return frozenset()
+    try:
+        address = ipaddress.ip_address(local[0].split("%", 1)[0])
+    except ValueError:
+        return frozenset()
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped  # a dual-stack socket reports IPv4 peers this way
+    host = f"[{address}]" if address.version == 6 else str(address)
+    hosts = {host, "localhost"} if address.is_loopback else {host}
+    return frozenset(normalize_origin(f"http://{h}:{local[1]}") for h in hosts)
+
+
+def origin_allowed(origin: str | None, local: tuple[str, int] | None, allowed: frozenset[str]) -> bool:
+    """Whether a request with header ``Origin: origin``, on a connection
+    accepted on ``local`` (:func:`own_origins`), may open the WebSocket,
+    given the operator's normalized ``allowed``."""
     if origin is None:
         return True
     if ANY_ORIGIN in allowed:
@@ -78,8 +91,4 @@ def origin_allowed(origin: str | None, host: str | None, allowed: frozenset[str]
         normalized = normalize_origin(origin)
     except UsageError:
         return False  # "null" and anything malformed
-    if normalized in allowed:
-        return True
-    scheme = normalized.split("://", 1)[0]
-    mine = _host_port(host, scheme) if host else None
-    return mine is not None and mine == _host_port(normalized.split("://", 1)[1], scheme)
+    return normalized in allowed or normalized in own_origins(local)

@@ -274,7 +274,9 @@ class Signaling:
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         """The WebSocket handler."""
-        if not origin_allowed(request.headers.get("Origin"), request.host, self._allowed_origins):
+        sockname = request.transport.get_extra_info("sockname") if request.transport is not None else None
+        local = (str(sockname[0]), int(sockname[1])) if isinstance(sockname, tuple) and len(sockname) >= 2 else None
+        if not origin_allowed(request.headers.get("Origin"), local, self._allowed_origins):
             self.refused_origins += 1
             log.info("signaling: refused a socket from origin %.100r", request.headers.get("Origin"))
             raise web.HTTPForbidden(text="origin-not-allowed")
