@@ -135,6 +135,16 @@ class TrainingController:
         data = self.store.artifacts.get(sha256)
         return data is not None and len(data) == size
 
+    def job_with(self, peer: str) -> str | None:
+        """The job this device shares with ``peer``, if any (the transport's ``job_of``: the jobId of
+        transfers from it, which arrive before the message that names the job)."""
+        s = self.session
+        if s.coordinator is not None:
+            return s.coordinator.spec.job_id
+        if s.participant is not None and s.participant.job_id is not None and s.participant.coordinator == peer:
+            return s.participant.job_id
+        return next((p.invitation.job_id for p in s.invitations if p.sender == peer), None)
+
     @property
     def storage(self) -> Storage:
         return self.store.storage

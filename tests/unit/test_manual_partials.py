@@ -1,0 +1,50 @@
+"""Where the manual was met only in part (issue 21, section 6): one test per item, each failing on
+the code before its fix."""
+
+from __future__ import annotations
+
+import hashlib
+
+from weei.api.link_transport import LinkTransport
+from weei.core.commands import Send
+from weei.core.messages import ArtifactRef, Deliver
+from weei.core.peerlink import CHANNEL_LABEL, LinkManager
+from weei.core.peerlink_commands import MakeAnswer, MakeOffer, SendSignal, SetRemote
+
+A, B = "a" * 26, "b" * 26
+
+
+def _open_pair(a: LinkManager, b: LinkManager) -> tuple[int, int]:
+    """A and B with an open channel, A offering (lower id); returns their link numbers."""
+    a.welcomed(A, (), 0.0)
+    b.welcomed(B, (), 0.0)
+    out = a.room((A, B), 0.0)
+    link_a = next(c.link for c in out if isinstance(c, MakeOffer))
+    offer = next(c for c in a.local_description(link_a, "sdp-offer") if isinstance(c, SendSignal))
+    link_b = next(c.link for c in b.signal(A, "offer", offer.payload, 0.0) if isinstance(c, SetRemote))
+    assert any(isinstance(c, MakeAnswer) for c in b.remote_set(link_b))
+    answer = next(c for c in b.local_description(link_b, "sdp-answer") if isinstance(c, SendSignal))
+    assert any(isinstance(c, SetRemote) for c in a.signal(B, "answer", answer.payload, 0.0))
+    a.remote_set(link_a)
+    a.channel_open(link_a, 0.0)
+    assert b.accepts_channel(link_b, CHANNEL_LABEL)
+    b.channel_open(link_b, 0.0)
+    return link_a, link_b
+
+
+def test_transfers_in_flight_name_their_job_on_both_ends() -> None:
+    """state.transfers[*].jobId: the sender's from the message it frames, the receiver's from the job it
+    shares with the peer (what the agent and the page attach: ``controller.job_with``)."""
+    sender = LinkManager()
+    receiver = LinkTransport(signaling=None)
+    receiver.attach(object(), job_of=lambda peer: "job-7" if peer == A else None)
+    link_a, link_b = _open_pair(sender, receiver.links)
+    data = bytes(12 * 1024 * 1024)
+    ref = ArtifactRef("module", hashlib.sha256(data).hexdigest(), len(data))
+    sender.send(Send(B, Deliver("job-7", ref, {"id": "job-7"}), (ref,)), {ref.sha256: data})
+    for frame in sender.frames(link_a, 0, 100.0):  # one high-water mark's worth: the module is half sent
+        receiver.links.frame(link_b, frame, 100.0)
+    sent = sender.transfers_state()["transfers"]
+    got = receiver.transfers_state()["transfers"]
+    assert [(t["direction"], t.get("jobId")) for t in sent] == [("send", "job-7")]
+    assert [(t["direction"], t.get("jobId")) for t in got] == [("receive", "job-7")]
