@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import hashlib
 
+import numpy as np
+
 from weei.api.link_transport import LinkTransport
 from weei.core.commands import Send
 from weei.core.messages import ArtifactRef, Deliver
@@ -48,3 +50,25 @@ def test_transfers_in_flight_name_their_job_on_both_ends() -> None:
     got = receiver.transfers_state()["transfers"]
     assert [(t["direction"], t.get("jobId")) for t in sent] == [("send", "job-7")]
     assert [(t["direction"], t.get("jobId")) for t in got] == [("receive", "job-7")]
+
+
+def test_fedadam_with_epsilon_zero_takes_a_zero_step_on_an_unmoved_weight() -> None:
+    """epsilon 0 is valid ("from 0 to 1"); a weight no update moved has m = v = 0, so 0/0: it stays as it
+    was, bit-identical on every kernel, and the round's aggregate is finite (the job does not pause)."""
+    from weei.core.aggregate import check_finite, fedadam_step
+    from weei.kernel.native import NativeKernel
+    from weei.kernel.numpy_kernel import NumpyKernel
+    from weei.kernel.wasm_kernel import WasmKernel
+
+    start = np.array([0.5, -0.0, 1.0, 2.0, -3.0], dtype="<f4")
+    average = np.array([0.5, -0.0, 1.5, 2.0, -2.0], dtype="<f4")  # weights 0, 1 and 3 unmoved
+    results = []
+    for kernel in (NumpyKernel(block=2), NativeKernel(), WasmKernel()):
+        first = check_finite(kernel, fedadam_step(kernel, start.tobytes(), average.tobytes(), None, [(0, 5)],
+                                                  0.01, 0.9, 0.99, 0.0))
+        again = check_finite(kernel, fedadam_step(kernel, first.weights, first.weights, first.state, [(0, 5)],
+                                                  0.01, 0.9, 0.99, 0.0))
+        results.append((first.weights, first.state.data, again.weights, again.state.data))
+    assert results[0] == results[1] == results[2]
+    out = np.frombuffer(results[0][0], "<f4")
+    assert out[[0, 3]].tolist() == [0.5, 2.0] and out[2] > 1.0 and out[4] > -3.0
