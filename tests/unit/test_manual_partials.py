@@ -4,11 +4,16 @@ the code before its fix."""
 from __future__ import annotations
 
 import hashlib
+import shutil
+import subprocess
+from pathlib import Path
 
 import numpy as np
+import pytest
 
 from weei.api.link_transport import LinkTransport
 from weei.core.commands import Send
+from weei.core.errors import UsageError
 from weei.core.messages import ArtifactRef, Deliver
 from weei.core.peerlink import CHANNEL_LABEL, LinkManager
 from weei.core.peerlink_commands import MakeAnswer, MakeOffer, SendSignal, SetRemote
@@ -72,3 +77,48 @@ def test_fedadam_with_epsilon_zero_takes_a_zero_step_on_an_unmoved_weight() -> N
     assert results[0] == results[1] == results[2]
     out = np.frombuffer(results[0][0], "<f4")
     assert out[[0, 3]].tolist() == [0.5, 2.0] and out[2] > 1.0 and out[4] > -3.0
+
+
+ECHO = Path(__file__).parent / "fixtures" / "echo_model.c"
+AUX_SLOT = {"id": "ref", "role": "reference-policy", "bytes": 16, "source": {"kind": "initial"}}
+
+
+@pytest.fixture(scope="module")
+def echo_aux(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    """The echo fixture model with one snapshot slot ('ref', 16 bytes); its train reports auxSlots."""
+    clang = shutil.which("clang") or shutil.which("clang-14")
+    if clang is None:
+        pytest.skip("clang is not installed (make setup installs it)")
+    out = tmp_path_factory.mktemp("wasm") / "echo_aux.wasm"
+    subprocess.run([clang, "--target=wasm32", "-O2", "-nostdlib", "-mbulk-memory", "-Wl,--no-entry", "-DWITH_AUX",
+                    "-o", str(out), str(ECHO)], check=True, capture_output=True)
+    return out.read_bytes()
+
+
+def test_the_gpu_admission_gate_loads_the_auxiliary_slots(echo_aux: bytes) -> None:
+    """The gate's CPU step runs with the slots loaded (it used to stop at auxiliary-not-loaded, so a model with
+    slots never reached the GPU); the echo model has no GPU operations, so the gate stops at its GPU step."""
+    from weei.gpu.session import GpuBackendSpec, GpuWork, run_gate
+    from weei.runtime import ModelRuntime, WasmtimeEngine
+
+    runtime = ModelRuntime.load(echo_aux, WasmtimeEngine())
+    weights = np.arange(4, dtype="<f4").tobytes()
+    backend = GpuBackendSpec("gpu", 1 << 20, "fp32-standard")
+    with pytest.raises(UsageError) as caught:
+        run_gate(runtime, None, None, backend, weights,  # type: ignore[arg-type]  # never reached
+                 GpuWork(data=bytes(8), format="echo-v1"), budget_mib=64, auxiliary={"ref": weights})
+    assert caught.value.reason == "no-gpu-operations"
+
+
+def test_continue_from_checkpoint_loads_the_slots_after_its_compatibility_load(echo_aux: bytes) -> None:
+    """continueFromCheckpoint's loadModel is followed by loadAuxiliary, as every loadModel is."""
+    from weei.prepare import PreparedJob
+    from weei.runtime import ModelRuntime, WasmtimeEngine
+
+    from sim import experience_spec
+
+    spec, store = experience_spec(weight_count=4, aux=[AUX_SLOT])
+    runtime = ModelRuntime.load(echo_aux, WasmtimeEngine())
+    prepared = PreparedJob(spec, bytes(16), 1, runtime, store, None, None)
+    prepared.load_checkpoint(np.arange(4, dtype="<f4").tobytes())
+    assert runtime.train(data=bytes(8), format="echo-v1").metrics["auxSlots"] == 1

@@ -234,8 +234,8 @@ class TrainingController:
                                    manifest=_parse_json(manifest, "manifest"), files=files, settings=settings,
                                    random_bytes=self.random_bytes(16), validation=validation,
                                    execution_files=execution_files)
-            # The module decides compatibility: its loadModel must take the weights.
-            prepared.runtime.load_model(read.weights)
+            # The module decides compatibility: its loadModel (and loadAuxiliary) must take the weights.
+            prepared.load_checkpoint(read.weights)
             async with _NewJobScope(self):
                 coordinator = Coordinator.resume(prepared.spec, read, mode=dataset_mode, my_peer_id=s.my_peer_id,
                                                  kernel=self.kernel, now=self.clock(),
