@@ -14,7 +14,7 @@ import pytest
 from weei.api.link_transport import LinkTransport
 from weei.core.commands import Send
 from weei.core.errors import UsageError
-from weei.core.messages import ArtifactRef, Deliver
+from weei.core.messages import ArtifactRef, Assign, Deliver
 from weei.core.peerlink import CHANNEL_LABEL, LinkManager
 from weei.core.peerlink_commands import MakeAnswer, MakeOffer, SendSignal, SetRemote
 
@@ -122,3 +122,42 @@ def test_continue_from_checkpoint_loads_the_slots_after_its_compatibility_load(e
     prepared = PreparedJob(spec, bytes(16), 1, runtime, store, None, None)
     prepared.load_checkpoint(np.arange(4, dtype="<f4").tobytes())
     assert runtime.train(data=bytes(8), format="echo-v1").metrics["auxSlots"] == 1
+
+
+@pytest.mark.parametrize("aux, why", [
+    ({}, "fills auxiliary slots []"),  # a declared slot left empty
+    ({"ref": "snap16", "extra": "snap16"}, "the model declares ['ref']"),  # a slot the model does not declare
+    ({"ref": "snap8"}, "8 bytes, the model declares 16"),  # not the declared size
+])
+def test_an_assignment_fills_exactly_the_declared_slots_at_the_weight_size(aux: dict[str, str], why: str) -> None:
+    """Assign.auxiliary is checked against the model's slots and the weight size before anything trains: a
+    bad one fails that attempt by name (AssignmentFailed), and the next good one trains."""
+    from weei.core.commands import Train
+    from weei.core.messages import AssignmentFailed, ChunkRef, Invitation
+    from weei.core.participant import Participant
+
+    from sim import JOB_ID, WASM, sha
+
+    weights = bytes(16)
+    refs = {"snap16": ArtifactRef("snapshot", sha(weights), 16), "snap8": ArtifactRef("snapshot", sha(b"8" * 8), 8)}
+    info = {"id": "m", "auxiliaryWeights": [AUX_SLOT]}
+    p = Participant("p1")
+    p.receive("coord", Invitation(JOB_ID, "coord", info, {"fileName": "model.wasm", "bytes": len(WASM),
+                                                          "sha256": sha(WASM)}, 10, {"epochs": 1}), 0.0)
+    p.decide(True, 0.0)
+    p.receive("coord", Deliver(JOB_ID, ArtifactRef("module", sha(WASM), len(WASM)), info), 0.0)
+    p.module_loaded(16, (), 0.0)
+    p.take_commands()
+
+    def assign(n: int, slots: dict[str, ArtifactRef]) -> Assign:
+        return Assign(JOB_ID, 1, f"a{n}", f"a{n}-1", ArtifactRef("checkpoint", sha(weights), 16),
+                      {"localEpochs": 1, "batchSize": 2}, 7, ChunkRef("c", "syn", 5, ArtifactRef("chunk", sha(b"c"), 1)),
+                      auxiliary=slots)
+
+    p.receive("coord", assign(1, {k: refs[v] for k, v in aux.items()}), 0.0)
+    commands = p.take_commands()
+    assert not any(isinstance(c, Train) for c in commands)
+    failed = [c.message for c in commands if isinstance(c, Send) and isinstance(c.message, AssignmentFailed)]
+    assert len(failed) == 1 and why in failed[0].error
+    p.receive("coord", assign(2, {"ref": refs["snap16"]}), 0.0)
+    assert any(isinstance(c, Train) for c in p.take_commands())
