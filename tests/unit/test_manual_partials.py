@@ -161,3 +161,31 @@ def test_an_assignment_fills_exactly_the_declared_slots_at_the_weight_size(aux: 
     assert len(failed) == 1 and why in failed[0].error
     p.receive("coord", assign(2, {"ref": refs["snap16"]}), 0.0)
     assert any(isinstance(c, Train) for c in p.take_commands())
+
+
+def test_local_workers_effective_counts_the_models_default_units_per_assignment() -> None:
+    """Without settings.experience an assignment has the model's unitsPerAssignment.default units, and no more
+    Workers than units can play it (the code read a 'defaultUnits' key no model has)."""
+    import asyncio
+    import time
+
+    from weei.api import TrainingController
+    from weei.host.memory_storage import MemoryKeyValue, MemoryStorage
+    from weei.host.worker_pool import ThreadWorkerPool
+    from weei.kernel.numpy_kernel import NumpyKernel
+    from weei.runtime import WasmtimeEngine
+
+    async def main() -> dict[str, int]:
+        engine = WasmtimeEngine()
+        c = TrainingController(my_peer_id="me", storage=MemoryStorage(), kv=MemoryKeyValue(),
+                               pool=ThreadWorkerPool(engine, 8), kernel=NumpyKernel(), engine=engine,
+                               clock=lambda: time.time() * 1000, monotonic=lambda: time.monotonic() * 1000,
+                               random_bytes=bytes, transport=None)
+        await c.init()
+        await c.set_max_local_workers(8)
+        info = {"maxWorkers": 8, "workSource": {"kind": "experience", "inputs": "none",
+                                                "unit": {"id": "episode", "label": "Episodes"},
+                                                "unitsPerAssignment": {"default": 2, "minimum": 1, "maximum": 64}}}
+        return c.view._local_workers(info=info, settings=None)
+
+    assert asyncio.run(main())["effective"] == 2
