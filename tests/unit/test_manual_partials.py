@@ -189,3 +189,22 @@ def test_local_workers_effective_counts_the_models_default_units_per_assignment(
         return c.view._local_workers(info=info, settings=None)
 
     assert asyncio.run(main())["effective"] == 2
+
+
+def test_a_slot_beyond_the_task_memory_is_refused_at_create_job() -> None:
+    """Slots may be 2 GiB, but every task copies the weights and every slot into a module's memory, which a
+    browser caps at 1 GiB: such a job could never train, so creating it is refused by name."""
+    from weei.core.errors import ManifestError
+    from weei.core.modelinfo import ModelInfo, check_weight_size
+
+    from sim import experience_info
+
+    def info(reward_bytes: int) -> ModelInfo:
+        return ModelInfo.from_json(experience_info([
+            {"id": "reward", "role": "reward-model", "bytes": reward_bytes, "sha256": "ab" * 32},
+            AUX_SLOT]))
+
+    check_weight_size(info((1 << 30) - 32), 16)  # exactly the cap: it fits
+    with pytest.raises(ManifestError) as caught:
+        check_weight_size(info(3 << 29), 16)
+    assert caught.value.reason == "over-task-memory" and "1,073,741,824" in caught.value.message
