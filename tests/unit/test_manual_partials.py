@@ -7,6 +7,7 @@ import hashlib
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -208,3 +209,46 @@ def test_a_slot_beyond_the_task_memory_is_refused_at_create_job() -> None:
     with pytest.raises(ManifestError) as caught:
         check_weight_size(info(3 << 29), 16)
     assert caught.value.reason == "over-task-memory" and "1,073,741,824" in caught.value.message
+
+
+def test_the_docs_list_every_refusal_of_invite() -> None:
+    """docs/api.md's invite() entry names every reason the code raises for it (the page's argument check,
+    the controller's and the coordinator's)."""
+    import ast
+    import inspect
+    import textwrap
+
+    import weei.api.controller as controller_module
+
+    def reasons(function: Any) -> set[str]:
+        tree = function if isinstance(function, ast.AST) else ast.parse(textwrap.dedent(inspect.getsource(function)))
+        return {call.args[0].value for call in ast.walk(tree)
+                if isinstance(call, ast.Call) and getattr(call.func, "id", None) == "UsageError"
+                and call.args and isinstance(call.args[0], ast.Constant)}
+
+    # The page's module imports the browser's ``js``: read its argument check from the source.
+    page = ast.parse((Path(controller_module.__file__).parents[1] / "browser" / "page_api.py").read_text())
+    text_check = next(f for f in ast.walk(page) if isinstance(f, ast.FunctionDef) and f.name == "_text")
+    raised = (reasons(text_check) | reasons(controller_module.TrainingController.check_invite)
+              | reasons(controller_module.TrainingController._require_coordinator)
+              | reasons(controller_module.Coordinator.check_invite))
+    assert {"invalid-argument", "no-job", "not-coordinator", "peer-not-connected", "invite-self"} <= raised
+    text = (Path(__file__).parents[2] / "docs" / "api.md").read_text(encoding="utf-8")
+    entry = text[text.index("**`invite(peerId)`"):text.index("**`exportCheckpoint()`")]
+    assert {r for r in raised if f"`{r}`" not in entry} == set()
+
+
+def test_the_docs_do_not_deny_a_gpu_backend_a_built_in_model_has() -> None:
+    """README and docs/abi.md said the byte-transformer had no GPU backend; its package has one."""
+    import json
+    import re
+
+    root = Path(__file__).parents[2]
+    with_gpu = [d.name for d in sorted((root / "app" / "static" / "models").iterdir())
+                if any(b.get("kind") == "gpu" for b in
+                       json.loads((d / "manifest.json").read_text())["execution"]["backends"])]
+    assert "byte-transformer" in with_gpu
+    for doc in ("README.md", "docs/abi.md"):
+        for paragraph in re.split(r"\n\s*\n|\n(?=\* )", (root / doc).read_text(encoding="utf-8")):
+            named = [m for m in with_gpu if m in paragraph]
+            assert not (named and re.search(r"no GPU backend", paragraph, re.IGNORECASE)), (doc, named, paragraph)
