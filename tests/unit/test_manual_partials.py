@@ -252,3 +252,16 @@ def test_the_docs_do_not_deny_a_gpu_backend_a_built_in_model_has() -> None:
         for paragraph in re.split(r"\n\s*\n|\n(?=\* )", (root / doc).read_text(encoding="utf-8")):
             named = [m for m in with_gpu if m in paragraph]
             assert not (named and re.search(r"no GPU backend", paragraph, re.IGNORECASE)), (doc, named, paragraph)
+
+
+def test_the_departures_from_the_manual_are_written_down_and_linked() -> None:
+    """docs/manual-departures.md names each deliberate departure and the reading of the manual's silence on
+    per-site enablement (how an operator turns the widget off); README's Documentation list links it."""
+    root = Path(__file__).parents[2]
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    docs = readme[readme.index("## Documentation"):]
+    assert "(docs/manual-departures.md)" in docs.split("\n## ")[0]
+    text = (root / "docs" / "manual-departures.md").read_text(encoding="utf-8")
+    for topic in ("GPU training over dataset inputs", "The seed tag", "trailing newline", "every method",
+                  "No TBT library", "One debug log per tab", "Per-site enablement", "turns it off"):
+        assert topic in text, topic
