@@ -268,6 +268,8 @@ void weei_fedavgm(const float *start, const float *avg, float *v, float *out,
  *   m   <- (float)( b1*(double)m + one_b1*d )
  *   v   <- (float)( b2*(double)v + one_b2*(d*d) )
  *   out <- (float)( (double)start + (lr*(double)m) / (sqrt((double)v) + eps) )
+ * except that a zero denominator (epsilon 0 on a weight no update moved: 0/0)
+ * takes a zero step, out <- (float)((double)start + 0.0), as every kernel does.
  */
 static void fedadam_range(const float *restrict start, const float *restrict avg,
                           float *restrict m, float *restrict v, float *restrict out, uint32_t lo,
@@ -280,7 +282,8 @@ static void fedadam_range(const float *restrict start, const float *restrict avg
         float nv = (float)(b2 * (double)v[i] + one_b2 * (d * d));
         m[i] = nm;
         v[i] = nv;
-        out[i] = (float)(s + (lr * (double)nm) / (__builtin_sqrt((double)nv) + eps));
+        double den = __builtin_sqrt((double)nv) + eps;
+        out[i] = (float)(s + (den != 0.0 ? (lr * (double)nm) / den : 0.0));
     }
 }
 

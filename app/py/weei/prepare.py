@@ -54,6 +54,22 @@ class PreparedJob:
     package: ModelPackage | None
     gpu: GpuFiles | None = None  # executionFiles were selected: the job may train on a GPU
 
+    def load_checkpoint(self, weights: bytes) -> None:
+        """Load a checkpoint's weights into the runtime, and its auxiliary slots after them, as after
+        every loadModel (the module decides whether it continues from them): file slots from the
+        selected files, snapshot slots the weights themselves, which are a continued job's first
+        checkpoint and so what every snapshot rule picks at its start (``weei.core.rounds.auxiliary_for``).
+
+        Raises:
+            ModelError: the module refuses the weights or a slot.
+        """
+        self.runtime.load_model(weights)
+        slots = self.spec.info.auxiliary_weights
+        if slots:
+            self.runtime.load_auxiliary({
+                slot.id: self.artifacts[self.spec.auxiliary_files[slot.id].sha256]
+                if slot.id in self.spec.auxiliary_files else weights for slot in slots})
+
 
 _MODULE_MISMATCH = frozenset({"wasm-name-mismatch", "wasm-size-mismatch", "wasm-sha256-mismatch"})
 

@@ -160,7 +160,7 @@ class Agent:
         if controller.peer_events.room_check is not None:
             controller.peer_events.room_check.listeners.append(self._on_room_proof)
         controller.peer_events.on_release = self._keep  # held until a restored coordinator proved the key
-        self.transport.attach(self, has=controller.holds)
+        self.transport.attach(self, has=controller.holds, job_of=controller.job_with)
         controller.subscribe(self._on_state)
         peers = await self.transport.join(opts.room)
         if signaling.token is not None:

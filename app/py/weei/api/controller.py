@@ -135,6 +135,16 @@ class TrainingController:
         data = self.store.artifacts.get(sha256)
         return data is not None and len(data) == size
 
+    def job_with(self, peer: str) -> str | None:
+        """The job this device shares with ``peer``, if any (the transport's ``job_of``: the jobId of
+        transfers from it, which arrive before the message that names the job)."""
+        s = self.session
+        if s.coordinator is not None:
+            return s.coordinator.spec.job_id
+        if s.participant is not None and s.participant.job_id is not None and s.participant.coordinator == peer:
+            return s.participant.job_id
+        return next((p.invitation.job_id for p in s.invitations if p.sender == peer), None)
+
     @property
     def storage(self) -> Storage:
         return self.store.storage
@@ -224,8 +234,8 @@ class TrainingController:
                                    manifest=_parse_json(manifest, "manifest"), files=files, settings=settings,
                                    random_bytes=self.random_bytes(16), validation=validation,
                                    execution_files=execution_files)
-            # The module decides compatibility: its loadModel must take the weights.
-            prepared.runtime.load_model(read.weights)
+            # The module decides compatibility: its loadModel (and loadAuxiliary) must take the weights.
+            prepared.load_checkpoint(read.weights)
             async with _NewJobScope(self):
                 coordinator = Coordinator.resume(prepared.spec, read, mode=dataset_mode, my_peer_id=s.my_peer_id,
                                                  kernel=self.kernel, now=self.clock(),

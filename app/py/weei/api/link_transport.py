@@ -111,10 +111,13 @@ class LinkTransport:
     def bytes_received(self) -> int:
         return self.links.bytes_received
 
-    def attach(self, receiver: Any, has: Callable[[str, int], bool] | None = None) -> None:
-        """Deliver to ``receiver``; ``has(sha256, size)`` says which artifacts it already holds (dedupe)."""
+    def attach(self, receiver: Any, has: Callable[[str, int], bool] | None = None,
+               job_of: Callable[[str], str | None] | None = None) -> None:
+        """Deliver to ``receiver``; ``has(sha256, size)`` says which artifacts it already holds (dedupe),
+        ``job_of(peer)`` which job this device shares with a peer (the jobId of incoming transfers)."""
         self._receiver = receiver
         self.links.has = has
+        self.links.job_of = job_of
 
     def peers(self) -> list[str]:
         """Peers with an open channel."""

@@ -164,8 +164,9 @@ class StateView:
                                      model_max=model_max, experience=experience, unit_count=None)
         units = None
         if experience:
+            per_assignment = work_source.get("unitsPerAssignment") if work_source is not None else None
             units = settings.experience.units_per_assignment if settings is not None and settings.experience \
-                else _whole(work_source.get("defaultUnits")) if work_source is not None else None
+                else _whole(per_assignment.get("default")) if isinstance(per_assignment, dict) else None
         effective = effective_workers(requested=min(requested, device.max_local_workers),
                                       device_limit=self.backend.device_limit, model_max=model_max,
                                       experience=experience, unit_count=units)

@@ -166,7 +166,7 @@ class PageSession:
         await controller.init()
         if transport is not None and room is not None:
             transport.on_change = controller.changed
-            transport.attach(controller, has=controller.holds)
+            transport.attach(controller, has=controller.holds, job_of=controller.job_with)
             await transport.start(room)
         on_state, on_mirror = hooks.onState, hooks.onMirror
         self.api = PageApi(controller, engine, storage, lambda text: on_state(text),

@@ -162,6 +162,8 @@ class ModelInfoReason(str, Enum):
     """The weights are not a whole number of float32 values."""
     AUXILIARY_SIZE_MISMATCH = "auxiliary-size-mismatch"
     """An auxiliary weights file's size or alignment is wrong."""
+    OVER_TASK_MEMORY = "over-task-memory"
+    """The weights and auxiliary slots that every task loads exceed a module's 1 GiB of memory."""
     METHOD_NOT_ALLOWED = "method-not-allowed"
     """The settings name an aggregation method the model does not allow."""
     NOT_EXPERIENCE = "not-experience"

@@ -29,6 +29,7 @@ from typing import Any, Literal
 from . import _check
 from .errors import ManifestError, ModelInfoReason, SettingsError
 from .limits import MAX_AUXILIARY_BYTES, MAX_METRIC_ID_CHARS, MAX_METRICS
+from .sandbox import DEFAULT_MEMORY_CAP
 from .settings import AGGREGATION_METHODS, TrainingSettings
 
 __all__ = [
@@ -387,8 +388,11 @@ def check_weight_size(info: ModelInfo, weight_bytes: int) -> None:
     Takes: the model info and the size of its weights in bytes.
     Raises: ManifestError when the size is not whole float32 values
     (``invalid-weight-size``), an averageOnly range ends past the weights
-    (``invalid-aggregation-info``), or a snapshot slot declares another size
-    than the weights (``auxiliary-size-mismatch``).
+    (``invalid-aggregation-info``), a snapshot slot declares another size
+    than the weights (``auxiliary-size-mismatch``), or the weights and the
+    slots, which every task copies into the module's memory, exceed what a
+    module may have (``over-task-memory``: the browser's 1 GiB, so every
+    assignment would fail).
     """
     if weight_bytes <= 0 or weight_bytes % 4:
         raise ManifestError(ModelInfoReason.INVALID_WEIGHT_SIZE, f"weights: {weight_bytes} bytes is not a whole number of float32 values")
@@ -405,6 +409,13 @@ def check_weight_size(info: ModelInfo, weight_bytes: int) -> None:
                 f"auxiliaryWeights {slot.id!r}: a slot with a source must have the weight size "
                 f"{weight_bytes}, not {slot.bytes}",
             )
+    inputs = weight_bytes + sum(slot.bytes for slot in info.auxiliary_weights)
+    if inputs > DEFAULT_MEMORY_CAP:
+        raise ManifestError(
+            ModelInfoReason.OVER_TASK_MEMORY,
+            f"the weights and auxiliary slots are {inputs:,} bytes, which every task loads into the module's "
+            f"memory: over the {DEFAULT_MEMORY_CAP:,} bytes a module may have in a browser",
+        )
 
 
 def check_settings_for_model(settings: TrainingSettings, info: ModelInfo) -> None:

@@ -195,7 +195,32 @@ class Participant:
             return
         self._move("assign")
         self.current = assign
+        refusal = self._check_assign_auxiliary(assign)
+        if refusal is not None:
+            self._log("assign.refused", attempt=assign.attempt_id, reason=refusal)
+            self._finish_attempt(assign.attempt_id)
+            self._fail(assign, refusal)
+            self._next()
+            return
         self._commands.append(Train(assign))
+
+    def _check_assign_auxiliary(self, assign: Assign) -> str | None:
+        """An assignment fills exactly the slots the model declares: a file slot with the declared file,
+        a snapshot slot with weights of the declared size, which is the weight size."""
+        info = self.invitation.model_info if self.invitation is not None else (self.model_info or {})
+        declared = {slot.get("id"): slot for slot in info.get("auxiliaryWeights", []) if isinstance(slot, dict)}
+        if set(assign.auxiliary) != set(declared):
+            return (f"the assignment fills auxiliary slots {sorted(assign.auxiliary)}, "
+                    f"the model declares {sorted(map(str, declared))}")
+        for slot_id, ref in assign.auxiliary.items():
+            slot = declared[slot_id]
+            if ref.bytes != slot.get("bytes"):
+                return f"auxiliary slot {slot_id!r}: {ref.bytes} bytes, the model declares {slot.get('bytes')}"
+            if slot.get("sha256") is not None and ref.sha256 != slot["sha256"]:
+                return f"auxiliary slot {slot_id!r} is not the file the model declares (SHA-256 differs)"
+            if slot.get("sha256") is None and ref.bytes != assign.checkpoint.bytes:
+                return f"auxiliary slot {slot_id!r}: a snapshot of {ref.bytes} bytes, the weights are {assign.checkpoint.bytes}"
+        return None
 
     # ------------------------------------------------------- user decisions
 

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .commands import Send
@@ -52,7 +52,7 @@ from .framing import (ChannelBroken, FrameError, FrameReader, FrameWriter, Messa
                       referenced_artifacts)
 from .peerlink_commands import (AddCandidate, CloseLink, Command, CreateLink, Delivery, MakeAnswer, MakeOffer, Note,
                                 Pump, SendSignal, SetRemote, TransferRecord, Wake)
-from .transfers import TransferBook, TransferFailed
+from .transfers import TransferBook, TransferFailed, TransferProgress
 
 __all__ = ["LinkManager", "offers_to", "CHANNEL_LABEL", "LOW_WATER", "HIGH_WATER", "CANDIDATE_FIELDS"]
 
@@ -101,6 +101,9 @@ class LinkManager:
         self.expire_every_ms = expire_every_ms
         self.peer_id: str | None = None
         self.has: Callable[[str, int], bool] | None = None  # which artifacts (SHA-256, size) the receiver holds
+        # The job this device shares with a peer: names incoming transfers, whose message (and its
+        # jobId) arrives only after their artifacts.
+        self.job_of: Callable[[str], str | None] | None = None
         self.book = TransferBook()
         self.errors: OrderedDict[str, str] = OrderedDict()
         self.log: deque[TransferRecord] = deque(maxlen=MAX_LOG)
@@ -422,6 +425,8 @@ class LinkManager:
 
     def _record(self, events: list[Any]) -> None:
         for event in events:
+            if isinstance(event, TransferProgress) and event.job_id is None and self.job_of is not None:
+                event = replace(event, job_id=self.job_of(event.peer_id))
             if isinstance(event, TransferFailed) and event.artifact_id is None:
                 self._error(f"message:{event.peer_id}", event.error)
             else:

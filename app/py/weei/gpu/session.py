@@ -141,13 +141,19 @@ def run_gate(
     *,
     budget_mib: float,
     deadline: float | None = None,
+    auxiliary: Mapping[str, bytes] | None = None,
 ) -> tuple[GateResult, TrainResult, GpuTrainResult]:
     """The admission gate: the first step (for experience work, the first
     update, from the same episodes) in the CPU WASM and on the GPU from the
-    same weights, compared (docs/gpu.md). Leaves the runtime needing a fresh
-    load_model, as train does."""
+    same weights and ``auxiliary`` slots (loaded after every load_model, as
+    the model ABI requires), compared (docs/gpu.md). Leaves the runtime
+    needing a fresh load_model, as train does."""
     runtime.load_model(weights)
+    if auxiliary:
+        runtime.load_auxiliary(auxiliary)
     cpu = runtime.train(**work.inputs(), step_limit=1)
     runtime.load_model(weights)
+    if auxiliary:
+        runtime.load_auxiliary(auxiliary)
     on_gpu = train_on_gpu(runtime, gpu, archive, backend, work, budget_mib=budget_mib, step_limit=1, deadline=deadline)
     return compare_step(cpu.weights, on_gpu.train.weights, backend.numerical_mode), cpu, on_gpu

@@ -108,7 +108,7 @@ class GpuTrainer:
                 progress, runtime.on_progress = runtime.on_progress, None  # the gate's steps are not progress
                 try:
                     gate, _, _ = run_gate(runtime, device, a.archive, a.spec, a.weights, a.work,
-                                          budget_mib=a.budget_mib, deadline=deadline)
+                                          budget_mib=a.budget_mib, deadline=deadline, auxiliary=a.auxiliary)
                 finally:
                     runtime.on_progress = progress
             require_pass(gate)

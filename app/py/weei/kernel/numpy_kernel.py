@@ -217,6 +217,7 @@ class NumpyKernel:
                 np.sqrt(t2, out=t2)
                 np.add(t2, eps, out=t2)
                 np.divide(t, t2, out=t)
+                t[t2 == 0.0] = 0.0  # epsilon 0 on an unmoved weight (0/0): a zero step, as in C
                 np.add(s, t, out=s)
                 out[lo:hi] = s
 

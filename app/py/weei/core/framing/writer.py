@@ -65,6 +65,7 @@ class FrameWriter:
         self._rate: RateMeter | None = None
         self._last_emit = 0.0
         self._now = 0.0
+        self._job: str | None = job_id
 
     # -- queueing
 
@@ -146,6 +147,8 @@ class FrameWriter:
         return tid
 
     def _frames_of(self, out: _Outgoing) -> Iterator[bytes]:
+        # One channel carries every job's messages: a transfer belongs to the job its message names.
+        self._job = getattr(out.message, "job_id", None) or self.job_id
         room = self.max_frame_bytes - DATA_PAYLOAD_AT
         sent_refs: list[tuple[str, int]] = []
         # Book-keeping happens before each yield: a frame counts as sent once
@@ -207,7 +210,7 @@ class FrameWriter:
     def _emitprogress_of(self) -> None:
         assert self._current is not None and self._rate is not None
         _, ref = self._current
-        p = progress_of(self.peer_id, self.job_id, ref.sha256, "send", self._sent, ref.bytes, self._rate, self._now)
+        p = progress_of(self.peer_id, self._job, ref.sha256, "send", self._sent, ref.bytes, self._rate, self._now)
         # Coalesce: a host that drains rarely sees the latest figure, and the list stays short.
         if self._events and isinstance(self._events[-1], TransferProgress) and self._events[-1].artifact_id == ref.sha256:
             self._events[-1] = p
@@ -219,7 +222,7 @@ class FrameWriter:
         if self._current is None or self._rate is None:
             return None
         _, ref = self._current
-        return progress_of(self.peer_id, self.job_id, ref.sha256, "send", self._sent, ref.bytes, self._rate, now)
+        return progress_of(self.peer_id, self._job, ref.sha256, "send", self._sent, ref.bytes, self._rate, now)
 
     def take_events(self) -> list[Event]:
         """Progress, done and failure events since the last call."""
