@@ -365,6 +365,7 @@ def test_documents_carry_a_policy_that_limits_framing_and_scripts(site: Path) ->
         headers, _ = await fetch(create_app(site), "/")
         policy = headers["Content-Security-Policy"]
         assert "frame-ancestors 'self'" in policy and headers["X-Frame-Options"] == "SAMEORIGIN"
+        assert headers["Referrer-Policy"] == "no-referrer"
         assert "script-src 'self' 'wasm-unsafe-eval'" in policy and "unsafe-inline" not in policy
         headers, _ = await fetch(create_app(site, frame_origins=("https://embed.example", "*")), "/index.html")
         assert headers["Content-Security-Policy"].endswith("frame-ancestors 'self' https://embed.example")

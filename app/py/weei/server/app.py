@@ -126,7 +126,9 @@ def content_security_policy(frame_origins: tuple[str, ...] = ()) -> str:
 
 
 def _document_headers(frame_origins: tuple[str, ...]) -> dict[str, str]:
-    headers = {"Content-Security-Policy": content_security_policy(frame_origins)}
+    # A room key may still arrive in an older link's query (?room=KEY) until the page's first script
+    # moves it into the fragment; no Referer may carry it to the stylesheet and scripts fetched before.
+    headers = {"Content-Security-Policy": content_security_policy(frame_origins), "Referrer-Policy": "no-referrer"}
     if not any(o != ANY_ORIGIN for o in frame_origins):
         # For browsers without frame-ancestors; it cannot name another origin, so it is left out then.
         headers["X-Frame-Options"] = "SAMEORIGIN"
