@@ -2,7 +2,7 @@
 
 A cycle between modules (messages imports room_proof for its table of
 message types; room_proof needs commands, which imports messages) once
-made ``import weei.core.commands`` fail in a fresh interpreter, while the
+made ``import weei.core.wire.commands`` fail in a fresh interpreter, while the
 test suite passed because an earlier test module had imported messages
 first. Each public module here is imported in a fresh interpreter state
 (a private one, such as ``_checkpoint_note``, is imported through the
@@ -35,7 +35,7 @@ print("\\n".join(failed))
 def test_each_core_module_imports_first() -> None:
     root = Path(weei.core.__file__).parent
     names = sorted(f"weei.core.{p.stem}" for p in root.glob("*.py") if not p.stem.startswith("_"))
-    assert "weei.core.commands" in names and "weei.core.relay" in names
+    assert "weei.core.wire.commands" in names and "weei.core.links.relay" in names
     env = {**os.environ, "PYTHONPATH": str(root.parents[1])}
     out = subprocess.run([sys.executable, "-c", _CHECK, *names], capture_output=True, text=True, env=env,
                          timeout=300, check=True)
