@@ -90,7 +90,7 @@ from weei.api.link_transport import now_ms  # noqa: E402
 from weei.core.wire.commands import Log, Send  # noqa: E402
 from weei.core.wire.messages import ArtifactRef, Assign, Message, TrainingStarted, UnitRange  # noqa: E402
 from weei.core.links.relay import PIPELINE_PIECES, Broadcast, RelayNode, Relays  # noqa: E402
-from weei.core.wire.relay_messages import RelayDone, RelayPiece, RelayPlan  # noqa: E402
+from weei.core.wire.messages import RelayDone, RelayPiece, RelayPlan  # noqa: E402
 from weei.server.signaling import SignalingConfig, create_signaling_app  # noqa: E402
 from weei.server.signaling_client import SignalingClient  # noqa: E402
 

@@ -36,7 +36,7 @@ from weei.core.job.spec import ChunkInfo, JobSpec, ModuleInfo
 from weei.core.wire.messages import ArtifactRef, Assign, InvitationDecision, ModuleStatus, Update
 from weei.core.formats.modelinfo import ModelInfo
 from weei.core.links.relay import piece_size, sequential_sha256, views
-from weei.core.wire.relay_messages import RelayDone, RelayPlan
+from weei.core.wire.messages import RelayDone, RelayPlan
 from weei.core.formats.settings import TrainingSettings
 from weei.core.verified import VerifiedBlobs
 from weei.kernel.digests import sha256_many

@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "app" / "py"))
 
 from weei.core.wire.commands import Log, Send  # noqa: E402
 from weei.core.links.relay import PIPELINE_PIECES, Broadcast, RelayNode, Relays, piece_size  # noqa: E402
-from weei.core.wire.relay_messages import RelayDone, RelayPiece, RelayPlan  # noqa: E402
+from weei.core.wire.messages import RelayDone, RelayPiece, RelayPlan  # noqa: E402
 
 __all__ = ["Links", "Delivery", "direct", "relayed", "ratio_line"]
 

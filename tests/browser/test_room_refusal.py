@@ -41,7 +41,7 @@ class ProoflessCoordinator(ThreadedPeer):
     async def receive(self, peer: str, message: Any, blobs: Mapping[str, bytes]) -> None:
         from weei.core.wire.commands import Send
         from weei.core.wire.messages import InvitationDecision
-        from weei.core.links.room_proof import RoomChallenge, RoomProof
+        from weei.core.wire.messages import RoomChallenge, RoomProof
 
         if isinstance(message, RoomChallenge):
             self.challenges.append(message.job_id)

@@ -18,7 +18,7 @@ import pytest
 from weei.core.wire.commands import Log, Send
 from weei.core.wire.messages import ArtifactRef, MessageError, decode_message
 from weei.core.links.relay import Broadcast, RelayNode, Relays, split, tree
-from weei.core.wire.relay_messages import Piece, RelayDone, RelayPiece, RelayPlan
+from weei.core.wire.messages import Piece, RelayDone, RelayPiece, RelayPlan
 
 C = "coord"
 JOB = "job-1"

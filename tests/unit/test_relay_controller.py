@@ -15,7 +15,7 @@ from typing import Mapping
 from weei.api import TrainingController
 from weei.core.wire.commands import Send
 from weei.core.wire.messages import Assign
-from weei.core.wire.relay_messages import RelayPiece
+from weei.core.wire.messages import RelayPiece
 from weei.demo.network import MemoryNetwork
 from weei.runtime.wasmtime_engine import WasmtimeEngine
 

@@ -23,7 +23,7 @@ from weei.core.wire.commands import Log, Send
 from weei.core.errors import WeeiError
 from weei.core.wire.messages import ArtifactRef, Deliver, Invitation, Message, ModuleStatus, Update
 from weei.core.links.relay import RelayNode
-from weei.core.wire.relay_messages import Piece, RelayDone, RelayPiece, RelayPlan
+from weei.core.wire.messages import Piece, RelayDone, RelayPiece, RelayPlan
 from weei.core.verified import VerifiedBlobs
 from weei.demo.network import MemoryNetwork
 from weei.demo.run import models_dir

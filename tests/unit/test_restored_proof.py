@@ -21,10 +21,10 @@ from test_controller import on_network
 from test_room_proof import COORD, N1, N2, ROOM, T0, _controller, answer
 from weei.api import TrainingController
 from weei.core.wire.commands import Send
-from weei.core.wire.messages import ArtifactRef, CheckpointNote, Deliver, JobFinished, Leave, Message, PauseContribution
+from weei.core.wire.messages import (ArtifactRef, CheckpointNote, Deliver, JobFinished, Leave, Message, PauseContribution,
+                                     RoomProof)
 from weei.core.job.restored_proof import MAX_HELD, RESTORED_TRANSITIONS, Hold, RestoredProof, RestoredState
-from weei.core.links.room_proof import (PROOF_TIMEOUT_MS, CoordinatorProofs, ProofVerdict, RoomProof, RoomProofReason,
-                                  proof_key)
+from weei.core.links.room_proof import PROOF_TIMEOUT_MS, CoordinatorProofs, ProofVerdict, RoomProofReason, proof_key
 from weei.core.states import IllegalTransition, move
 from weei.demo.network import MemoryNetwork
 from weei.host.memory_storage import MemoryStorage

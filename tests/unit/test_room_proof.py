@@ -16,10 +16,9 @@ import os
 import pytest
 
 from weei.api import TrainingController
-from weei.core.wire.messages import MessageError, decode_message, encode_message
+from weei.core.wire.messages import MessageError, RoomChallenge, RoomProof, decode_message, encode_message
 from weei.core.links.room_proof import (NONCE_BYTES, PROOF_TIMEOUT_MS, PROOF_TRANSITIONS, CoordinatorProofs, ProofIgnored,
-                                  ProofState, RoomChallenge, RoomProof, RoomProofReason, answer_challenge, proof_key,
-                                  room_proof)
+                                        ProofState, RoomProofReason, answer_challenge, proof_key, room_proof)
 from weei.core.states import IllegalTransition, move
 from weei.demo.network import MemoryNetwork
 from weei.host.memory_storage import MemoryStorage

@@ -20,7 +20,7 @@ from weei.core.wire.commands import Send
 from weei.core.job.coordinator import Coordinator
 from weei.core.wire.messages import Assign, InvitationDecision, ModuleStatus
 from weei.core.links.relay import Relays, sequential_sha256, split
-from weei.core.wire.relay_messages import RelayDone, RelayPiece, RelayPlan
+from weei.core.wire.messages import RelayDone, RelayPiece, RelayPlan
 from weei.core.verified import VerifiedBlobs
 from weei.kernel.digests import PARALLEL_MIN_BYTES, sha256_many
 from weei.kernel.numpy_kernel import NumpyKernel

@@ -9,12 +9,12 @@ from typing import Any, Awaitable, Callable, Mapping
 
 from ..core.wire.commands import Send
 from ..core.errors import UsageError
-from ..core.wire.messages import Direction, Invitation, InvitationDecision, Message, Progress
+from ..core.wire.messages import (Direction, Invitation, InvitationDecision, Message, Progress, RelayPiece, RelayPlan,
+                                  RoomChallenge, RoomProof)
 from ..core.job.participant import Participant
 from ..core.links.relay import RelayNode
-from ..core.wire.relay_messages import RelayPiece, RelayPlan
 from ..core.job.restored_proof import Hold, RestoredProof
-from ..core.links.room_proof import ProofVerdict, RoomChallenge, RoomProof, answer_challenge, proof_key
+from ..core.links.room_proof import ProofVerdict, answer_challenge, proof_key
 from ..core.states import is_free
 from .executor import Executor
 from .job_store import PARTICIPATION_KEY, JobStore

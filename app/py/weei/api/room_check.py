@@ -15,8 +15,7 @@ import time
 from typing import Any, Callable, Mapping
 
 from ..core.wire.commands import Send
-from ..core.links.room_proof import (NONCE_BYTES, PROOF_TIMEOUT_MS, CoordinatorProofs, ProofIgnored, ProofVerdict,
-                               RoomProof)
+from ..core.links.room_proof import NONCE_BYTES, PROOF_TIMEOUT_MS, CoordinatorProofs, ProofIgnored, ProofVerdict
 
 __all__ = ["RoomCheck", "refusal_text"]
 

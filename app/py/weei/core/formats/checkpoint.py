@@ -21,7 +21,7 @@ import copy
 import hashlib
 import struct
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Mapping, NoReturn
+from typing import Any, Callable, Mapping, NoReturn
 
 from .. import _check
 from ..errors import CheckpointError, ManifestError, SettingsError
@@ -31,15 +31,10 @@ from ..limits import MAX_FILE_BYTES
 from .modelinfo import ModelInfo, check_weight_size
 from .settings import TrainingSettings
 
-if TYPE_CHECKING:
-    from ..aggregation.aggregate import AggregationState
-    from ..job.spec import JobSpec
-
 __all__ = [
     "Checkpoint",
     "CheckpointMetadata",
     "checkpoint_file_name",
-    "checkpoint_metadata",
     "checkpoint_summary",
     "read_checkpoint",
     "write_checkpoint",
@@ -447,38 +442,6 @@ def prepare_checkpoint(
 def checkpoint_file_name(model_id: str, round_: int) -> str:
     """The file name a checkpoint is saved and exported under."""
     return f"{model_id}-round-{round_:04d}.weei-checkpoint"
-
-
-def checkpoint_metadata(spec: JobSpec, *, round_: int, weights_sha256: str, weight_bytes: int,
-                        metrics: Mapping[str, float], examples: int, incomplete: bool,
-                        progress: Mapping[str, Any], aggregation: AggregationState | None) -> dict[str, Any]:
-    """The metadata of checkpoint ``round_`` of the job ``spec``, as :func:`write_checkpoint` takes it.
-
-    ``progress`` is the work the job has done: a dataset job's
-    ``chunkOrder`` (when shuffled), ``trainedChunkIds``,
-    ``remainingChunkIds`` and ``datasetEpoch``, an experience job's
-    ``experience``. The key order is the file's (``JSON.stringify`` keeps it).
-    """
-    metadata: dict[str, Any] = {
-        "version": 2 if aggregation is not None else 1,
-        "jobId": spec.job_id,
-        "module": spec.module.to_json(),
-        "modelInfo": spec.info.raw,
-        "settings": spec.settings.to_json(),
-        "round": round_,
-        "checkpoint": {"artifactId": f"checkpoint-{weights_sha256[:16]}", "kind": "checkpoint",
-                       "fileName": checkpoint_file_name(spec.info.id, round_), "format": "float32-le",
-                       "bytes": weight_bytes, "sha256": weights_sha256, "round": round_},
-        "metrics": {"values": dict(metrics), "examplesProcessed": examples},
-        "incomplete": incomplete,
-        **progress,
-    }
-    if spec.auxiliary_files:
-        metadata["auxiliaryWeights"] = {k: v.sha256 for k, v in spec.auxiliary_files.items()}
-    if aggregation is not None:
-        metadata["aggregationState"] = {"method": aggregation.method, "step": aggregation.step,
-                                        "bytes": len(aggregation.data)}
-    return metadata
 
 
 def checkpoint_summary(metadata: Mapping[str, Any], now: float, *,

@@ -41,11 +41,10 @@ from .spec import JobSpec
 from .participant import CHECKPOINTS_KEPT
 from ..wire.messages import (
     AssignmentFailed, CheckpointNote, Deliver, DiagnosticsReport, Invitation, InvitationDecision, Leave, Message, ModuleStatus,
-    PauseContribution, Progress, TrainingStarted, Update,
+    PauseContribution, Progress, RelayDone, TrainingStarted, Update,
 )
 from .peers import PeerRecord, loading
 from ..links.relay import Relays
-from ..wire.relay_messages import RelayDone
 from .round_loop import MAX_EMPTY_ROUNDS, RejectedUpdate, RoundLoop
 from .round_rules import Kernel, check_can_validate, check_method, check_units, held_round, snapshot_rounds
 from .schedule import DatasetSchedule, ExperienceSchedule

@@ -10,24 +10,27 @@ checkpoint left off (``mode`` 'resume': the remaining chunks in their
 order, or the job seed and next unit) or starts a fresh pass ('new'), and
 always keeps the checkpoint's weights and aggregation state.
 :func:`recorded` is the reverse: the fields a checkpoint writes down so a
-later ``restore`` finds the same place.
+later ``restore`` finds the same place; :func:`checkpoint_metadata` builds the
+whole metadata of a checkpoint from the job spec, that progress and the
+aggregation state (here, not in the file format, which knows no job).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 
 from ..aggregation.aggregate import AggregationState
 from .attempts import Attempt
-from ..formats.checkpoint import Checkpoint
+from ..formats.checkpoint import Checkpoint, checkpoint_file_name
 from ..errors import ManifestError, UsageError
 from .spec import JobSpec
 from ..formats.manifest import check_recorded_auxiliary
 from .schedule import DatasetSchedule, ExperienceSchedule
 from ..formats.seeds import rounds_to_train
 
-__all__ = ["Restored", "new_schedules", "restore", "recorded", "work_done", "dropped_work", "give_back"]
+__all__ = ["Restored", "new_schedules", "restore", "recorded", "checkpoint_metadata", "work_done", "dropped_work",
+           "give_back"]
 
 
 @dataclass(frozen=True)
@@ -150,3 +153,36 @@ def give_back(dataset: DatasetSchedule | None, experience: ExperienceSchedule | 
         dataset.give_back(attempt.chunk_id, failed=failed, peer=attempt.peer, peers_available=peers_available)
     elif experience is not None and attempt.units is not None:
         experience.give_back(attempt.units, failed=failed)
+
+
+def checkpoint_metadata(spec: JobSpec, *, round_: int, weights_sha256: str, weight_bytes: int,
+                        metrics: Mapping[str, float], examples: int, incomplete: bool,
+                        progress: Mapping[str, Any], aggregation: AggregationState | None) -> dict[str, Any]:
+    """The metadata of checkpoint ``round_`` of the job ``spec``, as :func:`~weei.core.formats.checkpoint.write_checkpoint`
+    takes it (its file name: ``checkpoint_file_name``).
+
+    ``progress`` is the work the job has done: a dataset job's
+    ``chunkOrder`` (when shuffled), ``trainedChunkIds``,
+    ``remainingChunkIds`` and ``datasetEpoch``, an experience job's
+    ``experience``. The key order is the file's (``JSON.stringify`` keeps it).
+    """
+    metadata: dict[str, Any] = {
+        "version": 2 if aggregation is not None else 1,
+        "jobId": spec.job_id,
+        "module": spec.module.to_json(),
+        "modelInfo": spec.info.raw,
+        "settings": spec.settings.to_json(),
+        "round": round_,
+        "checkpoint": {"artifactId": f"checkpoint-{weights_sha256[:16]}", "kind": "checkpoint",
+                       "fileName": checkpoint_file_name(spec.info.id, round_), "format": "float32-le",
+                       "bytes": weight_bytes, "sha256": weights_sha256, "round": round_},
+        "metrics": {"values": dict(metrics), "examplesProcessed": examples},
+        "incomplete": incomplete,
+        **progress,
+    }
+    if spec.auxiliary_files:
+        metadata["auxiliaryWeights"] = {k: v.sha256 for k, v in spec.auxiliary_files.items()}
+    if aggregation is not None:
+        metadata["aggregationState"] = {"method": aggregation.method, "step": aggregation.step,
+                                        "bytes": len(aggregation.data)}
+    return metadata

@@ -37,9 +37,9 @@ from enum import StrEnum
 from typing import Mapping
 
 from ..wire.commands import Send
-from ..wire.messages import Deliver, Message
+from ..wire.messages import Deliver, Message, RoomChallenge, RoomProof
 from .participant import CHECKPOINTS_KEPT
-from ..links.room_proof import ProofVerdict, RoomChallenge, RoomProof
+from ..links.room_proof import ProofVerdict
 from ..states import move
 
 __all__ = ["MAX_HELD", "RESTORED_TRANSITIONS", "RestoredState", "Hold", "RestoredProof"]

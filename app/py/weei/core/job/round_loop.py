@@ -428,7 +428,7 @@ class RoundLoop:
         changes nothing. Raises CheckpointError when the file would not pass the reader's checks."""
         incomplete = (progress.work_done(dataset, round_, self.spec.settings.epochs)
                       and progress.dropped_work(dataset, self.experience))
-        metadata = ckpt.checkpoint_metadata(
+        metadata = progress.checkpoint_metadata(
             self.spec, round_=round_, weights_sha256=weights_sha256, weight_bytes=len(weights),
             metrics=metrics, examples=examples, incomplete=incomplete,
             progress=progress.recorded(dataset, self.experience, self.job_seed),

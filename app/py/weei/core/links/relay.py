@@ -56,8 +56,7 @@ from dataclasses import dataclass, field
 
 from ..aggregation.aggregate import BytesLike
 from ..wire.commands import Command, Log, Send
-from ..wire.messages import ArtifactRef
-from ..wire.relay_messages import MAX_FORWARD, MAX_PIECES, Piece, RelayDone, RelayPiece, RelayPlan
+from ..wire.messages import MAX_FORWARD, MAX_PIECES, ArtifactRef, Piece, RelayDone, RelayPiece, RelayPlan
 from ..verified import VerifiedBlobs, is_verified, sha256_hex
 
 __all__ = [

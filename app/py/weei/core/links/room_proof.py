@@ -24,9 +24,8 @@ in as ``now``, the nonce from the caller, the challenge goes out as a
 A challenge moves by the table :data:`PROOF_TRANSITIONS` and is answered
 once: the first proof from its coordinator decides it.
 
-Kept out of ``messages.py`` for its size: the two messages register
-themselves in its ``decode_message`` table below, and ``messages.py``
-imports this module.
+The two messages are defined with every other message, in
+:mod:`weei.core.wire.messages`.
 """
 
 from __future__ import annotations
@@ -36,15 +35,14 @@ import hmac
 import json
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, ClassVar
 
-from ..wire import commands  # a module, not its names: commands -> messages -> this module is a cycle
-from ..wire.messages import _TYPES, Direction, _Message, _sha, _str
 from ..states import move
+from ..wire.commands import Send
+from ..wire.messages import RoomChallenge, RoomProof
 
 __all__ = [
-    "NONCE_BYTES", "PROOF_TIMEOUT_MS", "PROOF_TRANSITIONS", "RoomProofReason", "ProofState", "RoomChallenge",
-    "RoomProof", "ProofVerdict", "ProofIgnored", "CoordinatorProofs", "proof_key", "room_proof", "answer_challenge",
+    "NONCE_BYTES", "PROOF_TIMEOUT_MS", "PROOF_TRANSITIONS", "RoomProofReason", "ProofState",
+    "ProofVerdict", "ProofIgnored", "CoordinatorProofs", "proof_key", "room_proof", "answer_challenge",
 ]
 
 #: Random bytes in a challenge's nonce.
@@ -81,37 +79,6 @@ PROOF_TRANSITIONS: dict[ProofState, dict[str, ProofState]] = {
 }
 _REASONS = {"wrong-proof": RoomProofReason.MISMATCH, "no-proof": RoomProofReason.MISSING,
             "deadline": RoomProofReason.TIMEOUT}
-
-
-@dataclass(frozen=True)
-class RoomChallenge(_Message):
-    """Prove the room key for ``job_id`` over this ``nonce`` (64 hex digits: 32 fresh random bytes)."""
-
-    TYPE: ClassVar[str] = "roomChallenge"
-    DIRECTION: ClassVar[Direction] = Direction.TO_COORDINATOR
-    job_id: str
-    nonce: str
-
-    @classmethod
-    def _parse(cls, obj: dict[str, Any]) -> RoomChallenge:
-        return cls(_str(obj, "jobId"), _sha(obj, "nonce"))
-
-
-@dataclass(frozen=True)
-class RoomProof(_Message):
-    """The answer to a challenge: the HMAC in 64 hex digits, or None (no room key on this coordinator)."""
-
-    TYPE: ClassVar[str] = "roomProof"
-    DIRECTION: ClassVar[Direction] = Direction.TO_PARTICIPANT
-    job_id: str
-    proof: str | None = None
-
-    @classmethod
-    def _parse(cls, obj: dict[str, Any]) -> RoomProof:
-        return cls(_str(obj, "jobId"), _sha(obj, "proof") if obj.get("proof") is not None else None)
-
-
-_TYPES.update({cls.TYPE: cls for cls in (RoomChallenge, RoomProof)})
 
 
 def proof_key(room_key: str) -> bytes:
@@ -178,7 +145,7 @@ class CoordinatorProofs:
         self.timeout_ms = timeout_ms
         self._open: dict[str, _Challenge] = {}
 
-    def challenge(self, job_id: str, coordinator: str, nonce: bytes, now: float) -> commands.Send:
+    def challenge(self, job_id: str, coordinator: str, nonce: bytes, now: float) -> Send:
         """Ask ``coordinator`` to prove the key for ``job_id``; a new challenge replaces an open one.
 
         ``nonce``: NONCE_BYTES fresh random bytes, never used before.
@@ -186,7 +153,7 @@ class CoordinatorProofs:
         if len(nonce) != NONCE_BYTES:
             raise ValueError(f"a challenge needs {NONCE_BYTES} random bytes, not {len(nonce)}")
         self._open[job_id] = _Challenge(coordinator, nonce.hex(), now + self.timeout_ms)
-        return commands.Send(coordinator, RoomChallenge(job_id, nonce.hex()))
+        return Send(coordinator, RoomChallenge(job_id, nonce.hex()))
 
     def receive(self, sender: str, message: RoomProof, now: float) -> ProofVerdict | ProofIgnored:
         """A proof from peer ``sender``: the verdict of the challenge it answers, or ignored."""

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any, ClassVar
 
-from .._check import Where, as_bool, as_choice, as_int, as_list, as_object, as_sha256, as_str
+from .._check import Where, as_bool, as_choice, as_int, as_list, as_number, as_object, as_sha256, as_str, first_duplicate
 from ..errors import WeeiError
-from ..limits import MAX_METRIC_ID_CHARS, MAX_METRICS, MAX_SHADER_ARCHIVE_BYTES
+from ..limits import MAX_FILE_BYTES, MAX_METRIC_ID_CHARS, MAX_METRICS, MAX_SHADER_ARCHIVE_BYTES
 from ..formats.seeds import parse_seed
 
 __all__ = [
@@ -46,6 +46,14 @@ __all__ = [
     "DiagnosticsReport",
     "Progress",
     "CheckpointNote",
+    "MAX_PIECES",
+    "MAX_FORWARD",
+    "Piece",
+    "RelayPlan",
+    "RelayPiece",
+    "RelayDone",
+    "RoomChallenge",
+    "RoomProof",
     "Message",
     "check_gpu_offer",
     "decode_message",
@@ -557,19 +565,213 @@ class Progress(_Message):
         return cls(_str(obj, "jobId"), _str(obj, "attemptId"), processed, total, _int(obj, "elapsedMs"), metrics)
 
 
-# Defined in a private module (this one is near its size limit) that needs the helpers above:
-# import it from here, never from _checkpoint_note.
-from ._checkpoint_note import CheckpointNote  # noqa: E402
+# ------------------------------------------------------------ checkpoint notes (docs/wire.md, "Checkpoint notes")
+
+
+@dataclass(frozen=True)
+class CheckpointNote(_Message):
+    """A checkpoint the coordinator saved (or its validation result), so a participant's window
+    lists the job's checkpoints and charts its metrics: the summary, never the weights."""
+
+    TYPE: ClassVar[str] = "checkpoint"
+    DIRECTION: ClassVar[Direction] = Direction.TO_PARTICIPANT
+    job_id: str
+    round: int
+    sha256: str
+    bytes: int
+    file_name: str
+    examples_processed: int
+    metrics: dict[str, float]
+    created_at: float  # on the coordinator's clock (ms since the epoch)
+    validation_metrics: dict[str, float] | None = None
+    validation_examples: int | None = None
+    validation_error: str | None = None
+
+    @classmethod
+    def _parse(cls, obj: dict[str, Any]) -> CheckpointNote:
+        created = as_number(obj.get("createdAt"), _AT.at("createdAt"), 0)
+        validation = _metrics(obj, "validationMetrics") if obj.get("validationMetrics") is not None else None
+        return cls(_str(obj, "jobId"), _int(obj, "round"), _sha(obj, "sha256"), _int(obj, "bytes"),
+                   _str(obj, "fileName"), _int(obj, "examplesProcessed"), _metrics(obj, "metrics"), float(created),
+                   validation, _int(obj, "validationExamples", optional=True),
+                   _str(obj, "validationError", optional=True, limit=MAX_TEXT))
+
+    @classmethod
+    def of(cls, job_id: str, summary: Mapping[str, Any]) -> CheckpointNote:
+        """The note of a coordinator's CheckpointSummary."""
+        artifact, metrics = summary["artifact"], summary["metrics"]
+        validation = summary.get("validationMetrics")
+        return cls(job_id, artifact["round"], artifact["sha256"], artifact["bytes"], artifact["fileName"],
+                   metrics.get("examplesProcessed", 0), dict(metrics.get("values", {})), summary["createdAt"],
+                   dict(validation["values"]) if validation else None,
+                   validation["examplesProcessed"] if validation else None, summary.get("validationError"))
+
+    def summary(self) -> dict[str, Any]:
+        """The CheckpointSummary a participant's job view lists (docs/api.md)."""
+        out: dict[str, Any] = {
+            "artifact": {"round": self.round, "sha256": self.sha256, "bytes": self.bytes, "fileName": self.file_name},
+            "metrics": {"values": dict(self.metrics), "examplesProcessed": self.examples_processed},
+            "createdAt": self.created_at,
+        }
+        if self.validation_metrics is not None:
+            out["validationMetrics"] = {"values": dict(self.validation_metrics),
+                                        "examplesProcessed": self.validation_examples or 0}
+        if self.validation_error is not None:
+            out["validationError"] = self.validation_error
+        return out
+
+
+# ------------------------------------------------------------ the checkpoint relay (docs/wire.md, "Relayed broadcast")
+# A plan lists its pieces as ``Piece`` values, not ``ArtifactRef``: a plan travels without attachments, and the
+# frame reader refuses a message naming an artifact that neither came with it nor is held.
+
+#: At most this many pieces per artifact (a 256 MB checkpoint in pieces of 250 kB or more).
+MAX_PIECES = 1024
+#: A node forwards to at most this many peers (a tree's fan-out).
+MAX_FORWARD = 8
+_PEER = 64  # characters of a peer ID (the signaling server's are 26)
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One piece of a relayed artifact: its SHA-256 and size (offsets follow from the order)."""
+
+    sha256: str
+    bytes: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"sha256": self.sha256, "bytes": self.bytes}
+
+
+@dataclass(frozen=True)
+class RelayPlan(_Message):
+    """Where this participant gets the pieces of ``artifact`` from, and whom it passes them on to."""
+
+    TYPE: ClassVar[str] = "relayPlan"
+    DIRECTION: ClassVar[Direction] = Direction.TO_PARTICIPANT
+    job_id: str
+    round: int
+    artifact: str  # SHA-256 of the whole artifact (the concatenated pieces)
+    bytes: int
+    source: str  # the peer the pieces come from: a relay, or the coordinator itself
+    forward_to: tuple[str, ...]
+    pieces: tuple[Piece, ...]
+
+    def _body(self) -> dict[str, Any]:
+        return {"jobId": self.job_id, "round": self.round, "artifact": self.artifact, "bytes": self.bytes,
+                "source": self.source, "forwardTo": list(self.forward_to),
+                "pieces": [p.to_json() for p in self.pieces]}
+
+    @classmethod
+    def _parse(cls, obj: dict[str, Any]) -> RelayPlan:
+        total = _int(obj, "bytes", minimum=1)
+        if total > MAX_FILE_BYTES:
+            _AT.at("bytes")(f"must be at most {MAX_FILE_BYTES}")
+        source = _str(obj, "source", limit=_PEER)
+        at = _AT.at("forwardTo")
+        forward = tuple(_str({"p": p}, "p", limit=_PEER, at=at) for p in as_list(obj.get("forwardTo"), at, MAX_FORWARD))
+        if first_duplicate(forward) is not None or source in forward:
+            at("must name distinct peers other than the source")
+        at = _AT.at("pieces")
+        pieces = []
+        for i, item in enumerate(as_list(obj.get("pieces"), at, MAX_PIECES)):
+            piece = as_object(item, at.at(str(i)))
+            pieces.append(Piece(_sha(piece, "sha256", at.at(str(i))), _int(piece, "bytes", minimum=1, at=at.at(str(i)))))
+        if not pieces or sum(p.bytes for p in pieces) != total:
+            at("must be 1 or more pieces whose sizes add up to bytes")
+        return cls(_str(obj, "jobId"), _int(obj, "round", minimum=1), _sha(obj, "artifact"), total, source, forward,
+                   tuple(pieces))
+
+
+@dataclass(frozen=True)
+class RelayPiece(_Message):
+    """Piece ``index`` of ``artifact``; ``data`` travels beside it (verified by the frame reader)."""
+
+    TYPE: ClassVar[str] = "relayPiece"
+    DIRECTION: ClassVar[Direction] = Direction.TO_PARTICIPANT
+    job_id: str
+    round: int
+    artifact: str
+    index: int
+    data: ArtifactRef
+
+    @classmethod
+    def _parse(cls, obj: dict[str, Any]) -> RelayPiece:
+        data = ArtifactRef.from_json(obj.get("data"), _AT.at("data"))
+        if data.kind != "checkpoint" or data.bytes < 1:
+            _AT.at("data")("must be a checkpoint piece of 1 byte or more")
+        index = _int(obj, "index")
+        if index >= MAX_PIECES:
+            _AT.at("index")(f"must be below {MAX_PIECES}")
+        return cls(_str(obj, "jobId"), _int(obj, "round", minimum=1), _sha(obj, "artifact"), index, data)
+
+
+@dataclass(frozen=True)
+class RelayDone(_Message):
+    """A participant holds ``artifact`` (``ok``), or names the ``source`` that sent it a bad piece."""
+
+    TYPE: ClassVar[str] = "relayDone"
+    DIRECTION: ClassVar[Direction] = Direction.TO_COORDINATOR
+    job_id: str
+    round: int
+    artifact: str
+    source: str
+    ok: bool
+    error: str | None = None
+
+    @classmethod
+    def _parse(cls, obj: dict[str, Any]) -> RelayDone:
+        ok = _bool(obj, "ok")
+        error = _str(obj, "error", optional=True, limit=MAX_TEXT)
+        if ok == (error is not None):
+            _AT.at("error")("is required when ok is false, and only then")
+        return cls(_str(obj, "jobId"), _int(obj, "round", minimum=1), _sha(obj, "artifact"),
+                   _str(obj, "source", limit=_PEER), ok, error)
+
+
+# ------------------------------------------------------------ the room proof (docs/agent.md; weei.core.links.room_proof)
+
+
+@dataclass(frozen=True)
+class RoomChallenge(_Message):
+    """Prove the room key for ``job_id`` over this ``nonce`` (64 hex digits: 32 fresh random bytes)."""
+
+    TYPE: ClassVar[str] = "roomChallenge"
+    DIRECTION: ClassVar[Direction] = Direction.TO_COORDINATOR
+    job_id: str
+    nonce: str
+
+    @classmethod
+    def _parse(cls, obj: dict[str, Any]) -> RoomChallenge:
+        return cls(_str(obj, "jobId"), _sha(obj, "nonce"))
+
+
+@dataclass(frozen=True)
+class RoomProof(_Message):
+    """The answer to a challenge: the HMAC in 64 hex digits, or None (no room key on this coordinator)."""
+
+    TYPE: ClassVar[str] = "roomProof"
+    DIRECTION: ClassVar[Direction] = Direction.TO_PARTICIPANT
+    job_id: str
+    proof: str | None = None
+
+    @classmethod
+    def _parse(cls, obj: dict[str, Any]) -> RoomProof:
+        return cls(_str(obj, "jobId"), _sha(obj, "proof") if obj.get("proof") is not None else None)
+
 
 Message = (
     Invitation | InvitationDecision | Deliver | ModuleStatus | Assign | TrainingStarted | Update | AssignmentFailed
     | UpdateReceipt | PauseContribution | Leave | JobFinished | DiagnosticsReport | Progress | CheckpointNote
+    | RelayPlan | RelayPiece | RelayDone | RoomChallenge | RoomProof
 )
 
+#: The one decode table: every message type on the wire.
 _TYPES: dict[str, Any] = {
     cls.TYPE: cls
     for cls in (Invitation, InvitationDecision, Deliver, ModuleStatus, Assign, TrainingStarted, Update, AssignmentFailed,
-                UpdateReceipt, PauseContribution, Leave, JobFinished, DiagnosticsReport, Progress, CheckpointNote)
+                UpdateReceipt, PauseContribution, Leave, JobFinished, DiagnosticsReport, Progress, CheckpointNote,
+                RelayPlan, RelayPiece, RelayDone, RoomChallenge, RoomProof)
 }
 
 
@@ -591,9 +793,3 @@ def decode_message(obj: Any) -> Message:
 def encode_message(message: Message) -> dict[str, Any]:
     """The JSON form of a message (the inverse of ``decode_message``)."""
     return message.to_json()
-
-
-# The checkpoint relay's and the room proof's messages (kept apart for this module's size) add themselves to
-# _TYPES when their modules load; importing them here means whoever decodes messages also decodes them.
-from . import relay_messages  # noqa: E402,F401
-from ..links import room_proof  # noqa: E402,F401
