@@ -15,7 +15,7 @@ disconnect, deadline, rejected update, model error); then its work goes
 back, to an idle participant at once when there is one, otherwise to the
 front of the queue for the next round. A round closes (``_close_round``)
 when every attempt has an outcome, or at its deadline: the pure
-``rounds.close_round`` aggregates the valid updates (FedAvg in canonical
+``round_rules.close_round`` aggregates the valid updates (FedAvg in canonical
 order, then FedAvgM/FedAdam, and the weighted metrics) into the record of
 checkpoint ``r``; ``_closing`` builds and checks that checkpoint's file on a
 copy of the schedule, and only then ``_take_round`` writes it all down and
