@@ -58,7 +58,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT / "app" / "py"))
 
-from weei.core.jsonfmt import stringify  # noqa: E402
+from weei.core.formats.jsonfmt import stringify  # noqa: E402
 from weei.modelkit import ARCHIVE_NAME, BuildError, model_manifest, probe_model  # noqa: E402
 from weei.modelkit.compile import NATIVE_FLAGS, WASM_FLAGS, compile_wasm, run_tool  # noqa: E402
 from weei.modelkit.compile import compile_kernel as _compile_kernel  # noqa: E402

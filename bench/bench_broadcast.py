@@ -14,7 +14,7 @@ verified against its SHA-256 (the bytes are compared again after the clock
 stops).
 
 Relayed: the same room and a fresh checkpoint, delivered as the product does
-it since the relay (``weei.core.relay``, docs/peers.md): the coordinator's
+it since the relay (``weei.core.links.relay``, docs/peers.md): the coordinator's
 host drives a ``Broadcast`` (plans, then the pieces to the first participant
 of a chain), each participant's host a ``RelayNode`` (each verified piece
 forwarded at once to the next), relayDone reports back. Timed from the
@@ -87,10 +87,10 @@ from aiortc import RTCConfiguration, RTCDataChannel, RTCPeerConnection  # noqa: 
 
 from weei.agent.transport import HIGH_WATER, LOW_WATER, AgentTransport  # noqa: E402
 from weei.api.link_transport import now_ms  # noqa: E402
-from weei.core.commands import Log, Send  # noqa: E402
-from weei.core.messages import ArtifactRef, Assign, Message, TrainingStarted, UnitRange  # noqa: E402
-from weei.core.relay import PIPELINE_PIECES, Broadcast, RelayNode, Relays  # noqa: E402
-from weei.core.relay_messages import RelayDone, RelayPiece, RelayPlan  # noqa: E402
+from weei.core.wire.commands import Log, Send  # noqa: E402
+from weei.core.wire.messages import ArtifactRef, Assign, Message, TrainingStarted, UnitRange  # noqa: E402
+from weei.core.links.relay import PIPELINE_PIECES, Broadcast, RelayNode, Relays  # noqa: E402
+from weei.core.wire.messages import RelayDone, RelayPiece, RelayPlan  # noqa: E402
 from weei.server.signaling import SignalingConfig, create_signaling_app  # noqa: E402
 from weei.server.signaling_client import SignalingClient  # noqa: E402
 
@@ -191,7 +191,7 @@ class Participant:
     """A Receiver that notes when the checkpoint of the current round arrived.
 
     Direct: the checkpoint comes as the attachment of an Assign. Relayed: the
-    participant runs ``weei.core.relay.RelayNode`` as a host would: plans and
+    participant runs ``weei.core.links.relay.RelayNode`` as a host would: plans and
     pieces go to the node, the node's Sends go out on this peer's transport,
     and the checkpoint arrives when the node has assembled it.
     """
@@ -334,7 +334,7 @@ class Room:
 
     async def relayed(self, weights: bytes, round_: int) -> float:
         """Seconds from the coordinator's first Send until every participant assembled the checkpoint
-        relayed down a chain of participants (``weei.core.relay``)."""
+        relayed down a chain of participants (``weei.core.links.relay``)."""
         assert self.relays is not None
         sha = hashlib.sha256(weights).hexdigest()
         self._reset(sha)

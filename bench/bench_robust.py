@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from weei.core.aggregate import aggregate_round
-from weei.core.settings import AggregationSettings
+from weei.core.aggregation.aggregate import aggregate_round
+from weei.core.formats.settings import AggregationSettings
 from weei.kernel.native import NativeKernel
 from weei.kernel.numpy_kernel import NumpyKernel
 from weei.kernel.wasm_kernel import WasmKernel

@@ -13,7 +13,7 @@ on the wall clock and on this process's CPU clock (everything measured
 runs on one thread, so a loaded machine stretches the first, not the second).
 
 The update arrives as the transport hands it over: as ``VerifiedBlobs``,
-hashed while its fragments arrived (``core/framing/reader.py``), so that
+hashed while its fragments arrived (``core/wire/framing/reader.py``), so that
 hash belongs to the transfer, not to the overhead. Fixed seeds.
 
 Prints one ``P4`` line per weight count and method; the goal (issue 11):
@@ -29,15 +29,15 @@ import time
 
 import numpy as np
 
-from weei.core.aggregate import aggregate_round
-from weei.core.commands import Send
-from weei.core.coordinator import Coordinator
-from weei.core.job import ChunkInfo, JobSpec, ModuleInfo
-from weei.core.messages import ArtifactRef, Assign, InvitationDecision, ModuleStatus, Update
-from weei.core.modelinfo import ModelInfo
-from weei.core.relay import piece_size, sequential_sha256, views
-from weei.core.relay_messages import RelayDone, RelayPlan
-from weei.core.settings import TrainingSettings
+from weei.core.aggregation.aggregate import aggregate_round
+from weei.core.wire.commands import Send
+from weei.core.job.coordinator import Coordinator
+from weei.core.job.spec import ChunkInfo, JobSpec, ModuleInfo
+from weei.core.wire.messages import ArtifactRef, Assign, InvitationDecision, ModuleStatus, Update
+from weei.core.formats.modelinfo import ModelInfo
+from weei.core.links.relay import piece_size, sequential_sha256, views
+from weei.core.wire.messages import RelayDone, RelayPlan
+from weei.core.formats.settings import TrainingSettings
 from weei.core.verified import VerifiedBlobs
 from weei.kernel.digests import sha256_many
 from weei.kernel.native import NativeKernel

@@ -45,13 +45,13 @@ from typing import Any
 
 import numpy as np
 
-from weei.core.commands import LoadModule, SaveCheckpoint, Send, Train
-from weei.core.coordinator import Coordinator
-from weei.core.job import ChunkInfo, JobSpec, ModuleInfo
-from weei.core.messages import Message, Update, decode_message, encode_message
-from weei.core.modelinfo import ModelInfo
-from weei.core.participant import Participant, TrainOutcome
-from weei.core.settings import TrainingSettings
+from weei.core.wire.commands import LoadModule, SaveCheckpoint, Send, Train
+from weei.core.job.coordinator import Coordinator
+from weei.core.job.spec import ChunkInfo, JobSpec, ModuleInfo
+from weei.core.wire.messages import Message, Update, decode_message, encode_message
+from weei.core.formats.modelinfo import ModelInfo
+from weei.core.job.participant import Participant, TrainOutcome
+from weei.core.formats.settings import TrainingSettings
 from weei.core.verified import VerifiedBlobs
 from weei.kernel.native import NativeKernel
 

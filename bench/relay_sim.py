@@ -4,7 +4,7 @@
 
 bench_broadcast.py runs every peer in one Python process on one core, so a
 relay hop there costs CPU time instead of running on a link of its own. This
-runs the product's relay core itself (``weei.core.relay``: the coordinator's
+runs the product's relay core itself (``weei.core.links.relay``: the coordinator's
 ``Broadcast`` and each participant's ``RelayNode``, the same objects the
 hosts drive) over a network that exists only as numbers:
 
@@ -39,9 +39,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "app" / "py"))
 
-from weei.core.commands import Log, Send  # noqa: E402
-from weei.core.relay import PIPELINE_PIECES, Broadcast, RelayNode, Relays, piece_size  # noqa: E402
-from weei.core.relay_messages import RelayDone, RelayPiece, RelayPlan  # noqa: E402
+from weei.core.wire.commands import Log, Send  # noqa: E402
+from weei.core.links.relay import PIPELINE_PIECES, Broadcast, RelayNode, Relays, piece_size  # noqa: E402
+from weei.core.wire.messages import RelayDone, RelayPiece, RelayPlan  # noqa: E402
 
 __all__ = ["Links", "Delivery", "direct", "relayed", "ratio_line"]
 

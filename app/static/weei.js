@@ -444,7 +444,7 @@
       stop() { return callAsync('stop'); },
       updateSettings(settings) { return callAsync('updateSettings', { settings }); },
       // Warnings for legal settings that are likely mistakes, with the job's estimated time (docs/api.md).
-      // Settings review runs in the controller (weei.core.settings_review): a Promise (docs/api.md).
+      // Settings review runs in the controller (weei.core.job.settings_review): a Promise (docs/api.md).
       async reviewSettings(settings, manifest) {
         const api = await startApi();
         return unwrap(await api.callSync('reviewSettings', JSON.stringify({ settings, manifest: manifest ?? null })));

@@ -3,7 +3,7 @@
  *
  * One source, two builds (both with -ffp-contract=off, so no FMA is ever
  * formed and every product and sum is rounded on its own, exactly as the
- * reference in weei/core/aggregate.py and the numpy oracle compute it):
+ * reference in weei/core/aggregation/aggregate.py and the numpy oracle compute it):
  *
  *   wasm32:  clang --target=wasm32 -O3 -msimd128 -mbulk-memory -nostdlib
  *            -ffp-contract=off -fno-math-errno -Wl,--no-entry -o aggregate.wasm
@@ -11,7 +11,7 @@
  *            -shared -fPIC -o aggregate.so
  *
  * The exact precision of every operation is documented in the module
- * docstring of weei/core/aggregate.py; the comments here only point at it.
+ * docstring of weei/core/aggregation/aggregate.py; the comments here only point at it.
  * Only IEEE-754 basic operations are used (float->double is exact,
  * double->float rounds to nearest-even, sqrt is correctly rounded), so the
  * bits are the same on every platform.
@@ -319,7 +319,7 @@ int32_t weei_first_non_finite(const float *x, uint32_t n) {
 /* ---------------------------------------------------- robust aggregation */
 
 /*
- * Squared norm of a contribution's delta (weei/core/robust.py):
+ * Squared norm of a contribution's delta (weei/core/aggregation/robust.py):
  *   d_i  = (double)x[i] - (double)start[i];   sq_i = d_i * d_i
  *   lane[j] = sq_j + sq_(j+8) + sq_(j+16) + ...   (j = 0..7, in index order)
  *   out[0]  = ((lane0 + lane1) + lane2) + ... + lane7

@@ -19,10 +19,10 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 from weei.api.link_transport import LinkTransport
-from weei.core.commands import Send
-from weei.core.framing import data_frame, message_begin_frame
-from weei.core.messages import ArtifactRef, Deliver, Message
-from weei.core.signaling_protocol import Signal
+from weei.core.wire.commands import Send
+from weei.core.wire.framing import data_frame, message_begin_frame
+from weei.core.wire.messages import ArtifactRef, Deliver, Message
+from weei.core.wire.signaling_session import Signal
 
 __all__ = ["Platform", "CASES"]
 

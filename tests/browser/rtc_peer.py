@@ -18,9 +18,9 @@ import js  # type: ignore[import-not-found]
 
 from weei.browser.rtc import BrowserTransport
 from weei.browser.signaling_ws import BrowserSignaling, signal_url
-from weei.core.commands import Send
-from weei.core.framing import artifact_begin_frame, data_frame
-from weei.core.messages import ArtifactRef, Deliver, Message
+from weei.core.wire.commands import Send
+from weei.core.wire.framing import artifact_begin_frame, data_frame
+from weei.core.wire.messages import ArtifactRef, Deliver, Message
 
 logging.basicConfig(level=logging.INFO, format="%(name)s %(levelname)s %(message)s")
 

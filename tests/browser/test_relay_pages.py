@@ -16,7 +16,7 @@ from typing import Any
 
 from test_peers import browsers  # noqa: F401 (the fixture: one Chromium process per page)
 
-from weei.core.relay import piece_size
+from weei.core.links.relay import piece_size
 
 SETTINGS = {"epochs": 1, "localEpochs": 1, "batchSize": 8, "coordinatorParticipates": False}
 

@@ -391,8 +391,8 @@ class HostilePeer(ThreadedPeer):
             raise
 
     async def _receive(self, peer: str, message: Any, blobs: Mapping[str, bytes]) -> None:
-        from weei.core.commands import Send
-        from weei.core.messages import Assign, Deliver, Invitation, InvitationDecision, ModuleStatus, UpdateReceipt
+        from weei.core.wire.commands import Send
+        from weei.core.wire.messages import Assign, Deliver, Invitation, InvitationDecision, ModuleStatus, UpdateReceipt
 
         self.blobs.update(blobs)
         if isinstance(message, Invitation):
@@ -406,7 +406,7 @@ class HostilePeer(ThreadedPeer):
 
     def _update(self, assign: Any, weights: bytes, *, round_: int | None = None, attempt: tuple[str, str] | None = None,
                 count: int | None = None, declared: int | None = None, sha: str | None = None) -> tuple[Any, Any]:
-        from weei.core.messages import ArtifactRef, Update
+        from weei.core.wire.messages import ArtifactRef, Update
 
         ref = ArtifactRef("update", sha or hashlib.sha256(weights).hexdigest(),
                           len(weights) if declared is None else declared)
@@ -417,7 +417,7 @@ class HostilePeer(ThreadedPeer):
         return update, ref
 
     def _send_update(self, peer: str, update: Any, ref: Any, data: bytes | None) -> None:
-        from weei.core.commands import Send
+        from weei.core.wire.commands import Send
 
         if data is None:
             self.transport.send(Send(peer, update), {})
@@ -429,8 +429,8 @@ class HostilePeer(ThreadedPeer):
         self.transport.send_raw(peer, frames)
 
     async def _answer(self, peer: str, assign: Any) -> None:
-        from weei.core import framing
-        from weei.core.messages import encode_message
+        from weei.core.wire import framing
+        from weei.core.wire.messages import encode_message
 
         checkpoint = self.blobs[assign.checkpoint.sha256]
         n = len(checkpoint)

@@ -31,17 +31,17 @@ class ProoflessCoordinator(ThreadedPeer):
 
     # The Receiver of AgentTransport.
     async def peer_connected(self, peer: str) -> None:
-        from weei.core.commands import Send
-        from weei.core.messages import Invitation
+        from weei.core.wire.commands import Send
+        from weei.core.wire.messages import Invitation
 
         invitation = Invitation(JOB, self.peer_id or "", {"id": "digits-mlp", "name": "Digits MLP", "version": "1"},
                                 {"fileName": "model.wasm", "bytes": 4096, "sha256": "ab" * 32}, 1000, {"epochs": 1})
         self.transport.send(Send(peer, invitation), {})
 
     async def receive(self, peer: str, message: Any, blobs: Mapping[str, bytes]) -> None:
-        from weei.core.commands import Send
-        from weei.core.messages import InvitationDecision
-        from weei.core.room_proof import RoomChallenge, RoomProof
+        from weei.core.wire.commands import Send
+        from weei.core.wire.messages import InvitationDecision
+        from weei.core.wire.messages import RoomChallenge, RoomProof
 
         if isinstance(message, RoomChallenge):
             self.challenges.append(message.job_id)

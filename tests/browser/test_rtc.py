@@ -321,8 +321,8 @@ class _AgentInbox:
 def test_browser_and_aiortc_agent_exchange_messages(weei_server: Any, harness: str, browser1: Any) -> None:
     pytest.importorskip("aiortc")
     from weei.agent.transport import AgentTransport
-    from weei.core.commands import Send
-    from weei.core.messages import ArtifactRef, Deliver
+    from weei.core.wire.commands import Send
+    from weei.core.wire.messages import ArtifactRef, Deliver
     from weei.server.signaling_client import SignalingClient
 
     loop = asyncio.new_event_loop()

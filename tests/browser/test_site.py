@@ -155,7 +155,7 @@ AGGREGATE_JS = f"""async (spec) => {{
 
 @pytest.mark.parametrize("method", ["fedavg", "fedavgm", "fedadam"])
 def test_page_kernel_matches_cpython(weei_server: Any, page: Any, method: str) -> None:
-    from weei.core.aggregate import AggregationState, aggregate_round
+    from weei.core.aggregation.aggregate import AggregationState, aggregate_round
     from weei.kernel.native import NativeKernel
     from weei.kernel.numpy_kernel import NumpyKernel
 
@@ -201,8 +201,8 @@ def test_page_kernel_matches_cpython(weei_server: Any, page: Any, method: str) -
 
 def test_page_kernel_robust_matches_cpython(weei_server: Any, page: Any) -> None:
     """Norm clipping, trimmed mean and median in the page's WebAssembly give CPython's bits."""
-    from weei.core.aggregate import aggregate_round
-    from weei.core.settings import AggregationSettings
+    from weei.core.aggregation.aggregate import aggregate_round
+    from weei.core.formats.settings import AggregationSettings
     from weei.kernel.native import NativeKernel
     from weei.kernel.numpy_kernel import NumpyKernel
 

@@ -113,7 +113,7 @@ def _dumps(value: Any) -> bytes:
 
 def _settings() -> Target:
     from weei.core.errors import SettingsError
-    from weei.core.settings import TrainingSettings
+    from weei.core.formats.settings import TrainingSettings
 
     samples = [
         {"epochs": 3, "localEpochs": 1, "batchSize": 16, "coordinatorParticipates": True,
@@ -140,7 +140,7 @@ def _model_info() -> Target:
     from core_samples import dataset_info, experience_info, info_aux
 
     from weei.core.errors import ManifestError
-    from weei.core.modelinfo import ModelInfo
+    from weei.core.formats.modelinfo import ModelInfo
 
     samples = [dataset_info(), experience_info(), experience_info(info_aux())]
     return _value_target("model-info", ModelInfo.from_json, (ManifestError,), samples,
@@ -151,7 +151,7 @@ def _package() -> Target:
     from core_samples import chunks, package, package_aux
 
     from weei.core.errors import ManifestError
-    from weei.core.manifest import parse_manifest_file
+    from weei.core.formats.manifest import parse_manifest_file
 
     samples = [package(), package(experience=False, chunks=chunks()), package(aux=package_aux()), package(gpu=True)]
     samples += [json.loads((ROOT / "app/static/models" / m / "manifest.json").read_text())
@@ -164,7 +164,7 @@ def _dataset_manifest() -> Target:
     from core_samples import chunks
 
     from weei.core.errors import ManifestError
-    from weei.core.manifest import parse_dataset_manifest
+    from weei.core.formats.manifest import parse_dataset_manifest
 
     samples = [chunks(), chunks()[:1]]
     return _value_target("dataset-manifest", parse_dataset_manifest, (ManifestError,), samples, objects=False,
@@ -185,7 +185,7 @@ def _checkpoint_parts() -> tuple[bytes, list[dict[str, Any]]]:
 
 
 def _checkpoint() -> Target:
-    from weei.core.checkpoint import read_checkpoint
+    from weei.core.formats.checkpoint import read_checkpoint
     from weei.core.errors import CheckpointError
 
     weights, metas = _checkpoint_parts()
@@ -217,8 +217,8 @@ def _checkpoint() -> Target:
 def _message() -> Target:
     from test_messages import SAMPLES
 
-    from weei.core.framing.frames import FrameError, FrameReason
-    from weei.core.messages import MessageError, decode_message, encode_message
+    from weei.core.wire.framing.frames import FrameError, FrameReason
+    from weei.core.wire.messages import MessageError, decode_message, encode_message
 
     def fail(message: str) -> Any:
         raise FrameError(FrameReason.BAD_MESSAGE, message)
@@ -244,8 +244,8 @@ def _join_frames(frames: list[bytes]) -> bytes:
 
 
 def _wire_samples() -> list[list[bytes]]:
-    from weei.core.framing.writer import FrameWriter
-    from weei.core.messages import ArtifactRef, Leave, Update
+    from weei.core.wire.framing.writer import FrameWriter
+    from weei.core.wire.messages import ArtifactRef, Leave, Update
 
     blob = bytes(range(256)) * 3
     ref = ArtifactRef("update", hashlib.sha256(blob).hexdigest(), len(blob))
@@ -260,7 +260,7 @@ def _wire_samples() -> list[list[bytes]]:
 
 
 def _frame() -> Target:
-    from weei.core.framing.frames import FrameError, abort_frame, parse_frame
+    from weei.core.wire.framing.frames import FrameError, abort_frame, parse_frame
 
     samples = [f for frames in _wire_samples() for f in frames] + [abort_frame(7, "cancelled")]
 
@@ -271,8 +271,8 @@ def _frame() -> Target:
 
 
 def _wire() -> Target:
-    from weei.core.framing.frames import MessageReceived
-    from weei.core.framing.reader import FrameReader, ReaderLimits
+    from weei.core.wire.framing.frames import MessageReceived
+    from weei.core.wire.framing.reader import FrameReader, ReaderLimits
 
     samples = _wire_samples()
 
@@ -319,8 +319,8 @@ def _wire() -> Target:
 
 def _reframe_message(rng: random.Random, frames: list[bytes]) -> list[bytes]:
     """The frames with the message's JSON mutated in structure and framed again (lengths right)."""
-    from weei.core.framing.frames import Data, MessageBegin, data_frame, message_begin_frame, parse_frame
-    from weei.core.framing.frames import FrameError
+    from weei.core.wire.framing.frames import Data, MessageBegin, data_frame, message_begin_frame, parse_frame
+    from weei.core.wire.framing.frames import FrameError
 
     parsed = []
     for f in frames:
@@ -347,7 +347,7 @@ def _reframe_message(rng: random.Random, frames: list[bytes]) -> list[bytes]:
 
 
 def _debuglog() -> Target:
-    from weei.core.debuglog import DebugLog
+    from weei.core.observe.debuglog import DebugLog
 
     log = DebugLog()
     log.record(1_700_000_000_000, "job.created", {"jobId": "job-1", "rounds": 3})
@@ -433,10 +433,10 @@ def _job_record() -> Target:
     from test_messages import GPU_OFFER
 
     from weei.api.records import spec_from_record, spec_to_record
-    from weei.core.job import ChunkInfo, GpuOffer, JobSpec, ModuleInfo
-    from weei.core.messages import ArtifactRef
-    from weei.core.modelinfo import ModelInfo
-    from weei.core.settings import TrainingSettings
+    from weei.core.job.spec import ChunkInfo, GpuOffer, JobSpec, ModuleInfo
+    from weei.core.wire.messages import ArtifactRef
+    from weei.core.formats.modelinfo import ModelInfo
+    from weei.core.formats.settings import TrainingSettings
 
     settings = TrainingSettings.from_json({"epochs": 3, "localEpochs": 1, "batchSize": 16,
                                            "coordinatorParticipates": True})
@@ -526,7 +526,7 @@ def _stored_checkpoint() -> Target:
 def _diagnostics() -> Target:
     from test_diagnostics import WALL0, recorder
 
-    from weei.core.diagnostics.records import DiagnosticsError, parse_diagnostics
+    from weei.core.observe.diagnostics.records import DiagnosticsError, parse_diagnostics
 
     rec = recorder()
     rec.join_job("job-1", 0)
@@ -564,7 +564,7 @@ def _device_program() -> Target:
 
 
 def _signaling_client() -> Target:
-    from weei.core.signaling_protocol import (Answer, Closed, Peers, ServerError, Signal, SignalingSession,
+    from weei.core.wire.signaling_session import (Answer, Closed, Peers, ServerError, Signal, SignalingSession,
                                               Unreadable, Welcome)
 
     named_events = (Answer, Closed, Peers, ServerError, Signal, Unreadable, Welcome)
@@ -596,7 +596,7 @@ def _signaling_client() -> Target:
 
 def _signaling_server() -> Target:
     from weei.server.rooms import Hub, Send
-    from weei.server.signal_protocol import Limits
+    from weei.server.signaling_rules import Limits
 
     samples = [
         {"type": "hello", "version": 1},

@@ -7,7 +7,7 @@ import hashlib
 import struct
 from typing import Any
 
-from weei.core.jsonfmt import descriptor
+from weei.core.formats.jsonfmt import descriptor
 
 WASM = b"\x00asm\x01\x00\x00\x00" + b"model" * 20
 WGSL = b"// shader archive\n" * 10

@@ -1,8 +1,8 @@
 """A coordinator and its participants in memory, under simulated time.
 
 ``Sim`` is this project's ``ConnectionPair`` (CONVENTIONS item 8): one
-:class:`~weei.core.coordinator.Coordinator`, N
-:class:`~weei.core.participant.Participant` machines, and a transport that
+:class:`~weei.core.job.coordinator.Coordinator`, N
+:class:`~weei.core.job.participant.Participant` machines, and a transport that
 encodes every message to JSON text and decodes it again, resolves
 attachments by SHA-256 from the sender's store into the receiver's (checking
 hash and size), and loses messages to or from a disconnected peer. ``now`` is
@@ -34,16 +34,16 @@ from typing import Any, Callable
 
 import numpy as np
 
-from weei.core.checkpoint import Checkpoint, read_checkpoint
-from weei.core.commands import LoadModule, Log, Phase, RunValidation, SaveCheckpoint, Send, Train
-from weei.core.coordinator import Coordinator
-from weei.core.job import ChunkInfo, JobSpec, ModuleInfo
-from weei.core.messages import (
+from weei.core.formats.checkpoint import Checkpoint, read_checkpoint
+from weei.core.wire.commands import LoadModule, Log, Phase, RunValidation, SaveCheckpoint, Send, Train
+from weei.core.job.coordinator import Coordinator
+from weei.core.job.spec import ChunkInfo, JobSpec, ModuleInfo
+from weei.core.wire.messages import (
     ArtifactRef, Assign, Direction, Message, Update, decode_message, encode_message,
 )
-from weei.core.modelinfo import ModelInfo
-from weei.core.participant import Participant, TrainOutcome
-from weei.core.settings import TrainingSettings
+from weei.core.formats.modelinfo import ModelInfo
+from weei.core.job.participant import Participant, TrainOutcome
+from weei.core.formats.settings import TrainingSettings
 from weei.kernel.numpy_kernel import NumpyKernel
 
 __all__ = [
@@ -486,7 +486,7 @@ def rewrite_update(**changes: Any) -> Callable[[Message, dict[str, bytes]], list
     """A tamper hook that edits fields of the peer's Update messages."""
 
     def hook(message: Message, blobs: dict[str, bytes]) -> list[tuple[Message, dict[str, bytes]]]:
-        from weei.core.messages import Update
+        from weei.core.wire.messages import Update
         if isinstance(message, Update):
             return [(replace(message, **changes), blobs)]
         return [(message, blobs)]
@@ -498,7 +498,7 @@ def replace_weights(make: Callable[[bytes], bytes], *, rehash: bool = True, clai
     """A tamper hook that swaps the Update's weights for ``make(weights)``."""
 
     def hook(message: Message, blobs: dict[str, bytes]) -> list[tuple[Message, dict[str, bytes]]]:
-        from weei.core.messages import Update
+        from weei.core.wire.messages import Update
         if not isinstance(message, Update):
             return [(message, blobs)]
         original = blobs[message.weights.sha256]

@@ -31,8 +31,8 @@ from weei.agent.policy import AcceptancePolicy, CoordinatorTrust, describe_invit
 from weei.agent.storage import DiskKeyValue, DiskStorage, StorageError  # noqa: E402
 from weei.agent.transport import AgentTransport  # noqa: E402
 from weei.api.controller import TrainingController  # noqa: E402
-from weei.core.commands import Send  # noqa: E402
-from weei.core.messages import ArtifactRef, Deliver, Message  # noqa: E402
+from weei.core.wire.commands import Send  # noqa: E402
+from weei.core.wire.messages import ArtifactRef, Deliver, Message  # noqa: E402
 from weei.demo.run import DEMO_JOBS, _package_inputs, models_dir  # noqa: E402
 from weei.host.memory_storage import MemoryKeyValue, MemoryStorage  # noqa: E402
 from weei.host.worker_pool import ThreadWorkerPool  # noqa: E402

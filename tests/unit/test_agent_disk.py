@@ -21,8 +21,8 @@ import pytest
 
 from weei.agent.keep import DiskClaims, KeepReason
 from weei.agent.storage import DiskStorage, StorageError
-from weei.core.messages import ArtifactRef, Assign, ChunkRef, Deliver, Invitation, Message, Update
-from weei.core.participant import Participant
+from weei.core.wire.messages import ArtifactRef, Assign, ChunkRef, Deliver, Invitation, Message, Update
+from weei.core.job.participant import Participant
 
 COORD, OTHER = "c" * 26, "d" * 26
 MODULE = b"\0asm the module"

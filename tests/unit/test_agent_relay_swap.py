@@ -19,8 +19,8 @@ from test_agent import DIGITS, SETTINGS, coordinator, participant_view, run, sig
 from test_relay_swap import approved_module, swap  # noqa: E402
 from weei.agent.main import Agent, AgentOptions  # noqa: E402
 from weei.agent.policy import CoordinatorTrust  # noqa: E402
-from weei.core.commands import Send  # noqa: E402
-from weei.core.messages import Deliver  # noqa: E402
+from weei.core.wire.commands import Send  # noqa: E402
+from weei.core.wire.messages import Deliver  # noqa: E402
 from weei.demo.run import _package_inputs  # noqa: E402
 
 

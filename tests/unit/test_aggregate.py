@@ -1,4 +1,4 @@
-"""weei.core.aggregate against an independent plain-Python reference.
+"""weei.core.aggregation.aggregate against an independent plain-Python reference.
 
 The reference below is written from the formulas in the spec and the
 module docstring, element by element with ``struct`` and Python floats
@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from weei.core.aggregate import (
+from weei.core.aggregation.aggregate import (
     AggregationKernel,
     AggregationState,
     aggregate_round,
@@ -25,7 +25,7 @@ from weei.core.aggregate import (
     trainable_segments,
 )
 from weei.core.errors import AggregationError, ManifestError, SettingsError
-from weei.core.settings import AggregationSettings
+from weei.core.formats.settings import AggregationSettings
 from weei.kernel.numpy_kernel import NumpyKernel
 
 # ------------------------------------------------------------------ reference
@@ -96,7 +96,7 @@ def ref_fedadam(start, avg, m, v, mask, lr, b1, b2, eps):
 
 @dataclass(frozen=True)
 class Plain:
-    """A minimal settings object (the protocol, not weei.core.settings)."""
+    """A minimal settings object (the protocol, not weei.core.formats.settings)."""
 
     method: str
     server_learning_rate: float | None = None
@@ -367,7 +367,7 @@ def test_average_only_past_the_weights_is_refused() -> None:
 
 
 def test_parsed_model_info_objects_are_accepted() -> None:
-    from weei.core.modelinfo import ByteRange
+    from weei.core.formats.modelinfo import ByteRange
 
     @dataclass(frozen=True)
     class Info:

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from weei.api.job_store import JobStore
-from weei.core.coordinator import Coordinator
+from weei.core.job.coordinator import Coordinator
 from weei.core.errors import UsageError
-from weei.core.messages import Assign
+from weei.core.wire.messages import Assign
 from weei.host.memory_storage import MemoryStorage
 from weei.kernel.numpy_kernel import NumpyKernel
 

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from weei.core.errors import ModelError
-from weei.core.jsonfmt import stringify
+from weei.core.formats.jsonfmt import stringify
 from weei.demo.run import DemoJob, run_job
 from weei.runtime import ModelRuntime, WasmtimeEngine
 

@@ -1,4 +1,4 @@
-"""weei.core.checkpoint: the .weei-checkpoint format, every reader check, and the spec's JS reader."""
+"""weei.core.formats.checkpoint: the .weei-checkpoint format, every reader check, and the spec's JS reader."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from core_samples import dataset_info, experience_info, info_aux
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from weei.core.checkpoint import (
+from weei.core.formats.checkpoint import (
     MAX_CHECKPOINT_FILE_BYTES,
     MAX_METADATA_BYTES,
     CheckpointMetadata,

@@ -11,7 +11,7 @@ from typing import Any, Awaitable, Callable
 import pytest
 
 from weei.api import TrainingController
-from weei.core.checkpoint import read_checkpoint
+from weei.core.formats.checkpoint import read_checkpoint
 from weei.core.errors import CheckpointError, ManifestError, UsageError
 from weei.demo.network import MemoryNetwork
 from weei.demo.run import models_dir

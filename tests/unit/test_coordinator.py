@@ -14,15 +14,15 @@ from sim import (
     replace_weights, rewrite_update, sha, to_floats,
 )
 
-from weei.core.coordinator import JOIN_GRACE_MS, MAX_EMPTY_ROUNDS
+from weei.core.job.coordinator import JOIN_GRACE_MS, MAX_EMPTY_ROUNDS
 from weei.core.errors import SettingsError, UsageError
-from weei.core.messages import (
+from weei.core.wire.messages import (
     Assign, Deliver, Invitation, JobFinished, Update, UpdateReceipt,
 )
-from weei.core.participant import TrainOutcome
-from weei.core.schedule import MAX_ATTEMPTS
-from weei.core.seeds import assignment_seed, evaluation_seed
-from weei.core.settings import TrainingSettings
+from weei.core.job.participant import TrainOutcome
+from weei.core.job.schedule import MAX_ATTEMPTS
+from weei.core.formats.seeds import assignment_seed, evaluation_seed
+from weei.core.formats.settings import TrainingSettings
 
 JOB_SEED = 12345678901234567890
 

@@ -9,14 +9,14 @@ from __future__ import annotations
 import pytest
 from sim import Sim, dataset_spec
 
-from weei.core.attempts import Attempt
+from weei.core.job.attempts import Attempt
 from weei.core.errors import UsageError
-from weei.core.peers import PeerRecord
+from weei.core.job.peers import PeerRecord
 from weei.core.states import (
     ATTEMPT_TRANSITIONS, JOB_TRANSITIONS, PEER_ANYWHERE, PEER_TRANSITIONS, AttemptStatus, IllegalTransition, JobStatus,
     PeerState,
 )
-from weei.core.settings import TrainingSettings
+from weei.core.formats.settings import TrainingSettings
 
 # The coordinator's record of a participant: (state, event) -> state.
 PEER = {

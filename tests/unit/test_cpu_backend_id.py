@@ -12,7 +12,7 @@ import pytest
 
 from weei.api import TrainingController
 from weei.api.records import spec_from_record, spec_to_record
-from weei.core.messages import ArtifactRef, Deliver, MessageError, decode_message
+from weei.core.wire.messages import ArtifactRef, Deliver, MessageError, decode_message
 from weei.demo.network import MemoryNetwork
 from weei.runtime.wasmtime_engine import WasmtimeEngine
 

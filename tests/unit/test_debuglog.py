@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from weei.core.debuglog import MAX_EVENTS, MAX_PHASE_SAMPLES, DebugLog, iso8601
+from weei.core.observe.debuglog import MAX_EVENTS, MAX_PHASE_SAMPLES, DebugLog, iso8601
 from weei.core.errors import UsageError
 
 T0 = 1_714_564_800_000  # 2024-05-01T12:00:00.000Z

@@ -10,9 +10,9 @@ import json
 from typing import Any
 
 from weei.api import TrainingController
-from weei.core.debuglog import PEER_BURST, PEER_REFILL_MS, DebugLog
-from weei.core.commands import Send
-from weei.core.messages import TrainingStarted
+from weei.core.observe.debuglog import PEER_BURST, PEER_REFILL_MS, DebugLog
+from weei.core.wire.commands import Send
+from weei.core.wire.messages import TrainingStarted
 from weei.demo.network import MemoryNetwork
 from weei.demo.run import models_dir
 from weei.host.memory_storage import MemoryKeyValue, MemoryStorage

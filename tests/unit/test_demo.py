@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from weei.core.checkpoint import read_checkpoint
+from weei.core.formats.checkpoint import read_checkpoint
 from weei.demo.run import DEMO_JOBS, run_demo, run_job
 
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from weei.core.diagnostics import (
+from weei.core.observe.diagnostics import (
     AcceptResult,
     DiagnosticsBook,
     DiagnosticsRecorder,

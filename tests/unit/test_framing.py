@@ -11,15 +11,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from weei.core.commands import Send
+from weei.core.wire.commands import Send
 from weei.core.errors import UsageError
-from weei.core.framing import (
+from weei.core.wire.framing import (
     FATAL_REASONS, HARD_MAX_FRAME_BYTES, HEADER_BYTES, REASONS, Abort, ArtifactBegin, ChannelBroken, Data,
     FrameError, FrameReader, FrameType, FrameWriter, MessageBegin, MessageReceived, ReaderLimits, SendQueue,
     TransferBook, TransferDone, TransferFailed, TransferProgress, abort_frame, artifact_begin_frame, data_frame,
     message_begin_frame, parse_frame, referenced_artifacts,
 )
-from weei.core.messages import (
+from weei.core.wire.messages import (
     ArtifactRef, Assign, ChunkRef, Leave, Message, Update, encode_message,
 )
 
@@ -701,7 +701,7 @@ def test_mutable_frames_are_copied_so_a_reused_buffer_cannot_corrupt_data() -> N
 
 
 def test_rate_meter_keeps_a_bounded_window() -> None:
-    from weei.core.transfers import RateMeter
+    from weei.core.observe.transfers import RateMeter
     meter = RateMeter(0.0)
     for i in range(1, 100_000):
         meter.add(float(i), i * 100)  # 100 bytes per ms for 100 s

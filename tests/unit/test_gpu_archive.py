@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from weei.core.manifest import parse_package
+from weei.core.formats.manifest import parse_package
 from weei.gpu import GpuError, check_descriptor, pack_archive, parse_archive, require_modules
 from weei.gpu.archive import MAX_ARCHIVE_BYTES, entry_points_of
 from weei.modelkit.package import gpu_programs

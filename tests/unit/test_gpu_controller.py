@@ -20,7 +20,7 @@ import pytest
 import wgpu
 
 from weei.api import TrainingController
-from weei.core.checkpoint import read_checkpoint
+from weei.core.formats.checkpoint import read_checkpoint
 from weei.core.errors import ManifestError
 from weei.gpu import pack_archive
 from weei.host.memory_storage import MemoryKeyValue, MemoryStorage

@@ -22,8 +22,8 @@ import pytest
 import wgpu
 
 from weei.api import TrainingController
-from weei.core.commands import Send
-from weei.core.messages import Assign, Deliver
+from weei.core.wire.commands import Send
+from weei.core.wire.messages import Assign, Deliver
 from weei.demo.network import MemoryNetwork
 from weei.host.memory_storage import MemoryKeyValue, MemoryStorage
 from weei.host.worker_pool import ThreadWorkerPool

@@ -26,7 +26,7 @@ from test_gpu_controller import train
 from test_gpu_lavapipe import _vulkan_adapter
 
 from weei.core.errors import ModelError
-from weei.core.jsonfmt import stringify
+from weei.core.formats.jsonfmt import stringify
 from weei.gpu import parse_archive, require_pass
 from weei.gpu.executor import GpuDevice
 from weei.gpu.session import GpuBackendSpec, GpuWork, run_gate, train_on_gpu

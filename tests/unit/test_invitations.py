@@ -1,6 +1,6 @@
 """Invitations waiting for a decision (issue 20, finding 5): the coordinator an invitation names is the
 peer whose channel it came over, and pending invitations are a bounded list, one per coordinator, so a
-pending one never hides another (core/invitations.py, api/peer_events.py)."""
+pending one never hides another (core/job/invitations.py, api/peer_events.py)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from typing import Any
 from test_controller import DIGITS_SETTINGS, networked, on_network, package
 
 from weei.api import TrainingController
-from weei.core.commands import Send
-from weei.core.invitations import MAX_PENDING, PendingInvitations
-from weei.core.messages import Invitation
+from weei.core.wire.commands import Send
+from weei.core.job.invitations import MAX_PENDING, PendingInvitations
+from weei.core.wire.messages import Invitation
 from weei.demo.network import MemoryNetwork
 from weei.runtime.wasmtime_engine import WasmtimeEngine
 

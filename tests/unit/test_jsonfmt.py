@@ -1,4 +1,4 @@
-"""weei.core.jsonfmt against JavaScript's own JSON.stringify (node as the oracle)."""
+"""weei.core.formats.jsonfmt against JavaScript's own JSON.stringify (node as the oracle)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from weei.core.errors import UsageError
-from weei.core.jsonfmt import descriptor, inline_file, number_to_string, stringify
+from weei.core.formats.jsonfmt import descriptor, inline_file, number_to_string, stringify
 
 NODE = shutil.which("node")
 

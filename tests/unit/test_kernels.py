@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from weei.core.aggregate import AggregationKernel, Segment
+from weei.core.aggregation.aggregate import AggregationKernel, Segment
 from weei.kernel.numpy_kernel import NumpyKernel
 
 

@@ -12,11 +12,3 @@ def test_test_module_names_are_unique_across_suites():
     # with rootdir-relative imports: two test_x.py files abort collection.
     names = Counter(p.name for p in (ROOT / "tests").rglob("test_*.py"))
     assert [n for n, c in names.items() if c > 1] == []
-
-
-def test_package_modules_stay_small():
-    # The layout is meant to show the architecture; a module past 600 lines
-    # is a sign it holds two things.
-    big = {str(p.relative_to(ROOT)): n for p in (ROOT / "app/py/weei").rglob("*.py")
-           if (n := len(p.read_text().splitlines())) > 600}
-    assert big == {}

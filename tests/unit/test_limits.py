@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from weei.core.checkpoint import MAX_CHECKPOINT_FILE_BYTES
+from weei.core.formats.checkpoint import MAX_CHECKPOINT_FILE_BYTES
 from weei.core.errors import ManifestError
-from weei.core.framing import FrameReader, ReaderLimits, TransferFailed, artifact_begin_frame
+from weei.core.wire.framing import FrameReader, ReaderLimits, TransferFailed, artifact_begin_frame
 from weei.core.limits import MAX_AUXILIARY_BYTES, MAX_FILE_BYTES, check_file_size, check_selection_sizes, max_bytes
-from weei.core.modelinfo import parse_auxiliary_weights
+from weei.core.formats.modelinfo import parse_auxiliary_weights
 
 MB = 1_000_000
 H0 = "0" * 64

@@ -8,8 +8,8 @@ import logging
 from typing import Any
 
 from weei.api.link_transport import LinkTransport
-from weei.core.peerlink_commands import CreateLink
-from weei.core.signaling_protocol import Peers, Signal, Welcome
+from weei.core.links.peerlink_commands import CreateLink
+from weei.core.wire.signaling_session import Peers, Signal, Welcome
 
 ME, OTHER = "b-peer", "a-peer"  # OTHER sorts lower: it offers, we answer
 

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from weei.api import TrainingController
-from weei.core.live_progress import LIVE_METRICS_KEPT, LiveProgress, estimate_remaining_ms
-from weei.core.messages import MessageError, Progress, decode_message, encode_message
+from weei.core.observe.live_progress import LIVE_METRICS_KEPT, LiveProgress, estimate_remaining_ms
+from weei.core.wire.messages import MessageError, Progress, decode_message, encode_message
 from weei.demo.network import MemoryNetwork
 from weei.host.memory_storage import MemoryKeyValue, MemoryStorage
 from weei.host.worker_pool import ThreadWorkerPool

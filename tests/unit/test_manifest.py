@@ -1,4 +1,4 @@
-"""weei.core.manifest: dataset manifests, packages, and every check before anything is shared."""
+"""weei.core.formats.manifest: dataset manifests, packages, and every check before anything is shared."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from weei.core.errors import ManifestError, ManifestReason, ModelInfoReason
-from weei.core.manifest import (
+from weei.core.formats.manifest import (
     DatasetManifest,
     FileFacts,
     ModelPackage,
@@ -40,7 +40,7 @@ from weei.core.manifest import (
     parse_manifest_file,
     parse_package,
 )
-from weei.core.modelinfo import ModelInfo
+from weei.core.formats.modelinfo import ModelInfo
 
 
 def reason_of(fn: Any, *args: Any, **kwargs: Any) -> str:

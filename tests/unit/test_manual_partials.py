@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 
 from weei.api.link_transport import LinkTransport
-from weei.core.commands import Send
+from weei.core.wire.commands import Send
 from weei.core.errors import UsageError
-from weei.core.messages import ArtifactRef, Assign, Deliver
-from weei.core.peerlink import CHANNEL_LABEL, LinkManager
-from weei.core.peerlink_commands import MakeAnswer, MakeOffer, SendSignal, SetRemote
+from weei.core.wire.messages import ArtifactRef, Assign, Deliver
+from weei.core.links.peerlink import CHANNEL_LABEL, LinkManager
+from weei.core.links.peerlink_commands import MakeAnswer, MakeOffer, SendSignal, SetRemote
 
 A, B = "a" * 26, "b" * 26
 
@@ -61,7 +61,7 @@ def test_transfers_in_flight_name_their_job_on_both_ends() -> None:
 def test_fedadam_with_epsilon_zero_takes_a_zero_step_on_an_unmoved_weight() -> None:
     """epsilon 0 is valid ("from 0 to 1"); a weight no update moved has m = v = 0, so 0/0: it stays as it
     was, bit-identical on every kernel, and the round's aggregate is finite (the job does not pause)."""
-    from weei.core.aggregate import check_finite, fedadam_step
+    from weei.core.aggregation.aggregate import check_finite, fedadam_step
     from weei.kernel.native import NativeKernel
     from weei.kernel.numpy_kernel import NumpyKernel
     from weei.kernel.wasm_kernel import WasmKernel
@@ -133,9 +133,9 @@ def test_continue_from_checkpoint_loads_the_slots_after_its_compatibility_load(e
 def test_an_assignment_fills_exactly_the_declared_slots_at_the_weight_size(aux: dict[str, str], why: str) -> None:
     """Assign.auxiliary is checked against the model's slots and the weight size before anything trains: a
     bad one fails that attempt by name (AssignmentFailed), and the next good one trains."""
-    from weei.core.commands import Train
-    from weei.core.messages import AssignmentFailed, ChunkRef, Invitation
-    from weei.core.participant import Participant
+    from weei.core.wire.commands import Train
+    from weei.core.wire.messages import AssignmentFailed, ChunkRef, Invitation
+    from weei.core.job.participant import Participant
 
     from sim import JOB_ID, WASM, sha
 
@@ -196,7 +196,7 @@ def test_a_slot_beyond_the_task_memory_is_refused_at_create_job() -> None:
     """Slots may be 2 GiB, but every task copies the weights and every slot into a module's memory, which a
     browser caps at 1 GiB: such a job could never train, so creating it is refused by name."""
     from weei.core.errors import ManifestError
-    from weei.core.modelinfo import ModelInfo, check_weight_size
+    from weei.core.formats.modelinfo import ModelInfo, check_weight_size
 
     from sim import experience_info
 

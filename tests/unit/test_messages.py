@@ -10,13 +10,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from weei.core.messages import (
+from weei.core.wire.messages import (
     _TYPES, ArtifactRef, Assign, AssignmentFailed, CheckpointNote, ChunkRef, Deliver, DiagnosticsReport, Direction, Invitation,
     InvitationDecision, JobFinished, Leave, MessageError, MessageReason, ModuleStatus, PauseContribution,
-    Progress, TrainingStarted, UnitRange, Update, UpdateReceipt, decode_message, encode_message,
+    Piece, Progress, RelayDone, RelayPiece, RelayPlan, RoomChallenge, RoomProof, TrainingStarted, UnitRange, Update,
+    UpdateReceipt, decode_message, encode_message,
 )
-from weei.core.relay_messages import Piece, RelayDone, RelayPiece, RelayPlan
-from weei.core.room_proof import RoomChallenge, RoomProof
 
 H1, H2, H3 = "a" * 64, "b" * 64, "0123456789abcdef" * 4
 REF = ArtifactRef("checkpoint", H1, 64)

@@ -9,7 +9,7 @@ from sim import Sim, dataset_info, dataset_spec
 
 from weei.core.errors import ManifestError
 from weei.core.limits import MAX_METRIC_ID_CHARS
-from weei.core.modelinfo import ModelInfo
+from weei.core.formats.modelinfo import ModelInfo
 
 
 def info_with_metric(metric_id: str) -> dict[str, object]:

@@ -1,4 +1,4 @@
-"""weei.core.modelinfo: getModelInfo() parsing and the rules that need the weight size."""
+"""weei.core.formats.modelinfo: getModelInfo() parsing and the rules that need the weight size."""
 
 from __future__ import annotations
 
@@ -11,14 +11,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from weei.core.errors import ManifestError, SettingsError
-from weei.core.modelinfo import (
+from weei.core.formats.modelinfo import (
     ModelInfo,
     check_settings_for_model,
     check_weight_size,
     effective_units_per_assignment,
     parse_auxiliary_weights,
 )
-from weei.core.settings import TrainingSettings
+from weei.core.formats.settings import TrainingSettings
 
 
 def refused(obj: Any, reason: str, text: str | None = None) -> ManifestError:

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from weei.cli import main
-from weei.core.jsonfmt import stringify
+from weei.core.formats.jsonfmt import stringify
 from weei.demo.run import DemoJob, run_job
 from weei.modelkit.chunk import encode_records
 

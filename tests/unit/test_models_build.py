@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import wasmtime
 
-from weei.core.jsonfmt import stringify
-from weei.core.manifest import check_loaded_model, parse_package
-from weei.core.modelinfo import ModelInfo
+from weei.core.formats.jsonfmt import stringify
+from weei.core.formats.manifest import check_loaded_model, parse_package
+from weei.core.formats.modelinfo import ModelInfo
 from weei.runtime import ModelRuntime, WasmtimeEngine
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -23,11 +23,11 @@ from core_samples import dataset_info, experience_info, package
 
 from weei.api.controller import _parse_json
 from weei.core import _check
-from weei.core.checkpoint import CheckpointMetadata, read_checkpoint
+from weei.core.formats.checkpoint import CheckpointMetadata, read_checkpoint
 from weei.core.errors import CheckpointError, ManifestError, SettingsError
-from weei.core.manifest import parse_manifest_file, parse_package
-from weei.core.modelinfo import ModelInfo
-from weei.core.settings import TrainingSettings
+from weei.core.formats.manifest import parse_manifest_file, parse_package
+from weei.core.formats.modelinfo import ModelInfo
+from weei.core.formats.settings import TrainingSettings
 
 N = 114
 WEIGHTS = struct.pack(f"<{N}f", *[i / 7 - 3 for i in range(N)])

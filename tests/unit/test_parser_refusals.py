@@ -20,17 +20,17 @@ from weei.agent.storage import DiskKeyValue, DiskStorage
 from weei.api.job_store import JobStore, checkpoint_key
 from weei.api.ports import StorageError
 from weei.api.records import spec_from_record
-from weei.core.debuglog import DebugLog
+from weei.core.observe.debuglog import DebugLog
 from weei.core.errors import ModelError, WeeiError
-from weei.core.framing.frames import data_frame, message_begin_frame
-from weei.core.framing.reader import FrameReader
-from weei.core.signaling_protocol import SignalingSession, Unreadable
-from weei.core.transfers import TransferFailed
+from weei.core.wire.framing.frames import data_frame, message_begin_frame
+from weei.core.wire.framing.reader import FrameReader
+from weei.core.wire.signaling_session import SignalingSession, Unreadable
+from weei.core.observe.transfers import TransferFailed
 from weei.gpu import GpuError, parse_archive
 from weei.gpu.archive import entry_points_of
 from weei.host.memory_storage import MemoryStorage
 from weei.runtime.results import parse_result_json
-from weei.server.signal_protocol import SignalingError, parse_text_frame
+from weei.server.signaling_rules import SignalingError, parse_text_frame
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fuzz"))
 

@@ -7,13 +7,13 @@ import struct
 import pytest
 from sim import JOB_ID, WASM, initial_weights, sha
 
-from weei.core.commands import LoadModule, Log, Send, Train
+from weei.core.wire.commands import LoadModule, Log, Send, Train
 from weei.core.errors import UsageError
-from weei.core.messages import (
+from weei.core.wire.messages import (
     ArtifactRef, Assign, AssignmentFailed, ChunkRef, Deliver, Invitation, InvitationDecision, JobFinished, Leave,
     ModuleStatus, PauseContribution, TrainingStarted, Update, UpdateReceipt,
 )
-from weei.core.participant import Participant, TrainOutcome
+from weei.core.job.participant import Participant, TrainOutcome
 from weei.core.states import PARTICIPANT_ANYWHERE, PARTICIPANT_TRANSITIONS, IllegalTransition, PeerState
 
 C = "coord"

@@ -1,4 +1,4 @@
-"""LinkManager (weei.core.peerlink) under simulated time: peers wired in memory, no WebRTC.
+"""LinkManager (weei.core.links.peerlink) under simulated time: peers wired in memory, no WebRTC.
 
 ``Net`` plays the platform and the signaling server for several managers:
 it carries out their commands (a description is ``sdp-<kind>-<link>``, a
@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from weei.core.commands import Send
-from weei.core.framing import data_frame, message_begin_frame
-from weei.core.messages import ArtifactRef, Deliver
-from weei.core.peerlink import CHANNEL_LABEL, LinkManager, offers_to
-from weei.core.peerlink_commands import (AddCandidate, CloseLink, CreateLink, MakeAnswer, MakeOffer, Note, Pump,
+from weei.core.wire.commands import Send
+from weei.core.wire.framing import data_frame, message_begin_frame
+from weei.core.wire.messages import ArtifactRef, Deliver
+from weei.core.links.peerlink import CHANNEL_LABEL, LinkManager, offers_to
+from weei.core.links.peerlink_commands import (AddCandidate, CloseLink, CreateLink, MakeAnswer, MakeOffer, Note, Pump,
                                          SendSignal, SetRemote, Wake)
 
 A, B, C = "a" * 26, "b" * 26, "c" * 26
@@ -348,7 +348,7 @@ def test_stalled_transfers_expire_and_a_closed_link_fails_its_transfers() -> Non
     net.room(A, B)
     link = next(k[1] for k in net.links if k[0] == B)
     sha = "ab" * 32
-    from weei.core.framing import artifact_begin_frame
+    from weei.core.wire.framing import artifact_begin_frame
     net.run(B, net.m[B].frame(link, artifact_begin_frame(7, "module", sha, 1000), net.now))
     net.run(B, net.m[B].frame(link, data_frame(7, 0, b"x" * 10), net.now))
     state = net.m[B].transfers_state()
@@ -368,7 +368,7 @@ def test_transfers_state_shape_and_bounded_errors() -> None:
     m = LinkManager()
     state = m.transfers_state()
     assert state == {"transfers": [], "transferErrors": {}}
-    from weei.core.framing import FrameError
+    from weei.core.wire.framing import FrameError
     for i in range(300):
         m._error(f"channel:{i}", FrameError("bad-frame", str(i)))
     errors = m.transfers_state()["transferErrors"]

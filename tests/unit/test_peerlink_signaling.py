@@ -1,4 +1,4 @@
-"""SignalingSession (weei.core.signaling_protocol): the one parser and event set of both signaling clients."""
+"""SignalingSession (weei.core.wire.signaling_session): the one parser and event set of both signaling clients."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from weei.core.signaling_protocol import (PING, REPLACED, Answer, Closed, Peers, ServerError, Signal, SignalingSession,
+from weei.core.wire.signaling_session import (PING, REPLACED, Answer, Closed, Peers, ServerError, Signal, SignalingSession,
                                           Unreadable, Welcome, room_code)
 
 ME, OTHER = "m" * 26, "o" * 26

@@ -125,7 +125,7 @@ def test_a_participant_lists_the_jobs_checkpoints_and_ends_completed() -> None:
 
 
 def test_a_hostile_checkpoint_note_is_refused_by_name() -> None:
-    from weei.core.messages import CheckpointNote, MessageError, decode_message, encode_message
+    from weei.core.wire.messages import CheckpointNote, MessageError, decode_message, encode_message
 
     good = encode_message(CheckpointNote("j", 1, "a" * 64, 4, "f", 10, {"loss": 1.0}, 5.0))
     assert decode_message(dict(good)) == decode_message(good)

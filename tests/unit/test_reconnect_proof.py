@@ -1,5 +1,5 @@
 """A coordinator whose channel drops during a session proves the room key again when it is back (issue 9,
-"rooms with keys"; core/restored_proof.py, docs/agent.md).
+"rooms with keys"; core/job/restored_proof.py, docs/agent.md).
 
 No restart here: a participant that accepted keeps running while its
 coordinator's channel closes. Whoever then answers under the coordinator's

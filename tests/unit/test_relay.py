@@ -1,4 +1,4 @@
-"""The checkpoint relay (core/relay.py) under simulated time: plans, pipelines, fallbacks, bad relays.
+"""The checkpoint relay (core/links/relay.py) under simulated time: plans, pipelines, fallbacks, bad relays.
 
 A small in-memory network carries the Send commands between one
 coordinator (``Broadcast``) and the participants' ``RelayNode``s in FIFO
@@ -15,10 +15,10 @@ from collections.abc import Callable
 
 import pytest
 
-from weei.core.commands import Log, Send
-from weei.core.messages import ArtifactRef, MessageError, decode_message
-from weei.core.relay import Broadcast, RelayNode, Relays, split, tree
-from weei.core.relay_messages import Piece, RelayDone, RelayPiece, RelayPlan
+from weei.core.wire.commands import Log, Send
+from weei.core.wire.messages import ArtifactRef, MessageError, decode_message
+from weei.core.links.relay import Broadcast, RelayNode, Relays, split, tree
+from weei.core.wire.messages import Piece, RelayDone, RelayPiece, RelayPlan
 
 C = "coord"
 JOB = "job-1"

@@ -13,9 +13,9 @@ from collections import Counter
 from typing import Mapping
 
 from weei.api import TrainingController
-from weei.core.commands import Send
-from weei.core.messages import Assign
-from weei.core.relay_messages import RelayPiece
+from weei.core.wire.commands import Send
+from weei.core.wire.messages import Assign
+from weei.core.wire.messages import RelayPiece
 from weei.demo.network import MemoryNetwork
 from weei.runtime.wasmtime_engine import WasmtimeEngine
 

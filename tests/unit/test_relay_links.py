@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from weei.core.relay import MAX_PIECES, MIN_PIECE_BYTES, PIECE_BYTES, piece_size
+from weei.core.links.relay import MAX_PIECES, MIN_PIECE_BYTES, PIECE_BYTES, piece_size
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 

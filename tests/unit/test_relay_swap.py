@@ -19,11 +19,11 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from weei.api.job_store import JobStore
-from weei.core.commands import Log, Send
+from weei.core.wire.commands import Log, Send
 from weei.core.errors import WeeiError
-from weei.core.messages import ArtifactRef, Deliver, Invitation, Message, ModuleStatus, Update
-from weei.core.relay import RelayNode
-from weei.core.relay_messages import Piece, RelayDone, RelayPiece, RelayPlan
+from weei.core.wire.messages import ArtifactRef, Deliver, Invitation, Message, ModuleStatus, Update
+from weei.core.links.relay import RelayNode
+from weei.core.wire.messages import Piece, RelayDone, RelayPiece, RelayPlan
 from weei.core.verified import VerifiedBlobs
 from weei.demo.network import MemoryNetwork
 from weei.demo.run import models_dir

@@ -1,5 +1,5 @@
 """A participation restored after a restart or reload re-proves its coordinator (issue 9, "rooms with keys";
-core/restored_proof.py).
+core/job/restored_proof.py).
 
 The gate runs under simulated time beside the challenge it waits for
 (``CoordinatorProofs``, ``now`` passed in); then real controllers on the
@@ -20,11 +20,11 @@ import pytest
 from test_controller import on_network
 from test_room_proof import COORD, N1, N2, ROOM, T0, _controller, answer
 from weei.api import TrainingController
-from weei.core.commands import Send
-from weei.core.messages import ArtifactRef, CheckpointNote, Deliver, JobFinished, Leave, Message, PauseContribution
-from weei.core.restored_proof import MAX_HELD, RESTORED_TRANSITIONS, Hold, RestoredProof, RestoredState
-from weei.core.room_proof import (PROOF_TIMEOUT_MS, CoordinatorProofs, ProofVerdict, RoomProof, RoomProofReason,
-                                  proof_key)
+from weei.core.wire.commands import Send
+from weei.core.wire.messages import (ArtifactRef, CheckpointNote, Deliver, JobFinished, Leave, Message, PauseContribution,
+                                     RoomProof)
+from weei.core.job.restored_proof import MAX_HELD, RESTORED_TRANSITIONS, Hold, RestoredProof, RestoredState
+from weei.core.links.room_proof import PROOF_TIMEOUT_MS, CoordinatorProofs, ProofVerdict, RoomProofReason, proof_key
 from weei.core.states import IllegalTransition, move
 from weei.demo.network import MemoryNetwork
 from weei.host.memory_storage import MemoryStorage

@@ -1,7 +1,7 @@
 """Robust aggregation: norm clipping against the median, trimmed mean, median.
 
 The kernels (numpy, native, wasm) must agree to the bit; the core's rules
-(weei.core.robust) are checked against a plain-Python reading of the rule.
+(weei.core.aggregation.robust) are checked against a plain-Python reading of the rule.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from weei.core.aggregate import AggregationKernel, aggregate_round
+from weei.core.aggregation.aggregate import AggregationKernel, aggregate_round
 from weei.core.errors import SettingsError
-from weei.core.robust import median, trim_count
-from weei.core.settings import AggregationSettings, TrainingSettings
+from weei.core.aggregation.robust import median, trim_count
+from weei.core.formats.settings import AggregationSettings, TrainingSettings
 from weei.kernel.numpy_kernel import NumpyKernel
 
 

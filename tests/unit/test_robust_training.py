@@ -23,12 +23,12 @@ import pytest
 from weei.api.job_store import JobStore
 from weei.api.ports import StorageError
 from weei.core.errors import ModelError
-from weei.core.job import ChunkInfo, JobSpec, ModuleInfo
-from weei.core.messages import Assign, Update
-from weei.core.modelinfo import ModelInfo
-from weei.core.participant import TrainOutcome
-from weei.core.peers import eligible
-from weei.core.settings import AggregationSettings, TrainingSettings
+from weei.core.job.spec import ChunkInfo, JobSpec, ModuleInfo
+from weei.core.wire.messages import Assign, Update
+from weei.core.formats.modelinfo import ModelInfo
+from weei.core.job.participant import TrainOutcome
+from weei.core.job.peers import eligible
+from weei.core.formats.settings import AggregationSettings, TrainingSettings
 from weei.demo.run import models_dir
 from weei.host.memory_storage import MemoryStorage
 from weei.kernel.numpy_kernel import NumpyKernel

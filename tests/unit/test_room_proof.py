@@ -1,4 +1,4 @@
-"""A coordinator proves the room key to a participant (issue 9, "rooms with keys"; core/room_proof.py).
+"""A coordinator proves the room key to a participant (issue 9, "rooms with keys"; core/links/room_proof.py).
 
 The participant's side runs under simulated time (``now`` passed in); the
 coordinator's side is a real TrainingController on the demo's in-memory
@@ -16,10 +16,9 @@ import os
 import pytest
 
 from weei.api import TrainingController
-from weei.core.messages import MessageError, decode_message, encode_message
-from weei.core.room_proof import (NONCE_BYTES, PROOF_TIMEOUT_MS, PROOF_TRANSITIONS, CoordinatorProofs, ProofIgnored,
-                                  ProofState, RoomChallenge, RoomProof, RoomProofReason, answer_challenge, proof_key,
-                                  room_proof)
+from weei.core.wire.messages import MessageError, RoomChallenge, RoomProof, decode_message, encode_message
+from weei.core.links.room_proof import (NONCE_BYTES, PROOF_TIMEOUT_MS, PROOF_TRANSITIONS, CoordinatorProofs, ProofIgnored,
+                                        ProofState, RoomProofReason, answer_challenge, proof_key, room_proof)
 from weei.core.states import IllegalTransition, move
 from weei.demo.network import MemoryNetwork
 from weei.host.memory_storage import MemoryStorage

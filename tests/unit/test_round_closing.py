@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from sim import Sim, dataset_spec
 
-from weei.core import checkpoint as ckpt
-from weei.core.aggregate import weighted_mean
+from weei.core.formats import checkpoint as ckpt
+from weei.core.aggregation.aggregate import weighted_mean
 from weei.core.errors import CheckpointError
-from weei.core.messages import Update
+from weei.core.wire.messages import Update
 
 PEERS = ("p1", "p2", "p3")
 

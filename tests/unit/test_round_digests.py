@@ -15,12 +15,12 @@ from collections.abc import Sequence
 
 from sim import COORD, dataset_spec, initial_weights, trained_updates
 
-from weei.core.aggregate import BytesLike
-from weei.core.commands import Send
-from weei.core.coordinator import Coordinator
-from weei.core.messages import Assign, InvitationDecision, ModuleStatus
-from weei.core.relay import Relays, sequential_sha256, split
-from weei.core.relay_messages import RelayDone, RelayPiece, RelayPlan
+from weei.core.aggregation.aggregate import BytesLike
+from weei.core.wire.commands import Send
+from weei.core.job.coordinator import Coordinator
+from weei.core.wire.messages import Assign, InvitationDecision, ModuleStatus
+from weei.core.links.relay import Relays, sequential_sha256, split
+from weei.core.wire.messages import RelayDone, RelayPiece, RelayPlan
 from weei.core.verified import VerifiedBlobs
 from weei.kernel.digests import PARALLEL_MIN_BYTES, sha256_many
 from weei.kernel.numpy_kernel import NumpyKernel

@@ -18,14 +18,14 @@ import pytest
 from sim import COORD, Sim, dataset_spec, experience_spec, initial_weights, trained_updates
 
 from weei.core import verified
-from weei.core.attempts import RoundAttempts
-from weei.core.checkpoint import prepare_checkpoint, read_checkpoint, write_checkpoint
-from weei.core.commands import SaveCheckpoint, Send
-from weei.core.coordinator import Coordinator
+from weei.core.job.attempts import RoundAttempts
+from weei.core.formats.checkpoint import prepare_checkpoint, read_checkpoint, write_checkpoint
+from weei.core.wire.commands import SaveCheckpoint, Send
+from weei.core.job.coordinator import Coordinator
 from weei.core.errors import CheckpointError, UsageError
-from weei.core.framing import FrameReader, FrameWriter, MessageReceived, referenced_artifacts
-from weei.core.messages import ArtifactRef, Assign, InvitationDecision, ModuleStatus, Update
-from weei.core.relay import PIECE_BYTES, split
+from weei.core.wire.framing import FrameReader, FrameWriter, MessageReceived, referenced_artifacts
+from weei.core.wire.messages import ArtifactRef, Assign, InvitationDecision, ModuleStatus, Update
+from weei.core.links.relay import PIECE_BYTES, split
 from weei.core.verified import VerifiedBlobs
 from weei.kernel.numpy_kernel import NumpyKernel
 

@@ -1,4 +1,4 @@
-"""A model module's memory and time come from its package and the device's pace (weei.core.sandbox).
+"""A model module's memory and time come from its package and the device's pace (weei.runtime.sandbox).
 
 Memory: estimatedWorkingBytes + inputs + headroom, up to the device's cap;
 a declared minimum above it is refused by name before instantiation, and
@@ -20,7 +20,7 @@ from test_runtime import wat_module
 
 from weei.api.local_training import LocalWorkers
 from weei.api.ports import WorkerTask
-from weei.core import sandbox
+from weei.runtime import sandbox
 from weei.core.errors import ModelError, WeeiError
 from weei.demo.run import models_dir
 from weei.host.worker_pool import ThreadWorkerPool
@@ -207,7 +207,7 @@ def test_the_package_estimate_travels_from_prepare_to_the_participant() -> None:
     from test_prepare import _package, _prepare
 
     from weei.api.records import spec_from_record, spec_to_record
-    from weei.core.messages import Deliver, decode_message
+    from weei.core.wire.messages import Deliver, decode_message
 
     wasm, manifest, files, _ = _package("digits-mlp")
     spec = _prepare(wasm, manifest, files).spec

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from weei.core.schedule import MAX_ATTEMPTS, DatasetSchedule, ExperienceSchedule, UnitWork
+from weei.core.job.schedule import MAX_ATTEMPTS, DatasetSchedule, ExperienceSchedule, UnitWork
 
 IDS = ["a", "b", "c", "d", "e"]
 

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from weei.core.errors import SettingsError, UsageError, WeeiError
-from weei.core.seeds import (
+from weei.core.formats.seeds import (
     MAX_SEED,
     ExperienceProgress,
     assignment_seed,

@@ -1,4 +1,4 @@
-"""weei.core.settings: every rule of the spec's TrainingSettings and AggregationSettings."""
+"""weei.core.formats.settings: every rule of the spec's TrainingSettings and AggregationSettings."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from weei.core.errors import SettingsError
-from weei.core.settings import AggregationSettings, TrainingSettings
+from weei.core.formats.settings import AggregationSettings, TrainingSettings
 
 BASE: dict[str, Any] = {"epochs": 3, "localEpochs": 1, "batchSize": 32, "coordinatorParticipates": True}
 

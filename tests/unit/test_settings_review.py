@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from weei.core.errors import SettingsError
-from weei.core.settings import TrainingSettings
-from weei.core.settings_review import WorkFacts, facts_from_manifest, review_settings
+from weei.core.formats.settings import TrainingSettings
+from weei.core.job.settings_review import WorkFacts, facts_from_manifest, review_settings
 
 MODELS = Path(__file__).resolve().parents[2] / "app" / "static" / "models"
 

@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from weei.core.errors import UsageError
-from weei.core.signaling_protocol import room_code
+from weei.core.wire.signaling_session import room_code
 from weei.server.rooms import (
     Close,
     CloseCode,

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from weei.core.errors import UsageError
-from weei.core.signaling_protocol import new_room_key, room_code
+from weei.core.wire.signaling_session import new_room_key, room_code
 from weei.server.rooms import Hub, Limits, Send
 from weei.server.signaling import Signaling, SignalingConfig, _Outbox, add_arguments, configs_from
 

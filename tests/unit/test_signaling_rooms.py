@@ -12,7 +12,7 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from weei.core.errors import UsageError
-from weei.core.signaling_protocol import room_code
+from weei.core.wire.signaling_session import room_code
 from weei.server.invite import fresh_key, invite_url, parse_invite
 from weei.server.rooms import Hub, Limits, Send
 from weei.server.signaling import SignalingConfig, create_signaling_app

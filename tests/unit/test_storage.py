@@ -14,7 +14,7 @@ from weei.api import TrainingController
 from weei.api.log_writer import DEBUG_LOG_KEY, LOG_WRITE_MS
 from weei.api.job_store import JobStore
 from weei.api.ports import STORAGE_QUOTA_EXCEEDED, StorageError
-from weei.core.checkpoint import read_checkpoint
+from weei.core.formats.checkpoint import read_checkpoint
 from weei.host.memory_storage import MemoryKeyValue, MemoryStorage
 from weei.runtime.wasmtime_engine import WasmtimeEngine
 

@@ -1,6 +1,6 @@
 """estimatedWorkingBytes is measured at build time (weei.modelkit.package.measure_working_bytes).
 
-The CPU backend's estimate bounds a task's module memory (weei.core.sandbox),
+The CPU backend's estimate bounds a task's module memory (weei.runtime.sandbox),
 so it must cover what the model really uses: each committed manifest's
 estimate is the measured peak with its margin, and on a device whose cap
 is below the transformer's working set the measured estimate refuses the
@@ -17,7 +17,7 @@ import math
 import pytest
 
 from weei.api.ports import WorkerTask
-from weei.core import sandbox
+from weei.runtime import sandbox
 from weei.core.errors import ModelError
 from weei.demo.run import models_dir
 from weei.host.worker_pool import ThreadWorkerPool

@@ -15,16 +15,16 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from .core.errors import ManifestError, WeeiError
-from .core.job import ChunkInfo, GpuOffer, JobSpec, ModuleInfo
+from .core.job.spec import ChunkInfo, GpuOffer, JobSpec, ModuleInfo
 from .core.limits import check_file_size, check_selection_sizes
-from .core.manifest import (
+from .core.formats.manifest import (
     DatasetManifest, ModelPackage, check_dataset_files, check_loaded_model, check_plain_manifest, check_selection,
     parse_manifest_file,
 )
-from .core.messages import ArtifactRef
-from .core.modelinfo import ModelInfo, check_settings_for_model, check_weight_size
-from .core.seeds import job_seed_from_bytes
-from .core.settings import TrainingSettings
+from .core.wire.messages import ArtifactRef
+from .core.formats.modelinfo import ModelInfo, check_settings_for_model, check_weight_size
+from .core.formats.seeds import job_seed_from_bytes
+from .core.formats.settings import TrainingSettings
 from .gpu.archive import ShaderArchive, check_descriptor, parse_archive
 from .gpu.errors import GpuError
 from .runtime import ModelRuntime
@@ -58,7 +58,7 @@ class PreparedJob:
         """Load a checkpoint's weights into the runtime, and its auxiliary slots after them, as after
         every loadModel (the module decides whether it continues from them): file slots from the
         selected files, snapshot slots the weights themselves, which are a continued job's first
-        checkpoint and so what every snapshot rule picks at its start (``weei.core.rounds.auxiliary_for``).
+        checkpoint and so what every snapshot rule picks at its start (``weei.core.job.round_rules.auxiliary_for``).
 
         Raises:
             ModelError: the module refuses the weights or a slot.
@@ -195,7 +195,7 @@ def prepare_job(engine: Any, *, job_id: str, wasm_name: str, wasm: bytes, manife
 
 def _working_bytes(package: ModelPackage | None) -> int | None:
     """The largest estimatedWorkingBytes of the package's CPU backends: the module's memory budget
-    (weei.core.sandbox.memory_limit). None without a package (the device's cap applies)."""
+    (weei.runtime.sandbox.memory_limit). None without a package (the device's cap applies)."""
     sizes = [b.raw.get("estimatedWorkingBytes") for b in package.backends if b.kind == "cpu"] if package else []
     valid = [n for n in sizes if isinstance(n, int) and not isinstance(n, bool) and n >= 0]
     return max(valid) if valid else None

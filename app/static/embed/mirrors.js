@@ -11,7 +11,7 @@
 const DEBUG_LOG_KEY = 'weei.debugLog';
 // page_api.UNKNOWN_PEER: the peer the refusal for any other peer names.
 const UNKNOWN_PEER = '\u0000peer';
-// A remote peer's diagnostics are stale past this age (weei.core.diagnostics.records.STALE_AFTER_MS).
+// A remote peer's diagnostics are stale past this age (weei.core.observe.diagnostics.records.STALE_AFTER_MS).
 const STALE_AFTER_MS = 10000;
 
 const storeOf = (area) => (area === 'local' ? localStorage : sessionStorage);
@@ -41,7 +41,7 @@ function applyStorage({ area, key, value }) {
   }
 }
 
-// The spec's diagnostics ageMs is "local time since receivedAt, at getState()" (weei.core.diagnostics.book.view):
+// The spec's diagnostics ageMs is "local time since receivedAt, at getState()" (weei.core.observe.diagnostics.book.view):
 // the published copy may be a second old, so each peer's age is taken again; this peer's own entry is always
 // fresh (state_view._diagnostics).
 function ageDiagnostics(state) {

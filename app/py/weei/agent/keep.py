@@ -16,7 +16,7 @@ A file is kept only when all of these hold, else it is refused with a
 * its sender is the coordinator of the participation this agent accepted
   and still takes part in (the acceptance came after the coordinator proved
   the room key, ``api/room_check.py``; a restored participation's messages
-  reach the agent only once it proved it again, ``core/restored_proof.py``),
+  reach the agent only once it proved it again, ``core/job/restored_proof.py``),
   and the message is for that job;
 * the job asks for it: a ``deliver``'s module is the one the invitation
   showed and its auxiliary files are slots the invitation's model declares;
@@ -36,9 +36,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Mapping
 
-from ..core.framing import referenced_artifacts
-from ..core.messages import ArtifactRef, Assign, Deliver, Message
-from ..core.participant import Participant
+from ..core.wire.framing import referenced_artifacts
+from ..core.wire.messages import ArtifactRef, Assign, Deliver, Message
+from ..core.job.participant import Participant
 from ..core.states import takes_part
 
 __all__ = ["DEFAULT_DISK_BUDGET_MIB", "DiskClaims", "KeepReason", "KeepRefusal", "KeepVerdict"]

@@ -29,9 +29,9 @@ from ..api.controller import TrainingController
 from ..api.ports import StorageError
 from ..api.records import record_artifacts
 from ..core.errors import UsageError, WeeiError
-from ..core.messages import Invitation, Message
-from ..core.room_proof import ProofVerdict
-from ..core.signaling_protocol import room_code
+from ..core.wire.messages import Invitation, Message
+from ..core.links.room_proof import ProofVerdict
+from ..core.wire.signaling_session import room_code
 from ..server.signaling_client import SignalingClient
 from .keep import DEFAULT_DISK_BUDGET_MIB, DiskClaims, KeepRefusal
 from .policy import AcceptancePolicy, CoordinatorTrust, Decision
@@ -84,7 +84,7 @@ class AgentOptions:
     """Whose invitations ``accept_models`` may accept (policy.py: a module hash alone accepts nothing)."""
     workers: int | None = None  # local Workers; default: every core
     backend: str = "auto"  # backendPreference: auto (a hardware GPU only), cpu, gpu (any adapter)
-    memory_limit_mib: int | None = None  # a model module's memory cap (weei.core.sandbox); default 1 GiB
+    memory_limit_mib: int | None = None  # a model module's memory cap (weei.runtime.sandbox); default 1 GiB
     disk_budget_mib: int = DEFAULT_DISK_BUDGET_MIB  # the most a coordinator's files may take on disk (keep.py)
 
 

@@ -5,7 +5,7 @@ Theory of operation
 The aiortc adapter of docs/peers.md. What to do and when (who offers,
 candidates kept until the remote description is set, watchdog, retries,
 teardown, framing, in-order delivery per peer, ``transferErrors``) is
-decided by :class:`weei.core.peerlink.LinkManager`, run on asyncio by
+decided by :class:`weei.core.links.peerlink.LinkManager`, run on asyncio by
 :class:`weei.api.link_transport.LinkTransport`; this module only supplies
 the aiortc primitives and the agent's signaling client:
 
@@ -34,9 +34,9 @@ from aiortc import RTCConfiguration, RTCDataChannel, RTCIceServer, RTCPeerConnec
 from aiortc.sdp import candidate_from_sdp
 
 from ..api.link_transport import LinkTransport, Receiver, now_ms
-from ..core.peerlink import CHANNEL_LABEL, HIGH_WATER, LOW_WATER
-from ..core.peerlink_commands import CreateLink, TransferRecord
-from ..core.signaling_protocol import Closed, Welcome
+from ..core.links.peerlink import CHANNEL_LABEL, HIGH_WATER, LOW_WATER
+from ..core.links.peerlink_commands import CreateLink, TransferRecord
+from ..core.wire.signaling_session import Closed, Welcome
 from ..server.signaling_client import SignalingClient
 
 __all__ = ["AgentTransport", "Receiver", "TransferRecord", "CHANNEL_LABEL", "LOW_WATER", "HIGH_WATER"]

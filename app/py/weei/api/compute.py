@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Protocol
 
-from ..core.aggregate import AggregationKernel
-from ..core.messages import Assign
-from ..core.participant import TrainOutcome
+from ..core.aggregation.aggregate import AggregationKernel
+from ..core.wire.messages import Assign
+from ..core.job.participant import TrainOutcome
 from .local_training import LocalWorkers
 from .ports import WorkerPool, WorkerResult, WorkerTask
 
@@ -41,7 +41,7 @@ class ComputeBackend(Protocol):
                     auxiliary: Mapping[str, bytes], chunk: bytes | None, workers: int,
                     working_bytes: int | None = None) -> TrainOutcome:
         """Train ``assign`` from ``weights`` on ``workers`` Workers; raises WeeiError when the model fails.
-        ``working_bytes``: the package's estimatedWorkingBytes, when known (weei.core.sandbox)."""
+        ``working_bytes``: the package's estimatedWorkingBytes, when known (weei.runtime.sandbox)."""
         ...
 
     async def evaluate(self, *, module_sha256: str, module: bytes, task: WorkerTask) -> WorkerResult:

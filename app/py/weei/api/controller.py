@@ -28,18 +28,18 @@ import hashlib
 from typing import Any, Awaitable, Callable, Mapping, NoReturn, TypeVar
 
 from ..core import _check
-from ..core.aggregate import AggregationKernel
-from ..core.checkpoint import checkpoint_summary, read_checkpoint
-from ..core.coordinator import Coordinator
-from ..core.debuglog import DebugLog
-from ..core.diagnostics import DiagnosticsRecorder
+from ..core.aggregation.aggregate import AggregationKernel
+from ..core.formats.checkpoint import checkpoint_summary, read_checkpoint
+from ..core.job.coordinator import Coordinator
+from ..core.observe.debuglog import DebugLog
+from ..core.observe.diagnostics import DiagnosticsRecorder
 from ..core.errors import CheckpointError, ManifestError, UsageError, WeeiError
-from ..core.job import JobSpec
+from ..core.job.spec import JobSpec
 from ..core.limits import max_bytes
-from ..core.messages import Message
-from ..core.participant import Participant
-from ..core.settings import TrainingSettings
-from ..core.settings_review import facts_from_job, facts_from_manifest, review_settings
+from ..core.wire.messages import Message
+from ..core.job.participant import Participant
+from ..core.formats.settings import TrainingSettings
+from ..core.job.settings_review import facts_from_job, facts_from_manifest, review_settings
 from ..core.verified import VerifiedBlobs
 from ..gpu.archive import check_descriptor, parse_archive
 from ..gpu.errors import GpuError
@@ -121,7 +121,7 @@ class TrainingController:
 
     @property
     def invitations(self) -> dict[str, dict[str, Any]]:
-        """Job id -> the pending invitation as ``state.invitations`` shows it (core/invitations.py)."""
+        """Job id -> the pending invitation as ``state.invitations`` shows it (core/job/invitations.py)."""
         return self.session.invitations.entries()
 
     @property

@@ -22,9 +22,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Callable, Coroutine
 
-from ..core.commands import Command, LoadModule, Log, Phase, RunValidation, SaveCheckpoint, Send, Train
+from ..core.wire.commands import Command, LoadModule, Log, Phase, RunValidation, SaveCheckpoint, Send, Train
 from ..core.errors import UsageError, WeeiError
-from ..core.messages import Assign, Progress
+from ..core.wire.messages import Assign, Progress
 from ..core.verified import VerifiedBlobs
 from .compute import ComputeBackend
 from .job_store import JobStore

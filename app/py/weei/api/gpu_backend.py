@@ -56,9 +56,9 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Protocol
 
 from ..core.errors import WeeiError
-from ..core.job import GpuOffer
-from ..core.messages import Assign
-from ..core.participant import TrainOutcome
+from ..core.job.spec import GpuOffer
+from ..core.wire.messages import Assign
+from ..core.job.participant import TrainOutcome
 from ..gpu.adapter import check_budget
 from ..gpu.archive import check_descriptor, parse_archive
 from ..gpu.errors import GpuError

@@ -44,10 +44,10 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Callable, Mapping, TypeVar
 
-from ..core.aggregate import AggregationKernel
-from ..core.checkpoint import Checkpoint, read_checkpoint
-from ..core.commands import SaveCheckpoint
-from ..core.coordinator import Coordinator
+from ..core.aggregation.aggregate import AggregationKernel
+from ..core.formats.checkpoint import Checkpoint, read_checkpoint
+from ..core.wire.commands import SaveCheckpoint
+from ..core.job.coordinator import Coordinator
 from ..core.errors import CheckpointError, WeeiError
 from ..core.verified import VerifiedBlobs, is_verified, sha256_hex
 from .ports import Storage, StorageError

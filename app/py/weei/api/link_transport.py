@@ -1,4 +1,4 @@
-"""The ``Transport`` port over any WebRTC stack: runs :class:`weei.core.peerlink.LinkManager` on asyncio.
+"""The ``Transport`` port over any WebRTC stack: runs :class:`weei.core.links.peerlink.LinkManager` on asyncio.
 
 Theory of operation
 -------------------
@@ -37,13 +37,13 @@ from collections import deque
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, Protocol, TypeVar
 
-from ..core.commands import Send
+from ..core.wire.commands import Send
 from ..core.errors import WeeiError
-from ..core.messages import Message
-from ..core.peerlink import LinkManager
-from ..core.peerlink_commands import (AddCandidate, CloseLink, Command, CreateLink, Delivery, MakeAnswer, MakeOffer,
+from ..core.wire.messages import Message
+from ..core.links.peerlink import LinkManager
+from ..core.links.peerlink_commands import (AddCandidate, CloseLink, Command, CreateLink, Delivery, MakeAnswer, MakeOffer,
                                       Note, Pump, SendSignal, SetRemote, TransferRecord, Wake)
-from ..core.signaling_protocol import Closed, Peers, ServerError, Signal, Welcome
+from ..core.wire.signaling_session import Closed, Peers, ServerError, Signal, Welcome
 
 __all__ = ["LinkTransport", "Receiver"]
 

@@ -13,7 +13,7 @@ cancelled on the pool (tagged with their attempt id), an attempt no longer
 held is refused before it starts, and progress of a cancelled attempt is
 dropped, so it never shows in the state of the job that follows.
 
-Deadlines: every task carries one from :class:`weei.core.sandbox.SpeedMeter`
+Deadlines: every task carries one from :class:`weei.runtime.sandbox.SpeedMeter`
 (its units × the slowest seconds per unit this device has taken so far ×
 a generous factor, within a floor and a ceiling; the ceiling before any
 task finished), and every finished task is measured with ``monotonic``.
@@ -26,12 +26,12 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping
 
-from ..core.aggregate import AggregationKernel, fedavg
+from ..core.aggregation.aggregate import AggregationKernel, fedavg
 from ..core.errors import ModelError
-from ..core.messages import Assign
-from ..core.participant import TrainOutcome
-from ..core.sandbox import SpeedMeter
-from ..core.seeds import split_assignment
+from ..core.wire.messages import Assign
+from ..core.job.participant import TrainOutcome
+from ..runtime.sandbox import SpeedMeter
+from ..core.formats.seeds import split_assignment
 from .ports import ProgressSink, TaskCancelled, WorkerPool, WorkerResult, WorkerTask
 
 __all__ = ["LocalWorkers", "effective_workers", "local_epochs"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 from typing import Callable
 
-from ..core.debuglog import DebugLog
+from ..core.observe.debuglog import DebugLog
 from .ports import KeyValue
 
 __all__ = ["DebugLogWriter", "DEBUG_LOG_KEY", "LOG_WRITE_MS"]

@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Callable
 
-from ..core.commands import Send
+from ..core.wire.commands import Send
 from ..core.errors import WeeiError
-from ..core.messages import DiagnosticsReport
+from ..core.wire.messages import DiagnosticsReport
 from .session import Session
 
 __all__ = ["DiagnosticsLink"]

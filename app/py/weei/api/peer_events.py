@@ -7,14 +7,14 @@ import asyncio
 import os
 from typing import Any, Awaitable, Callable, Mapping
 
-from ..core.commands import Send
+from ..core.wire.commands import Send
 from ..core.errors import UsageError
-from ..core.messages import Direction, Invitation, InvitationDecision, Message, Progress
-from ..core.participant import Participant
-from ..core.relay import RelayNode
-from ..core.relay_messages import RelayPiece, RelayPlan
-from ..core.restored_proof import Hold, RestoredProof
-from ..core.room_proof import ProofVerdict, RoomChallenge, RoomProof, answer_challenge, proof_key
+from ..core.wire.messages import (Direction, Invitation, InvitationDecision, Message, Progress, RelayPiece, RelayPlan,
+                                  RoomChallenge, RoomProof)
+from ..core.job.participant import Participant
+from ..core.links.relay import RelayNode
+from ..core.job.restored_proof import Hold, RestoredProof
+from ..core.links.room_proof import ProofVerdict, answer_challenge, proof_key
 from ..core.states import is_free
 from .executor import Executor
 from .job_store import PARTICIPATION_KEY, JobStore
@@ -33,11 +33,11 @@ class PeerEvents:
         self.store = store
         self.executor = executor
         # What this device proves the room key with when it coordinates, and asks a coordinator to prove
-        # before it accepts (core/room_proof.py): derived from the key, never the key itself.
+        # before it accepts (core/links/room_proof.py): derived from the key, never the key itself.
         self._proof_key = proof_key(room_key) if room_key else None
         self.room_check = RoomCheck(self._proof_key, session.my_peer_id, self._send, session.record,
                                     random_bytes, monotonic=session.monotonic) if self._proof_key is not None else None
-        # A participation restored in a keyed room re-proves its coordinator (core/restored_proof.py):
+        # A participation restored in a keyed room re-proves its coordinator (core/job/restored_proof.py):
         # the gate, the participant it was made for, and the challenge in flight.
         self._restored: tuple[RestoredProof, Participant] | None = None
         self._reproving: asyncio.Task[Any] | None = None
@@ -107,7 +107,7 @@ class PeerEvents:
         await self.executor.drain(quiet=isinstance(message, Progress))
 
     def _relay(self, peer: str, message: RelayPlan | RelayPiece, blobs: Mapping[str, bytes]) -> None:
-        """A relayed checkpoint's plan or piece (core/relay.py): only for the job this device takes part in.
+        """A relayed checkpoint's plan or piece (core/links/relay.py): only for the job this device takes part in.
         What the node assembles is stored under the hash of its bytes, which it checked against the plan."""
         s = self.session
         p = s.participant

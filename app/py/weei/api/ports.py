@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Protocol
 
-from ..core.commands import Send
+from ..core.wire.commands import Send
 from ..core.errors import WeeiError
 
 __all__ = ["Storage", "StorageError", "STORAGE_QUOTA_EXCEEDED", "KeyValue", "WorkerTask", "WorkerResult",
@@ -57,7 +57,7 @@ class WorkerTask:
     experience: tuple[int, int, int] | None = None  # unit_start, unit_count, seed
     seed: int = 0
     settings: Mapping[str, Any] | None = None
-    # Sandbox bounds (weei.core.sandbox): the backend's estimatedWorkingBytes (None: unknown, the device's
+    # Sandbox bounds (weei.runtime.sandbox): the backend's estimatedWorkingBytes (None: unknown, the device's
     # memory cap applies) and the operation's deadline (None: the host's default ceiling).
     working_bytes: int | None = None
     deadline_s: float | None = None

@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from ..core._check import Where, as_int, as_list, as_object, as_sha256, as_str, nullable
-from ..core.job import ChunkInfo, GpuOffer, JobSpec, ModuleInfo
-from ..core.messages import ArtifactRef
-from ..core.modelinfo import ModelInfo
-from ..core.seeds import parse_seed
-from ..core.settings import TrainingSettings
+from ..core.job.spec import ChunkInfo, GpuOffer, JobSpec, ModuleInfo
+from ..core.wire.messages import ArtifactRef
+from ..core.formats.modelinfo import ModelInfo
+from ..core.formats.seeds import parse_seed
+from ..core.formats.settings import TrainingSettings
 from .ports import StorageError
 
 __all__ = ["spec_to_record", "spec_from_record", "record_artifacts"]

@@ -12,9 +12,9 @@ artifacts pins them until it has read them. Everything else is evicted.
 from __future__ import annotations
 
 from ..core.errors import WeeiError
-from ..core.messages import Assign
-from ..core.modelinfo import ModelInfo
-from ..core.participant import Participant
+from ..core.wire.messages import Assign
+from ..core.formats.modelinfo import ModelInfo
+from ..core.job.participant import Participant
 from .session import Session
 
 __all__ = ["Residency", "assign_refs"]

@@ -1,4 +1,4 @@
-"""A participant in a keyed room asks the coordinator to prove the room key (core/room_proof.py on asyncio).
+"""A participant in a keyed room asks the coordinator to prove the room key (core/links/room_proof.py on asyncio).
 
 Accepting an invitation gives a coordinator this device's compute; in a
 room, every member entered with the room key, but only the signaling
@@ -14,9 +14,8 @@ import asyncio
 import time
 from typing import Any, Callable, Mapping
 
-from ..core.commands import Send
-from ..core.room_proof import (NONCE_BYTES, PROOF_TIMEOUT_MS, CoordinatorProofs, ProofIgnored, ProofVerdict,
-                               RoomProof)
+from ..core.wire.commands import Send
+from ..core.links.room_proof import NONCE_BYTES, PROOF_TIMEOUT_MS, CoordinatorProofs, ProofIgnored, ProofVerdict
 
 __all__ = ["RoomCheck", "refusal_text"]
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from ..core.coordinator import Coordinator
-from ..core.debuglog import DebugLog
-from ..core.diagnostics import DiagnosticsBook, DiagnosticsRecorder
-from ..core.invitations import PendingInvitations
-from ..core.live_progress import LiveProgress
-from ..core.participant import Participant
-from ..core.relay import RelayNode
+from ..core.job.coordinator import Coordinator
+from ..core.observe.debuglog import DebugLog
+from ..core.observe.diagnostics import DiagnosticsBook, DiagnosticsRecorder
+from ..core.job.invitations import PendingInvitations
+from ..core.observe.live_progress import LiveProgress
+from ..core.job.participant import Participant
+from ..core.links.relay import RelayNode
 from .ports import Transport
 
 __all__ = ["Session", "DeviceSettings"]

@@ -6,11 +6,11 @@ import asyncio
 import json
 from typing import Any, Callable
 
-from ..core.coordinator import Coordinator
+from ..core.job.coordinator import Coordinator
 from ..core.errors import WeeiError
-from ..core.live_progress import estimate_remaining_ms
-from ..core.modelinfo import effective_units_per_assignment
-from ..core.settings import TrainingSettings
+from ..core.observe.live_progress import estimate_remaining_ms
+from ..core.formats.modelinfo import effective_units_per_assignment
+from ..core.formats.settings import TrainingSettings
 from ..core.states import JobStatus
 from .compute import ComputeBackend
 from .job_store import JobStore

@@ -22,7 +22,7 @@ from typing import Any
 
 from ..core._check import Where, as_bool, as_choice, as_int, as_list, as_number, as_object, as_str, check_depth
 from ..core.errors import WeeiError
-from ..core.messages import Invitation, decode_message
+from ..core.wire.messages import Invitation, decode_message
 from .ports import StorageError
 from .records import spec_from_record
 from .session import DeviceSettings

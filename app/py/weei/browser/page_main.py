@@ -37,7 +37,7 @@ import js  # type: ignore[import-not-found]
 from pyodide.ffi import JsException, JsProxy  # type: ignore[import-not-found]
 
 from weei.api.controller import TrainingController
-from weei.core.aggregate import AggregationState, aggregate_round
+from weei.core.aggregation.aggregate import AggregationState, aggregate_round
 from weei.kernel.wasm_kernel import WasmKernel
 
 from . import webgpu

@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 The browser adapter of docs/peers.md, the twin of ``weei.agent.transport``:
 both are a :class:`weei.api.link_transport.LinkTransport`, which runs the
-sans-I/O :class:`weei.core.peerlink.LinkManager` (it decides every step of a
+sans-I/O :class:`weei.core.links.peerlink.LinkManager` (it decides every step of a
 link, its timing, teardown, framing, delivery and errors). Here are only the
 page's primitives and its signaling client (:class:`BrowserSignaling`,
 which reconnects and rejoins by itself and reports each new welcome and peer
@@ -34,8 +34,8 @@ import js  # type: ignore[import-not-found]
 from pyodide.ffi import create_proxy  # type: ignore[import-not-found]
 
 from weei.api.link_transport import LinkTransport, Receiver
-from weei.core.peerlink import CHANNEL_LABEL, HIGH_WATER, LOW_WATER
-from weei.core.peerlink_commands import CreateLink
+from weei.core.links.peerlink import CHANNEL_LABEL, HIGH_WATER, LOW_WATER
+from weei.core.links.peerlink_commands import CreateLink
 
 from .convert import from_js_value, is_nullish, to_js_value
 from .engine import to_uint8array

@@ -43,7 +43,7 @@ import js  # type: ignore[import-not-found]
 from pyodide.ffi import create_proxy  # type: ignore[import-not-found]
 
 from weei.core.errors import WeeiError
-from weei.core.signaling_protocol import (PING, Answer, Closed, Peers, ServerError, SessionView, Signal,
+from weei.core.wire.signaling_session import (PING, Answer, Closed, Peers, ServerError, SessionView, Signal,
                                           SignalingEvent, SignalingSession, Unreadable, Welcome)
 
 __all__ = [

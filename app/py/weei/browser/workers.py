@@ -51,11 +51,11 @@ a hung or hostile module) is treated the same way, the Worker terminated
 and replaced, and fails with ``ModelError('deadline-exceeded')``: the
 assignment fails like any failure and goes to another participant. A
 task's own deadline (``WorkerTask.deadline_s``, from the device's measured
-pace: ``weei.core.sandbox``) shortens the train and evaluate ones.
+pace: ``weei.runtime.sandbox``) shortens the train and evaluate ones.
 
 Memory: a page cannot put a store limit on a module's own memory, so the
 module a Worker loads declares the task's limit as its maximum
-(``weei.core.sandbox.cap_module_memory``; a larger declared minimum is
+(``weei.runtime.sandbox.cap_module_memory``; a larger declared minimum is
 refused by name, ``memory-over-limit``, before the Worker sees it): a
 ``memory.grow`` past it returns -1 inside the module, as under wasmtime.
 A Worker holding the module under a smaller limit loads it again.
@@ -73,7 +73,8 @@ from pyodide.ffi import JsException, create_proxy  # type: ignore[import-not-fou
 from weei.api.ports import ProgressSink, WorkerResult, WorkerTask
 from weei.api.worker_tasks import TaskBook
 from weei.core.errors import ModelError, UsageError, WeeiError
-from weei.core.sandbox import DEFAULT_MEMORY_CAP, cap_module_memory, memory_limit
+from weei.core.limits import DEFAULT_MEMORY_CAP
+from weei.runtime.sandbox import cap_module_memory, memory_limit
 from weei.gpu.archive import dump_archive
 from weei.gpu.errors import REASONS, GpuError
 from weei.gpu.trainer import EventSink, GpuAssignment, GpuOutcome
@@ -86,7 +87,7 @@ __all__ = ["BrowserWorkerPool", "WorkerGpuHost", "TASK_DEADLINES_S"]
 
 #: How long one Worker request may take (s): generous, but finite. loadModel includes a new
 #: Worker's Pyodide start, which takes minutes on a loaded machine; training and validation
-#: match the CPython host's call deadline (the ceiling of weei.core.sandbox.operation_deadline_s;
+#: match the CPython host's call deadline (the ceiling of weei.runtime.sandbox.operation_deadline_s;
 #: a task's own deadline from the measured pace is shorter).
 TASK_DEADLINES_S = {"loadModel": 300.0, "train": 900.0, "evaluate": 900.0, "trainGpu": 900.0}
 #: Compiled (module, memory limit) pairs the pool keeps for its Workers.

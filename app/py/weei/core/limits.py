@@ -20,7 +20,7 @@ from typing import Iterable, Mapping
 
 from .errors import ManifestError
 
-__all__ = ["MAX_FILE_BYTES", "MAX_AUXILIARY_BYTES", "MAX_SHADER_ARCHIVE_BYTES", "MAX_METRICS", "MAX_METRIC_ID_CHARS",
+__all__ = ["DEFAULT_MEMORY_CAP", "MAX_FILE_BYTES", "MAX_AUXILIARY_BYTES", "MAX_SHADER_ARCHIVE_BYTES", "MAX_METRICS", "MAX_METRIC_ID_CHARS",
            "max_bytes", "check_file_size", "check_selection_sizes"]
 
 #: Checkpoints and modules (and every kind without its own limit).
@@ -34,6 +34,9 @@ MAX_SHADER_ARCHIVE_BYTES = 4 << 20
 #: Metrics a model declares (and a message reports), and the characters of each metric id.
 MAX_METRICS = 64
 MAX_METRIC_ID_CHARS = 64
+#: A module's memory when the device sets no cap (``weei agent --memory-limit-mib``), and always in a
+#: browser Worker: 1 GiB. createJob refuses weights and slots that cannot fit in it.
+DEFAULT_MEMORY_CAP = 1 << 30
 
 _BY_KIND = {"auxiliary": MAX_AUXILIARY_BYTES, "wgsl": MAX_SHADER_ARCHIVE_BYTES}
 

@@ -13,13 +13,13 @@ from another peer is never a reason to raise: the machines ask
 Four tables:
 
 * ``PARTICIPANT_TRANSITIONS``: the participant's own machine
-  (``core/participant.py``), one per device and job.
+  (``core/job/participant.py``), one per device and job.
 * ``PEER_TRANSITIONS``: the coordinator's record of each participant
-  (``core/coordinator.py``). Same states (the spec's
+  (``core/job/coordinator.py``). Same states (the spec's
   ``ParticipantState.state``), other events: the coordinator learns of a
   move from a message, the participant makes it.
 * ``JOB_TRANSITIONS``: the job's status (``TrainingJob.status``).
-* ``ATTEMPT_TRANSITIONS``: one hand-out of work (``core/attempts.py``).
+* ``ATTEMPT_TRANSITIONS``: one hand-out of work (``core/job/attempts.py``).
 
 ``*_ANYWHERE`` tables hold events valid from every state of a role.
 """

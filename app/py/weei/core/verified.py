@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 Artifacts are named by the SHA-256 of their bytes, and a receiver checks
 that name once. The framing reader hashes each artifact as its fragments
-arrive (``core/framing/reader.py``), so by the time the message that names
+arrive (``core/wire/framing/reader.py``), so by the time the message that names
 it is complete, the check is done; the coordinator's own participant hashes
 the weights it trained when it names them. :class:`VerifiedBlobs` carries
 that fact along with the bytes, so the coordinator does not hash a 64 MB

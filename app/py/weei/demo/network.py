@@ -15,9 +15,9 @@ import json
 from typing import Any, Mapping
 
 from ..api.controller import TrainingController
-from ..core.commands import Send
+from ..core.wire.commands import Send
 from ..core.errors import WeeiError
-from ..core.messages import decode_message, encode_message
+from ..core.wire.messages import decode_message, encode_message
 from ..core.verified import VerifiedBlobs
 
 __all__ = ["MemoryNetwork", "MemoryTransport"]

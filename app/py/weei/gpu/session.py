@@ -43,7 +43,7 @@ class GpuBackendSpec:
 
     @classmethod
     def from_backend(cls, backend: Mapping[str, Any]) -> GpuBackendSpec:
-        """From a manifest backend object (already checked by weei.core.manifest)."""
+        """From a manifest backend object (already checked by weei.core.formats.manifest)."""
         return cls(
             str(backend["id"]),
             int(backend["estimatedWorkingBytes"]),

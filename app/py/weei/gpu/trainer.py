@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from weei.core.sandbox import DEADLINE_CEILING_S
+from weei.runtime.sandbox import DEADLINE_CEILING_S
 from weei.runtime import ModelRuntime
 
 from .adapter import check_budget

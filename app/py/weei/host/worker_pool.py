@@ -10,7 +10,7 @@ traps within moments, the thread returns, ``run`` raises TaskCancelled, and
 the Worker's broken runtime is loaded again for its next task.
 
 Bounds: ``engine.memory_limit_bytes`` and ``engine.call_deadline_s`` are
-the device's caps; each task's limit (:func:`weei.core.sandbox.memory_limit`,
+the device's caps; each task's limit (:func:`weei.runtime.sandbox.memory_limit`,
 from the task's ``working_bytes`` and inputs) and deadline
 (``task.deadline_s``, at most the cap) are set on the Worker's fork before
 its runtime is loaded and its calls run.
@@ -25,7 +25,7 @@ from typing import Any
 
 from ..api.ports import ProgressSink, WorkerResult, WorkerTask
 from ..api.worker_tasks import TaskBook
-from ..core.sandbox import memory_limit
+from ..runtime.sandbox import memory_limit
 from ..runtime import ModelRuntime
 
 __all__ = ["ThreadWorkerPool"]
@@ -95,7 +95,7 @@ class ThreadWorkerPool:
 
     def _run(self, index: int, engine: Any, module_sha256: str, module: bytes, task: WorkerTask,
              progress: Any) -> WorkerResult:
-        # The sandbox's bounds for this task (weei.core.sandbox): the parent engine's limit is the device's cap.
+        # The sandbox's bounds for this task (weei.runtime.sandbox): the parent engine's limit is the device's cap.
         limit = memory_limit(task.working_bytes, task.input_bytes, self.engine.memory_limit_bytes)
         ceiling = self.engine.call_deadline_s  # the parent's deadline bounds every task's, as in the browser
         engine.call_deadline_s = min(task.deadline_s, ceiling) if task.deadline_s is not None else ceiling

@@ -1,4 +1,4 @@
-"""Hosts of the aggregation kernel for :mod:`weei.core.aggregate`.
+"""Hosts of the aggregation kernel for :mod:`weei.core.aggregation.aggregate`.
 
 Three implementations of ``AggregationKernel`` that give identical bits:
 ``NumpyKernel`` (the oracle, blocked numpy), ``NativeKernel`` (the C kernel

@@ -15,8 +15,8 @@ import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from weei.core.aggregate import BytesLike
-from weei.core.relay import sequential_sha256
+from weei.core.aggregation.aggregate import BytesLike
+from weei.core.links.relay import sequential_sha256
 
 __all__ = ["PARALLEL_MIN_BYTES", "sha256_many"]
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from weei.core.aggregate import BytesLike, Segment
+from weei.core.aggregation.aggregate import BytesLike, Segment
 from weei.kernel import kernel_source
 from weei.kernel.digests import sha256_many as _sha256_many
 from weei.kernel.numpy_kernel import F32, as_f32
@@ -218,5 +218,5 @@ class NativeKernel:
         return int(self._lib.weei_first_non_finite(_ptr(x), x.shape[0]))
 
     def sha256_many(self, buffers: Sequence[BytesLike]) -> list[str]:
-        """See ``weei.core.rounds.Kernel.sha256_many``: on every core (weei.kernel.digests)."""
+        """See ``weei.core.job.round_rules.Kernel.sha256_many``: on every core (weei.kernel.digests)."""
         return _sha256_many(buffers)

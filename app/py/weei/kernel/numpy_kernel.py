@@ -1,6 +1,6 @@
 """NumpyKernel: the oracle of the aggregation arithmetic, and a usable CPython path.
 
-Follows the exact operation order of :mod:`weei.core.aggregate` (module
+Follows the exact operation order of :mod:`weei.core.aggregation.aggregate` (module
 docstring). Every float32 array is widened to float64 *before* any
 arithmetic: under NumPy's promotion rules (NEP 50) ``float32_array * 0.9``
 is computed in float32, which would silently change the bits.
@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from weei.core.aggregate import BytesLike, Segment
+from weei.core.aggregation.aggregate import BytesLike, Segment
 from weei.kernel.digests import sha256_many as _sha256_many
 
 __all__ = ["BLOCK", "LANES", "NumpyKernel", "as_f32"]
@@ -322,5 +322,5 @@ class NumpyKernel:
         return -1
 
     def sha256_many(self, buffers: Sequence[BytesLike]) -> list[str]:
-        """See ``weei.core.rounds.Kernel.sha256_many``: on every core (weei.kernel.digests)."""
+        """See ``weei.core.job.round_rules.Kernel.sha256_many``: on every core (weei.kernel.digests)."""
         return _sha256_many(buffers)

@@ -20,8 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from weei.core.aggregate import BytesLike, Segment
-from weei.core.relay import sequential_sha256
+from weei.core.aggregation.aggregate import BytesLike, Segment
+from weei.core.links.relay import sequential_sha256
 from weei.runtime.engine import Instance
 
 __all__ = ["kernel_wasm_path", "load_kernel_wasm", "WasmKernel", "StagedAverage", "KERNEL_MEMORY_LIMIT"]
@@ -229,6 +229,6 @@ class WasmKernel:
         return int(result if result is not None else -1)
 
     def sha256_many(self, buffers: Sequence[BytesLike]) -> list[str]:
-        """See ``weei.core.rounds.Kernel.sha256_many``: one after the other (Pyodide runs one thread;
+        """See ``weei.core.job.round_rules.Kernel.sha256_many``: one after the other (Pyodide runs one thread;
         its hashlib is the page's, ~0.19 GB/s)."""
         return sequential_sha256(buffers)

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import WeeiError
-from ..core.jsonfmt import stringify
+from ..core.formats.jsonfmt import stringify
 from .compile import BuildError, compile_wasm
 from .package import ARCHIVE_NAME, model_manifest, probe_model
 from .sources import check_source, model_sources

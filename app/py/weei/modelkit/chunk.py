@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import UsageError
-from ..core.jsonfmt import stringify
+from ..core.formats.jsonfmt import stringify
 from ..core.limits import check_file_size
 
 __all__ = ["RECORDS_FORMAT", "MAGIC", "Records", "read_csv", "encode_records", "chunk_file"]

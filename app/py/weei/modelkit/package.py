@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..core.jsonfmt import descriptor
+from ..core.formats.jsonfmt import descriptor
 from .compile import BuildError
 
 __all__ = ["INIT_SEED", "ARCHIVE_NAME", "WORKING_MARGIN", "GPU_WORKING_FLOOR", "ModelFacts", "probe_model",
@@ -25,7 +25,7 @@ __all__ = ["INIT_SEED", "ARCHIVE_NAME", "WORKING_MARGIN", "GPU_WORKING_FLOOR", "
 INIT_SEED = 0
 ARCHIVE_NAME = "model.wgsl.json"
 #: estimatedWorkingBytes = the measured peak × this, rounded up to a MiB: a chunk, a batch or a
-#: unit count other than the measured ones may need a little more (weei.core.sandbox adds headroom too).
+#: unit count other than the measured ones may need a little more (weei.runtime.sandbox adds headroom too).
 WORKING_MARGIN = 1.25
 _MIB = 1 << 20
 #: The least a GPU backend announces (what every one announced before programs were measured).

@@ -40,7 +40,7 @@ from typing import Any
 
 from weei.core.errors import ModelError, UsageError
 from weei.core.limits import MAX_FILE_BYTES
-from weei.core.sandbox import check_module_memory
+from weei.runtime.sandbox import check_module_memory
 
 from .engine import CompileError, DeadlineExceeded, Engine, EngineError, Instance, InstantiateError, Interrupted
 from .progress_reports import ProgressReports

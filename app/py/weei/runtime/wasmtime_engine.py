@@ -25,10 +25,10 @@ module must never hang or exhaust its host):
   instance is made; 1 GiB by default, the device's cap): ``memory.grow``
   past it fails inside the module, and a module whose declared minimum is
   larger is refused before instantiation (``ModelRuntime.load``). A pool
-  lowers it per task (``weei.core.sandbox.memory_limit``).
+  lowers it per task (``weei.runtime.sandbox.memory_limit``).
 * Every call (and the start function) has a deadline (``call_deadline_s``,
   read at each call: a pool sets it per task from
-  ``weei.core.sandbox.operation_deadline_s``): a shared ticker advances each
+  ``weei.runtime.sandbox.operation_deadline_s``): a shared ticker advances each
   busy engine's epoch every :data:`TICK_S`, and a store's deadline is that
   many ticks ahead. A call that overruns traps and raises
   :class:`DeadlineExceeded`. :meth:`WasmtimeEngine.interrupt` advances the
@@ -46,7 +46,8 @@ from typing import Any
 
 import wasmtime
 
-from ..core.sandbox import DEADLINE_CEILING_S, DEFAULT_MEMORY_CAP
+from ..core.limits import DEFAULT_MEMORY_CAP
+from .sandbox import DEADLINE_CEILING_S
 from .engine import (
     CompileError,
     DeadlineExceeded,

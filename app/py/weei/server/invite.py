@@ -13,7 +13,7 @@ from collections.abc import Callable
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 from ..core.errors import UsageError
-from ..core.signaling_protocol import ROOM_KEY, new_room_key
+from ..core.wire.signaling_session import ROOM_KEY, new_room_key
 
 __all__ = ["Invite", "invite_url", "parse_invite", "fresh_key"]
 

@@ -52,7 +52,7 @@ connection then joins the same room with its key. A token that does not
 verify, has expired or is bound to no room simply yields a fresh ID.
 
 The protocol's vocabulary (phases, reasons, limits, tokens, the checks on a
-frame) is in :mod:`weei.server.signal_protocol`; it is re-exported here.
+frame) is in :mod:`weei.server.signaling_rules`; it is re-exported here.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ from dataclasses import dataclass, field
 from typing import Any, Union
 
 from ..core.errors import UsageError
-from .signal_protocol import (ALLOWED, MAX_PEER_ID_CHARS, MAX_TOKEN_CHARS, MESSAGE_FIELDS, OUT_OF_PHASE, PROTOCOL_VERSION,
+from .signaling_rules import (ALLOWED, MAX_PEER_ID_CHARS, MAX_TOKEN_CHARS, MESSAGE_FIELDS, OUT_OF_PHASE, PROTOCOL_VERSION,
                               ROOM_CODE, UNBOUND, CloseCode, Limits, Phase, Reason, SignalingError, SignalKind,
                               TokenBucket, make_token, new_peer_id, parse_text_frame, refuse, utf8_len, validate_key,
                               validate_payload, validate_room, verify_token)

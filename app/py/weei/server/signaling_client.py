@@ -28,7 +28,7 @@ from typing import Any, Union
 import aiohttp
 
 from ..core.errors import UsageError
-from ..core.signaling_protocol import (PING, Answer, Closed, Peers, ServerError, SessionView, Signal, SignalingSession,
+from ..core.wire.signaling_session import (PING, Answer, Closed, Peers, ServerError, SessionView, Signal, SignalingSession,
                                        Unreadable, Welcome)
 from .rooms import SignalingError
 

@@ -1,0 +1,1 @@
+"""Aggregation: FedAvg and the server optimizers over a kernel, and the robust options (pure functions)."""

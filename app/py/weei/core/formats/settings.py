@@ -1,0 +1,401 @@
+"""Training and aggregation settings: parsed from the API's JSON into frozen objects.
+
+The JSON is the spec's ``TrainingSettings`` as page JavaScript passes it to
+``createJob`` / ``updateSettings`` and as checkpoints store it (camelCase
+names). Parsing refuses anything the spec does not allow, each time with a
+:class:`~weei.core.errors.SettingsError` whose ``field`` names the culprit
+(``"aggregation.momentum"``), so invalid settings never reach the job logic.
+
+Decisions where the spec is silent (see also docs/checkpoint-format.md):
+
+* counts (epochs, localEpochs, batchSize, every, unitsPerAssignment,
+  workers) are integers from 1 to 2**53 - 1; ``3.0`` counts as 3, because
+  JavaScript has no separate integer type;
+* learningRate, when given, is a finite number above 0;
+* epsilon may be 0, as the spec's "from 0 to 1" says (the aggregation step
+  must then treat 0/0 as a zero step);
+* unknown keys are refused at every level;
+* :meth:`TrainingSettings.to_json` writes ``epochs`` (never ``rounds``) and
+  omits ``aggregation`` when it is plain FedAvg, the spec's default.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, NoReturn
+
+from .. import _check
+from ..errors import SettingsError
+
+__all__ = [
+    "AggregationMethod",
+    "AGGREGATION_METHODS",
+    "AggregationSettings",
+    "COMBINES",
+    "DEFAULT_TRIM",
+    "MAX_NORM_CLIP",
+    "MAX_EXCLUDE_AFTER",
+    "ValidationSchedule",
+    "ExperienceSettings",
+    "TrainingSettings",
+]
+
+AggregationMethod = Literal["fedavg", "fedavgm", "fedadam"]
+AGGREGATION_METHODS: tuple[AggregationMethod, ...] = ("fedavg", "fedavgm", "fedadam")
+
+# The options each method takes (JSON name -> attribute); anything else is refused.
+_METHOD_OPTIONS: dict[str, dict[str, str]] = {
+    "fedavg": {},
+    "fedavgm": {"serverLearningRate": "server_learning_rate", "momentum": "momentum"},
+    "fedadam": {
+        "serverLearningRate": "server_learning_rate",
+        "beta1": "beta1",
+        "beta2": "beta2",
+        "epsilon": "epsilon",
+    },
+}
+_ALL_OPTIONS = {"serverLearningRate", "momentum", "beta1", "beta2", "epsilon"}
+
+# Robust options (additive to the spec, any method; docs/api.md): absent means
+# off, so the spec's settings and every existing checkpoint keep their bits.
+COMBINES: tuple[str, ...] = ("mean", "trimmedMean", "median")
+_ROBUST_OPTIONS: dict[str, str] = {"normClip": "norm_clip", "combine": "combine", "trim": "trim",
+                                   "excludeOutliersAfter": "exclude_outliers_after"}
+MAX_NORM_CLIP = 1000.0
+MAX_EXCLUDE_AFTER = 1000  # rounds
+DEFAULT_TRIM = 0.25
+
+
+def _failer(field_name: str) -> _check.Fail:
+    def fail(message: str) -> NoReturn:
+        raise SettingsError(field_name, message)
+
+    return fail
+
+
+def _unknown(prefix: str) -> _check.Fail:
+    def fail(key: str) -> NoReturn:
+        raise SettingsError(prefix + key, "is not a known setting", "unknown-setting")
+
+    return fail
+
+
+def _count(obj: dict[str, Any], key: str, path: str) -> int:
+    if key not in obj:
+        raise SettingsError(path, "is required", "missing-setting")
+    return _check.as_int(obj[key], _failer(path), minimum=1)
+
+
+@dataclass(frozen=True)
+class AggregationSettings:
+    """How a round's average is formed and applied: FedAvg, FedAvgM or FedAdam.
+
+    Options are None when not given; the ``effective_*`` properties give the
+    value in force (the given one, else the method's default). The robust
+    options (``norm_clip``, ``combine``, ``trim``; weei.core.aggregation.robust) go with
+    any method and are off when None; ``exclude_outliers_after`` (rounds in
+    a row a participant's update was an outlier before it is excluded from
+    the job) needs one of ``norm_clip`` and ``combine``.
+    """
+
+    method: AggregationMethod = "fedavg"
+    server_learning_rate: float | None = None
+    momentum: float | None = None
+    beta1: float | None = None
+    beta2: float | None = None
+    epsilon: float | None = None
+    norm_clip: float | None = None
+    combine: str | None = None
+    trim: float | None = None
+    exclude_outliers_after: int | None = None
+
+    def __post_init__(self) -> None:
+        # Constructed in Python too, so the same checks as from_json apply.
+        if self.method not in _METHOD_OPTIONS:
+            raise SettingsError("aggregation.method", f"must be one of {', '.join(AGGREGATION_METHODS)}, not {self.method!r}")
+        allowed = set(_METHOD_OPTIONS[self.method].values())
+        for json_name in _ALL_OPTIONS:
+            attr = _attr_of(json_name)
+            value = getattr(self, attr)
+            if value is None:
+                continue
+            path = f"aggregation.{json_name}"
+            if attr not in allowed:
+                raise SettingsError(path, f"does not belong to method {self.method}", "option-not-for-method")
+            number = _check.as_number(value, _failer(path))
+            if json_name == "serverLearningRate":
+                ok, text = 0 <= number <= 10, "from 0 to 10"
+            elif json_name == "epsilon":
+                ok, text = 0 <= number <= 1, "from 0 to 1"
+            else:  # momentum, beta1, beta2
+                ok, text = 0 <= number < 1, "from 0 to below 1"
+            if not ok:
+                raise SettingsError(path, f"must be {text}, not {number}", "out-of-range")
+        self._check_robust()
+
+    def _check_robust(self) -> None:
+        if self.norm_clip is not None:
+            number = _check.as_number(self.norm_clip, _failer("aggregation.normClip"))
+            if not 1 <= number <= MAX_NORM_CLIP:
+                raise SettingsError("aggregation.normClip", f"must be from 1 to {MAX_NORM_CLIP:g}, not {number}", "out-of-range")
+        if self.combine is not None:
+            _check.as_choice(self.combine, _failer("aggregation.combine"), COMBINES)
+        if self.trim is not None:
+            if self.combine != "trimmedMean":
+                raise SettingsError("aggregation.trim", "belongs to combine \"trimmedMean\" only", "option-not-for-method")
+            number = _check.as_number(self.trim, _failer("aggregation.trim"))
+            if not 0 < number < 0.5:
+                raise SettingsError("aggregation.trim", f"must be above 0 and below 0.5, not {number}", "out-of-range")
+        if self.exclude_outliers_after is not None:
+            path = "aggregation.excludeOutliersAfter"
+            if self.norm_clip is None and self.combine is None:
+                raise SettingsError(path, "needs normClip or combine (outliers are found by robust aggregation)",
+                                    "option-not-for-method")
+            _check.as_int(self.exclude_outliers_after, _failer(path), minimum=1)
+            if self.exclude_outliers_after > MAX_EXCLUDE_AFTER:
+                raise SettingsError(path, f"must be from 1 to {MAX_EXCLUDE_AFTER}, not {self.exclude_outliers_after}",
+                                    "out-of-range")
+
+    @classmethod
+    def from_json(cls, obj: Any) -> AggregationSettings:
+        """Parse ``{method, ...options}``.
+
+        Takes: the JSON value of ``settings.aggregation``.
+        Returns: the settings. Raises: SettingsError naming the field.
+        """
+        obj = _check.as_object(obj, _failer("aggregation"))
+        if "method" not in obj:
+            raise SettingsError("aggregation.method", "is required", "missing-setting")
+        method = obj["method"]
+        if not isinstance(method, str) or method not in _METHOD_OPTIONS:
+            raise SettingsError("aggregation.method", f"must be one of {', '.join(AGGREGATION_METHODS)}, not {method!r}")
+        for key in obj:
+            if key == "method":
+                continue
+            if key in _ROBUST_OPTIONS:  # any method; values checked by __post_init__
+                if obj[key] is None:
+                    raise SettingsError(f"aggregation.{key}", "must not be null (leave it out for the default)")
+                continue
+            if key not in _ALL_OPTIONS:
+                raise SettingsError(f"aggregation.{key}", "is not a known setting", "unknown-setting")
+            if key not in _METHOD_OPTIONS[method]:
+                raise SettingsError(f"aggregation.{key}", f"does not belong to method {method}", "option-not-for-method")
+            # null is not "absent": the spec's options are numbers when present.
+            _check.as_number(obj[key], _failer(f"aggregation.{key}"))
+        kwargs = {_attr_of(key): value for key, value in obj.items() if key != "method"}
+        return cls(method=method, **kwargs)
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON form: method, then the options that were given."""
+        out: dict[str, Any] = {"method": self.method}
+        for json_name, attr in (*_METHOD_OPTIONS[self.method].items(), *_ROBUST_OPTIONS.items()):
+            value = getattr(self, attr)
+            if value is not None:
+                out[json_name] = value
+        return out
+
+    @property
+    def effective_trim(self) -> float:
+        """Fraction trimmed at each end by combine "trimmedMean": 0.25 unless given."""
+        return DEFAULT_TRIM if self.trim is None else float(self.trim)
+
+    @property
+    def effective_server_learning_rate(self) -> float:
+        """eta: 1.0 for FedAvg and FedAvgM, 0.01 for FedAdam, unless given."""
+        if self.server_learning_rate is not None:
+            return float(self.server_learning_rate)
+        return 0.01 if self.method == "fedadam" else 1.0
+
+    @property
+    def effective_momentum(self) -> float:
+        """mu of FedAvgM: 0.9 unless given."""
+        return 0.9 if self.momentum is None else float(self.momentum)
+
+    @property
+    def effective_beta1(self) -> float:
+        """beta1 of FedAdam: 0.9 unless given."""
+        return 0.9 if self.beta1 is None else float(self.beta1)
+
+    @property
+    def effective_beta2(self) -> float:
+        """beta2 of FedAdam: 0.99 unless given."""
+        return 0.99 if self.beta2 is None else float(self.beta2)
+
+    @property
+    def effective_epsilon(self) -> float:
+        """epsilon of FedAdam: 0.001 unless given."""
+        return 0.001 if self.epsilon is None else float(self.epsilon)
+
+    @property
+    def state_copies(self) -> int:
+        """Copies of the weights the method keeps as state: 0, 1 or 2."""
+        return {"fedavg": 0, "fedavgm": 1, "fedadam": 2}[self.method]
+
+
+def _attr_of(json_name: str) -> str:
+    return {"serverLearningRate": "server_learning_rate", **_ROBUST_OPTIONS}.get(json_name, json_name)
+
+
+FEDAVG = AggregationSettings()
+
+
+@dataclass(frozen=True)
+class ValidationSchedule:
+    """When the coordinator validates: every ``every`` rounds or epochs."""
+
+    enabled: bool
+    unit: Literal["round", "epoch"]
+    every: int
+
+    @classmethod
+    def from_json(cls, obj: Any) -> ValidationSchedule:
+        """Parse ``{enabled, unit, every}`` (all required). Raises: SettingsError."""
+        obj = _check.as_object(obj, _failer("validationSchedule"))
+        _check.no_unknown_keys(obj, {"enabled", "unit", "every"}, _unknown("validationSchedule."))
+        for key in ("enabled", "unit", "every"):
+            if key not in obj:
+                raise SettingsError(f"validationSchedule.{key}", "is required", "missing-setting")
+        enabled = _check.as_bool(obj["enabled"], _failer("validationSchedule.enabled"))
+        unit = obj["unit"]
+        if unit not in ("round", "epoch"):
+            raise SettingsError("validationSchedule.unit", f"must be 'round' or 'epoch', not {unit!r}")
+        every = _count(obj, "every", "validationSchedule.every")
+        return cls(enabled, unit, every)
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON form."""
+        return {"enabled": self.enabled, "unit": self.unit, "every": self.every}
+
+
+@dataclass(frozen=True)
+class ExperienceSettings:
+    """Experience jobs: how many units (episodes...) one assignment plays."""
+
+    units_per_assignment: int
+
+    @classmethod
+    def from_json(cls, obj: Any) -> ExperienceSettings:
+        """Parse ``{unitsPerAssignment}``. Raises: SettingsError."""
+        obj = _check.as_object(obj, _failer("experience"))
+        _check.no_unknown_keys(obj, {"unitsPerAssignment"}, _unknown("experience."))
+        return cls(_count(obj, "unitsPerAssignment", "experience.unitsPerAssignment"))
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON form."""
+        return {"unitsPerAssignment": self.units_per_assignment}
+
+
+_TOP_KEYS = frozenset(
+    {
+        "epochs",
+        "rounds",
+        "localEpochs",
+        "batchSize",
+        "learningRate",
+        "validationSchedule",
+        "coordinatorParticipates",
+        "aggregation",
+        "experience",
+        "workers",
+    }
+)
+
+
+@dataclass(frozen=True)
+class TrainingSettings:
+    """The spec's TrainingSettings.
+
+    ``epochs`` is the planned dataset epochs, or for an experience job the
+    last round. ``workers`` is the requested local Workers per device
+    (``localWorkers.requested``), None when not given.
+    """
+
+    epochs: int
+    local_epochs: int
+    batch_size: int
+    coordinator_participates: bool
+    learning_rate: float | None = None
+    validation_schedule: ValidationSchedule | None = None
+    aggregation: AggregationSettings = field(default=FEDAVG)
+    experience: ExperienceSettings | None = None
+    workers: int | None = None
+
+    def __post_init__(self) -> None:
+        # Objects built in Python get the same count checks as parsed ones.
+        for attr, path in (("epochs", "epochs"), ("local_epochs", "localEpochs"), ("batch_size", "batchSize")):
+            _check.as_int(getattr(self, attr), _failer(path), minimum=1)
+        if self.workers is not None:
+            _check.as_int(self.workers, _failer("workers"), minimum=1)
+        _check.as_bool(self.coordinator_participates, _failer("coordinatorParticipates"))
+
+    @classmethod
+    def from_json(cls, obj: Any) -> TrainingSettings:
+        """Parse the API's settings object.
+
+        Takes: the JSON value; ``rounds`` is accepted for ``epochs`` (both
+        only with the same value).
+        Returns: the settings.
+        Raises: SettingsError naming the field.
+        """
+        if not isinstance(obj, dict):
+            raise SettingsError("settings", "must be an object", "invalid-setting")
+        _check.no_unknown_keys(obj, _TOP_KEYS, _unknown(""))
+        if "epochs" in obj and "rounds" in obj:
+            epochs = _count(obj, "epochs", "epochs")
+            if _count(obj, "rounds", "rounds") != epochs:
+                raise SettingsError("rounds", "differs from epochs; pass only epochs", "conflicting-setting")
+        elif "rounds" in obj:
+            epochs = _count(obj, "rounds", "rounds")
+        else:
+            epochs = _count(obj, "epochs", "epochs")
+        local_epochs = _count(obj, "localEpochs", "localEpochs")
+        batch_size = _count(obj, "batchSize", "batchSize")
+        if "coordinatorParticipates" not in obj:
+            raise SettingsError("coordinatorParticipates", "is required", "missing-setting")
+        participates = _check.as_bool(obj["coordinatorParticipates"], _failer("coordinatorParticipates"))
+        learning_rate = None
+        if "learningRate" in obj:
+            learning_rate = _check.as_number(obj["learningRate"], _failer("learningRate"))
+            if learning_rate <= 0:
+                raise SettingsError("learningRate", f"must be above 0, not {learning_rate}", "out-of-range")
+        schedule = None
+        if "validationSchedule" in obj:
+            schedule = ValidationSchedule.from_json(obj["validationSchedule"])
+        aggregation = FEDAVG
+        if "aggregation" in obj:
+            aggregation = AggregationSettings.from_json(obj["aggregation"])
+        experience = None
+        if "experience" in obj:
+            experience = ExperienceSettings.from_json(obj["experience"])
+        workers = _count(obj, "workers", "workers") if "workers" in obj else None
+        return cls(
+            epochs=epochs,
+            local_epochs=local_epochs,
+            batch_size=batch_size,
+            coordinator_participates=participates,
+            learning_rate=learning_rate,
+            validation_schedule=schedule,
+            aggregation=aggregation,
+            experience=experience,
+            workers=workers,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON form (camelCase), omitting absent optionals and plain FedAvg."""
+        out: dict[str, Any] = {
+            "epochs": self.epochs,
+            "localEpochs": self.local_epochs,
+            "batchSize": self.batch_size,
+        }
+        if self.learning_rate is not None:
+            out["learningRate"] = self.learning_rate
+        if self.validation_schedule is not None:
+            out["validationSchedule"] = self.validation_schedule.to_json()
+        out["coordinatorParticipates"] = self.coordinator_participates
+        if self.aggregation != FEDAVG:
+            out["aggregation"] = self.aggregation.to_json()
+        if self.experience is not None:
+            out["experience"] = self.experience.to_json()
+        if self.workers is not None:
+            out["workers"] = self.workers
+        return out

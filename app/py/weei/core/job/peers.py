@@ -1,0 +1,113 @@
+"""The coordinator's record of each participant, and who of them can take work.
+
+Theory of operation
+-------------------
+The coordinator learns of a participant's moves from its messages and from
+the transport; :class:`PeerRecord` follows them along ``PEER_TRANSITIONS``
+(``core/states.py``), the same states the participant's own machine has.
+Beside the state a record keeps only what the state cannot say: whether the
+channel is open (a transport fact: a stopped peer can be offline too),
+whether the participant paused its contribution (its own choice, in any
+state), and, while it is disconnected, whether it was a member (then it
+gets the module again and catches up when the channel reopens).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from ..states import PEER_ANYWHERE, PEER_TRANSITIONS, PeerState, allowed, is_loaded, is_member, move
+
+__all__ = ["PeerRecord", "loading", "eligible", "available"]
+
+_MAX_ROUNDS = 10**9  # far above any job's rounds; a count past it is not one this code wrote
+
+
+@dataclass
+class PeerRecord:
+    """The coordinator's record of one participant."""
+
+    state: PeerState = PeerState.UNKNOWN
+    connected: bool = True
+    paused: bool = False
+    rejoins: bool = False  # meaningful while DISCONNECTED: it was a member when the channel closed
+    held: set[str] = field(default_factory=set)  # artifact hashes the peer holds
+    wants_shader_archive: bool = False  # asked for the job's WGSL archive (its ModuleStatus)
+    # Robust aggregation (core/aggregation/robust.py): rounds in a row, and in all, whose
+    # update was an outlier (delta norm above the clip multiple of the median).
+    outlier_rounds: int = 0
+    outliers: int = 0
+    # aggregation.excludeOutliersAfter: excluded from the job (no assignment, its updates refused).
+    excluded: bool = False
+
+    @property
+    def approved(self) -> bool:
+        """Accepted the invitation and takes part, connected or not."""
+        return is_member(self.state) or (self.state == PeerState.DISCONNECTED and self.rejoins)
+
+    @property
+    def loaded(self) -> bool:
+        """The module is loaded: the participant can train."""
+        return is_loaded(self.state)
+
+    def can(self, event: str) -> bool:
+        return allowed(PEER_TRANSITIONS, self.state, event, PEER_ANYWHERE) is not None
+
+    def move(self, event: str) -> None:
+        """Raises IllegalTransition when ``PEER_TRANSITIONS`` has no such move."""
+        nxt = move("participant record", PEER_TRANSITIONS, self.state, event, PEER_ANYWHERE)
+        if nxt == PeerState.DISCONNECTED:
+            self.rejoins = event == "restore" or self.approved
+        self.state = nxt
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"connected": self.connected, "approved": self.approved, "state": str(self.state)}
+        if self.paused:
+            out["paused"] = True
+        if self.outliers:
+            out["robust"] = {"outlierRounds": self.outlier_rounds, "outliers": self.outliers}
+        if self.excluded:
+            out["excluded"] = True
+        return out
+
+    def robust_state(self) -> dict[str, Any] | None:
+        """What robust aggregation knows of this peer, for the job record (None: nothing yet)."""
+        if not (self.outliers or self.excluded):
+            return None
+        return {"outlierRounds": self.outlier_rounds, "outliers": self.outliers, "excluded": self.excluded}
+
+    def restore_robust(self, saved: Any) -> bool:
+        """Take back :meth:`robust_state` from a job record; False (nothing changed) when it is not one."""
+        if not isinstance(saved, dict) or set(saved) != {"outlierRounds", "outliers", "excluded"}:
+            return False
+        rounds, total, excluded = saved["outlierRounds"], saved["outliers"], saved["excluded"]
+        if type(rounds) is not int or type(total) is not int or type(excluded) is not bool \
+                or not 0 <= rounds <= total <= _MAX_ROUNDS:
+            return False
+        self.outlier_rounds, self.outliers, self.excluded = rounds, total, excluded
+        return True
+
+    def note_round(self, outlier: bool) -> None:
+        """Count a round this peer contributed to under robust aggregation."""
+        if outlier:
+            self.outlier_rounds += 1
+            self.outliers += 1
+        else:
+            self.outlier_rounds = 0
+
+
+def loading(peers: Mapping[str, PeerRecord]) -> list[str]:
+    """Members still loading the module (a failed load is not waited for)."""
+    return [p for p, r in peers.items() if r.state == PeerState.APPROVED and r.connected]
+
+
+def eligible(peers: Mapping[str, PeerRecord], busy: set[str]) -> list[str]:
+    """Who can take an assignment now: connected, module loaded, not paused nor excluded, no attempt out. Sorted."""
+    return sorted(p for p, r in peers.items()
+                  if r.loaded and r.connected and not r.paused and not r.excluded and p not in busy)
+
+
+def available(peers: Mapping[str, PeerRecord]) -> int:
+    """How many participants could train at all (paused or busy ones count, excluded ones do not)."""
+    return sum(1 for r in peers.values() if r.loaded and r.connected and not r.excluded)

@@ -1,0 +1,200 @@
+"""Settings that parse but are likely mistakes: warnings, before a job runs with them.
+
+:class:`~weei.core.formats.settings.TrainingSettings` refuses what the spec forbids
+(hard errors, a ``SettingsError`` naming the field). Past that, a value can be
+legal and still absurd: 10^9 epochs, a batch of 10^9, a learning rate of
+10^9. :func:`review_settings` says so, per field, at two levels:
+
+* ``note``: worth knowing (the estimated time of the job, a batch larger
+  than any chunk); nothing to confirm;
+* ``confirm``: far outside the model's defaults or a job that would run for
+  days; the window asks before it creates the job or applies the settings.
+
+The estimate is the job's work (examples, or the model's units, times local
+epochs) over a measured speed (examples per second of the job's peers, when
+one is known: ``state.progress[peer].recordsPerSecond``); without one, the
+amount of work alone decides. Thresholds are module constants (docs/api.md,
+``reviewSettings``). Sans-I/O and pure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, Mapping
+
+from .coordinator import Coordinator
+from ..errors import WeeiError
+from ..observe.live_progress import LiveProgress
+from ..formats.manifest import ModelPackage, parse_manifest_file
+from ..formats.settings import TrainingSettings
+
+__all__ = [
+    "CONFIRM_EPOCHS", "CONFIRM_ROUNDS", "CONFIRM_LOCAL_EPOCHS", "CONFIRM_BATCH_SIZE", "NOTE_LEARNING_RATE",
+    "CONFIRM_LEARNING_RATE", "CONFIRM_UNITS_FACTOR", "CONFIRM_WORK", "CONFIRM_MS",
+    "SettingsWarning", "WorkFacts", "Review", "review_settings", "facts_from_manifest", "facts_from_job",
+]
+
+CONFIRM_EPOCHS = 1_000            # dataset passes
+CONFIRM_ROUNDS = 100_000          # rounds of an experience job
+CONFIRM_LOCAL_EPOCHS = 100        # passes over a chunk per round
+CONFIRM_BATCH_SIZE = 65_536
+NOTE_LEARNING_RATE = 1.0          # above: unusual for SGD-like steps
+CONFIRM_LEARNING_RATE = 10.0
+CONFIRM_UNITS_FACTOR = 16         # units per round above 16 x the model's default
+CONFIRM_WORK = 10**10             # examples (or units) processed by the whole job, without a measured speed
+CONFIRM_MS = 24 * 3600 * 1000     # an estimated job longer than a day
+
+Level = Literal["note", "confirm"]
+
+
+@dataclass(frozen=True)
+class SettingsWarning:
+    """One warning: the settings field it is about (``learningRate``), its level, a sentence."""
+
+    field: str
+    level: Level
+    message: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"field": self.field, "level": self.level, "message": self.message}
+
+
+@dataclass(frozen=True)
+class WorkFacts:
+    """What the review knows of the job besides its settings (None: unknown).
+
+    ``examples``: examples in the dataset (all chunks); ``largest_chunk``:
+    examples of the largest chunk; ``default_units``: an experience model's
+    default units per round; ``unit_label``: its unit in its own words
+    ("Episodes"); ``peers``: peers expected to train each round;
+    ``examples_per_second``: the measured speed of those peers together.
+    """
+
+    examples: int | None = None
+    largest_chunk: int | None = None
+    default_units: int | None = None
+    unit_label: str | None = None
+    peers: int = 1
+    examples_per_second: float | None = None
+
+
+@dataclass(frozen=True)
+class Review:
+    warnings: tuple[SettingsWarning, ...]
+    work: int | None  # examples (or units) the whole job processes, when known
+    estimated_ms: int | None  # work over the measured speed, when both are known
+
+    @property
+    def needs_confirmation(self) -> bool:
+        return any(w.level == "confirm" for w in self.warnings)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"warnings": [w.to_json() for w in self.warnings],
+                               "needsConfirmation": self.needs_confirmation}
+        if self.work is not None:
+            out["work"] = self.work
+        if self.estimated_ms is not None:
+            out["estimatedMs"] = self.estimated_ms
+        return out
+
+
+def _duration(ms: float) -> str:
+    s = ms / 1000.0
+    if s < 90:
+        return f"{max(1, round(s))} s"
+    if s < 90 * 60:
+        return f"{round(s / 60)} min"
+    if s < 48 * 3600:
+        return f"{s / 3600:.1f} h"
+    days = s / 86400
+    return f"{days:.1f} days" if days < 3650 else f"{days / 365:.3g} years"
+
+
+def review_settings(settings: TrainingSettings, facts: WorkFacts) -> Review:
+    """Warnings for ``settings`` (already parsed: the hard limits have passed) given ``facts``."""
+    out: list[SettingsWarning] = []
+    experience = settings.experience is not None or facts.default_units is not None
+    unit = (facts.unit_label or "units").lower() if experience else "examples"
+
+    def warn(field: str, level: Level, message: str) -> None:
+        out.append(SettingsWarning(field, level, message))
+
+    if experience:
+        if settings.epochs > CONFIRM_ROUNDS:
+            warn("epochs", "confirm", f"{settings.epochs:,} rounds is far more than a training run needs "
+                                      f"(above {CONFIRM_ROUNDS:,}); a job can be continued from its checkpoint later")
+    elif settings.epochs > CONFIRM_EPOCHS:
+        warn("epochs", "confirm", f"{settings.epochs:,} passes over the dataset (above {CONFIRM_EPOCHS:,}); "
+                                  "a job can be continued from its checkpoint later")
+    if settings.local_epochs > CONFIRM_LOCAL_EPOCHS:
+        warn("localEpochs", "confirm", f"{settings.local_epochs:,} local epochs: each participant passes over its "
+                                       f"chunk that often per round (above {CONFIRM_LOCAL_EPOCHS}); its update then "
+                                       "drifts far from the others'")
+    if settings.batch_size > CONFIRM_BATCH_SIZE:
+        warn("batchSize", "confirm", f"a batch of {settings.batch_size:,} examples (above {CONFIRM_BATCH_SIZE:,})")
+    elif facts.largest_chunk is not None and settings.batch_size > facts.largest_chunk and not experience:
+        warn("batchSize", "note", f"a batch of {settings.batch_size:,} is larger than any chunk "
+                                  f"({facts.largest_chunk:,} examples): each step uses a whole chunk")
+    lr = settings.learning_rate
+    if lr is not None and lr > CONFIRM_LEARNING_RATE:
+        warn("learningRate", "confirm", f"a learning rate of {lr:g} is far above usual values (0.0001 to 1); "
+                                        "training will most likely diverge (leave it empty for the model's default)")
+    elif lr is not None and lr > NOTE_LEARNING_RATE:
+        warn("learningRate", "note", f"a learning rate of {lr:g} is above usual values (0.0001 to 1)")
+    if settings.experience is not None and facts.default_units is not None and \
+            settings.experience.units_per_assignment > CONFIRM_UNITS_FACTOR * facts.default_units:
+        warn("experience.unitsPerAssignment", "confirm",
+             f"{settings.experience.units_per_assignment:,} {unit} per round, the model suggests "
+             f"{facts.default_units:,}")
+
+    work = _work(settings, facts, experience)
+    estimated = None
+    if work is not None and facts.examples_per_second is not None and facts.examples_per_second > 0:
+        estimated = round(1000.0 * work / facts.examples_per_second)
+        level: Level = "confirm" if estimated > CONFIRM_MS else "note"
+        warn("epochs", level, f"about {_duration(estimated)} at the measured speed "
+                              f"({facts.examples_per_second:,.4g} {unit}/s): {work:,} {unit} in all")
+    elif work is not None and work > CONFIRM_WORK:
+        warn("epochs", "confirm", f"the job processes {work:,} {unit} in all (above {CONFIRM_WORK:.0e}): "
+                                  "days or years of training")
+    return Review(tuple(out), work, estimated)
+
+
+def _work(settings: TrainingSettings, facts: WorkFacts, experience: bool) -> int | None:
+    if experience:
+        units = settings.experience.units_per_assignment if settings.experience is not None else facts.default_units
+        if units is None:
+            return None
+        return settings.epochs * units * max(1, facts.peers)
+    if facts.examples is None:
+        return None
+    return settings.epochs * settings.local_epochs * facts.examples
+
+
+def facts_from_manifest(manifest: Any, speeds: Mapping[str, float] | None = None) -> WorkFacts:
+    """WorkFacts from a selected manifest's JSON (a package or a chunk list); an invalid one
+    gives no facts (createJob names its problem). ``speeds``: this device's last measured
+    speed by model id (a package names its model; one device, so an upper bound)."""
+    try:
+        parsed = parse_manifest_file(manifest)
+    except WeeiError:
+        return WorkFacts()
+    dataset = parsed.dataset_manifest if isinstance(parsed, ModelPackage) else parsed
+    work = parsed.work_source if isinstance(parsed, ModelPackage) else None
+    counts = [e.example_count for e in dataset.entries]
+    speed = speeds.get(parsed.model_id) if speeds and isinstance(parsed, ModelPackage) else None
+    return WorkFacts(examples=sum(counts) if counts else None, largest_chunk=max(counts) if counts else None,
+                     default_units=work.default_units if work is not None else None,
+                     unit_label=work.unit_label if work is not None else None, examples_per_second=speed)
+
+
+def facts_from_job(coordinator: Coordinator, live: LiveProgress) -> WorkFacts:
+    """WorkFacts of the active job: its chunks or units, its approved peers and their measured speed."""
+    spec = coordinator.spec
+    counts = [c.example_count for c in spec.chunks]
+    work = spec.info.work_source
+    peers = [p for p, r in coordinator.peers.items() if r.approved]
+    return WorkFacts(examples=sum(counts) if counts else None, largest_chunk=max(counts) if counts else None,
+                     default_units=work.default_units if work is not None else None,
+                     unit_label=work.unit_label if work is not None else None,
+                     peers=max(1, len(peers)), examples_per_second=live.records_per_second(peers))
