@@ -203,13 +203,7 @@ def read_model(data: bytes) -> Graph:
     inits: dict[str, Tensor] = {}
     inputs: list[tuple[str, list[int | str]]] = []
     outputs: list[str] = []
-    node_fields = 0
-    graph_fields = read_fields(graph_bytes)
-    for number, _, _ in graph_fields:
-        if number == 1:
-            node_fields += 1
-            if node_fields > MAX_NODES:
-                raise OnnxError("too-many-nodes", f"the graph has more than {MAX_NODES} nodes")
+    graph_fields = read_fields(graph_bytes, {1: (MAX_NODES, "too-many-nodes", f"the graph has more than {MAX_NODES} nodes")})
     for number, _, value in graph_fields:
         if number == 1:
             nodes.append(_node(value))

@@ -43,8 +43,11 @@ def signed64(value: int) -> int:
     return value - (1 << 64) if value >= 1 << 63 else value
 
 
-def read_fields(data: memoryview | bytes) -> list[Field]:
-    """The fields of one message, in file order."""
+def read_fields(data: memoryview | bytes, limits: dict[int, tuple[int, str, str]] | None = None) -> list[Field]:
+    """The fields of one message, in file order. ``limits`` maps a field number to
+    (most occurrences, reason, message): one more is refused at once, so a file of
+    a million nodes costs no more than the limit's worth of reading."""
+    seen: dict[int, int] = {}
     view = memoryview(data) if not isinstance(data, memoryview) else data
     fields: list[Field] = []
     pos, end = 0, len(view)
@@ -71,6 +74,10 @@ def read_fields(data: memoryview | bytes) -> list[Field]:
         if number == 0:
             raise OnnxError("malformed-onnx", "field number 0")
         fields.append((number, wire, value))
+        if limits and number in limits:
+            seen[number] = seen.get(number, 0) + 1
+            if seen[number] > limits[number][0]:
+                raise OnnxError(limits[number][1], limits[number][2])
         if len(fields) > MAX_FIELDS:
             raise OnnxError("onnx-too-large", f"a message has more than {MAX_FIELDS} fields")
     return fields

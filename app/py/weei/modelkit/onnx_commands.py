@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .compiler import FORMATS, LOSSES, OPTIMIZERS, Settings
+from ..onnx.compiler import FORMATS, LOSSES, OPTIMIZERS, Settings
 
 __all__ = ["add_onnx_commands", "run_onnx_command"]
 
@@ -39,7 +39,7 @@ def _model_id(args: argparse.Namespace) -> str:
 
 def run_onnx_command(args: argparse.Namespace, stream: Any, errors: Any) -> int:
     from ..core.errors import WeeiError
-    from .package import export_checkpoint, import_package
+    from .onnx_package import export_checkpoint, import_package
 
     try:
         if args.model_command == "import":

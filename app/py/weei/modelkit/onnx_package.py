@@ -16,8 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.formats.jsonfmt import stringify
-from .compiler import Settings
-from .errors import OnnxError
+from ..onnx import OnnxError, Settings
 
 __all__ = ["ONNX_NAME", "import_package", "export_checkpoint"]
 
@@ -38,12 +37,12 @@ def import_package(onnx_path: Path, settings: Settings, out: Path, data: Path | 
     model's format; they are copied into ``out/data`` unless they are there.
     Raises: OnnxError; the checker's ManifestError/SettingsError/ModelError.
     """
-    from ..modelkit.builder import _train_once, BuildReport
-    from ..modelkit.package import model_manifest, probe_model
+    from ..onnx import import_onnx
+    from ..onnx.model import MAX_ONNX_BYTES
+    from .builder import BuildReport, _train_once
+    from .package import model_manifest, probe_model
     from ..prepare import prepare_job
     from ..runtime import WasmtimeEngine
-    from . import import_onnx
-    from .model import MAX_ONNX_BYTES
 
     onnx = _read(onnx_path, MAX_ONNX_BYTES)
     wasm, compiled = import_onnx(onnx, settings)
@@ -81,8 +80,8 @@ def export_checkpoint(checkpoint: Path, package: Path, out: Path) -> int:
     """Write ``package``'s ONNX file with the checkpoint's weights to ``out``; the weight count.
     Raises: OnnxError, CheckpointError."""
     from ..core.formats.checkpoint import read_checkpoint
-    from . import export_onnx
-    from .model import MAX_ONNX_BYTES
+    from ..onnx import export_onnx
+    from ..onnx.model import MAX_ONNX_BYTES
 
     source = package / ONNX_NAME
     if not source.is_file():
