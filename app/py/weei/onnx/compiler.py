@@ -109,7 +109,6 @@ class _Builder:
         self.g = graph
         self.s = settings
         self.t: dict[str, _T] = {}
-        self.ids: dict[str, int] = {}
         self.consts: list[float] = []
         self.int_values: dict[str, list[int]] = {}
         self.nodes: list[tuple[int, list[str], str, list[int], list[float]]] = []
