@@ -60,7 +60,7 @@ sys.path.insert(0, str(ROOT / "app" / "py"))
 
 from weei.core.formats.jsonfmt import stringify  # noqa: E402
 from weei.modelkit import ARCHIVE_NAME, BuildError, model_manifest, probe_model  # noqa: E402
-from weei.modelkit.compile import NATIVE_FLAGS, WASM_FLAGS, compile_wasm, run_tool  # noqa: E402
+from weei.modelkit.compile import MODEL_EXTRA_FLAGS, NATIVE_FLAGS, WASM_FLAGS, compile_wasm, run_tool  # noqa: E402
 from weei.modelkit.compile import compile_kernel as _compile_kernel  # noqa: E402
 
 __all__ = ["WASM_FLAGS", "NATIVE_FLAGS", "build_all", "model_manifest", "build_site", "make_snapshot", "pack_weei", "main"]
@@ -69,6 +69,7 @@ C_DIR = Path("c")
 SDK_DIR = C_DIR / "sdk"
 MODELS_DIR = C_DIR / "models"
 KERNEL_DIR = C_DIR / "kernel"
+ONNX_DIR = C_DIR / "onnx"
 WGSL_DIR = Path("wgsl")
 STATIC_DIR = Path("app") / "static"
 
@@ -165,6 +166,7 @@ def build_all(static_dir: Path, data_root: Path | None = None) -> list[Path]:
             manifest_text = stringify(model_manifest(wasm, facts, archive), 2) + "\n"
             (out_dir / "manifest.json").write_text(manifest_text, encoding="utf-8")
             written += [out_dir / "model.wasm", out_dir / "manifest.json"]
+    written.append(build_onnx_runtime(static_dir))
     kernel_sources = sorted((ROOT / KERNEL_DIR).glob("*.c")) if (ROOT / KERNEL_DIR).is_dir() else []
     if kernel_sources:
         (static_dir / "kernel").mkdir(parents=True, exist_ok=True)
@@ -173,6 +175,17 @@ def build_all(static_dir: Path, data_root: Path | None = None) -> list[Path]:
         compile_kernel(source.relative_to(ROOT), out)
         written.append(out)
     return written
+
+
+def build_onnx_runtime(static_dir: Path) -> Path:
+    """c/onnx (the ONNX graph runtime, docs/onnx.md) into static_dir/onnx/runtime.wasm: a module
+    without a graph, to which `weei model import` appends one (weei.onnx.wasm)."""
+    out = static_dir / "onnx" / "runtime.wasm"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    sources = [p.relative_to(ROOT) for p in sorted((ROOT / ONNX_DIR).glob("*.c")) + sorted((ROOT / SDK_DIR).glob("*.c"))]
+    _run(["clang", *WASM_FLAGS, *MODEL_EXTRA_FLAGS, "-DWEEI_HEAP_FLOOR=onnx_heap_floor", "-o", str(out),
+          *(str(s) for s in sources)])
+    return out
 
 
 def cmd_wasm(args: argparse.Namespace) -> int:
@@ -193,7 +206,7 @@ def check_against(committed: Path, built_files: list[Path], built_root: Path) ->
         elif not filecmp.cmp(mine, path, shallow=False):
             problems.append(f"{STATIC_DIR / rel}: differs from a fresh build (run python build.py wasm)")
     built_rel = {p.relative_to(built_root) for p in built_files}
-    for pattern in ("models/*/model.wasm", "models/*/manifest.json", f"models/*/{ARCHIVE_NAME}", "kernel/*.wasm"):
+    for pattern in ("models/*/model.wasm", "models/*/manifest.json", f"models/*/{ARCHIVE_NAME}", "kernel/*.wasm", "onnx/*.wasm"):
         for path in sorted(committed.glob(pattern)):
             if path.relative_to(committed) not in built_rel:
                 problems.append(f"{STATIC_DIR / path.relative_to(committed)}: committed but no source builds it")

@@ -14,7 +14,18 @@ extern unsigned char __heap_base;
 void *weei_addr(uint32_t off) { return (void *)(uintptr_t)off; }
 uint32_t weei_off(const void *p) { return (uint32_t)(uintptr_t)p; }
 uint64_t weei_memory_bytes(void) { return (uint64_t)__builtin_wasm_memory_size(0) * 65536u; }
+#ifdef WEEI_HEAP_FLOOR
+/* A module built with -DWEEI_HEAP_FLOOR=fn keeps the heap above fn()'s offset:
+ * the ONNX graph runtime (c/onnx) reads a graph that its importer appended as a
+ * data segment past the compiled memory (docs/onnx.md). Other models do not set it. */
+uint32_t WEEI_HEAP_FLOOR(void);
+static uint32_t heap_base_offset(void) {
+    uint32_t base = (uint32_t)(uintptr_t)&__heap_base, floor = WEEI_HEAP_FLOOR();
+    return floor > base ? floor : base;
+}
+#else
 static uint32_t heap_base_offset(void) { return (uint32_t)(uintptr_t)&__heap_base; }
+#endif
 static int grow_memory_to(uint64_t end) {
     uint64_t have = weei_memory_bytes();
     if (end <= have) return 0;

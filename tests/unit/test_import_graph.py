@@ -46,6 +46,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("weei.runtime",),
     ("weei.kernel",),
     ("weei.gpu",),
+    ("weei.onnx",),
     ("weei.prepare",),
     ("weei.api", "weei.modelkit"),
     ("weei.host", "weei.server"),

@@ -23,6 +23,9 @@ def add_commands(commands: argparse._SubParsersAction) -> None:  # type: ignore[
     build = model_cmds.add_parser("build", help="compile a model folder into model.wasm + manifest.json and "
                                                 "run every check the page runs before sharing")
     build.add_argument("dir", type=Path, help="the model folder (weei model new made it)")
+    from .onnx_commands import add_onnx_commands
+
+    add_onnx_commands(model_cmds)
     data = commands.add_parser("data", help="prepare dataset files for a model")
     data_cmds = data.add_subparsers(dest="data_command", required=True)
     chunk = data_cmds.add_parser("chunk", help="turn a CSV of records (features..., label) into weei-records-v1 "
@@ -40,6 +43,10 @@ def run(args: argparse.Namespace) -> int:
     from ..core.errors import WeeiError
     from .compile import BuildError
 
+    if args.command == "model" and args.model_command in ("import", "export"):
+        from .onnx_commands import run_onnx_command
+
+        return run_onnx_command(args, sys.stdout, sys.stderr)
     if args.command == "model" and args.model_command == "build":
         from .builder import run_build
 

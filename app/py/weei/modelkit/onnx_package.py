@@ -1,0 +1,96 @@
+"""``weei model import`` and ``weei model export`` (docs/onnx.md).
+
+Import writes a package folder the page and ``weei.prepare.prepare_job``
+accept: ``model.wasm`` (the runtime plus the graph), ``manifest.json``
+(measured like ``weei model build``'s), ``model.onnx`` (the file as given,
+which export rewrites) and ``data/`` (the chunks, described by the model).
+It then prepares a job from exactly those files and trains and evaluates
+once, as ``weei model build`` does.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from ..core.formats.jsonfmt import stringify
+from ..onnx import OnnxError, Settings
+
+__all__ = ["ONNX_NAME", "import_package", "export_checkpoint"]
+
+ONNX_NAME = "model.onnx"
+
+
+def _read(path: Path, limit: int) -> bytes:
+    size = path.stat().st_size
+    if size > limit:  # refused before a byte is read (a 2 GB initializer never reaches memory)
+        raise OnnxError("onnx-too-large", f"{path}: {size} bytes, over the {limit} Weei imports")
+    return path.read_bytes()
+
+
+def import_package(onnx_path: Path, settings: Settings, out: Path, data: Path | None = None) -> dict[str, Any]:
+    """Write the package into ``out``; returns {"info", "weights", "train", "evaluate"} of the check run.
+
+    ``data`` holds training-*.bin chunks (and an optional validation.bin) of the
+    model's format; they are copied into ``out/data`` unless they are there.
+    Raises: OnnxError; the checker's ManifestError/SettingsError/ModelError.
+    """
+    from ..onnx import import_onnx
+    from ..onnx.model import MAX_ONNX_BYTES
+    from .builder import BuildReport, _train_once
+    from .package import model_manifest, probe_model
+    from ..prepare import prepare_job
+    from ..runtime import WasmtimeEngine
+
+    onnx = _read(onnx_path, MAX_ONNX_BYTES)
+    wasm, compiled = import_onnx(onnx, settings)
+    out.mkdir(parents=True, exist_ok=True)
+    data_dir = out / "data"
+    if data is not None and data.resolve() != data_dir.resolve():
+        data_dir.mkdir(exist_ok=True)
+        for path in sorted(data.glob("training-*.bin")) + sorted(data.glob("validation.bin")):
+            shutil.copyfile(path, data_dir / path.name)
+    if not any(data_dir.glob("training-*.bin")):
+        raise OnnxError("no-data", f"{data_dir} has no training-*.bin chunks (weei data chunk writes them; "
+                                   "give --data DIR)")
+    facts = probe_model(wasm, data_dir)
+    manifest = model_manifest(wasm, facts)
+    (out / "model.wasm").write_bytes(wasm)
+    (out / "manifest.json").write_text(stringify(manifest, 2) + "\n", encoding="utf-8")
+    (out / ONNX_NAME).write_bytes(onnx)
+    (data_dir / "dataset-manifest.json").write_text(stringify(manifest["inlineJson"]["dataset-manifest.json"], 2) + "\n",
+                                                    encoding="utf-8")
+    files = {c["fileName"]: (data_dir / c["fileName"]).read_bytes() for c in facts.chunks}
+    validation_path = data_dir / "validation.bin"
+    validation = ("validation.bin", validation_path.read_bytes()) if validation_path.is_file() else None
+    prepared = prepare_job(WasmtimeEngine(), job_id="weei-model-import", wasm_name="model.wasm", wasm=wasm,
+                           manifest=json.loads(stringify(manifest)), files=files,
+                           settings={"epochs": 1, "localEpochs": 1, "batchSize": settings.batch_size,
+                                     "coordinatorParticipates": True},
+                           random_bytes=bytes(range(16)), validation=validation)
+    report = BuildReport(out)
+    _train_once(prepared, files, False, report)
+    return {"info": facts.info, "weights": len(compiled.weights), "train": report.train_metrics,
+            "evaluate": report.eval_metrics, "chunks": len(facts.chunks)}
+
+
+def export_checkpoint(checkpoint: Path, package: Path, out: Path) -> int:
+    """Write ``package``'s ONNX file with the checkpoint's weights to ``out``; the weight count.
+    Raises: OnnxError, CheckpointError."""
+    from ..core.formats.checkpoint import read_checkpoint
+    from ..onnx import export_onnx
+    from ..onnx.model import MAX_ONNX_BYTES
+
+    source = package / ONNX_NAME
+    if not source.is_file():
+        raise OnnxError("not-an-onnx-package", f"{package} has no {ONNX_NAME} (only imported ONNX packages export)")
+    manifest = json.loads((package / "manifest.json").read_text(encoding="utf-8"))
+    ck = read_checkpoint(_read(checkpoint, 1 << 31))
+    model_id = ck.metadata.model_info.id
+    if model_id != manifest["execution"]["modelId"]:
+        raise OnnxError("checkpoint-mismatch", f"the checkpoint is of model {model_id!r}, the package of "
+                                               f"{manifest['execution']['modelId']!r}")
+    out.write_bytes(export_onnx(_read(source, MAX_ONNX_BYTES), ck.weights))
+    return len(ck.weights) // 4
