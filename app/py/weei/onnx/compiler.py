@@ -102,7 +102,29 @@ def _broadcast(a: list[int], b: list[int], where: str) -> list[int]:
 
 def _ints(node: Node, name: str, default: list[int]) -> list[int]:
     v = node.attrs.get(name, default)
-    return [int(x) for x in v] if isinstance(v, list) else [int(v)]
+    v = v if isinstance(v, list) else [v]
+    if not all(isinstance(x, int) for x in v):
+        raise OnnxError("unsupported-attribute", f"{node.label()}: attribute {name!r} must be integers")
+    return v
+
+
+def _int(node: Node, name: str, default: int) -> int:
+    v = node.attrs.get(name, default)
+    if not isinstance(v, int):
+        raise OnnxError("unsupported-attribute", f"{node.label()}: attribute {name!r} must be an integer")
+    return v
+
+
+def _float(node: Node, name: str, default: float) -> float:
+    v = node.attrs.get(name, default)
+    if not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise OnnxError("unsupported-attribute", f"{node.label()}: attribute {name!r} must be a finite number")
+    return float(v)
+
+
+#: Inputs each operator needs (ONNX's required ones).
+MIN_INPUTS = {"MatMul": 2, "Gemm": 2, "Add": 2, "Sub": 2, "Mul": 2, "Div": 2, "Reshape": 2, "Conv": 2,
+              "BatchNormalization": 5, "LayerNormalization": 2, "Gather": 2, "Constant": 0}
 
 
 class _Builder:
@@ -200,6 +222,9 @@ class _Builder:
                                                     f"(supported: {', '.join(OPERATORS)})")
         if not node.outputs:
             raise OnnxError("bad-graph", f"{node.label()} has no output")
+        need = MIN_INPUTS.get(op, 1)
+        if len(node.inputs) < need or not all(node.inputs[:need]):
+            raise OnnxError("bad-graph", f"{node.label()} has {len(node.inputs)} inputs; {op} needs {need}")
         for extra in node.outputs[1:]:
             if extra and any(extra in n.inputs for n in self.g.nodes) or extra in self.g.outputs:
                 raise OnnxError("unsupported-graph", f"{node.label()}: its output {extra!r} is used; Weei computes only the first")
@@ -240,7 +265,7 @@ class _Builder:
                 self.out(node, [*a[:-1], b[-1]])
                 self.emit(node, node.inputs[:2])
             elif op == "Gemm":
-                ta, tb = int(node.attrs.get("transA", 0)), int(node.attrs.get("transB", 0))
+                ta, tb = _int(node, "transA", 0), _int(node, "transB", 0)
                 if len(a) != 2 or len(b) != 2:
                     raise OnnxError("bad-shape", f"{node.label()}: Gemm takes 2-D operands")
                 m, k = (a[1], a[0]) if ta else (a[0], a[1])
@@ -252,7 +277,7 @@ class _Builder:
                     if len(c) > 2 or _broadcast([m, n], c, node.label()) != [m, n] or (len(c) == 2 and c[0] not in (1, m)):
                         raise OnnxError("bad-shape", f"{node.label()}: C of shape {c} does not broadcast to {[m, n]}")
                 self.out(node, [m, n])
-                self.emit(node, node.inputs[:3], [ta, tb], [float(node.attrs.get("alpha", 1.0)), float(node.attrs.get("beta", 1.0))])
+                self.emit(node, node.inputs[:3], [ta, tb], [_float(node, "alpha", 1.0), _float(node, "beta", 1.0)])
             else:
                 self.out(node, _broadcast(a, b, node.label()))
                 self.emit(node, node.inputs[:2])
@@ -273,7 +298,7 @@ class _Builder:
             self.emit(node, node.inputs[:1], [int(approx == "tanh")])
         elif op == "LayerNormalization":
             r = len(x)
-            axis = int(node.attrs.get("axis", -1))
+            axis = _int(node, "axis", -1)
             axis = axis + r if axis < 0 else axis
             if not 0 <= axis < r or any(d < 0 for d in x[axis:]):
                 raise OnnxError("bad-shape", f"{node.label()}: axis {axis} of {x} must lie after the batch")
@@ -284,7 +309,7 @@ class _Builder:
             if len(node.inputs) < 2 or not node.inputs[1]:
                 raise OnnxError("bad-graph", f"{node.label()}: the scale is missing")
             self.out(node, list(x))
-            self.emit(node, node.inputs[:3], [axis, span], [float(node.attrs.get("epsilon", 1e-5))])
+            self.emit(node, node.inputs[:3], [axis, span], [_float(node, "epsilon", 1e-5)])
         elif op == "Transpose":
             perm = _ints(node, "perm", list(range(len(x) - 1, -1, -1)))
             if sorted(perm) != list(range(len(x))):
@@ -296,10 +321,10 @@ class _Builder:
             self.emit(node, node.inputs[:1], perm)
         elif op == "LeakyRelu":
             self.out(node, list(x))
-            self.emit(node, node.inputs[:1], [], [float(node.attrs.get("alpha", 0.01))])
+            self.emit(node, node.inputs[:1], [], [_float(node, "alpha", 0.01)])
         elif op in ("Softmax", "LogSoftmax"):
             r = len(x)
-            axis = int(node.attrs.get("axis", -1 if self.g.opset >= 13 else 1))
+            axis = _int(node, "axis", -1 if self.g.opset >= 13 else 1)
             axis = axis + r if axis < 0 else axis
             if not 0 <= axis < r:
                 raise OnnxError("bad-shape", f"{node.label()}: axis out of range")
@@ -309,7 +334,7 @@ class _Builder:
             self.out(node, list(x))
             self.emit(node, node.inputs[:1], span)
         elif op == "Flatten":
-            axis = int(node.attrs.get("axis", 1))
+            axis = _int(node, "axis", 1)
             axis = axis + len(x) if axis < 0 else axis
             self.out(node, [_enc(*_prod(x[:axis])), _enc(*_prod(x[axis:]))])
             self.emit(node, node.inputs[:1])
@@ -317,7 +342,7 @@ class _Builder:
             self.out(node, _reshape(x, self.ints(node.inputs[1], node), node))
             self.emit(node, node.inputs[:1])
         elif op == "Dropout":
-            ratio = float(node.attrs.get("ratio", 0.5))
+            ratio = _float(node, "ratio", 0.5)
             if len(node.inputs) > 1 and node.inputs[1]:
                 n = self.name(node.inputs[1])
                 if n in self.g.initializers:
@@ -346,12 +371,12 @@ class _Builder:
                 if self.name(node.inputs[i]) not in self.g.initializers:
                     raise OnnxError("unsupported-graph", f"{node.label()}: scale, bias and statistics must be initializers")
             self.out(node, list(x))
-            self.emit(node, node.inputs[:5], [], [float(node.attrs.get("epsilon", 1e-5)), float(node.attrs.get("momentum", 0.9))])
+            self.emit(node, node.inputs[:5], [], [_float(node, "epsilon", 1e-5), _float(node, "momentum", 0.9)])
 
     def join(self, node: Node) -> None:
         """Concat and Gather, whose operands may be weights, constants or activations."""
         if node.op == "Gather":
-            if int(node.attrs.get("axis", 0)) != 0:
+            if _int(node, "axis", 0) != 0:
                 raise OnnxError("unsupported-attribute", f"{node.label()}: only axis 0 (embeddings) is supported")
             table = self.weight(node.inputs[0], node)
             idx = self.name(node.inputs[1])
@@ -370,7 +395,7 @@ class _Builder:
             raise OnnxError("unsupported-graph", f"{node.label()}: Concat of {len(node.inputs)} inputs (1..5 are supported)")
         shapes = [self.weight(i, node) for i in node.inputs]
         r = len(shapes[0])
-        axis = int(node.attrs.get("axis", 0))
+        axis = _int(node, "axis", 0)
         axis = axis + r if axis < 0 else axis
         if not 0 <= axis < r or any(len(d) != r or d[:axis] + d[axis + 1:] != shapes[0][:axis] + shapes[0][axis + 1:] for d in shapes) \
                 or any(d[axis] < 0 for d in shapes):
@@ -388,7 +413,7 @@ class _Builder:
             raise OnnxError("unsupported-attribute", f"{node.label()}: dilations other than 1 are not supported")
         if op == "Conv":
             w = self.weight(node.inputs[1], node)
-            if int(node.attrs.get("group", 1)) != 1:
+            if _int(node, "group", 1) != 1:
                 raise OnnxError("unsupported-attribute", f"{node.label()}: group other than 1 is not supported")
             if len(w) != 4 or w[1] != x[1]:
                 raise OnnxError("bad-shape", f"{node.label()}: weights {w} do not fit input {x}")
@@ -399,7 +424,7 @@ class _Builder:
         else:
             kernel = _ints(node, "kernel_shape", [])
             channels = x[1]
-            if int(node.attrs.get("storage_order", 0)) != 0:
+            if _int(node, "storage_order", 0) != 0:
                 raise OnnxError("unsupported-attribute", f"{node.label()}: storage_order 1 is not supported")
         if len(kernel) != 2:
             raise OnnxError("bad-shape", f"{node.label()}: kernel_shape must have 2 values")
@@ -407,7 +432,7 @@ class _Builder:
         pads = _ints(node, "pads", [0, 0, 0, 0])
         if len(strides) != 2 or len(pads) != 4 or min(strides) < 1 or min(pads) < 0 or min(kernel) < 1:
             raise OnnxError("bad-shape", f"{node.label()}: strides, pads or kernel out of range")
-        ceil = int(node.attrs.get("ceil_mode", 0))
+        ceil = _int(node, "ceil_mode", 0)
         size = []
         for i in range(2):
             span = x[2 + i] + pads[i] + pads[i + 2] - kernel[i]
@@ -419,7 +444,7 @@ class _Builder:
             size.append(o)
         self.out(node, [x[0], channels, *size])
         ia = [kernel[0], kernel[1], strides[0], strides[1], pads[0], pads[1],
-              int(node.attrs.get("count_include_pad", 0)), 0, pads[2], pads[3]]
+              _int(node, "count_include_pad", 0), 0, pads[2], pads[3]]
         self.emit(node, node.inputs[:3] if op == "Conv" else node.inputs[:1], ia)
 
     def finish(self, in_name: str, out_name: str, loss_name: str, features: int, per: int) -> Compiled:
