@@ -31,11 +31,12 @@ enum { T_INPUT = 0, T_PARAM = 1, T_STATE = 2, T_CONST = 3, T_ACT = 4 };
 enum {
     OP_MATMUL = 1, OP_GEMM, OP_ADD, OP_SUB, OP_MUL, OP_DIV, OP_RELU, OP_TANH, OP_SIGMOID, OP_SOFTMAX,
     OP_LOGSOFTMAX, OP_COPY, OP_CONV, OP_MAXPOOL, OP_AVGPOOL, OP_GAP, OP_BATCHNORM, OP_DROPOUT, OP_LEAKYRELU,
+    OP_LAYERNORM, OP_GELU, OP_TRANSPOSE, OP_CONCAT, OP_GATHER,
     OP_COUNT
 };
-enum { LOSS_CE = 0, LOSS_MSE = 1 };
+enum { LOSS_CE = 0, LOSS_MSE = 1, LOSS_NEXT = 2 };
 enum { OPT_SGD = 0, OPT_ADAM = 1, OPT_ADAMW = 2 };
-enum { FMT_RECORDS = 0, FMT_DIGITS = 1 };
+enum { FMT_RECORDS = 0, FMT_DIGITS = 1, FMT_TOKENS = 2 };
 /* config words */
 enum { C_INPUT, C_OUTPUT, C_LOSS_T, C_LOSS, C_OPT, C_FORMAT, C_FEATURES, C_BATCH, C_NPARAMS, C_NWEIGHTS,
        C_NTENSORS, C_NNODES, C_NCONSTS, C_MAXEX, C_CLASSES };
@@ -137,6 +138,12 @@ static int graph_ready(void) {
         for (uint32_t k = 0; k < n->n_in; k++) if (n->in[k] != ABSENT && n->in[k] >= nt) { refuse("graph blob: a node input is out of range"); return weei_fail(g_refusal); }
         if (n->out[0] >= nt || g_t[n->out[0]].kind != T_ACT) { refuse("graph blob: a node output is not an activation"); return weei_fail(g_refusal); }
         if (n->in[0] == ABSENT) { refuse("graph blob: a node lacks its first input"); return weei_fail(g_refusal); }
+        uint32_t r = g_t[n->out[0]].ndim;
+        int bad = (n->op == OP_LAYERNORM && (n->ia[1] < 1 || n->n_in < 2 || n->in[1] == ABSENT)) ||
+                  (n->op == OP_CONCAT && (n->ia[0] < 0 || (uint32_t)n->ia[0] >= r)) ||
+                  (n->op == OP_GATHER && (n->n_in != 2 || n->in[1] == ABSENT || g_t[n->in[0]].ndim == 0));
+        if (n->op == OP_TRANSPOSE) for (uint32_t k = 0; k < r; k++) bad |= n->ia[k] < 0 || (uint32_t)n->ia[k] >= r;
+        if (bad) { refuse("graph blob: bad operator attributes"); return weei_fail(g_refusal); }
     }
     g_consts = (const float *)p;
     p += 4ull * g_cfg[C_NCONSTS];
@@ -193,6 +200,7 @@ static int plan(uint32_t b, int grads) {
         uint64_t bytes = 0;
         if (n->op == OP_MAXPOOL || n->op == OP_DROPOUT) bytes = g_t[n->out[0]].size * 4;
         if (n->op == OP_BATCHNORM) bytes = 2ull * g_t[n->in[0]].d[1] * 4;
+        if (n->op == OP_LAYERNORM) bytes = 2ull * (g_t[n->in[0]].size / (uint64_t)n->ia[1]) * 4;
         if (bytes) { n->aux = weei_malloc(bytes); if (!n->aux) return -1; }
     }
     if (grads) { g_grad = weei_malloc((size_t)g_cfg[C_NWEIGHTS] * 4); if (!g_grad) return -1; }
@@ -577,6 +585,126 @@ static void dropout(node *n, int backward, int training) {
     } else if (X->grad) for (uint64_t i = 0; i < Y->size; i++) X->grad[i] += Y->grad[i] * n->aux[i];
 }
 
+/* erf to ~1e-7 (Numerical Recipes' erfc, Chebyshev fit): weei_math.h has no erf. */
+static float erff_(float x) {
+    float z = x < 0.0f ? -x : x, t = 1.0f / (1.0f + 0.5f * z);
+    float r = t * weei_expf(-z * z - 1.26551223f + t * (1.00002368f + t * (0.37409196f + t * (0.09678418f +
+              t * (-0.18628806f + t * (0.27886807f + t * (-1.13520398f + t * (1.48851587f +
+              t * (-0.82215223f + t * 0.17087277f)))))))));
+    return x >= 0.0f ? 1.0f - r : r - 1.0f;
+}
+
+/* Gelu: ia[0] 0 exact (erf), 1 the tanh approximation (ONNX's `approximate`). */
+static void gelu(node *n, int backward) {
+    tensor *X = &g_t[n->in[0]], *Y = &g_t[n->out[0]];
+    const float c = 0.7978845608f, k = 0.044715f, r2 = 0.7071067812f, rp = 0.3989422804f;
+    for (uint64_t i = 0; i < Y->size; i++) {
+        float x = X->val[i];
+        if (n->ia[0]) {
+            float t = weei_tanhf(c * (x + k * x * x * x));
+            if (!backward) Y->val[i] = 0.5f * x * (1.0f + t);
+            else if (X->grad) X->grad[i] += Y->grad[i] * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * c * (1.0f + 3.0f * k * x * x));
+        } else {
+            float e = erff_(x * r2);
+            if (!backward) Y->val[i] = 0.5f * x * (1.0f + e);
+            else if (X->grad) X->grad[i] += Y->grad[i] * (0.5f * (1.0f + e) + x * rp * weei_expf(-0.5f * x * x));
+        }
+    }
+}
+
+/* LayerNormalization over the last ia[1] values of each row (dims from `axis` on): fa = epsilon;
+ * scale and bias (optional) have the normalized shape. aux keeps each row's mean and 1/std. */
+static void layernorm(node *n, int backward) {
+    tensor *X = &g_t[n->in[0]], *S = &g_t[n->in[1]], *Y = &g_t[n->out[0]];
+    tensor *Bt = n->n_in > 2 && n->in[2] != ABSENT ? &g_t[n->in[2]] : 0;
+    uint64_t L = (uint64_t)n->ia[1], rows = X->size / L;
+    float *mean = n->aux, *inv = n->aux + rows;
+    for (uint64_t r = 0; r < rows; r++) {
+        const float *x = X->val + r * L;
+        if (!backward) {
+            double s = 0.0, q = 0.0;
+            for (uint64_t j = 0; j < L; j++) s += x[j];
+            float mu = (float)(s / (double)L);
+            for (uint64_t j = 0; j < L; j++) { double d = x[j] - mu; q += d * d; }
+            float istd = 1.0f / __builtin_sqrtf((float)(q / (double)L) + n->fa[0]);
+            mean[r] = mu; inv[r] = istd;
+            float *y = Y->val + r * L;
+            for (uint64_t j = 0; j < L; j++) y[j] = (x[j] - mu) * istd * S->val[j] + (Bt ? Bt->val[j] : 0.0f);
+            continue;
+        }
+        const float *g = Y->grad + r * L;
+        double sd = 0.0, sdx = 0.0;
+        for (uint64_t j = 0; j < L; j++) {
+            float xh = (x[j] - mean[r]) * inv[r], dxh = g[j] * S->val[j];
+            sd += dxh; sdx += dxh * xh;
+            if (S->grad) S->grad[j] += g[j] * xh;
+            if (Bt && Bt->grad) Bt->grad[j] += g[j];
+        }
+        if (X->grad) {
+            float md = (float)(sd / (double)L), mdx = (float)(sdx / (double)L), *gx = X->grad + r * L;
+            for (uint64_t j = 0; j < L; j++) {
+                float xh = (x[j] - mean[r]) * inv[r];
+                gx[j] += inv[r] * (g[j] * S->val[j] - md - xh * mdx);
+            }
+        }
+    }
+}
+
+/* Transpose: output dim k is input dim ia[k]. */
+static void transpose(node *n, int backward) {
+    tensor *X = &g_t[n->in[0]], *Y = &g_t[n->out[0]];
+    uint32_t R = Y->ndim, idx[MAX_DIMS] = {0};
+    uint64_t sin[MAX_DIMS], step[MAX_DIMS], run = 1, off = 0;
+    for (int d = (int)R - 1; d >= 0; d--) { sin[d] = run; run *= X->d[d]; }
+    for (uint32_t k = 0; k < R; k++) step[k] = sin[n->ia[k]];
+    if (backward && !X->grad) return;
+    for (uint64_t i = 0; i < Y->size; i++) {
+        if (!backward) Y->val[i] = X->val[off]; else X->grad[off] += Y->grad[i];
+        for (int d = (int)R - 1; d >= 0; d--) {
+            off += step[d];
+            if (++idx[d] < Y->d[d]) break;
+            idx[d] = 0;
+            off -= step[d] * Y->d[d];
+        }
+    }
+}
+
+/* Concat along ia[0]. */
+static void concat(node *n, int backward) {
+    tensor *Y = &g_t[n->out[0]];
+    uint32_t axis = (uint32_t)n->ia[0];
+    uint64_t outer = 1, inner = 1;
+    for (uint32_t k = 0; k < axis; k++) outer *= Y->d[k];
+    for (uint32_t k = axis + 1; k < Y->ndim; k++) inner *= Y->d[k];
+    uint64_t row = (uint64_t)Y->d[axis] * inner, at = 0;
+    for (uint32_t i = 0; i < n->n_in; i++) {
+        tensor *X = &g_t[n->in[i]];
+        uint64_t w = (uint64_t)X->d[axis] * inner;
+        for (uint64_t o = 0; o < outer; o++) {
+            if (!backward) weei_memcopy(Y->val + o * row + at, X->val + o * w, w * 4);
+            else if (X->grad) for (uint64_t j = 0; j < w; j++) X->grad[o * w + j] += Y->grad[o * row + at + j];
+        }
+        at += w;
+    }
+}
+
+/* Gather along axis 0 (embeddings): rows of the table by the indices' values (float-held integers;
+ * negative ones count from the end, ONNX's rule; one out of range gives a zero row and no gradient). */
+static void gather_rows(node *n, int backward) {
+    tensor *D = &g_t[n->in[0]], *I = &g_t[n->in[1]], *Y = &g_t[n->out[0]];
+    uint32_t V = D->d[0];
+    uint64_t row = D->size / V;
+    for (uint64_t i = 0; i < I->size; i++) {
+        float f = I->val[i];
+        int64_t k = f >= -2147483648.0f && f < 2147483648.0f ? (int64_t)f : -1 - (int64_t)V;
+        if (k < 0) k += V;
+        int ok = k >= 0 && k < (int64_t)V;
+        float *y = Y->val + i * row;
+        if (!backward) { if (ok) weei_memcopy(y, D->val + (uint64_t)k * row, row * 4); else weei_memzero(y, row * 4); }
+        else if (ok && D->grad) { float *gd = D->grad + (uint64_t)k * row, *g = Y->grad + i * row; for (uint64_t j = 0; j < row; j++) gd[j] += g[j]; }
+    }
+}
+
 static int run_node(node *n, int backward, int training) {
     switch (n->op) {
     case OP_MATMUL: return matmul(n, backward);
@@ -587,6 +715,11 @@ static int run_node(node *n, int backward, int training) {
     case OP_MAXPOOL: case OP_AVGPOOL: case OP_GAP: pool(n, backward); return 0;
     case OP_BATCHNORM: batchnorm(n, backward, training); return 0;
     case OP_DROPOUT: dropout(n, backward, training); return 0;
+    case OP_GELU: gelu(n, backward); return 0;
+    case OP_LAYERNORM: layernorm(n, backward); return 0;
+    case OP_TRANSPOSE: transpose(n, backward); return 0;
+    case OP_CONCAT: concat(n, backward); return 0;
+    case OP_GATHER: gather_rows(n, backward); return 0;
     default: unary(n, backward); return 0;
     }
 }
@@ -609,17 +742,25 @@ static int backward_pass(int training) {
 
 /* ---- data ---------------------------------------------------------------- */
 
-static const char *format_id(void) { return g_cfg[C_FORMAT] == FMT_DIGITS ? "weei-digits-v1" : "weei-records-v1"; }
+static const char *format_id(void) {
+    return g_cfg[C_FORMAT] == FMT_DIGITS ? "weei-digits-v1" : g_cfg[C_FORMAT] == FMT_TOKENS ? "weei-bytes-v1" : "weei-records-v1";
+}
+
+/* Loss terms per example: a next-token example predicts each of its positions. */
+static uint32_t per_example(void) { return g_cfg[C_LOSS] == LOSS_NEXT ? g_cfg[C_FEATURES] : 1u; }
 
 typedef struct { const uint8_t *records; uint32_t n, stride; } dataset;
 
 /* Checks a chunk of the model's format; the example count or -1 after weei_fail. */
 static int64_t read_chunk(const char *format, const weei_region *d, dataset *ds) {
-    if (!format || !weei_streq(format, format_id())) return weei_fail(g_cfg[C_FORMAT] == FMT_DIGITS ? "unknown data format (this model reads weei-digits-v1)" : "unknown data format (this model reads weei-records-v1)");
+    if (!format || !weei_streq(format, format_id())) return weei_fail(g_cfg[C_FORMAT] == FMT_DIGITS ? "unknown data format (this model reads weei-digits-v1)" : g_cfg[C_FORMAT] == FMT_TOKENS ? "unknown data format (this model reads weei-bytes-v1)" : "unknown data format (this model reads weei-records-v1)");
     const uint8_t *p = d->data;
     uint32_t F = g_cfg[C_FEATURES];
     uint64_t header, stride;
-    if (g_cfg[C_FORMAT] == FMT_DIGITS) {
+    if (g_cfg[C_FORMAT] == FMT_TOKENS) {   /* a record is context + 1 bytes: inputs 0..T-1, targets 1..T */
+        if (d->bytes < 8 || p[0] != 'W' || p[1] != 'B' || p[2] != 'T' || p[3] != '1') return weei_fail("weei-bytes-v1: bad magic or header");
+        header = 8; stride = (uint64_t)F + 1;
+    } else if (g_cfg[C_FORMAT] == FMT_DIGITS) {
         if (d->bytes < 8 || p[0] != 'W' || p[1] != 'D' || p[2] != 'G' || p[3] != '1') return weei_fail("weei-digits-v1: bad magic or header");
         header = 8; stride = 65;
     } else {
@@ -632,6 +773,10 @@ static int64_t read_chunk(const char *format, const weei_region *d, dataset *ds)
     if ((uint64_t)d->bytes != header + (uint64_t)n * stride) return weei_fail("the file's length does not match its header's example count");
     for (uint32_t e = 0; e < n; e++) {
         const uint8_t *r = p + header + (uint64_t)e * stride;
+        if (g_cfg[C_FORMAT] == FMT_TOKENS) {
+            for (uint64_t k = 0; k < stride; k++) if (r[k] >= g_cfg[C_CLASSES]) return weei_fail("weei-bytes-v1: a byte is not below the vocabulary size");
+            continue;
+        }
         uint32_t label = g_cfg[C_FORMAT] == FMT_DIGITS ? r[64] : rd32(r + 4ull * F);
         if (g_cfg[C_LOSS] == LOSS_CE && label >= g_cfg[C_CLASSES]) return weei_fail("a label is not below the number of classes");
         if (g_cfg[C_FORMAT] == FMT_DIGITS) { for (int k = 0; k < 64; k++) if (r[k] > 16) return weei_fail("weei-digits-v1: pixel intensity above 16"); }
@@ -658,7 +803,9 @@ static void gather(const dataset *ds, const uint32_t *idx, uint32_t count) {
     uint32_t F = g_cfg[C_FEATURES];
     for (uint32_t b = 0; b < count; b++) {
         const uint8_t *r = ds->records + (uint64_t)idx[b] * ds->stride;
-        if (g_cfg[C_FORMAT] == FMT_DIGITS) {
+        if (g_cfg[C_FORMAT] == FMT_TOKENS) {
+            for (uint32_t k = 0; k < F; k++) { x[(size_t)b * F + k] = (float)r[k]; g_labels[(size_t)b * F + k] = r[k + 1]; }
+        } else if (g_cfg[C_FORMAT] == FMT_DIGITS) {
             for (uint32_t k = 0; k < 64; k++) x[(size_t)b * 64 + k] = (float)r[k] / 16.0f;
             g_labels[b] = r[64];
         } else {
@@ -668,9 +815,11 @@ static void gather(const dataset *ds, const uint32_t *idx, uint32_t count) {
     }
 }
 
-/* Loss over `count` examples of the loss tensor; writes its gradient when training. */
+/* Loss summed over the terms of `count` examples (one per example, or one per position for
+ * next-token); writes the gradient of the mean when training. */
 static double loss_of(uint32_t count, int grad, uint32_t *correct) {
     tensor *L = &g_t[g_cfg[C_LOSS_T]];
+    count *= per_example();
     uint32_t C = (uint32_t)(L->size / count);
     double total = 0.0;
     for (uint32_t b = 0; b < count; b++) {
@@ -773,7 +922,7 @@ static int read_step_limit(const wj_doc *in, uint32_t *limit) {
 
 static int prepare_batches(uint32_t batch, int grads) {
     weei_mfree(g_labels);
-    g_labels = weei_malloc((size_t)batch * 4);
+    g_labels = weei_malloc((size_t)batch * per_example() * 4);
     if (!g_labels || plan(batch, grads) != 0) { free_plan(); return weei_fail("out of memory for this batch size"); }
     return 0;
 }
@@ -811,7 +960,7 @@ int model_train(const wj_doc *in) {
     uint32_t correct = 0, steps = 0;
     uint64_t processed = 0, total = (uint64_t)n * s.local_epochs;
     static const char *const ids[2] = { "loss", "accuracy" };
-    int ce = g_cfg[C_LOSS] == LOSS_CE, rc = 0;
+    int ce = g_cfg[C_LOSS] != LOSS_MSE, rc = 0;
     for (uint32_t epoch = 0; epoch < s.local_epochs && steps < step_limit && rc == 0; epoch++) {
         for (uint32_t i = 0; i < n; i++) order[i] = i;
         weei_shuffle_u32(&r, order, n);
@@ -829,7 +978,7 @@ int model_train(const wj_doc *in) {
             }
             steps++;
             processed += count;
-            double mv[2] = { loss_sum / (double)processed, (double)correct / (double)processed };
+            double terms = (double)processed * per_example(), mv[2] = { loss_sum / terms, (double)correct / terms };
             weei_progress(processed, total, ids, mv, ce ? 2 : 1);
         }
     }
@@ -843,8 +992,9 @@ int model_train(const wj_doc *in) {
     jw_key("weights"); jw_region(p, g_cfg[C_NWEIGHTS] * 4);
     jw_key("metrics");
     jw_obj_begin();
-    jw_key("loss"); jw_num(loss_sum / (double)processed);
-    if (ce) { jw_key("accuracy"); jw_num((double)correct / (double)processed); }
+    double terms = (double)processed * per_example();
+    jw_key("loss"); jw_num(loss_sum / terms);
+    if (ce) { jw_key("accuracy"); jw_num((double)correct / terms); }
     jw_obj_end();
     jw_key("uniqueExamples"); jw_uint(processed < n ? processed : n);
     jw_key("optimizerSteps"); jw_uint(steps);
@@ -878,8 +1028,9 @@ int model_evaluate(const wj_doc *in) {
     jw_obj_begin();
     jw_key("metrics");
     jw_obj_begin();
-    jw_key("loss"); jw_num(loss_sum / (double)n);
-    if (g_cfg[C_LOSS] == LOSS_CE) { jw_key("accuracy"); jw_num((double)correct / (double)n); }
+    double terms = (double)n * per_example();
+    jw_key("loss"); jw_num(loss_sum / terms);
+    if (g_cfg[C_LOSS] != LOSS_MSE) { jw_key("accuracy"); jw_num((double)correct / terms); }
     jw_obj_end();
     jw_key("examples"); jw_uint(n);
     jw_obj_end();
@@ -947,7 +1098,7 @@ static int op_gradient(const wj_doc *in) {
     weei_mfree(idx);
     int rc = forward(n, 1);
     zero_grads();
-    double loss = loss_of(n, 1, 0) / n;
+    double loss = loss_of(n, 1, 0) / ((double)n * per_example());
     if (rc == 0) rc = backward_pass(1);
     if (rc != 0 || keep_result(g_grad, (uint64_t)g_cfg[C_NWEIGHTS] * 4) != 0) { free_plan(); return weei_fail("out of memory"); }
     free_plan();

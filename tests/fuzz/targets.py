@@ -630,6 +630,24 @@ def _signaling_server() -> Target:
                   "Hub.receive: a client's frame at the signaling server (refusals are replies, never raised)")
 
 
+def _onnx() -> Target:
+    from test_onnx_import import mlp
+    from test_onnx_ops import _case, CASES
+
+    from weei.onnx import OnnxError, Settings
+    from weei.onnx.compiler import compile_graph
+    from weei.onnx.model import read_model
+
+    # every operator's small graph (MLP, Conv, pools, BatchNorm, attention, embeddings) and a whole MLP
+    samples = [_case(name)[0].SerializeToString() for name in sorted(CASES)] + [mlp(hidden=4)]
+
+    def parse(data: bytes) -> Any:
+        return compile_graph(read_model(data), Settings(loss="mse"))
+
+    return Target("onnx", parse, (OnnxError,), samples, mutate_bytes,
+                  "weei.onnx: an ONNX file read and compiled to the graph runtime's blob (weei model import)")
+
+
 def _counter() -> Callable[[int], bytes]:
     count = iter(range(1 << 30))
     return lambda n: next(count).to_bytes(n, "little")
@@ -643,7 +661,7 @@ TARGETS: dict[str, Callable[[], Target]] = {
     "agent-storage": _storage, "shader-archive": _shader_archive, "device-program": _device_program,
     "signaling-client": _signaling_client, "signaling-server": _signaling_server,
     "stored-job": _stored_job, "stored-device-settings": _stored_device_settings,
-    "stored-participation": _stored_participation, "stored-checkpoint": _stored_checkpoint,
+    "stored-participation": _stored_participation, "stored-checkpoint": _stored_checkpoint, "onnx": _onnx,
 }
 
 

@@ -177,3 +177,15 @@ def test_import_refuses_a_2gb_file_before_reading_it(tmp_path: Path, capsys: pyt
     assert main(["model", "import", str(path), "--loss", "mse", "--out", str(tmp_path / "p")]) == 1
     assert "[onnx-too-large]" in capsys.readouterr().err and time.monotonic() - started < 5.0
     shutil.rmtree(tmp_path / "p", ignore_errors=True)
+
+
+def test_wrong_input_counts_attribute_types_and_wire_types_are_refused_by_name() -> None:
+    """What the importer's fuzz target found (tests/fuzz/targets.py `onnx`)."""
+    w = numpy_helper.from_array(np.ones((4, 3), np.float32), "W")
+    _refused(_graph_model([helper.make_node("Add", ["x"], ["y"])], [w]), "bad-graph", "needs 2")
+    _refused(_graph_model([helper.make_node("Softmax", ["x"], ["y"], axis="last")], [w]), "unsupported-attribute", "axis")
+    good = _graph_model([helper.make_node("MatMul", ["x", "W"], ["y"])], [w])
+    # the model's graph field (7) re-encoded as a varint: a message where an integer lies
+    m = onnx.load_from_string(good)
+    m.ClearField("graph")
+    _refused(m.SerializeToString() + b"\x38\x05", "malformed-onnx")

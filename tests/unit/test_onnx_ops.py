@@ -112,17 +112,42 @@ def _cases():
                                 helper.make_node("BatchNormalization", ["a", "s", "bb", "m", "v"], ["y"], epsilon=1e-3)],
                                (3, 2, 2), {**img, "s": _rng_init(r, (3,)), "bb": _rng_init(r, (3,)), "m": _rng_init(r, (3,), 0.1),
                                            "v": (np.abs(_rng_init(r, (3,))) + 0.5).astype(np.float32)})
+    # the transformer's operators
+    c["LayerNormalization"] = ([*pre, helper.make_node("LayerNormalization", ["a", "g", "be"], ["y"], epsilon=1e-3)], (4,),
+                               {**b4, "g": _rng_init(r, (4,)) + 1, "be": _rng_init(r, (4,))})
+    c["LayerNormalization-axis-2"] = ([helper.make_node("Add", ["x", "b0"], ["a"]),
+                                       helper.make_node("LayerNormalization", ["a", "g"], ["y"], axis=-2)], (3, 4),
+                                      {**b4, "g": _rng_init(r, (3, 4)) + 1})
+    c["Gelu"] = ([*pre, helper.make_node("Gelu", ["a"], ["y"])], (4,), b4, 20)
+    c["Gelu-tanh"] = ([*pre, helper.make_node("Gelu", ["a"], ["y"], approximate="tanh")], (4,), b4, 20)
+    c["Transpose"] = ([helper.make_node("Add", ["x", "b0"], ["a"]), helper.make_node("Transpose", ["a"], ["y"], perm=[0, 3, 1, 2])],
+                      (2, 3, 4), b4)
+    c["MatMul-batched-attention"] = ([helper.make_node("Add", ["x", "b0"], ["a"]),
+                                      helper.make_node("Transpose", ["a"], ["at"], perm=[0, 1, 3, 2]),
+                                      helper.make_node("MatMul", ["a", "at"], ["s"]),
+                                      helper.make_node("Softmax", ["s"], ["y"], axis=-1)], (2, 3, 4), b4)
+    c["Concat"] = ([helper.make_node("Add", ["x", "b0"], ["a"]), helper.make_node("Tanh", ["a"], ["t"]),
+                    helper.make_node("Concat", ["a", "t"], ["y"], axis=1)], (2, 4), b4)
+    c["Concat-last-3"] = ([helper.make_node("Add", ["x", "b0"], ["a"]), helper.make_node("Relu", ["a"], ["t"]),
+                           helper.make_node("Concat", ["a", "t", "a"], ["y"], axis=-1)], (3, 4), b4)
+    c["Gather-embedding"] = ([helper.make_node("Add", ["x", "b0"], ["a"]), helper.make_node("Gather", ["E", "i"], ["e"]),
+                              helper.make_node("Add", ["a", "e"], ["y"])], (3, 4),
+                             {**b4, "E": _rng_init(r, (5, 4)), "i": np.array([4, 0, -1], np.int64)})
     return c
 
 
 CASES = _cases()
-TRANSCENDENTAL = ("Tanh", "Sigmoid", "Softmax", "LogSoftmax")
+TRANSCENDENTAL = ("Tanh", "Sigmoid", "Softmax", "LogSoftmax", "Gelu", "attention", "Concat")
+
+
+def _case(name):
+    nodes, shape, inits, *opset = CASES[name]
+    return _model(nodes, shape, None, inits, *opset), shape
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_forward_matches_onnxruntime(name: str) -> None:
-    nodes, shape, inits = CASES[name]
-    model = _model(nodes, shape, None, inits)
+    model, shape = _case(name)
     rt, _ = _runtime(model)
     x = np.random.default_rng(1).standard_normal((5, *shape)).astype(np.float32)
     ref = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
@@ -155,8 +180,7 @@ NO_GRAD_ORACLE = ("BatchNormalization", "Dropout-eval")
 
 @pytest.mark.parametrize("name", sorted(n for n in CASES if n not in NO_GRAD_ORACLE))
 def test_gradient_matches_finite_differences(name: str) -> None:
-    nodes, shape, inits = CASES[name]
-    model = _model(nodes, shape, None, inits)
+    model, shape = _case(name)
     rt, compiled = _runtime(model)
     rng = np.random.default_rng(2)
     x = rng.standard_normal((4, *shape)).astype(np.float32)

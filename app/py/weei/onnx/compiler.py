@@ -21,13 +21,14 @@ from .model import FLOAT, MAX_ELEMENTS, Graph, Node, Tensor
 
 __all__ = ["LOSSES", "OPTIMIZERS", "FORMATS", "OPERATORS", "Settings", "Compiled", "compile_graph"]
 
-LOSSES = {"cross-entropy": 0, "mse": 1}
+LOSSES = {"cross-entropy": 0, "mse": 1, "next-token": 2}
 OPTIMIZERS = {"sgd": 0, "adam": 1, "adamw": 2}
-FORMATS = {"records": 0, "digits": 1}
-FORMAT_IDS = {"records": "weei-records-v1", "digits": "weei-digits-v1"}
+FORMATS = {"records": 0, "digits": 1, "tokens": 2}
+FORMAT_IDS = {"records": "weei-records-v1", "digits": "weei-digits-v1", "tokens": "weei-bytes-v1"}
 OP_CODES = {"MatMul": 1, "Gemm": 2, "Add": 3, "Sub": 4, "Mul": 5, "Div": 6, "Relu": 7, "Tanh": 8, "Sigmoid": 9,
             "Softmax": 10, "LogSoftmax": 11, "Flatten": 12, "Reshape": 12, "Identity": 12, "Conv": 13, "MaxPool": 14,
-            "AveragePool": 15, "GlobalAveragePool": 16, "BatchNormalization": 17, "Dropout": 18, "LeakyRelu": 19}
+            "AveragePool": 15, "GlobalAveragePool": 16, "BatchNormalization": 17, "Dropout": 18, "LeakyRelu": 19,
+            "LayerNormalization": 20, "Gelu": 21, "Transpose": 22, "Concat": 23, "Gather": 24}
 #: Every operator the importer takes (Constant is folded, the rest run in the runtime).
 OPERATORS = tuple(sorted([*OP_CODES, "Constant"]))
 T_INPUT, T_PARAM, T_STATE, T_CONST, T_ACT = range(5)
@@ -101,7 +102,29 @@ def _broadcast(a: list[int], b: list[int], where: str) -> list[int]:
 
 def _ints(node: Node, name: str, default: list[int]) -> list[int]:
     v = node.attrs.get(name, default)
-    return [int(x) for x in v] if isinstance(v, list) else [int(v)]
+    v = v if isinstance(v, list) else [v]
+    if not all(isinstance(x, int) for x in v):
+        raise OnnxError("unsupported-attribute", f"{node.label()}: attribute {name!r} must be integers")
+    return v
+
+
+def _int(node: Node, name: str, default: int) -> int:
+    v = node.attrs.get(name, default)
+    if not isinstance(v, int):
+        raise OnnxError("unsupported-attribute", f"{node.label()}: attribute {name!r} must be an integer")
+    return v
+
+
+def _float(node: Node, name: str, default: float) -> float:
+    v = node.attrs.get(name, default)
+    if not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise OnnxError("unsupported-attribute", f"{node.label()}: attribute {name!r} must be a finite number")
+    return float(v)
+
+
+#: Inputs each operator needs (ONNX's required ones).
+MIN_INPUTS = {"MatMul": 2, "Gemm": 2, "Add": 2, "Sub": 2, "Mul": 2, "Div": 2, "Reshape": 2, "Conv": 2,
+              "BatchNormalization": 5, "LayerNormalization": 2, "Gather": 2, "Constant": 0}
 
 
 class _Builder:
@@ -170,6 +193,8 @@ class _Builder:
         features, _ = _prod(dims)
         if features > MAX_PER_EXAMPLE:
             raise OnnxError("bad-shape", f"input {in_name!r} has {features} values per example, over {MAX_PER_EXAMPLE}")
+        if s.data == "tokens" and len(dims) != 2:
+            raise OnnxError("bad-shape", f"input {in_name!r} has shape {in_dims}: token sequences are [batch, context]")
         if s.data == "digits" and features != 64:
             raise OnnxError("bad-shape", f"weei-digits-v1 gives 64 pixels per example, the input {in_name!r} takes {features}")
         self.t[in_name] = _T(T_INPUT, dims)
@@ -182,7 +207,7 @@ class _Builder:
             raise OnnxError("unsupported-graph", f"the output {out_name!r} is not computed from the input")
         loss_name = out_name
         producer = next((n for n in self.nodes if n[2] == out_name), None)
-        if s.loss == "cross-entropy" and producer is not None and producer[0] == OP_CODES["Softmax"]:
+        if s.loss != "mse" and producer is not None and producer[0] == OP_CODES["Softmax"]:
             loss_name = producer[1][0]   # cross-entropy takes logits: train on the Softmax's input
         odims = self.t[out_name].dims
         per, batch = _prod(odims)
@@ -197,6 +222,9 @@ class _Builder:
                                                     f"(supported: {', '.join(OPERATORS)})")
         if not node.outputs:
             raise OnnxError("bad-graph", f"{node.label()} has no output")
+        need = MIN_INPUTS.get(op, 1)
+        if len(node.inputs) < need or not all(node.inputs[:need]):
+            raise OnnxError("bad-graph", f"{node.label()} has {len(node.inputs)} inputs; {op} needs {need}")
         for extra in node.outputs[1:]:
             if extra and any(extra in n.inputs for n in self.g.nodes) or extra in self.g.outputs:
                 raise OnnxError("unsupported-graph", f"{node.label()}: its output {extra!r} is used; Weei computes only the first")
@@ -221,7 +249,7 @@ class _Builder:
             else:
                 self.int_values[node.outputs[0]] = [int(v) for v in vals]
             return
-        x = self.shape(node.inputs[0], node) if op not in ("MatMul", "Gemm", "Add", "Sub", "Mul", "Div") else None
+        x = self.shape(node.inputs[0], node) if op not in ("MatMul", "Gemm", "Add", "Sub", "Mul", "Div", "Concat", "Gather") else None
         if op in ("Add", "Sub", "Mul", "Div", "MatMul", "Gemm"):
             a = self.weight(node.inputs[0], node)
             b = self.weight(node.inputs[1], node)
@@ -237,7 +265,7 @@ class _Builder:
                 self.out(node, [*a[:-1], b[-1]])
                 self.emit(node, node.inputs[:2])
             elif op == "Gemm":
-                ta, tb = int(node.attrs.get("transA", 0)), int(node.attrs.get("transB", 0))
+                ta, tb = _int(node, "transA", 0), _int(node, "transB", 0)
                 if len(a) != 2 or len(b) != 2:
                     raise OnnxError("bad-shape", f"{node.label()}: Gemm takes 2-D operands")
                 m, k = (a[1], a[0]) if ta else (a[0], a[1])
@@ -249,21 +277,54 @@ class _Builder:
                     if len(c) > 2 or _broadcast([m, n], c, node.label()) != [m, n] or (len(c) == 2 and c[0] not in (1, m)):
                         raise OnnxError("bad-shape", f"{node.label()}: C of shape {c} does not broadcast to {[m, n]}")
                 self.out(node, [m, n])
-                self.emit(node, node.inputs[:3], [ta, tb], [float(node.attrs.get("alpha", 1.0)), float(node.attrs.get("beta", 1.0))])
+                self.emit(node, node.inputs[:3], [ta, tb], [_float(node, "alpha", 1.0), _float(node, "beta", 1.0)])
             else:
                 self.out(node, _broadcast(a, b, node.label()))
                 self.emit(node, node.inputs[:2])
+            return
+        if op in ("Concat", "Gather"):
+            self.join(node)
             return
         assert x is not None
         if op in ("Relu", "Tanh", "Sigmoid", "Identity"):
             self.out(node, list(x))
             self.emit(node, node.inputs[:1])
+        elif op == "Gelu":
+            approx = node.attrs.get("approximate", "none")
+            approx = approx.decode() if isinstance(approx, bytes) else approx
+            if approx not in ("none", "tanh"):
+                raise OnnxError("unsupported-attribute", f"{node.label()}: approximate {approx!r} is not none or tanh")
+            self.out(node, list(x))
+            self.emit(node, node.inputs[:1], [int(approx == "tanh")])
+        elif op == "LayerNormalization":
+            r = len(x)
+            axis = _int(node, "axis", -1)
+            axis = axis + r if axis < 0 else axis
+            if not 0 <= axis < r or any(d < 0 for d in x[axis:]):
+                raise OnnxError("bad-shape", f"{node.label()}: axis {axis} of {x} must lie after the batch")
+            span, _ = _prod(x[axis:])
+            for i in (1, 2):
+                if len(node.inputs) > i and node.inputs[i] and _prod(self.weight(node.inputs[i], node))[0] != span:
+                    raise OnnxError("bad-shape", f"{node.label()}: input {i} must have the normalized shape {x[axis:]}")
+            if len(node.inputs) < 2 or not node.inputs[1]:
+                raise OnnxError("bad-graph", f"{node.label()}: the scale is missing")
+            self.out(node, list(x))
+            self.emit(node, node.inputs[:3], [axis, span], [_float(node, "epsilon", 1e-5)])
+        elif op == "Transpose":
+            perm = _ints(node, "perm", list(range(len(x) - 1, -1, -1)))
+            if sorted(perm) != list(range(len(x))):
+                raise OnnxError("bad-shape", f"{node.label()}: perm {perm} is not a permutation of {len(x)} dims")
+            out = [x[p] for p in perm]
+            if sum(d < 0 for d in x) != 1 or out[0] >= 0:
+                raise OnnxError("unsupported-graph", f"{node.label()}: the batch must stay the first dimension")
+            self.out(node, out)
+            self.emit(node, node.inputs[:1], perm)
         elif op == "LeakyRelu":
             self.out(node, list(x))
-            self.emit(node, node.inputs[:1], [], [float(node.attrs.get("alpha", 0.01))])
+            self.emit(node, node.inputs[:1], [], [_float(node, "alpha", 0.01)])
         elif op in ("Softmax", "LogSoftmax"):
             r = len(x)
-            axis = int(node.attrs.get("axis", -1 if self.g.opset >= 13 else 1))
+            axis = _int(node, "axis", -1 if self.g.opset >= 13 else 1)
             axis = axis + r if axis < 0 else axis
             if not 0 <= axis < r:
                 raise OnnxError("bad-shape", f"{node.label()}: axis out of range")
@@ -273,7 +334,7 @@ class _Builder:
             self.out(node, list(x))
             self.emit(node, node.inputs[:1], span)
         elif op == "Flatten":
-            axis = int(node.attrs.get("axis", 1))
+            axis = _int(node, "axis", 1)
             axis = axis + len(x) if axis < 0 else axis
             self.out(node, [_enc(*_prod(x[:axis])), _enc(*_prod(x[axis:]))])
             self.emit(node, node.inputs[:1])
@@ -281,7 +342,7 @@ class _Builder:
             self.out(node, _reshape(x, self.ints(node.inputs[1], node), node))
             self.emit(node, node.inputs[:1])
         elif op == "Dropout":
-            ratio = float(node.attrs.get("ratio", 0.5))
+            ratio = _float(node, "ratio", 0.5)
             if len(node.inputs) > 1 and node.inputs[1]:
                 n = self.name(node.inputs[1])
                 if n in self.g.initializers:
@@ -310,7 +371,37 @@ class _Builder:
                 if self.name(node.inputs[i]) not in self.g.initializers:
                     raise OnnxError("unsupported-graph", f"{node.label()}: scale, bias and statistics must be initializers")
             self.out(node, list(x))
-            self.emit(node, node.inputs[:5], [], [float(node.attrs.get("epsilon", 1e-5)), float(node.attrs.get("momentum", 0.9))])
+            self.emit(node, node.inputs[:5], [], [_float(node, "epsilon", 1e-5), _float(node, "momentum", 0.9)])
+
+    def join(self, node: Node) -> None:
+        """Concat and Gather, whose operands may be weights, constants or activations."""
+        if node.op == "Gather":
+            if _int(node, "axis", 0) != 0:
+                raise OnnxError("unsupported-attribute", f"{node.label()}: only axis 0 (embeddings) is supported")
+            table = self.weight(node.inputs[0], node)
+            idx = self.name(node.inputs[1])
+            if idx in self.int_values or (idx in self.g.initializers and self.g.initializers[idx].dtype != FLOAT):
+                values = self.ints(idx, node)
+                dims = list(self.g.initializers[idx].dims) if idx in self.g.initializers else [len(values)]
+                self.t[idx] = _T(T_CONST, dims or [1], len(self.consts))
+                self.consts += [float(v) for v in values]
+            ind = self.shape(idx, node)
+            if not table or any(d < 0 for d in table):
+                raise OnnxError("bad-shape", f"{node.label()}: the table {table} must not depend on the batch")
+            self.out(node, [*ind, *table[1:]])
+            self.emit(node, [node.inputs[0], idx])
+            return
+        if not 1 <= len(node.inputs) <= 5:
+            raise OnnxError("unsupported-graph", f"{node.label()}: Concat of {len(node.inputs)} inputs (1..5 are supported)")
+        shapes = [self.weight(i, node) for i in node.inputs]
+        r = len(shapes[0])
+        axis = _int(node, "axis", 0)
+        axis = axis + r if axis < 0 else axis
+        if not 0 <= axis < r or any(len(d) != r or d[:axis] + d[axis + 1:] != shapes[0][:axis] + shapes[0][axis + 1:] for d in shapes) \
+                or any(d[axis] < 0 for d in shapes):
+            raise OnnxError("bad-shape", f"{node.label()}: shapes {shapes} do not concatenate on axis {axis} (not the batch)")
+        self.out(node, [*shapes[0][:axis], sum(d[axis] for d in shapes), *shapes[0][axis + 1:]])
+        self.emit(node, node.inputs, [axis])
 
     def pool_like(self, node: Node, x: list[int]) -> None:
         op = node.op
@@ -322,7 +413,7 @@ class _Builder:
             raise OnnxError("unsupported-attribute", f"{node.label()}: dilations other than 1 are not supported")
         if op == "Conv":
             w = self.weight(node.inputs[1], node)
-            if int(node.attrs.get("group", 1)) != 1:
+            if _int(node, "group", 1) != 1:
                 raise OnnxError("unsupported-attribute", f"{node.label()}: group other than 1 is not supported")
             if len(w) != 4 or w[1] != x[1]:
                 raise OnnxError("bad-shape", f"{node.label()}: weights {w} do not fit input {x}")
@@ -333,7 +424,7 @@ class _Builder:
         else:
             kernel = _ints(node, "kernel_shape", [])
             channels = x[1]
-            if int(node.attrs.get("storage_order", 0)) != 0:
+            if _int(node, "storage_order", 0) != 0:
                 raise OnnxError("unsupported-attribute", f"{node.label()}: storage_order 1 is not supported")
         if len(kernel) != 2:
             raise OnnxError("bad-shape", f"{node.label()}: kernel_shape must have 2 values")
@@ -341,7 +432,7 @@ class _Builder:
         pads = _ints(node, "pads", [0, 0, 0, 0])
         if len(strides) != 2 or len(pads) != 4 or min(strides) < 1 or min(pads) < 0 or min(kernel) < 1:
             raise OnnxError("bad-shape", f"{node.label()}: strides, pads or kernel out of range")
-        ceil = int(node.attrs.get("ceil_mode", 0))
+        ceil = _int(node, "ceil_mode", 0)
         size = []
         for i in range(2):
             span = x[2 + i] + pads[i] + pads[i + 2] - kernel[i]
@@ -353,7 +444,7 @@ class _Builder:
             size.append(o)
         self.out(node, [x[0], channels, *size])
         ia = [kernel[0], kernel[1], strides[0], strides[1], pads[0], pads[1],
-              int(node.attrs.get("count_include_pad", 0)), 0, pads[2], pads[3]]
+              _int(node, "count_include_pad", 0), 0, pads[2], pads[3]]
         self.emit(node, node.inputs[:3] if op == "Conv" else node.inputs[:1], ia)
 
     def finish(self, in_name: str, out_name: str, loss_name: str, features: int, per: int) -> Compiled:
@@ -376,13 +467,19 @@ class _Builder:
         classes = per if s.loss == "cross-entropy" else 0
         if s.loss == "cross-entropy" and per < 2:
             raise OnnxError("bad-shape", f"cross-entropy needs at least 2 classes; the output {out_name!r} has {per} per example")
+        if s.loss == "next-token":
+            ldims = self.t[loss_name].dims
+            if len(ldims) != 3 or ldims[1] != features or ldims[2] < 256:
+                raise OnnxError("bad-shape", f"next-token needs logits [batch, {features}, vocabulary of at least 256]; "
+                                             f"{loss_name!r} has {ldims}")
+            classes = ldims[2]
         metrics = [{"id": "loss", "label": "Loss", "direction": "minimize"}]
-        if s.loss == "cross-entropy":
+        if s.loss != "mse":
             metrics.append({"id": "accuracy", "label": "Accuracy", "direction": "maximize"})
-        record = 65 if s.data == "digits" else 4 * features + 4
+        record = 65 if s.data == "digits" else features + 1 if s.data == "tokens" else 4 * features + 4
         info: dict[str, Any] = {
             "id": s.model_id, "version": "1.0.0", "name": s.name, "abiVersion": 1, "weightFormat": "float32-le",
-            "maxWorkers": 1, "maxChunkBytes": (8 if s.data == "digits" else 12) + MAX_EXAMPLES * record,
+            "maxWorkers": 1, "maxChunkBytes": (12 if s.data == "records" else 8) + MAX_EXAMPLES * record,
             "maxExamplesPerChunk": MAX_EXAMPLES,
             "dataFormats": [{"id": FORMAT_IDS[s.data], "label": FORMAT_IDS[s.data],
                              "acceptedMimeTypes": ["application/octet-stream"]}],
@@ -469,6 +566,8 @@ def compile_graph(graph: Graph, settings: Settings) -> Compiled:
     """The blob, ModelInfo and initial weights of ``graph``. Raises OnnxError."""
     if settings.loss not in LOSSES or settings.optimizer not in OPTIMIZERS or settings.data not in FORMATS:
         raise OnnxError("bad-setting", f"loss {settings.loss!r}, optimizer {settings.optimizer!r} or data {settings.data!r} is unknown")
+    if (settings.loss == "next-token") != (settings.data == "tokens"):
+        raise OnnxError("bad-setting", "the next-token loss and the tokens data format go together")
     if not (math.isfinite(settings.lr) and settings.lr > 0) or not 1 <= settings.batch_size <= MAX_EXAMPLES:
         raise OnnxError("bad-setting", "the learning rate must be a positive number and the batch size 1..10000")
     return _Builder(graph, settings).run()

@@ -54,6 +54,8 @@ class Graph:
 
 
 def _text(value: Any) -> str:
+    if not isinstance(value, (memoryview, bytes)):
+        raise OnnxError("malformed-onnx", "a string field has the wrong wire type")
     try:
         return bytes(value).decode("utf-8")
     except UnicodeDecodeError:
@@ -116,6 +118,8 @@ def _attribute(data: Any) -> tuple[str, Any]:
         if number == 1:
             name = _text(v)
         elif number == 2:
+            if wire != 5:
+                raise OnnxError("malformed-onnx", "a float attribute has the wrong wire type")
             value = struct.unpack("<f", v)[0]
         elif number == 3:
             value = signed64(v)

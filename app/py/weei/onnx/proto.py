@@ -40,6 +40,8 @@ def varint(data: memoryview, pos: int) -> tuple[int, int]:
 
 
 def signed64(value: int) -> int:
+    if not isinstance(value, int):
+        raise OnnxError("malformed-onnx", "an integer field has the wrong wire type")
     return value - (1 << 64) if value >= 1 << 63 else value
 
 
@@ -48,6 +50,8 @@ def read_fields(data: memoryview | bytes, limits: dict[int, tuple[int, str, str]
     (most occurrences, reason, message): one more is refused at once, so a file of
     a million nodes costs no more than the limit's worth of reading."""
     seen: dict[int, int] = {}
+    if not isinstance(data, (memoryview, bytes)):
+        raise OnnxError("malformed-onnx", "a message field has the wrong wire type")
     view = memoryview(data) if not isinstance(data, memoryview) else data
     fields: list[Field] = []
     pos, end = 0, len(view)
