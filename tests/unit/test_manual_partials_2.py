@@ -1,0 +1,88 @@
+"""Where the manual was met only in part (issue 21, section 6, the later items): one test per item,
+each failing on the code before its fix."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from sim import Sim, experience_spec
+from weei.core.errors import CheckpointError
+from weei.core.formats.checkpoint import read_checkpoint, write_checkpoint
+from weei.core.formats.seeds import assignment_seed
+from weei.core.wire.messages import Assign
+
+JOB_SEED = 12345678901234567890
+EXPERIENCE = {"epochs": 3, "localEpochs": 1, "batchSize": 4, "coordinatorParticipates": False,
+              "experience": {"unitsPerAssignment": 8}}
+
+
+# ------------------------------------------- unit ranges waiting for a retry survive a resume
+
+
+def _round_one_with_a_failed_range() -> tuple[Any, dict[str, bytes], Sim, Assign]:
+    """Round 1 of an experience job on p1 and p2, where p2's range fails with nobody idle to take it:
+    it waits for a retry when the round closes."""
+    spec, store = experience_spec(settings=EXPERIENCE)
+    sim = Sim.create(spec, store, job_seed=JOB_SEED)
+    sim.auto_train = False
+    for peer in ("p1", "p2"):
+        sim.join(peer)
+    sim.coordinator.start(sim.now)
+    sim.pump()
+    failed = dict(sim.pending)["p2"]
+    sim.behaviour["p2"] = lambda a, s, d: "environment crashed"
+    sim.finish()
+    assert sim.rounds == [0, 1]
+    return spec, store, sim, failed
+
+
+def test_a_checkpoint_records_the_ranges_waiting_for_a_retry_and_a_resume_plays_them_first() -> None:
+    spec, store, sim, failed = _round_one_with_a_failed_range()
+    checkpoint = sim.checkpoint(1)
+    start = failed.experience.unit_start
+    assert checkpoint.metadata.experience == {"jobSeed": str(JOB_SEED), "nextUnit": 16,
+                                              "retry": [{"unitStart": start, "unitCount": 8}]}
+
+    resumed = Sim.resume(spec, store, checkpoint, mode="resume", peers=("p1",), start=False)
+    resumed.auto_train = False
+    resumed.coordinator.start(resumed.now)
+    resumed.pump()
+    [(_, first)] = resumed.pending
+    # The range the failure left is played before any new unit, with the seed it had.
+    assert first.round == 2 and first.experience.unit_start == start and first.experience.unit_count == 8
+    assert first.seed == failed.seed == assignment_seed(JOB_SEED, start)
+    resumed.finish()
+    [(_, second)] = resumed.pending
+    assert second.experience.unit_start == 16  # then the units after the checkpoint's nextUnit
+    resumed.finish()
+    assert resumed.checkpoint(3).metadata.experience == {"jobSeed": str(JOB_SEED), "nextUnit": 24}
+
+
+def test_a_checkpoint_without_retries_is_written_as_before() -> None:
+    spec, store = experience_spec(settings=EXPERIENCE)
+    sim = Sim.start_job(spec, store, ["p1", "p2"], job_seed=JOB_SEED)
+    assert [sim.checkpoint(r).metadata.experience for r in (0, 3)] == [
+        {"jobSeed": str(JOB_SEED), "nextUnit": 0}, {"jobSeed": str(JOB_SEED), "nextUnit": 48}]
+
+
+@pytest.mark.parametrize("retry", [
+    [{"unitStart": 16, "unitCount": 8}],  # not handed out yet: at or above nextUnit
+    [{"unitStart": 0, "unitCount": 0}],
+    [{"unitStart": -1, "unitCount": 2}],
+    [{"unitStart": 0, "unitCount": 8}, {"unitStart": 4, "unitCount": 8}],  # overlapping
+    [{"unitStart": 0, "unitCount": True}],
+    [{"unitStart": 0, "unitCount": 8, "seed": "1"}],
+    {"unitStart": 0, "unitCount": 8},
+    [[0, 8]],
+    [{"unitStart": 0, "unitCount": 1}] * 5000,
+])
+def test_a_malformed_retry_list_is_refused_with_the_checkpoint(retry: Any) -> None:
+    _, _, sim, _ = _round_one_with_a_failed_range()
+    good = sim.checkpoint(1)
+    metadata = good.metadata.to_json()
+    metadata["experience"] = {**metadata["experience"], "retry": retry}
+    with pytest.raises(CheckpointError) as info:
+        read_checkpoint(write_checkpoint(metadata, good.weights))
+    assert info.value.reason == "invalid-metadata"
