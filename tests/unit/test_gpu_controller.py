@@ -171,7 +171,8 @@ def test_auto_does_not_pick_lavapipe_and_says_why() -> None:
 def test_without_the_archive_gpu_trains_on_the_cpu_as_before() -> None:
     state = asyncio.run(train("gpu", package("digits-mlp")))
     assert state["job"]["status"] == "completed" and state["execution"]["actual"] == "cpu"
-    assert state["execution"]["fallback"] == "none"
+    assert state["execution"]["fallback"] == "cpu: no-gpu-archive"  # nothing tried: no gpu.fallback event
+    assert not any(e["event"] == "gpu.fallback" for e in state["log"])
     assert state["diagnostics"]["me"]["model"]["wgsl"] == {"present": False, "sha256": []}
 
 

@@ -3,17 +3,22 @@ each failing on the code before its fix."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
 
 from sim import Sim, experience_spec
+from test_controller import controller, package, run_until_done
 from weei.core.errors import CheckpointError
 from weei.core.formats.checkpoint import read_checkpoint, write_checkpoint
 from weei.core.formats.seeds import assignment_seed
 from weei.core.wire.messages import Assign
 
 JOB_SEED = 12345678901234567890
+CARTPOLE = "cartpole-reinforce"
+CARTPOLE_SETTINGS = {"epochs": 3, "localEpochs": 1, "batchSize": 16, "coordinatorParticipates": True,
+                     "experience": {"unitsPerAssignment": 24}}
 EXPERIENCE = {"epochs": 3, "localEpochs": 1, "batchSize": 4, "coordinatorParticipates": False,
               "experience": {"unitsPerAssignment": 8}}
 
@@ -86,3 +91,34 @@ def test_a_malformed_retry_list_is_refused_with_the_checkpoint(retry: Any) -> No
     with pytest.raises(CheckpointError) as info:
         read_checkpoint(write_checkpoint(metadata, good.weights))
     assert info.value.reason == "invalid-metadata"
+
+
+# --------------------------------------------- 'gpu' requested, no WGSL archive: a named reason
+
+
+def _trained(preference: str, settings: dict[str, Any]) -> dict[str, Any]:
+    async def main() -> dict[str, Any]:
+        c = controller()
+        await c.init()
+        await c.set_backend_preference(preference)
+        await c.create_job(**package(CARTPOLE), settings=settings)
+        await c.start()
+        await run_until_done(c)
+        return c.get_state()
+
+    return asyncio.run(main())
+
+
+@pytest.mark.parametrize("preference", ["gpu", "hybrid"])
+def test_gpu_requested_for_a_job_without_an_archive_names_why_it_trains_on_the_cpu(preference: str) -> None:
+    state = _trained(preference, {**CARTPOLE_SETTINGS, "epochs": 1})
+    own = state["diagnostics"]["me"]["execution"]
+    assert own["requested"] == preference and own["actual"] == "cpu"
+    assert own["fallbackReason"].startswith("no-gpu-archive: ")
+    assert state["execution"]["fallback"] == "cpu: no-gpu-archive"
+
+
+def test_auto_without_an_archive_is_no_fallback() -> None:
+    state = _trained("auto", {**CARTPOLE_SETTINGS, "epochs": 1})
+    assert state["diagnostics"]["me"]["execution"]["fallbackReason"] is None
+    assert state["execution"]["fallback"] == "none"
