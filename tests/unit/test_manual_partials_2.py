@@ -9,11 +9,13 @@ from typing import Any
 import pytest
 
 from sim import Sim, experience_spec
-from test_controller import controller, package, run_until_done
+from test_controller import DIGITS_SETTINGS, controller, networked, on_network, package, run_until_done
+from weei.demo.network import MemoryNetwork
+from weei.runtime.wasmtime_engine import WasmtimeEngine
 from weei.core.errors import CheckpointError
 from weei.core.formats.checkpoint import read_checkpoint, write_checkpoint
 from weei.core.formats.seeds import assignment_seed
-from weei.core.wire.messages import Assign
+from weei.core.wire.messages import Assign, DiagnosticsReport
 
 JOB_SEED = 12345678901234567890
 CARTPOLE = "cartpole-reinforce"
@@ -122,3 +124,65 @@ def test_auto_without_an_archive_is_no_fallback() -> None:
     state = _trained("auto", {**CARTPOLE_SETTINGS, "epochs": 1})
     assert state["diagnostics"]["me"]["execution"]["fallbackReason"] is None
     assert state["execution"]["fallback"] == "none"
+
+
+# ------------------- diagnostics: the non-training coordinator's own entry; stage changes sent at once
+
+
+def _collapsed(stages: list[str]) -> list[str]:
+    return [s for i, s in enumerate(stages) if i == 0 or stages[i - 1] != s]
+
+
+def test_a_coordinator_that_does_not_train_has_its_own_entry_and_sees_every_stage_at_once() -> None:
+    async def main(network: MemoryNetwork, engine: WasmtimeEngine) -> None:
+        coordinator = networked(network, engine, "coord", environment={"browser": "agent", "os": "Linux"})
+        helper = networked(network, engine, "helper", environment={"browser": "agent", "os": "Linux"})
+        for c in (coordinator, helper):
+            await c.init()
+        job_id = await coordinator.create_job(**package("digits-mlp"), settings={
+            **DIGITS_SETTINGS, "epochs": 1, "coordinatorParticipates": False, "validationSchedule": {"enabled": False, "unit": "epoch", "every": 1}})
+        # The manual: "every peer has its own entry". It coordinates, trains nothing.
+        own = coordinator.get_state()["diagnostics"]["coord"]
+        assert own["stage"] == "waiting" and own["assignment"] is None and own["connected"] is True
+        assert own["environment"]["browser"] == "agent" and own["model"]["id"] == "digits-mlp"
+        assert own["model"]["wasmSha256"] == coordinator.get_state()["job"]["module"]["sha256"]
+        assert own["execution"]["requested"] == "auto" and own["execution"]["actual"] == "unknown"
+        assert own["execution"]["activeWorkers"] == 0
+
+        coordinator.invite("helper")
+        await network.settle()
+        await helper.decide_invitation(job_id, True)
+        await network.settle()
+        # What the helper's snapshots say as they leave it; every stage it enters; and for each
+        # awaitingAggregation, what its last snapshot said right when it entered it.
+        transport, sent = helper.session.transport, []
+        send = transport.send
+        transport.send = lambda command, blobs: (
+            sent.append(command.message.snapshot["stage"]) if isinstance(command.message, DiagnosticsReport) else None,
+            send(command, blobs))[1]
+        recorder, entered, told = helper.session.recorder, [], []
+
+        def enter(stage: str, *args: Any, **kwargs: Any) -> None:
+            entered.append(stage)
+            set_stage(stage, *args, **kwargs)
+            if stage == "awaitingAggregation":
+                told.append(sent[-1])
+
+        set_stage, recorder.set_stage = recorder.set_stage, enter
+        book, received = coordinator.session.book, []
+        take = book.accept
+        book.accept = lambda peer, job, snapshot, *a, **k: (
+            received.append(snapshot["stage"]) if peer == "helper" else None, take(peer, job, snapshot, *a, **k))[1]
+        await coordinator.start()
+        await run_until_done(coordinator)
+        await network.settle()
+        # Each stage change leaves when it happens, not at the next 0.5 s poll: awaitingAggregation
+        # too, though the next assignment follows within milliseconds (no one else trains).
+        rounds = coordinator.get_state()["job"]["checkpoints"][-1]["artifact"]["round"]
+        assert rounds == 15 and told == ["awaitingAggregation"] * rounds
+        assert received.count("awaitingAggregation") == rounds
+        assert _collapsed(received)[-len(_collapsed(entered)):] == _collapsed(entered)
+        own = coordinator.get_state()["diagnostics"]["coord"]
+        assert own["stage"] == "waiting" and own["assignment"] is None
+
+    on_network(main)

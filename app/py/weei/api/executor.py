@@ -25,6 +25,7 @@ from typing import Any, Callable, Coroutine
 from ..core.wire.commands import Command, LoadModule, Log, Phase, RunValidation, SaveCheckpoint, Send, Train
 from ..core.errors import UsageError, WeeiError
 from ..core.wire.messages import Assign, Progress
+from ..core.job.spec import JobSpec
 from ..core.verified import VerifiedBlobs
 from .compute import ComputeBackend
 from .job_store import JobStore
@@ -292,6 +293,19 @@ class Executor:
         participant.module_loaded(weight_bytes, tuple(self.store.artifacts), s.clock(), fetch_shader_archive=fetch)
         if participant.coordinator != s.my_peer_id:
             self.diagnostics.start()
+
+    def coordinate(self, spec: JobSpec) -> None:
+        """This device coordinates ``spec`` and trains none of it: it still has its own diagnostics entry
+        (the manual: "every peer has its own entry"), with its browser, Workers, GPU and the job's model,
+        stage ``waiting`` and no assignment, and ``actual`` unknown until it computes (a validation)."""
+        s = self.session
+        s.recorder.join_job(spec.job_id, s.monotonic())
+        s.recorder.update_execution({"requested": s.device.backend_preference,
+                                     "workerLimit": s.device.max_local_workers})
+        info = spec.info.raw
+        s.recorder.set_model({"id": info.get("id", "unknown"), "version": info.get("version", "unknown"),
+                              "wasmSha256": spec.module.sha256,
+                              "wgsl": getattr(self.backend, "wgsl", {"present": False, "sha256": []})})
 
     def _set_model(self) -> None:
         """The diagnostics' model: the participant's module and the WGSL archive the backend holds."""
