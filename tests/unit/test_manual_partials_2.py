@@ -4,13 +4,18 @@ each failing on the code before its fix."""
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
 
 from sim import Sim, experience_spec
-from test_controller import DIGITS_SETTINGS, controller, networked, on_network, package, run_until_done
+from test_controller import DIGITS_SETTINGS, controller, fixed_random, networked, on_network, package, run_until_done
+from weei.api import TrainingController
 from weei.demo.network import MemoryNetwork
+from weei.host.memory_storage import MemoryKeyValue, MemoryStorage
+from weei.host.worker_pool import ThreadWorkerPool
+from weei.kernel.native import NativeKernel
 from weei.runtime.wasmtime_engine import WasmtimeEngine
 from weei.core.errors import CheckpointError
 from weei.core.formats.checkpoint import read_checkpoint, write_checkpoint
@@ -186,3 +191,28 @@ def test_a_coordinator_that_does_not_train_has_its_own_entry_and_sees_every_stag
         assert own["stage"] == "waiting" and own["assignment"] is None
 
     on_network(main)
+
+
+# ------------------------------- an experience assignment: the same bits on 1, 2 or 3 Workers
+
+
+def test_an_assignment_gives_the_same_bits_whatever_the_worker_count() -> None:
+    async def run(workers: int) -> tuple[int, bytes]:
+        engine = WasmtimeEngine()
+        c = TrainingController(my_peer_id="me", storage=MemoryStorage(), kv=MemoryKeyValue(),
+                               pool=ThreadWorkerPool(engine, device_limit=3), kernel=NativeKernel(), engine=engine,
+                               clock=lambda: time.time() * 1000, monotonic=lambda: time.monotonic() * 1000,
+                               random_bytes=fixed_random)  # the same job seed and initial weights each time
+        await c.init()
+        await c.set_max_local_workers(workers)
+        await c.create_job(**package(CARTPOLE), settings=CARTPOLE_SETTINGS)
+        await c.start()
+        await run_until_done(c)
+        effective = c.get_state()["job"]["localWorkers"]["effective"]
+        return effective, read_checkpoint(c.export_checkpoint()[1]).weights
+
+    results = [asyncio.run(run(n)) for n in (1, 2, 3)]
+    assert [effective for effective, _ in results] == [1, 2, 3]
+    # cartpole-reinforce declares maxWorkers 4: every device plays the same 4 ranges of 6 episodes,
+    # each with its own seed, and averages them in range order, however many Workers play them.
+    assert results[0][1] == results[1][1] == results[2][1]

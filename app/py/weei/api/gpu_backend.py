@@ -295,7 +295,7 @@ class GpuComputeBackend:
 
     async def train(self, assign: Assign, *, module_sha256: str, module: bytes, weights: bytes,
                     auxiliary: Mapping[str, bytes], chunk: bytes | None, workers: int,
-                    working_bytes: int | None = None) -> TrainOutcome:
+                    working_bytes: int | None = None, parts: int = 1) -> TrainOutcome:
         s = self.session
         preference = s.device.backend_preference
         budget = s.device.gpu_memory_budget_mib
@@ -329,7 +329,8 @@ class GpuComputeBackend:
         s.actual = "cpu"
         s.recorder.update_execution({"actual": "cpu", "backend": self._cpu_id})
         return await self.cpu.train(assign, module_sha256=module_sha256, module=module, weights=weights,
-                                    auxiliary=auxiliary, chunk=chunk, workers=workers, working_bytes=working_bytes)
+                                    auxiliary=auxiliary, chunk=chunk, workers=workers, working_bytes=working_bytes,
+                                    parts=parts)
 
     async def evaluate(self, *, module_sha256: str, module: bytes, task: WorkerTask) -> WorkerResult:
         return await self.cpu.evaluate(module_sha256=module_sha256, module=module, task=task)

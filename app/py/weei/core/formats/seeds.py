@@ -24,10 +24,11 @@ A seed travels as a decimal string (the ABI's ``"seed"``), because JSON
 numbers lose precision above 2**53.
 
 When a model declares ``maxWorkers`` above 1 and needs no input data, an
-assignment is split into contiguous ranges, one per local Worker, and each
-Worker's seed is the assignment seed formula applied to *its own* first unit
-index. Worker 0 starts at the assignment's first unit, so an assignment run
-on one Worker gets exactly the assignment seed.
+assignment is split into contiguous ranges (as many as the job and the model
+say, whatever the device's Worker count: ``api.local_training.experience_parts``),
+and each range's seed is the assignment seed formula applied to *its own*
+first unit index. Range 0 starts at the assignment's first unit, so an
+assignment in one range gets exactly the assignment seed.
 
 The core never draws randomness itself: the host passes 8 random bytes
 (``os.urandom(8)`` or ``crypto.getRandomValues``) to ``job_seed_from_bytes``.
@@ -144,7 +145,7 @@ def evaluation_seed(job_seed: int) -> int:
 
 @dataclass(frozen=True)
 class WorkerRange:
-    """The units one local Worker plays: ``unit_count`` units from ``unit_start``."""
+    """One range of an assignment (``worker``: its index): ``unit_count`` units from ``unit_start``."""
 
     worker: int
     unit_start: int
@@ -157,11 +158,13 @@ class WorkerRange:
 
 
 def split_assignment(job_seed: int, unit_start: int, unit_count: int, workers: int) -> tuple[WorkerRange, ...]:
-    """Split an assignment into contiguous ranges for the local Workers.
+    """Split an assignment into ``workers`` contiguous ranges that the local Workers play.
 
-    Uses ``min(workers, unit_count)`` Workers (a Worker without units would
-    be idle); sizes differ by at most one, the larger ranges first, so
-    32 units on 3 Workers give 11, 11 and 10. Each range's seed is
+    ``workers`` is the number of ranges, not of Workers: the job and the
+    model fix it, so the ranges (and the result) are the same on any device.
+    Uses ``min(workers, unit_count)`` ranges (none empty); sizes differ by
+    at most one, the larger ranges first, so 32 units in 3 ranges give 11,
+    11 and 10. Each range's seed is
     ``assignment_seed(job_seed, range start)``. Returns the ranges in unit
     order. Raises ``UsageError`` (``bad-split``) if ``unit_count`` or
     ``workers`` is below 1, or (``bad-seed``) if the last unit leaves u64.
