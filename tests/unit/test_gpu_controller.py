@@ -138,9 +138,10 @@ def test_a_cartpole_job_runs_hybrid() -> None:
     assert trained[0]["gate"] == "bit-identical"  # lavapipe: tanh, the weighted softmax gradient and Adam are exact
     assert all(cp["metrics"]["examplesProcessed"] == 24 for cp in hybrid["job"]["checkpoints"][1:])
 
-    # The same job on one CPU Worker (two would split each assignment's episodes between them):
-    # lavapipe computes the CPU's bits, so the episodes and the weights are the same.
-    on_cpu = asyncio.run(train("cpu", package(CARTPOLE), settings=CARTPOLE_SETTINGS, workers=1))
+    # The same job on the CPU in one range (settings.workers 1; the model's maxWorkers would split each
+    # assignment into 4 ranges, averaged, on any Worker count): lavapipe computes the CPU's bits, so the
+    # episodes and the weights are the same.
+    on_cpu = asyncio.run(train("cpu", package(CARTPOLE), settings={**CARTPOLE_SETTINGS, "workers": 1}))
     assert on_cpu["execution"]["actual"] == "cpu"
     n = len(on_cpu["weights"]) // 4
     worst = max(abs(a - b) for a, b in zip(struct.unpack(f"<{n}f", hybrid["weights"]),
@@ -171,7 +172,8 @@ def test_auto_does_not_pick_lavapipe_and_says_why() -> None:
 def test_without_the_archive_gpu_trains_on_the_cpu_as_before() -> None:
     state = asyncio.run(train("gpu", package("digits-mlp")))
     assert state["job"]["status"] == "completed" and state["execution"]["actual"] == "cpu"
-    assert state["execution"]["fallback"] == "none"
+    assert state["execution"]["fallback"] == "cpu: no-gpu-archive"  # nothing tried: no gpu.fallback event
+    assert not any(e["event"] == "gpu.fallback" for e in state["log"])
     assert state["diagnostics"]["me"]["model"]["wgsl"] == {"present": False, "sha256": []}
 
 

@@ -39,9 +39,10 @@ class ComputeBackend(Protocol):
 
     async def train(self, assign: Assign, *, module_sha256: str, module: bytes, weights: bytes,
                     auxiliary: Mapping[str, bytes], chunk: bytes | None, workers: int,
-                    working_bytes: int | None = None) -> TrainOutcome:
+                    working_bytes: int | None = None, parts: int = 1) -> TrainOutcome:
         """Train ``assign`` from ``weights`` on ``workers`` Workers; raises WeeiError when the model fails.
-        ``working_bytes``: the package's estimatedWorkingBytes, when known (weei.runtime.sandbox)."""
+        ``working_bytes``: the package's estimatedWorkingBytes, when known (weei.runtime.sandbox);
+        ``parts``: the unit ranges of an experience assignment (``local_training.experience_parts``)."""
         ...
 
     async def evaluate(self, *, module_sha256: str, module: bytes, task: WorkerTask) -> WorkerResult:
@@ -79,9 +80,10 @@ class CpuWorkerBackend:
 
     async def train(self, assign: Assign, *, module_sha256: str, module: bytes, weights: bytes,
                     auxiliary: Mapping[str, bytes], chunk: bytes | None, workers: int,
-                    working_bytes: int | None = None) -> TrainOutcome:
+                    working_bytes: int | None = None, parts: int = 1) -> TrainOutcome:
         return await self.local.train(assign, module_sha256=module_sha256, module=module, weights=weights,
-                                      auxiliary=auxiliary, chunk=chunk, workers=workers, working_bytes=working_bytes)
+                                      auxiliary=auxiliary, chunk=chunk, workers=workers, working_bytes=working_bytes,
+                                    parts=parts)
 
     async def evaluate(self, *, module_sha256: str, module: bytes, task: WorkerTask) -> WorkerResult:
         return await self.local.evaluate(module_sha256, module, task)

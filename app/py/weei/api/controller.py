@@ -512,6 +512,8 @@ class TrainingController:
         if s.participant is not None:
             s.participant.paused = s.paused_contribution
         s.book.set_job(s.coordinator.spec.job_id)
+        if s.participant is None:
+            self.executor.coordinate(s.coordinator.spec)
         s.coordinator.diagnostics_sink = self.executor.diagnostics.accept
         s.coordinator.stopwatch = s.monotonic  # times the rounds' phases for the debug log
         s.coordinator.progress_sink = self.executor.on_peer_progress

@@ -25,10 +25,11 @@ from typing import Any, Callable, Coroutine
 from ..core.wire.commands import Command, LoadModule, Log, Phase, RunValidation, SaveCheckpoint, Send, Train
 from ..core.errors import UsageError, WeeiError
 from ..core.wire.messages import Assign, Progress
+from ..core.job.spec import JobSpec
 from ..core.verified import VerifiedBlobs
 from .compute import ComputeBackend
 from .job_store import JobStore
-from .local_training import effective_workers
+from .local_training import effective_workers, experience_parts
 from .log_writer import DebugLogWriter
 from .peer_diagnostics import DiagnosticsLink
 from .ports import KeyValue, StorageError, TaskCancelled, WorkerTask
@@ -293,6 +294,19 @@ class Executor:
         if participant.coordinator != s.my_peer_id:
             self.diagnostics.start()
 
+    def coordinate(self, spec: JobSpec) -> None:
+        """This device coordinates ``spec`` and trains none of it: it still has its own diagnostics entry
+        (the manual: "every peer has its own entry"), with its browser, Workers, GPU and the job's model,
+        stage ``waiting`` and no assignment, and ``actual`` unknown until it computes (a validation)."""
+        s = self.session
+        s.recorder.join_job(spec.job_id, s.monotonic())
+        s.recorder.update_execution({"requested": s.device.backend_preference,
+                                     "workerLimit": s.device.max_local_workers})
+        info = spec.info.raw
+        s.recorder.set_model({"id": info.get("id", "unknown"), "version": info.get("version", "unknown"),
+                              "wasmSha256": spec.module.sha256,
+                              "wgsl": getattr(self.backend, "wgsl", {"present": False, "sha256": []})})
+
     def _set_model(self) -> None:
         """The diagnostics' model: the participant's module and the WGSL archive the backend holds."""
         s = self.session
@@ -328,9 +342,13 @@ class Executor:
             units = assign.experience.unit_count if assign.experience is not None else None
             # settings.workers asks, this device's setMaxLocalWorkers() caps it.
             requested = min(requested_workers(job_settings(s), device.max_local_workers), device.max_local_workers)
+            model_max = int(info.get("maxWorkers", 1))
             workers = effective_workers(requested=requested, device_limit=self.backend.device_limit,
-                                        model_max=int(info.get("maxWorkers", 1)),
-                                        experience=assign.experience is not None, unit_count=units)
+                                        model_max=model_max, experience=assign.experience is not None,
+                                        unit_count=units)
+            settings = job_settings(s)
+            parts = experience_parts(job_workers=settings.workers if settings is not None else None,
+                                     model_max=model_max, unit_count=units) if units is not None else 1
             s.recorder.start_assignment(_assignment_record(assign), s.monotonic())
             # The backend says where the assignment trains (and why not on the GPU, if so).
             s.recorder.update_execution({"requested": device.backend_preference, "actual": self.backend.kind,
@@ -344,7 +362,7 @@ class Executor:
             outcome = await self.backend.train(assign, module_sha256=module_sha,
                                                module=self.store.module(module_sha), weights=weights,
                                                auxiliary=aux, chunk=chunk, workers=workers,
-                                               working_bytes=participant.working_bytes)
+                                               working_bytes=participant.working_bytes, parts=parts)
         except TaskCancelled:
             return  # the participant dropped this attempt (see drain): nothing of it is reported
         except WeeiError as exc:

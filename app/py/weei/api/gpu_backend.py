@@ -71,7 +71,11 @@ from .local_training import local_epochs
 from .ports import TaskCancelled, WorkerResult, WorkerTask
 from .session import Session
 
-__all__ = ["GpuComputeBackend", "GpuHost", "LocalGpuHost"]
+__all__ = ["GpuComputeBackend", "GpuHost", "LocalGpuHost", "NO_GPU_ARCHIVE"]
+
+# Why an assignment asked to run on the GPU trains on the CPU without trying a device: the job has no
+# WGSL archive here. Not a GpuError reason: nothing failed, and nothing restarts.
+NO_GPU_ARCHIVE = "no-gpu-archive"
 
 
 class GpuHost(Protocol):
@@ -291,7 +295,7 @@ class GpuComputeBackend:
 
     async def train(self, assign: Assign, *, module_sha256: str, module: bytes, weights: bytes,
                     auxiliary: Mapping[str, bytes], chunk: bytes | None, workers: int,
-                    working_bytes: int | None = None) -> TrainOutcome:
+                    working_bytes: int | None = None, parts: int = 1) -> TrainOutcome:
         s = self.session
         preference = s.device.backend_preference
         budget = s.device.gpu_memory_budget_mib
@@ -311,6 +315,13 @@ class GpuComputeBackend:
                 s.actual, s.fallback = mode, None
                 s.recorder.update_execution({"actual": mode, "backend": job.spec.id, "fallbackReason": None})
                 return outcome
+        elif job is None and preference in ("gpu", "hybrid"):
+            # Asked for the GPU, but this job gives it nothing to run: the CPU is a fallback with a reason
+            # (the manual's fallbackReason is null only when the actual mode is the requested one).
+            # No device was tried, so initializationError and the gpu.fallback event stay as they were.
+            s.fallback = NO_GPU_ARCHIVE
+            s.recorder.update_execution({"fallbackReason": f"{NO_GPU_ARCHIVE}: the job has no WGSL archive "
+                                                           "(the model package brought none, or it was not fetched)"})
         else:  # nothing to fall back from
             s.fallback = None
             s.recorder.update_execution({"fallbackReason": None})
@@ -318,7 +329,8 @@ class GpuComputeBackend:
         s.actual = "cpu"
         s.recorder.update_execution({"actual": "cpu", "backend": self._cpu_id})
         return await self.cpu.train(assign, module_sha256=module_sha256, module=module, weights=weights,
-                                    auxiliary=auxiliary, chunk=chunk, workers=workers, working_bytes=working_bytes)
+                                    auxiliary=auxiliary, chunk=chunk, workers=workers, working_bytes=working_bytes,
+                                    parts=parts)
 
     async def evaluate(self, *, module_sha256: str, module: bytes, task: WorkerTask) -> WorkerResult:
         return await self.cpu.evaluate(module_sha256=module_sha256, module=module, task=task)

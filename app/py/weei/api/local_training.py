@@ -2,10 +2,13 @@
 
 Assignments over input records (dataset chunks) run on one Worker. An
 experience assignment of a model with ``maxWorkers`` above 1 is split into
-contiguous unit ranges, one per Worker, each seeded as an assignment that
-starts at its first unit; the Workers' weights are averaged by units
-played with the same FedAvg as the coordinator's, so the result does not
-depend on which Worker finished first.
+``parts`` contiguous unit ranges (``experience_parts``: what the job and the
+model allow, never this device's Worker count), each seeded as an
+assignment that starts at its first unit; the device's Workers play the
+ranges (one Worker plays several in turn), and the ranges' weights are
+averaged by units played, in range order, with the same FedAvg as the
+coordinator's. So the result is the same bits on 1, 2 or 3 Workers, and
+whichever Worker finished first.
 
 Cancelling: the host tells :meth:`LocalWorkers.follow` which attempt its
 participant holds after every change. Tasks of any other attempt are
@@ -34,7 +37,15 @@ from ..runtime.sandbox import SpeedMeter
 from ..core.formats.seeds import split_assignment
 from .ports import ProgressSink, TaskCancelled, WorkerPool, WorkerResult, WorkerTask
 
-__all__ = ["LocalWorkers", "effective_workers", "local_epochs"]
+__all__ = ["LocalWorkers", "effective_workers", "experience_parts", "local_epochs"]
+
+
+def experience_parts(*, job_workers: int | None, model_max: int, unit_count: int) -> int:
+    """How many unit ranges an experience assignment is split into: the job's ``settings.workers`` (the
+    same for every device), else the model's ``maxWorkers``, at most the units. A device's own Worker
+    limit is left out on purpose: it decides how many ranges run at once, not which ranges there are."""
+    wanted = job_workers if job_workers is not None else model_max
+    return max(1, min(wanted, model_max, unit_count))
 
 
 def effective_workers(*, requested: int, device_limit: int, model_max: int, experience: bool,
@@ -89,21 +100,23 @@ class LocalWorkers:
 
     async def train(self, assign: Assign, *, module_sha256: str, module: bytes, weights: bytes,
                     auxiliary: Mapping[str, bytes], chunk: bytes | None, workers: int,
-                    working_bytes: int | None = None) -> TrainOutcome:
-        """Train ``assign`` from ``weights``; raises WeeiError when the model fails, TaskCancelled
+                    working_bytes: int | None = None, parts: int = 1) -> TrainOutcome:
+        """Train ``assign`` from ``weights`` on ``workers`` Workers, an experience assignment in
+        ``parts`` ranges (:func:`experience_parts`); raises WeeiError when the model fails, TaskCancelled
         when the attempt is not (or no longer) the one :meth:`follow` named."""
         attempt = assign.attempt_id
         if attempt != self.current:
             raise TaskCancelled(f"attempt {attempt} is no longer the participant's")
         self._running.add(attempt)
         try:
-            return await self._train(assign, module_sha256, module, weights, auxiliary, chunk, workers, working_bytes)
+            return await self._train(assign, module_sha256, module, weights, auxiliary, chunk, workers, working_bytes,
+                                     parts)
         finally:
             self._running.discard(attempt)
 
     async def _train(self, assign: Assign, module_sha256: str, module: bytes, weights: bytes,
                      auxiliary: Mapping[str, bytes], chunk: bytes | None, workers: int,
-                     working_bytes: int | None) -> TrainOutcome:
+                     working_bytes: int | None, parts: int) -> TrainOutcome:
         settings = dict(assign.settings)
         tag = assign.attempt_id
         if assign.chunk is not None:
@@ -119,7 +132,7 @@ class LocalWorkers:
 
         exp = assign.experience
         assert exp is not None
-        ranges = split_assignment(exp.job_seed, exp.unit_start, exp.unit_count, workers) if workers > 1 else ()
+        ranges = split_assignment(exp.job_seed, exp.unit_start, exp.unit_count, parts) if parts > 1 else ()
         if len(ranges) <= 1:
             task = WorkerTask("train", weights, auxiliary, experience=(exp.unit_start, exp.unit_count, exp.seed),
                               settings=settings, working_bytes=working_bytes)
@@ -129,15 +142,29 @@ class LocalWorkers:
             return TrainOutcome(result.weights, result.metrics, result.count, result.optimizer_steps)
 
         progress = self._progress(tag, len(ranges), exp.unit_count)
-        results = await asyncio.gather(*(
-            self.run(r.worker, module_sha256, module,
-                     WorkerTask("train", weights, auxiliary, experience=(r.unit_start, r.unit_count, r.seed),
-                                settings=settings, working_bytes=working_bytes), r.unit_count, progress, tag=tag)
-            for r in ranges))
-        played = [(f"w{r.worker:04d}", res.count, res.weights) for r, res in zip(ranges, results, strict=True)
+        found: list[WorkerResult | None] = [None] * len(ranges)
+        used = max(1, min(workers, len(ranges)))
+
+        async def play(worker: int) -> None:
+            # Worker ``worker`` plays ranges worker, worker + used, ...: which one plays a range changes
+            # nothing in its result, which depends on its units, seed and the checkpoint alone.
+            for i in range(worker, len(ranges), used):
+                if tag not in self._running:
+                    raise TaskCancelled(f"attempt {tag} was dropped")
+                r = ranges[i]
+                sink = None if progress is None else (lambda _worker, payload, i=i: progress(i, payload))
+                found[i] = await self.run(
+                    worker, module_sha256, module,
+                    WorkerTask("train", weights, auxiliary, experience=(r.unit_start, r.unit_count, r.seed),
+                               settings=settings, working_bytes=working_bytes), r.unit_count, sink, tag=tag)
+
+        await asyncio.gather(*(play(w) for w in range(used)))
+        results = [res for res in found if res is not None]
+        assert len(results) == len(ranges)
+        played = [(f"r{r.worker:04d}", res.count, res.weights) for r, res in zip(ranges, results, strict=True)
                   if res.count > 0]
         if not played:
-            raise ModelError("no-units-completed", "train: no Worker completed a unit")
+            raise ModelError("no-units-completed", "train: no range completed a unit")
         total = sum(count for _, count, _ in played)
         averaged = fedavg(self.kernel, played, len(weights))
         metrics: dict[str, float] = {}

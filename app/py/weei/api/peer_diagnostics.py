@@ -18,6 +18,8 @@ class DiagnosticsLink:
         self.session = session
         self.settle = settle  # brings the stage up to date (receiving shows between messages)
         self.task: asyncio.Task[Any] | None = None
+        # A stage change is reported when it happens; the loop below only keeps the 2-second period.
+        session.recorder.on_due = self.report
 
     def accept(self, peer: str, snapshot: dict[str, Any], now: float) -> None:
         """The coordinator's sink for a participant's snapshot; a bad one is refused and logged."""

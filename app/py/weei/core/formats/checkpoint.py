@@ -24,11 +24,12 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, NoReturn
 
 from .. import _check
-from ..errors import CheckpointError, ManifestError, SettingsError
+from ..errors import CheckpointError, ManifestError, SettingsError, WeeiError
 from ..floats import first_non_finite
 from .jsonfmt import stringify
 from ..limits import MAX_FILE_BYTES
 from .modelinfo import ModelInfo, check_weight_size
+from .seeds import parse_retry
 from .settings import TrainingSettings
 
 __all__ = [
@@ -149,7 +150,7 @@ class CheckpointMetadata:
 
     @property
     def experience(self) -> dict[str, Any] | None:
-        """experience: jobSeed and nextUnit, for experience jobs."""
+        """experience: jobSeed, nextUnit and the ranges to retry (``retry``, when any), for experience jobs."""
         value = self._raw.get("experience")
         return None if value is None else dict(value)
 
@@ -259,7 +260,12 @@ def _check_progress(raw: dict[str, Any]) -> None:
         if (len(seed) > 20 or not seed.isdigit() or not seed.isascii() or int(seed) >= 2**64
                 or (len(seed) > 1 and seed[0] == "0")):
             raise CheckpointError("invalid-metadata", "checkpoint metadata experience.jobSeed: must be an unsigned 64-bit decimal")
-        _field(exp, "nextUnit", _check.as_int, "experience.nextUnit", minimum=0)
+        next_unit = _field(exp, "nextUnit", _check.as_int, "experience.nextUnit", minimum=0)
+        if "retry" in exp:
+            try:
+                parse_retry(exp["retry"], next_unit)
+            except WeeiError as exc:
+                raise CheckpointError("invalid-metadata", f"checkpoint metadata {exc.message}") from None
     if "auxiliaryWeights" in raw:
         aux = _check.as_object(raw["auxiliaryWeights"], _fail("invalid-metadata", "auxiliaryWeights"))
         for key, sha in aux.items():

@@ -24,10 +24,11 @@ A seed travels as a decimal string (the ABI's ``"seed"``), because JSON
 numbers lose precision above 2**53.
 
 When a model declares ``maxWorkers`` above 1 and needs no input data, an
-assignment is split into contiguous ranges, one per local Worker, and each
-Worker's seed is the assignment seed formula applied to *its own* first unit
-index. Worker 0 starts at the assignment's first unit, so an assignment run
-on one Worker gets exactly the assignment seed.
+assignment is split into contiguous ranges (as many as the job and the model
+say, whatever the device's Worker count: ``api.local_training.experience_parts``),
+and each range's seed is the assignment seed formula applied to *its own*
+first unit index. Range 0 starts at the assignment's first unit, so an
+assignment in one range gets exactly the assignment seed.
 
 The core never draws randomness itself: the host passes 8 random bytes
 (``os.urandom(8)`` or ``crypto.getRandomValues``) to ``job_seed_from_bytes``.
@@ -37,6 +38,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Literal
 
 from ..errors import SettingsError, UsageError, WeeiError
@@ -47,6 +49,7 @@ __all__ = [
     "SEED_BYTES",
     "MAX_SEED",
     "ExperienceProgress",
+    "MAX_RETRY_RANGES",
     "WorkerRange",
     "job_seed_from_bytes",
     "format_seed",
@@ -54,6 +57,7 @@ __all__ = [
     "assignment_seed",
     "evaluation_seed",
     "split_assignment",
+    "parse_retry",
     "continue_experience",
     "rounds_to_train",
 ]
@@ -141,7 +145,7 @@ def evaluation_seed(job_seed: int) -> int:
 
 @dataclass(frozen=True)
 class WorkerRange:
-    """The units one local Worker plays: ``unit_count`` units from ``unit_start``."""
+    """One range of an assignment (``worker``: its index): ``unit_count`` units from ``unit_start``."""
 
     worker: int
     unit_start: int
@@ -154,11 +158,13 @@ class WorkerRange:
 
 
 def split_assignment(job_seed: int, unit_start: int, unit_count: int, workers: int) -> tuple[WorkerRange, ...]:
-    """Split an assignment into contiguous ranges for the local Workers.
+    """Split an assignment into ``workers`` contiguous ranges that the local Workers play.
 
-    Uses ``min(workers, unit_count)`` Workers (a Worker without units would
-    be idle); sizes differ by at most one, the larger ranges first, so
-    32 units on 3 Workers give 11, 11 and 10. Each range's seed is
+    ``workers`` is the number of ranges, not of Workers: the job and the
+    model fix it, so the ranges (and the result) are the same on any device.
+    Uses ``min(workers, unit_count)`` ranges (none empty); sizes differ by
+    at most one, the larger ranges first, so 32 units in 3 ranges give 11,
+    11 and 10. Each range's seed is
     ``assignment_seed(job_seed, range start)``. Returns the ranges in unit
     order. Raises ``UsageError`` (``bad-split``) if ``unit_count`` or
     ``workers`` is below 1, or (``bad-seed``) if the last unit leaves u64.
@@ -179,30 +185,72 @@ def split_assignment(job_seed: int, unit_start: int, unit_count: int, workers: i
     return tuple(ranges)
 
 
+# A retry range per participant that failed in the checkpoint's round, at most; the file's metadata
+# limit bounds it too, this keeps the check's work small whatever the file says.
+MAX_RETRY_RANGES = 4096
+
+
 @dataclass(frozen=True)
 class ExperienceProgress:
-    """What a checkpoint saves of an experience job: ``experience: {jobSeed, nextUnit}``."""
+    """What a checkpoint saves of an experience job: ``experience: {jobSeed, nextUnit, retry?}``.
+
+    ``retry``: unit ranges ``(unit_start, unit_count)`` handed out before and
+    not played yet (their attempt failed or was lost), first to go first.
+    They lie below ``next_unit``, so without them a resumed job would never
+    play those units; written only when there are some, so a checkpoint
+    without retries is what it was before the field existed.
+    """
 
     job_seed: int
     next_unit: int
+    retry: tuple[tuple[int, int], ...] = ()
 
     def to_json(self) -> dict[str, object]:
         """Return the checkpoint metadata's ``experience`` object."""
-        return {"jobSeed": format_seed(self.job_seed), "nextUnit": self.next_unit}
+        out: dict[str, object] = {"jobSeed": format_seed(self.job_seed), "nextUnit": self.next_unit}
+        if self.retry:
+            out["retry"] = [{"unitStart": start, "unitCount": count} for start, count in self.retry]
+        return out
 
     @classmethod
     def from_json(cls, value: object) -> ExperienceProgress:
         """Read a checkpoint's ``experience`` object.
 
         Raises ``WeeiError`` (``bad-seed`` or ``bad-experience``) when it is
-        not ``{jobSeed: decimal u64 string, nextUnit: integer >= 0}``.
+        not ``{jobSeed: decimal u64 string, nextUnit: integer >= 0, retry?}``
+        (``parse_retry``).
         """
-        if not isinstance(value, dict) or set(value) != {"jobSeed", "nextUnit"}:
-            raise WeeiError("bad-experience", "experience must be an object with jobSeed and nextUnit")
+        if not isinstance(value, dict) or not {"jobSeed", "nextUnit"} <= set(value) <= {"jobSeed", "nextUnit", "retry"}:
+            raise WeeiError("bad-experience", "experience must be an object with jobSeed, nextUnit and an optional retry")
         next_unit = value["nextUnit"]
         if isinstance(next_unit, bool) or not isinstance(next_unit, int) or not 0 <= next_unit <= MAX_SEED:
             raise WeeiError("bad-experience", f"experience.nextUnit must be an integer from 0, got {next_unit!r}")
-        return cls(parse_seed(value["jobSeed"]), next_unit)
+        return cls(parse_seed(value["jobSeed"]), next_unit, parse_retry(value.get("retry", []), next_unit))
+
+
+def parse_retry(value: object, next_unit: int) -> tuple[tuple[int, int], ...]:
+    """Read ``experience.retry``: at most ``MAX_RETRY_RANGES`` objects ``{unitStart, unitCount}``, each
+    range at least one unit, below ``next_unit`` (handed out before) and apart from the others.
+
+    Returns ``(unit_start, unit_count)`` pairs in the file's order; raises ``WeeiError``
+    (``bad-experience``) otherwise, because the text comes from a file.
+    """
+    if not isinstance(value, list) or len(value) > MAX_RETRY_RANGES:
+        raise WeeiError("bad-experience", f"experience.retry must be an array of at most {MAX_RETRY_RANGES} ranges")
+    ranges: list[tuple[int, int]] = []
+    for i, item in enumerate(value):
+        if not isinstance(item, dict) or set(item) != {"unitStart", "unitCount"}:
+            raise WeeiError("bad-experience", f"experience.retry[{i}] must be an object with unitStart and unitCount")
+        start, count = item["unitStart"], item["unitCount"]
+        if any(isinstance(v, bool) or not isinstance(v, int) for v in (start, count)) or start < 0 or count < 1 \
+                or start + count > next_unit:
+            raise WeeiError("bad-experience", f"experience.retry[{i}] must be units handed out before "
+                                              f"(from 0, at least one, below nextUnit {next_unit})")
+        ranges.append((start, count))
+    ordered = sorted(ranges)
+    if any(a_start + a_count > b_start for (a_start, a_count), (b_start, _) in pairwise(ordered)):
+        raise WeeiError("bad-experience", "experience.retry ranges must not overlap")
+    return tuple(ranges)
 
 
 def continue_experience(

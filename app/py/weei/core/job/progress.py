@@ -7,7 +7,7 @@ experience job through an :class:`ExperienceSchedule` (unit ranges from a
 job seed). A new job starts one fresh (:func:`new_schedules`). A job that
 continues from a checkpoint (:func:`restore`) either picks up where the
 checkpoint left off (``mode`` 'resume': the remaining chunks in their
-order, or the job seed and next unit) or starts a fresh pass ('new'), and
+order, or the job seed, next unit and the unit ranges waiting for a retry) or starts a fresh pass ('new'), and
 always keeps the checkpoint's weights and aggregation state.
 :func:`recorded` is the reverse: the fields a checkpoint writes down so a
 later ``restore`` finds the same place; :func:`checkpoint_metadata` builds the
@@ -26,8 +26,8 @@ from ..formats.checkpoint import Checkpoint, checkpoint_file_name
 from ..errors import ManifestError, UsageError
 from .spec import JobSpec
 from ..formats.manifest import check_recorded_auxiliary
-from .schedule import DatasetSchedule, ExperienceSchedule
-from ..formats.seeds import rounds_to_train
+from .schedule import DatasetSchedule, ExperienceSchedule, UnitWork
+from ..formats.seeds import ExperienceProgress, rounds_to_train
 
 __all__ = ["Restored", "new_schedules", "restore", "recorded", "checkpoint_metadata", "work_done", "dropped_work",
            "give_back"]
@@ -44,9 +44,10 @@ class Restored:
     aggregation_state: AggregationState | None
 
 
-def new_schedules(spec: JobSpec, job_seed: int | None, next_unit: int = 0,
+def new_schedules(spec: JobSpec, job_seed: int | None, next_unit: int = 0, retry: tuple[UnitWork, ...] = (),
                   ) -> tuple[DatasetSchedule | None, ExperienceSchedule | None]:
-    """A fresh schedule for ``spec``: (dataset, None) or (None, experience).
+    """A fresh schedule for ``spec``: (dataset, None) or (None, experience); an experience
+    schedule hands out the ranges of ``retry`` first, then units from ``next_unit``.
 
     Raises:
         UsageError: an experience job without ``job_seed``, or a dataset job without chunks.
@@ -56,7 +57,7 @@ def new_schedules(spec: JobSpec, job_seed: int | None, next_unit: int = 0,
             raise UsageError("missing-job-seed", "an experience job needs a job seed")
         units = spec.settings.experience.units_per_assignment if spec.settings.experience else \
             spec.info.work_source.default_units
-        return None, ExperienceSchedule(units, next_unit)
+        return None, ExperienceSchedule(units, next_unit, retry)
     if not spec.chunks:
         raise UsageError("no-chunks", "a dataset job needs at least one chunk")
     return DatasetSchedule([c.id for c in spec.chunks], planned_epochs=spec.settings.epochs), None
@@ -87,16 +88,19 @@ def restore(spec: JobSpec, checkpoint: Checkpoint, *, mode: str, new_job_seed: i
         raise UsageError(exc.reason, exc.message) from exc
     job_seed: int | None = None
     next_unit = 0
+    retry: tuple[UnitWork, ...] = ()
     if spec.is_experience:
         exp = meta.get("experience") or {}
         if mode == "resume" and exp:
-            job_seed = int(exp["jobSeed"])
-            next_unit = int(exp["nextUnit"])
+            # The reader checked these fields (and let others pass): this cannot fail.
+            saved = ExperienceProgress.from_json({k: v for k, v in exp.items() if k in ("jobSeed", "nextUnit", "retry")})
+            job_seed, next_unit = saved.job_seed, saved.next_unit
+            retry = tuple(UnitWork(start, count) for start, count in saved.retry)
         else:
             if new_job_seed is None:
                 raise UsageError("missing-job-seed", "an experience job needs a job seed")
             job_seed = new_job_seed
-    dataset, experience = new_schedules(spec, job_seed, next_unit=next_unit)
+    dataset, experience = new_schedules(spec, job_seed, next_unit=next_unit, retry=retry)
     if dataset is not None and mode == "resume" and meta.get("remainingChunkIds") is not None:
         known = {c.id for c in spec.chunks}
         order = [c for c in (meta.get("chunkOrder") or [c.id for c in spec.chunks]) if c in known]
@@ -128,7 +132,10 @@ def recorded(dataset: DatasetSchedule | None, experience: ExperienceSchedule | N
         out["remainingChunkIds"] = remaining
         out["datasetEpoch"] = dataset.epoch
     if experience is not None:
-        out["experience"] = {"jobSeed": str(job_seed), "nextUnit": experience.next_unit}
+        assert job_seed is not None
+        # Ranges failed or lost in the closed round wait for the next one: resuming must not skip them.
+        retry = tuple((work.start, work.count) for work in experience.retry)
+        out["experience"] = ExperienceProgress(job_seed, experience.next_unit, retry).to_json()
     return out
 
 

@@ -152,10 +152,10 @@ class UnitWork:
 class ExperienceSchedule:
     """Unit ranges for experience jobs: fresh ranges, and ranges to retry first."""
 
-    def __init__(self, units_per_assignment: int, next_unit: int = 0) -> None:
+    def __init__(self, units_per_assignment: int, next_unit: int = 0, retry: tuple[UnitWork, ...] = ()) -> None:
         self.units_per_assignment = units_per_assignment
         self.next_unit = next_unit
-        self.retry: deque[UnitWork] = deque()
+        self.retry: deque[UnitWork] = deque(retry)
         self.failures: dict[int, int] = {}
         self.dropped: list[UnitWork] = []
 

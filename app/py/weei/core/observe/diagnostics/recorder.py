@@ -3,7 +3,7 @@
 The adapter tells it about stage changes, assignments and progress, with a
 monotonic clock for durations; it answers ``due(now_mono)`` /
 ``next_due_at()`` (every 2 s while the peer has a job, at once after a stage
-change or a reconnection) and produces the record with
+change or a reconnection, which ``on_due`` announces) and produces the record with
 ``snapshot(now_wall, now_mono)``. Every snapshot is complete, so "a complete
 snapshot after reconnection" only means "one at once".
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 import math
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..._check import Where
@@ -87,6 +87,9 @@ class DiagnosticsRecorder:
         self._error: str | None = None
         self._last_snapshot_at: float | None = None
         self._snapshot_now = False
+        # Called when a snapshot falls due at once on a stage change or a reconnection, so the
+        # adapter sends it then rather than at its next poll.
+        self.on_due: Callable[[], None] | None = None
         self._reset_assignment_figures()
 
     # -- what the peer is -------------------------------------------------------------
@@ -140,7 +143,7 @@ class DiagnosticsRecorder:
         self._assignment = None
         self._reset_assignment_figures()
         self._stage, self._stage_since, self._error = "waiting", now_mono, None
-        self._snapshot_now = True
+        self._snapshot_now = True  # not announced: the adapter sets the model first, then reports
 
     def leave_job(self) -> None:
         """Stop snapshots: a peer without a job sends none."""
@@ -152,7 +155,7 @@ class DiagnosticsRecorder:
 
     def reconnected(self) -> None:
         """Ask for a complete snapshot at once, as the spec wants after a reconnection."""
-        self._snapshot_now = True
+        self._due_now()
 
     def start_assignment(self, assignment: Mapping[str, Any], now_mono: float) -> None:
         """Begin a new assignment: timings and performance start again from zero.
@@ -194,7 +197,7 @@ class DiagnosticsRecorder:
             return
         self._close_stage(now_mono)
         self._stage, self._stage_since, self._error = stage, now_mono, error
-        self._snapshot_now = True
+        self._due_now()
 
     def progress(
         self,
@@ -292,6 +295,11 @@ class DiagnosticsRecorder:
         }
 
     # -- internals --------------------------------------------------------------------
+
+    def _due_now(self) -> None:
+        self._snapshot_now = True
+        if self.on_due is not None:
+            self.on_due()
 
     def _reset_assignment_figures(self) -> None:
         self._finished: dict[str, float] = {}
