@@ -149,10 +149,6 @@ class TrainingController:
     def storage(self) -> Storage:
         return self.store.storage
 
-    @property
-    def _tasks(self) -> set[Any]:
-        return self.executor.tasks
-
     # ------------------------------------------------------------------ setup
 
     async def init(self) -> None:
@@ -426,10 +422,6 @@ class TrainingController:
         self.session.debug_log.clear()
         self.executor.log_writer.write(now=True)
         self.view.notify()
-
-    def flush_debug_log(self) -> None:
-        """Write the debug log to the key-value store now (the page is being hidden or closed)."""
-        self.executor.log_writer.write(now=True)
 
     def subscribe(self, listener: Callable[[dict[str, Any]], None]) -> Callable[[], None]:
         """Call ``listener`` now and after every change; returns the unsubscribe function."""
