@@ -470,18 +470,12 @@ class TrainingController:
 
     def _set_backend_job(self, prepared: PreparedJob | None) -> None:
         """Tell the GPU backend the job's archive and the package's CPU backend id (None: no job)."""
-        set_job = getattr(self.backend, "set_job", None)
-        if set_job is None:
-            return
         package = prepared.package if prepared is not None else None
         cpu_id = next((b.id for b in package.backends if b.kind == "cpu"), None) if package is not None else None
-        set_job(prepared.gpu if prepared is not None else None, cpu_id)
+        self.backend.set_job(prepared.gpu if prepared is not None else None, cpu_id)
 
     def _set_reopened_backend_job(self, spec: JobSpec) -> None:
         """A saved job reopened: its WGSL archive comes back from the job store (checked again)."""
-        set_job = getattr(self.backend, "set_job", None)
-        if set_job is None:
-            return
         offer = spec.gpu
         data = self.store.artifacts.get(offer.archive.sha256) if offer is not None else None
         files = None
@@ -494,7 +488,7 @@ class TrainingController:
         elif offer is not None:
             self.session.record("gpu.archive-refused", {"reason": "archive-malformed",
                                                         "error": "the WGSL archive is not in storage"})
-        set_job(files, spec.cpu_backend or (offer.cpu_backend if offer is not None else None))
+        self.backend.set_job(files, spec.cpu_backend or (offer.cpu_backend if offer is not None else None))
 
     def _setup_local_participant(self) -> None:
         s = self.session

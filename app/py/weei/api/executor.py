@@ -280,9 +280,8 @@ class Executor:
             return
         # A remote job's WGSL archive: the backend says whether this device will train on its GPU
         # (and so fetches the archive); our own job's archive the controller set already.
-        offer = getattr(self.backend, "offer", None)
         remote = participant.coordinator != s.my_peer_id
-        fetch = bool(offer(participant.gpu_offer, participant.cpu_backend)) if offer is not None and remote else False
+        fetch = remote and self.backend.offer(participant.gpu_offer, participant.cpu_backend)
         s.recorder.join_job(participant.job_id or "", s.monotonic())
         self.module_sha = command.module.sha256
         self._set_model()
@@ -299,7 +298,7 @@ class Executor:
         info = (s.participant.model_info if s.participant is not None else None) or {}
         s.recorder.set_model({"id": info.get("id", "unknown"), "version": info.get("version", "unknown"),
                               "wasmSha256": self.module_sha,
-                              "wgsl": getattr(self.backend, "wgsl", {"present": False, "sha256": []})})
+                              "wgsl": self.backend.wgsl})
 
     async def _train(self, command: Train) -> None:
         s = self.session
@@ -317,10 +316,9 @@ class Executor:
                 weights = self.store.artifact(assign.checkpoint.sha256)
                 aux = {slot: self.store.artifact(ref.sha256) for slot, ref in assign.auxiliary.items()}
                 chunk = self.store.artifact(assign.chunk.data.sha256) if assign.chunk is not None else None
-                receive = getattr(self.backend, "receive_archive", None)
-                if assign.shader_archive is not None and receive is not None:
+                if assign.shader_archive is not None:
                     # Checked (size, SHA-256, module by module) once per job; a bad one is a named fallback.
-                    receive(assign.shader_archive.sha256, self.store.artifacts.get(assign.shader_archive.sha256))
+                    self.backend.receive_archive(assign.shader_archive.sha256, self.store.artifacts.get(assign.shader_archive.sha256))
                     self._set_model()
             finally:
                 self.residency.unpin(pinned)
