@@ -26,6 +26,7 @@ from ..core.wire.commands import Command, LoadModule, Log, Phase, RunValidation,
 from ..core.errors import UsageError, WeeiError
 from ..core.wire.messages import Assign, Progress
 from ..core.verified import VerifiedBlobs
+from ..core.states import JobStatus, PeerState
 from .compute import ComputeBackend
 from .job_store import JobStore
 from .local_training import effective_workers
@@ -198,7 +199,7 @@ class Executor:
         s.error = self.refused_error = f"{what} could not be saved: {exc}"
         s.record("storage.refused", {"what": what, "reason": exc.reason, "error": str(exc)[:500]})
         coordinator = s.coordinator
-        if coordinator is not None and coordinator.status == "running":
+        if coordinator is not None and coordinator.status is JobStatus.RUNNING:
             coordinator.pause(s.clock())
 
     async def _save_checkpoint(self, command: SaveCheckpoint) -> None:
@@ -375,7 +376,7 @@ class Executor:
         if participant is None or recorder.job_id is None or participant.current is not None:
             return
         stage, mono = recorder.stage, s.monotonic()
-        if participant.state == "stopped":
+        if participant.state is PeerState.STOPPED:
             if stage != "waiting" or recorder.has_assignment:
                 recorder.finish_assignment()
                 recorder.set_stage("waiting", mono)
