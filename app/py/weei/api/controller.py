@@ -494,10 +494,8 @@ class TrainingController:
     def _setup_local_participant(self) -> None:
         s = self.session
         assert s.coordinator is not None
-        s.participant = Participant.local(s.my_peer_id, s.coordinator.spec.job_id) \
+        s.participant = Participant.local(s.my_peer_id, s.coordinator.spec.job_id, paused=s.paused_contribution) \
             if s.coordinator.spec.settings.coordinator_participates else None
-        if s.participant is not None:
-            s.participant.paused = s.paused_contribution
         s.book.set_job(s.coordinator.spec.job_id)
         s.coordinator.diagnostics_sink = self.executor.diagnostics.accept
         s.coordinator.stopwatch = s.monotonic  # times the rounds' phases for the debug log

@@ -354,7 +354,6 @@ class Executor:
             if outcome.optimizer_steps is not None:
                 s.recorder.optimizer_steps_taken(outcome.optimizer_steps)
             s.recorder.set_stage("uploading", s.monotonic())
-            participant.weight_bytes = participant.weight_bytes or len(weights)
             participant.training_finished(assign.attempt_id, outcome, s.clock())
         s.live.drop(s.my_peer_id)
         s.recorder.update_execution({"activeWorkers": 0})
