@@ -336,7 +336,7 @@ class Executor:
                                          "backend": self.backend.id, "activeWorkers": workers, "workerLimit": device.max_local_workers})
             # Preparing lasts until the first progress report: the Worker instantiates the module and
             # loads the weights first, which trainingMs must not count (the spec's measuring rules).
-            s.recorder.set_stage("preparing", s.monotonic())
+            s.recorder.on("assigned", s.monotonic())
             s.actual = self.backend.kind
             participant.training_started(assign.attempt_id, now)
             await self.drain()
@@ -347,19 +347,18 @@ class Executor:
         except TaskCancelled:
             return  # the participant dropped this attempt (see drain): nothing of it is reported
         except WeeiError as exc:
-            s.recorder.set_stage("error", s.monotonic(), str(exc)[:500])
+            s.recorder.on("failed", s.monotonic(), str(exc)[:500])
             participant.training_failed(assign.attempt_id, str(exc), s.clock())
         else:
             s.actual = self.backend.kind
             if outcome.optimizer_steps is not None:
                 s.recorder.optimizer_steps_taken(outcome.optimizer_steps)
-            s.recorder.set_stage("uploading", s.monotonic())
+            s.recorder.on("trained", s.monotonic())
             participant.training_finished(assign.attempt_id, outcome, s.clock())
         s.live.drop(s.my_peer_id)
         s.recorder.update_execution({"activeWorkers": 0})
         await self.drain()
-        if s.recorder.stage == "uploading":
-            s.recorder.set_stage("awaitingAggregation", s.monotonic())
+        s.recorder.on("sent", s.monotonic())
 
     def _settle_stage(self) -> None:
         """The stages between assignments, from what the participant holds and what is arriving.
@@ -374,15 +373,14 @@ class Executor:
         participant, recorder = s.participant, s.recorder
         if participant is None or recorder.job_id is None or participant.current is not None:
             return
-        stage, mono = recorder.stage, s.monotonic()
+        mono = s.monotonic()
         if participant.state is PeerState.STOPPED:
-            if stage != "waiting" or recorder.has_assignment:
-                recorder.finish_assignment()
-                recorder.set_stage("waiting", mono)
+            had_assignment = recorder.has_assignment
+            recorder.finish_assignment()
+            if recorder.on("ended", mono) or had_assignment:
                 self.diagnostics.report(final=True)  # the coordinator sees the end, not a stale stage
             return
-        if stage in ("waiting", "receiving"):
-            recorder.set_stage("receiving" if self._receiving_from(participant.coordinator) else "waiting", mono)
+        recorder.on("files_arriving" if self._receiving_from(participant.coordinator) else "files_idle", mono)
 
     def _receiving_from(self, coordinator: str | None) -> bool:
         s = self.session
@@ -412,8 +410,8 @@ class Executor:
         if s.participant is not None and total is not None and \
                 s.participant.report_progress(processed, int(total), metrics, now):
             self.spawn(self.drain())  # the Progress message leaves (the participant rate-limits it)
-        if s.recorder.stage in ("preparing", "compiling") and current is not None:
-            s.recorder.set_stage("training", s.monotonic())
+        if current is not None:
+            s.recorder.on("running", s.monotonic())
         try:
             s.recorder.progress(processed, now, s.monotonic(), total=total)
         except WeeiError:
