@@ -48,6 +48,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("weei.gpu",),
     ("weei.prepare",),
     ("weei.api", "weei.modelkit"),
+    ("weei.adapters",),
     ("weei.host", "weei.server"),
     ("weei.browser", "weei.agent", "weei.demo"),
     ("weei.cli",),
