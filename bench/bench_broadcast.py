@@ -86,13 +86,13 @@ from machine_cpu import tree_cpu  # noqa: E402  (bench/, this script's folder)
 from aiortc import RTCConfiguration, RTCDataChannel, RTCPeerConnection  # noqa: E402
 
 from weei.agent.transport import HIGH_WATER, LOW_WATER, AgentTransport  # noqa: E402
-from weei.api.link_transport import now_ms  # noqa: E402
+from weei.adapters.link_transport import now_ms  # noqa: E402
 from weei.core.wire.commands import Log, Send  # noqa: E402
 from weei.core.wire.messages import ArtifactRef, Assign, Message, TrainingStarted, UnitRange  # noqa: E402
 from weei.core.links.relay import PIPELINE_PIECES, Broadcast, RelayNode, Relays  # noqa: E402
 from weei.core.wire.messages import RelayDone, RelayPiece, RelayPlan  # noqa: E402
 from weei.server.signaling import SignalingConfig, create_signaling_app  # noqa: E402
-from weei.server.signaling_client import SignalingClient  # noqa: E402
+from weei.agent.signaling_client import SignalingClient  # noqa: E402
 
 import relay_sim  # noqa: E402  (bench/relay_sim.py: the same plan over simulated links)
 

@@ -39,7 +39,7 @@ class ThreadedPeer:
 
     async def _start(self) -> None:
         from weei.agent.transport import AgentTransport
-        from weei.server.signaling_client import SignalingClient
+        from weei.agent.signaling_client import SignalingClient
 
         try:
             self.transport = AgentTransport(SignalingClient(self.server))

@@ -18,7 +18,7 @@ import os
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
-from weei.api.link_transport import LinkTransport
+from weei.adapters.link_transport import LinkTransport
 from weei.core.wire.commands import Send
 from weei.core.wire.framing import data_frame, message_begin_frame
 from weei.core.wire.messages import ArtifactRef, Deliver, Message

@@ -323,7 +323,7 @@ def test_browser_and_aiortc_agent_exchange_messages(weei_server: Any, harness: s
     from weei.agent.transport import AgentTransport
     from weei.core.wire.commands import Send
     from weei.core.wire.messages import ArtifactRef, Deliver
-    from weei.server.signaling_client import SignalingClient
+    from weei.agent.signaling_client import SignalingClient
 
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)

@@ -114,7 +114,7 @@ def test_routes_added_later_win_over_the_site(site: Path) -> None:
 def test_the_same_server_carries_signaling(weei_server: Any) -> None:
     import asyncio
 
-    from weei.server.signaling_client import SignalingClient
+    from weei.agent.signaling_client import SignalingClient
 
     async def main() -> None:
         ws_url = weei_server.url.replace("http://", "ws://") + "signal"
@@ -133,7 +133,7 @@ def test_serve_hands_out_its_ice_servers_and_keeps_peer_ids_across_a_restart(sit
     import asyncio
     import concurrent.futures
 
-    from weei.server.signaling_client import SignalingClient
+    from weei.agent.signaling_client import SignalingClient
 
     secret = tmp_path / "secret"
     secret.write_text("a-secret-of-at-least-16-bytes\n")

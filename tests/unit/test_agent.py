@@ -39,7 +39,7 @@ from weei.host.worker_pool import ThreadWorkerPool  # noqa: E402
 from weei.kernel.native import NativeKernel  # noqa: E402
 from weei.runtime.wasmtime_engine import WasmtimeEngine  # noqa: E402
 from weei.server.signaling import SignalingConfig, create_signaling_app  # noqa: E402
-from weei.server.signaling_client import SignalingClient  # noqa: E402
+from weei.agent.signaling_client import SignalingClient  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 DIGITS = next(job for job in DEMO_JOBS if job.model == "digits-mlp")

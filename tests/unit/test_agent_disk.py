@@ -196,7 +196,7 @@ def test_a_room_peer_that_was_not_invited_cannot_fill_the_agents_disk(tmp_path: 
     from weei.agent.policy import CoordinatorTrust
     from weei.agent.transport import AgentTransport
     from weei.demo.run import _package_inputs
-    from weei.server.signaling_client import SignalingClient
+    from weei.agent.signaling_client import SignalingClient
 
     async def scenario() -> None:
         out = io.StringIO()

@@ -28,7 +28,7 @@ from weei.api.controller import TrainingController  # noqa: E402
 from weei.demo.run import _package_inputs  # noqa: E402
 from weei.host.memory_storage import MemoryStorage  # noqa: E402
 from weei.runtime.wasmtime_engine import WasmtimeEngine  # noqa: E402
-from weei.server.signaling_client import SignalingClient  # noqa: E402
+from weei.agent.signaling_client import SignalingClient  # noqa: E402
 
 ROOM = "restored-room"
 

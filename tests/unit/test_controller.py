@@ -299,8 +299,14 @@ def test_participants_report_diagnostics_and_a_declined_invitation_reaches_the_c
         assert coordinator.get_state()["job"]["participants"]["refuser"]["state"] == "declined"
         # Every stage the helper enters, in order (the recorder's own method, observed).
         recorder, stages = helper.session.recorder, []
-        enter = recorder.set_stage
-        recorder.set_stage = lambda stage, *a, **k: (stages.append(stage), enter(stage, *a, **k))[1]
+        enter = recorder.on
+
+        def observe(event: str, *a: Any, **k: Any) -> bool:
+            changed = enter(event, *a, **k)
+            if changed:
+                stages.append(str(recorder.stage))
+            return changed
+        recorder.on = observe  # type: ignore[method-assign]
         await coordinator.start()
         await run_until_done(coordinator)
         await network.settle()

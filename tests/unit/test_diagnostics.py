@@ -13,10 +13,12 @@ from weei.core.observe.diagnostics import (
     AcceptResult,
     DiagnosticsBook,
     DiagnosticsRecorder,
+    Stage,
     parse_diagnostics,
     uniformity,
 )
 from weei.core.errors import UsageError, WeeiError
+from weei.core.states import IllegalTransition
 
 WALL0 = 1_714_564_800_000  # the peer's wall clock at mono 0
 SHA = "ab" * 32
@@ -45,6 +47,12 @@ def recorder() -> DiagnosticsRecorder:
     )
     rec.set_model({"id": "digits-mlp", "version": "1.0.0", "wasmSha256": SHA, "wgsl": {"present": False, "sha256": []}})
     return rec
+
+
+def start_training(rec: DiagnosticsRecorder, now: float) -> None:
+    """An assignment starts and its model runs at once (no preparation time to speak of)."""
+    rec.on("assigned", now)
+    rec.on("running", now)
 
 
 class Clock:
@@ -96,19 +104,73 @@ def test_stage_change_makes_a_snapshot_due_at_once() -> None:
     rec.join_job(JOB, 0)
     rec.snapshot(WALL0, 0)
     assert not rec.due(500)
-    rec.set_stage("receiving", 500)
+    rec.on("files_arriving", 500)
     assert rec.due(500)
     rec.snapshot(WALL0 + 500, 500)
     assert not rec.due(600)
-    rec.set_stage("receiving", 700)  # the same stage again is no change
+    rec.on("files_arriving", 700)  # the same stage again is no change
     assert not rec.due(700)
+
+
+# Written out by hand from the spec's stages, not read from the table: every move a host makes.
+STAGE_MOVES = [
+    ("waiting", "files_arriving", "receiving"), ("receiving", "files_idle", "waiting"),
+    ("waiting", "assigned", "preparing"), ("awaitingAggregation", "assigned", "preparing"),
+    ("error", "assigned", "preparing"), ("preparing", "running", "training"), ("preparing", "compiling", "compiling"),
+    ("compiling", "running", "training"), ("training", "trained", "uploading"), ("preparing", "trained", "uploading"),
+    ("uploading", "sent", "awaitingAggregation"), ("training", "failed", "error"),
+    ("awaitingAggregation", "ended", "waiting"),
+    # What means nothing new in a stage leaves it as it is:
+    ("training", "sent", "training"), ("uploading", "running", "uploading"), ("error", "sent", "error"),
+    ("awaitingAggregation", "files_arriving", "awaitingAggregation"), ("waiting", "running", "waiting"),
+]
+# Moves no host may make: each is a bug, raised by the one error every machine of weei.core raises.
+STAGE_BUGS = [("waiting", "trained"), ("receiving", "compiling"), ("uploading", "trained"),
+              ("awaitingAggregation", "compiling"), ("error", "trained"), ("training", "dreaming")]
+
+
+def _at(stage: str) -> DiagnosticsRecorder:
+    rec = recorder()
+    rec.join_job(JOB, 0)
+    rec.start_assignment(assignment(), 0)
+    path = {"waiting": [], "receiving": ["files_arriving"], "preparing": ["assigned"],
+            "compiling": ["assigned", "compiling"], "training": ["assigned", "running"],
+            "uploading": ["assigned", "running", "trained"], "awaitingAggregation": ["assigned", "running", "trained", "sent"],
+            "error": ["assigned"]}[stage]
+    for event in path:
+        rec.on(event, 0)
+    if stage == "error":
+        rec.on("failed", 0, error="it broke")
+    assert rec.stage == stage
+    return rec
+
+
+@pytest.mark.parametrize("stage, event, after", STAGE_MOVES)
+def test_the_stage_table(stage: str, event: str, after: str) -> None:
+    rec = _at(stage)
+    rec.on(event, 10, error="it broke" if event == "failed" else None)
+    assert rec.stage is Stage(after)
+
+
+@pytest.mark.parametrize("stage, event", STAGE_BUGS)
+def test_a_stage_move_the_table_lacks_is_an_illegal_transition(stage: str, event: str) -> None:
+    rec = _at(stage)
+    with pytest.raises(IllegalTransition) as raised:
+        rec.on(event, 10)
+    assert (raised.value.role, raised.value.state, raised.value.event) == ("diagnostics", stage, event)
+    assert rec.stage == stage  # nothing half-done
+
+
+def test_every_stage_has_a_row() -> None:
+    from weei.core.observe.diagnostics import STAGE_TRANSITIONS, STAGES
+    assert [str(s) for s in STAGE_TRANSITIONS] == list(STAGES)
 
 
 def test_reconnection_sends_a_complete_snapshot_at_once() -> None:
     rec = recorder()
     rec.join_job(JOB, 0)
     rec.start_assignment(assignment(), 0)
-    rec.set_stage("training", 0)
+    start_training(rec, 0)
     rec.snapshot(WALL0, 0)
     rec.reconnected()
     assert rec.due(1)
@@ -120,16 +182,16 @@ def test_stage_durations_are_summed_and_separate() -> None:
     rec = recorder()
     rec.join_job(JOB, 0)
     rec.start_assignment(assignment(), 0)
-    rec.set_stage("preparing", 0)
-    rec.set_stage("training", 100)  # preparing 100
-    rec.set_stage("waiting", 1100)  # training 1000
-    rec.set_stage("preparing", 3100)  # waiting 2000, not counted anywhere
-    rec.set_stage("training", 3150)  # preparing +50
+    rec.on("assigned", 0)
+    rec.on("running", 100)  # preparing 100
+    rec.on("ended", 1100)  # training 1000
+    rec.on("assigned", 3100)  # waiting 2000, not counted anywhere
+    rec.on("running", 3150)  # preparing +50
     mid = rec.snapshot(WALL0 + 3650, 3650)
     # Training is in progress: its field still shows the finished part only.
     assert mid["timings"]["trainingMs"] == 1000
-    rec.set_stage("uploading", 3650)  # training +500
-    rec.set_stage("awaitingAggregation", 3900)  # uploading 250
+    rec.on("trained", 3650)  # training +500
+    rec.on("sent", 3900)  # uploading 250
     timings = rec.snapshot(WALL0 + 4000, 4000)["timings"]
     assert timings == {"preparationMs": 150, "compilationMs": None, "trainingMs": 1500, "uploadMs": 250}
 
@@ -138,10 +200,10 @@ def test_timings_and_performance_reset_with_the_next_assignment() -> None:
     rec = recorder()
     rec.join_job(JOB, 0)
     rec.start_assignment(assignment(), 0)
-    rec.set_stage("training", 0)
+    start_training(rec, 0)
     rec.progress(64, WALL0 + 500, 500, total=128, optimizer_steps=2)
-    rec.set_stage("uploading", 1000)
-    rec.set_stage("awaitingAggregation", 1200)
+    rec.on("trained", 1000)
+    rec.on("sent", 1200)
     rec.start_assignment(assignment(round=4, assignmentId="a-4-1"), 5000)
     record = rec.snapshot(WALL0 + 5000, 5000)
     assert record["assignment"]["round"] == 4
@@ -151,9 +213,9 @@ def test_timings_and_performance_reset_with_the_next_assignment() -> None:
         "processedExamples": 0, "totalExamples": "unknown", "optimizerSteps": "unknown",
         "currentExamplesPerSecond": None, "averageExamplesPerSecond": None, "lastProgressAt": None,
     }
-    rec.set_stage("training", 5000)
+    start_training(rec, 5000)
     rec.progress(32, WALL0 + 5050, 5050, total=64)
-    rec.set_stage("waiting", 5100)
+    rec.on("ended", 5100)
     rec.finish_assignment()
     done = rec.snapshot(WALL0 + 5100, 5100)
     assert done["assignment"] is None
@@ -165,7 +227,7 @@ def test_current_speed_uses_the_last_five_seconds() -> None:
     rec = recorder()
     rec.join_job(JOB, 0)
     rec.start_assignment(assignment(exampleCount=10_000), 0)
-    rec.set_stage("training", 0)
+    start_training(rec, 0)
     rec.progress(0, WALL0, 0)
     assert rec.snapshot(WALL0, 0)["performance"]["currentExamplesPerSecond"] is None  # one sample
     # 10 examples/s for 10 s, then 50 examples/s for 4 s.
@@ -187,10 +249,10 @@ def test_average_speed_counts_training_time_only() -> None:
     rec = recorder()
     rec.join_job(JOB, 0)
     rec.start_assignment(assignment(), 0)
-    rec.set_stage("preparing", 0)
-    rec.set_stage("training", 3000)
+    rec.on("assigned", 0)
+    rec.on("running", 3000)
     rec.progress(100, WALL0 + 5000, 5000)
-    rec.set_stage("uploading", 5000)
+    rec.on("trained", 5000)
     perf = rec.snapshot(WALL0 + 9000, 9000)["performance"]
     assert perf["averageExamplesPerSecond"] == pytest.approx(50.0)  # 100 in 2 s of training
 
@@ -199,7 +261,7 @@ def test_lower_progress_starts_a_new_speed_series() -> None:
     rec = recorder()
     rec.join_job(JOB, 0)
     rec.start_assignment(assignment(), 0)
-    rec.set_stage("training", 0)
+    start_training(rec, 0)
     rec.progress(100, WALL0 + 1000, 1000)
     rec.progress(10, WALL0 + 2000, 2000)
     rec.progress(30, WALL0 + 3000, 3000)
@@ -220,18 +282,20 @@ def test_recorder_refuses_misuse() -> None:
         rec.start_assignment(assignment(jobId="other"), 0)
     with pytest.raises(UsageError):
         rec.start_assignment(assignment(batchSize=0), 0)
+    with pytest.raises(IllegalTransition):
+        rec.on("dreaming", 0)
     with pytest.raises(UsageError):
-        rec.set_stage("dreaming", 0)
+        rec.on("failed", 0)  # needs a message
     with pytest.raises(UsageError):
-        rec.set_stage("error", 0)  # needs a message
+        rec.on("assigned", 0, error="a message goes with 'failed' only")
     with pytest.raises(UsageError):
         rec.update_execution({"actual": "quantum"})
     with pytest.raises(UsageError):
         rec.update_execution({"activeWorker": 1})  # misspelt field
-    rec.set_stage("error", 10, error="GPU device lost")
+    rec.on("failed", 10, error="GPU device lost")
     record = rec.snapshot(WALL0, 10)
     assert record["stage"] == "error" and record["error"] == "GPU device lost"
-    rec.set_stage("waiting", 20)
+    rec.on("ended", 20)
     assert rec.snapshot(WALL0, 20)["error"] is None
 
 
@@ -243,7 +307,7 @@ def test_pair_under_simulated_time() -> None:
     coordinator_wall = 5_000_000.0  # another clock entirely
     rec.join_job(JOB, 0)
     rec.start_assignment(assignment(), 0)
-    rec.set_stage("training", 0)
+    start_training(rec, 0)
     for _ in range(50):
         if rec.due(clock.mono):
             snap = rec.snapshot(clock.wall, clock.mono)
@@ -352,7 +416,7 @@ def valid_record() -> dict[str, Any]:
     rec = recorder()
     rec.join_job(JOB, 0)
     rec.start_assignment(assignment(), 0)
-    rec.set_stage("training", 0)
+    start_training(rec, 0)
     rec.progress(10, WALL0 + 100, 100, total=128)
     rec.progress(20, WALL0 + 200, 200)
     return rec.snapshot(WALL0 + 200, 200)

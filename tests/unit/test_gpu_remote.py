@@ -245,7 +245,7 @@ def test_weei_agent_with_backend_gpu_trains_on_its_gpu_over_webrtc(tmp_path: Any
     from weei.agent.main import Agent, AgentOptions
     from weei.agent.policy import CoordinatorTrust
     from weei.agent.transport import AgentTransport
-    from weei.server.signaling_client import SignalingClient
+    from weei.agent.signaling_client import SignalingClient
 
     async def scenario() -> None:
         async with signaling_server() as url:

@@ -49,6 +49,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("weei.onnx",),
     ("weei.prepare",),
     ("weei.api", "weei.modelkit"),
+    ("weei.adapters",),
     ("weei.host", "weei.server"),
     ("weei.browser", "weei.agent", "weei.demo"),
     ("weei.cli",),

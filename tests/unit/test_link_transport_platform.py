@@ -7,7 +7,7 @@ import asyncio
 import logging
 from typing import Any
 
-from weei.api.link_transport import LinkTransport
+from weei.adapters.link_transport import LinkTransport
 from weei.core.links.peerlink_commands import CreateLink
 from weei.core.wire.signaling_session import Peers, Signal, Welcome
 

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from weei.api.link_transport import LinkTransport
+from weei.adapters.link_transport import LinkTransport
 from weei.core.wire.commands import Send
 from weei.core.errors import UsageError
 from weei.core.wire.messages import ArtifactRef, Assign, Deliver

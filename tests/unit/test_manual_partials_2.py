@@ -167,13 +167,15 @@ def test_a_coordinator_that_does_not_train_has_its_own_entry_and_sees_every_stag
             send(command, blobs))[1]
         recorder, entered, told = helper.session.recorder, [], []
 
-        def enter(stage: str, *args: Any, **kwargs: Any) -> None:
-            entered.append(stage)
-            set_stage(stage, *args, **kwargs)
-            if stage == "awaitingAggregation":
-                told.append(sent[-1])
+        def on(event: str, *args: Any, **kwargs: Any) -> bool:
+            changed = move(event, *args, **kwargs)
+            if changed:
+                entered.append(recorder.stage.value)
+                if recorder.stage.value == "awaitingAggregation":
+                    told.append(sent[-1])
+            return changed
 
-        set_stage, recorder.set_stage = recorder.set_stage, enter
+        move, recorder.on = recorder.on, on
         book, received = coordinator.session.book, []
         take = book.accept
         book.accept = lambda peer, job, snapshot, *a, **k: (

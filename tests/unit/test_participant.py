@@ -363,3 +363,31 @@ def test_a_delivery_other_than_what_was_accepted_is_refused_not_loaded() -> None
     # The module that was accepted loads.
     p.receive(C, Deliver(JOB_ID, MODULE, {"id": "m"}), NOW)
     assert any(isinstance(c, LoadModule) for c in p.take_commands())
+
+
+def test_a_remote_participant_learns_the_weight_size_from_its_first_checkpoint() -> None:
+    """The coordinator's job gives no size to a remote participant: the first checkpoint assigned does, so a
+    model that returns weights of another size is refused here, without the host writing the size in."""
+    p = Participant("p1")
+    p.receive(C, invitation(), NOW)
+    p.decide(True, NOW)
+    p.receive(C, Deliver(JOB_ID, MODULE, {"id": "m"}), NOW)
+    p.module_loaded(None, (sha(WASM),), NOW)
+    a = assign()
+    p.receive(C, a, NOW)
+    p.take_commands()
+    p.training_finished(a.attempt_id, outcome(W0 + W0[:4]), NOW)
+    [msg] = sends(p)
+    assert isinstance(msg, AssignmentFailed) and f"expected {len(W0)}" in msg.error
+    assert p.weight_bytes == len(W0)
+
+
+def test_the_host_reads_weight_size_and_pause_but_changes_them_only_through_methods() -> None:
+    p = Participant.local(C, JOB_ID, paused=True)
+    assert p.view()["paused"] is True and p.paused
+    with pytest.raises(AttributeError):
+        p.paused = False  # type: ignore[misc]
+    with pytest.raises(AttributeError):
+        p.weight_bytes = 4  # type: ignore[misc]
+    p.pause_contribution(False, NOW)
+    assert not p.paused and sends(p) == [PauseContribution(JOB_ID, False)]

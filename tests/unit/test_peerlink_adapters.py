@@ -20,7 +20,7 @@ from aiohttp.test_utils import TestServer  # noqa: E402
 
 from weei.agent.transport import AgentTransport  # noqa: E402
 from weei.server.signaling import SignalingConfig, create_signaling_app  # noqa: E402
-from weei.server.signaling_client import SignalingClient  # noqa: E402
+from weei.agent.signaling_client import SignalingClient  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "browser"))
 from link_cases import CASES  # noqa: E402

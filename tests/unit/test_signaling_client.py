@@ -13,7 +13,7 @@ from aiohttp.test_utils import TestServer
 from weei.core.errors import UsageError
 from weei.server.rooms import Limits, SignalingError
 from weei.server.signaling import IceServer, SignalingConfig, create_signaling_app
-from weei.server.signaling_client import Closed, Peers, ServerError, Signal, SignalingClient
+from weei.agent.signaling_client import Closed, Peers, ServerError, Signal, SignalingClient
 
 SECRET = b"c" * 32
 SDP = "v=0\r\no=- 1 2 IN IP4 127.0.0.1\r\ns=-\r\nt=0 0\r\n"

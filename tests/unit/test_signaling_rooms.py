@@ -16,7 +16,7 @@ from weei.core.wire.signaling_session import room_code
 from weei.server.invite import fresh_key, invite_url, parse_invite
 from weei.server.rooms import Hub, Limits, Send
 from weei.server.signaling import SignalingConfig, create_signaling_app
-from weei.server.signaling_client import SignalingClient, SignalingError
+from weei.agent.signaling_client import SignalingClient, SignalingError
 
 SECRET = b"k" * 32
 

@@ -32,7 +32,7 @@ from ..core.errors import UsageError, WeeiError
 from ..core.wire.messages import Invitation, Message
 from ..core.links.room_proof import ProofVerdict
 from ..core.wire.signaling_session import room_code
-from ..server.signaling_client import SignalingClient
+from .signaling_client import SignalingClient
 from .keep import DEFAULT_DISK_BUDGET_MIB, DiskClaims, KeepRefusal
 from .policy import AcceptancePolicy, CoordinatorTrust, Decision
 from .storage import DiskKeyValue, DiskStorage

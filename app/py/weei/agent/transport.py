@@ -6,7 +6,7 @@ The aiortc adapter of docs/peers.md. What to do and when (who offers,
 candidates kept until the remote description is set, watchdog, retries,
 teardown, framing, in-order delivery per peer, ``transferErrors``) is
 decided by :class:`weei.core.links.peerlink.LinkManager`, run on asyncio by
-:class:`weei.api.link_transport.LinkTransport`; this module only supplies
+:class:`weei.adapters.link_transport.LinkTransport`; this module only supplies
 the aiortc primitives and the agent's signaling client:
 
 * a link is an ``RTCPeerConnection`` with ``RTCConfiguration(iceServers=...)``
@@ -17,7 +17,7 @@ the aiortc primitives and the agent's signaling client:
   other (logged, skipped);
 * ``pc.close()`` is a coroutine: closers are kept and awaited by
   :meth:`AgentTransport.close`, never cancelled;
-* :class:`weei.server.signaling_client.SignalingClient` does not reconnect by
+* :class:`weei.agent.signaling_client.SignalingClient` does not reconnect by
   itself: after a ``Closed`` this adapter reconnects with the resume token
   (1, 2, 4 … at most 30 s apart) and feeds the new welcome and peer list in.
 """
@@ -33,11 +33,11 @@ from typing import Any, Mapping
 from aiortc import RTCConfiguration, RTCDataChannel, RTCIceServer, RTCPeerConnection, RTCSessionDescription
 from aiortc.sdp import candidate_from_sdp
 
-from ..api.link_transport import LinkTransport, Receiver, now_ms
+from ..adapters.link_transport import LinkTransport, Receiver, now_ms
 from ..core.links.peerlink import CHANNEL_LABEL, HIGH_WATER, LOW_WATER
 from ..core.links.peerlink_commands import CreateLink, TransferRecord
 from ..core.wire.signaling_session import Closed, Welcome
-from ..server.signaling_client import SignalingClient
+from .signaling_client import SignalingClient
 
 __all__ = ["AgentTransport", "Receiver", "TransferRecord", "CHANNEL_LABEL", "LOW_WATER", "HIGH_WATER"]
 

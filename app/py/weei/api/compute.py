@@ -14,6 +14,7 @@ from typing import Any, Callable, Mapping, Protocol
 from ..core.aggregation.aggregate import AggregationKernel
 from ..core.wire.messages import Assign
 from ..core.job.participant import TrainOutcome
+from ..prepare import GpuFiles
 from .local_training import LocalWorkers
 from .ports import WorkerPool, WorkerResult, WorkerTask
 
@@ -36,6 +37,23 @@ class ComputeBackend(Protocol):
 
     @property
     def active(self) -> int: ...  # tasks running now
+
+    @property
+    def wgsl(self) -> dict[str, Any]: ...  # diagnostics' model.wgsl: the WGSL archive this backend holds
+
+    def set_job(self, files: GpuFiles | None, cpu_backend_id: str | None) -> None:
+        """The active job's checked WGSL archive (None: none) and the package's CPU backend id (None: no job)."""
+        ...
+
+    def offer(self, offer: Mapping[str, Any] | None, cpu_backend: str | None = None) -> bool:
+        """A remote job's Deliver announced ``offer`` (checked JSON, None: no archive) and the package's CPU
+        backend id. Returns whether this device fetches the archive (it would train on its GPU)."""
+        ...
+
+    def receive_archive(self, sha256: str, data: bytes | None) -> None:
+        """The announced archive arrived with an Assign (``data`` None: it did not); a bad one is a named
+        fallback, never an error."""
+        ...
 
     async def train(self, assign: Assign, *, module_sha256: str, module: bytes, weights: bytes,
                     auxiliary: Mapping[str, bytes], chunk: bytes | None, workers: int,
@@ -60,7 +78,7 @@ class ComputeBackend(Protocol):
 
 
 class CpuWorkerBackend:
-    """The WebAssembly module on the device's Worker pool (the only backend today)."""
+    """The WebAssembly module on the device's Worker pool: it never uses a WGSL archive."""
 
     id = CPU_BACKEND_ID
     kind = "cpu"
@@ -77,6 +95,19 @@ class CpuWorkerBackend:
     @property
     def active(self) -> int:
         return self.pool.active
+
+    @property
+    def wgsl(self) -> dict[str, Any]:
+        return {"present": False, "sha256": []}
+
+    def set_job(self, files: GpuFiles | None, cpu_backend_id: str | None) -> None:
+        pass
+
+    def offer(self, offer: Mapping[str, Any] | None, cpu_backend: str | None = None) -> bool:
+        return False
+
+    def receive_archive(self, sha256: str, data: bytes | None) -> None:
+        pass
 
     async def train(self, assign: Assign, *, module_sha256: str, module: bytes, weights: bytes,
                     auxiliary: Mapping[str, bytes], chunk: bytes | None, workers: int,

@@ -38,6 +38,7 @@ from ..core.job.spec import JobSpec
 from ..core.limits import max_bytes
 from ..core.wire.messages import Message
 from ..core.job.participant import Participant
+from ..core.states import JobStatus, is_engaged, takes_part
 from ..core.formats.settings import TrainingSettings
 from ..core.job.settings_review import facts_from_job, facts_from_manifest, review_settings
 from ..core.verified import VerifiedBlobs
@@ -149,10 +150,6 @@ class TrainingController:
     def storage(self) -> Storage:
         return self.store.storage
 
-    @property
-    def _tasks(self) -> set[Any]:
-        return self.executor.tasks
-
     # ------------------------------------------------------------------ setup
 
     async def init(self) -> None:
@@ -179,7 +176,7 @@ class TrainingController:
         if active:
             latest = max(active, key=lambda r: r.get("updatedAt", 0))
             try:
-                await self._reopen(latest["id"], restart=latest.get("status") == "running")
+                await self._reopen(latest["id"], restart=latest.get("status") == JobStatus.RUNNING)
             except WeeiError as exc:
                 s.error = f"saved job {latest['id']} could not be reopened: {exc}"
                 s.record("job.reopen-failed", {"jobId": latest["id"], "error": str(exc)})
@@ -211,7 +208,7 @@ class TrainingController:
                 self._setup_local_participant()
                 await self.store.save_job_record(s.coordinator, job_seed=s.job_seed,
                                                  validation_sha256=s.validation_sha256, now=self.clock(),
-                                                 status="ready")
+                                                 status=JobStatus.READY)
             s.record("job.created", {"jobId": job_id, "model": prepared.spec.info.id})
             await self._drain()
             return job_id
@@ -251,7 +248,7 @@ class TrainingController:
                 self._setup_local_participant()
                 await self.store.save_job_record(coordinator, job_seed=s.job_seed,
                                                  validation_sha256=s.validation_sha256, now=self.clock(),
-                                                 status="ready")
+                                                 status=JobStatus.READY)
             s.record("job.continued", {"jobId": job_id, "fromRound": read.metadata.round,
                                        "datasetMode": dataset_mode})
             await self._drain()
@@ -279,14 +276,14 @@ class TrainingController:
     async def start(self) -> None:
         coordinator = self._require_coordinator("start the job")
         coordinator.start(self.clock())
-        await self.executor.save_job_record(status="running")
+        await self.executor.save_job_record(status=JobStatus.RUNNING)
         await self._drain()
 
     @_busy
     async def pause(self) -> None:
         coordinator = self._require_coordinator("pause the job")
         coordinator.pause(self.clock())
-        await self.executor.save_job_record(status="paused")
+        await self.executor.save_job_record(status=JobStatus.PAUSED)
         await self._drain()
 
     @_busy
@@ -295,7 +292,7 @@ class TrainingController:
         coordinator.resume_running(self.clock())
         if self.session.error is not None and self.session.error == self.executor.refused_error:
             self.session.error = None  # a storage refusal paused the job: resuming tries again
-        await self.executor.save_job_record(status="running")
+        await self.executor.save_job_record(status=JobStatus.RUNNING)
         await self._drain()
 
     @_busy
@@ -353,12 +350,12 @@ class TrainingController:
         """leave(): the job stops here and stays in Saved jobs."""
         s = self.session
         if s.coordinator is not None:
-            if s.coordinator.status == "running":
+            if s.coordinator.status is JobStatus.RUNNING:
                 s.coordinator.pause(self.clock())
             await self._drain()
             await self.executor.save_job_record(active=False)
         elif s.participant is not None:
-            if s.participant.state not in ("stopped", "declined", "unknown"):
+            if is_engaged(s.participant.state):
                 s.participant.leave(self.clock())
             await self._drain()
             await self.store.delete_setting(PARTICIPATION_KEY)
@@ -391,7 +388,7 @@ class TrainingController:
         s = self.session
         s.paused_contribution = bool(paused)
         if s.participant is not None and s.participant.job_id is not None and \
-                s.participant.state not in ("unknown", "invited", "declined", "stopped"):
+                takes_part(s.participant.state):
             s.participant.pause_contribution(s.paused_contribution, self.clock())
             self.executor.spawn(self._drain())
         else:
@@ -426,10 +423,6 @@ class TrainingController:
         self.session.debug_log.clear()
         self.executor.log_writer.write(now=True)
         self.view.notify()
-
-    def flush_debug_log(self) -> None:
-        """Write the debug log to the key-value store now (the page is being hidden or closed)."""
-        self.executor.log_writer.write(now=True)
 
     def subscribe(self, listener: Callable[[dict[str, Any]], None]) -> Callable[[], None]:
         """Call ``listener`` now and after every change; returns the unsubscribe function."""
@@ -478,18 +471,12 @@ class TrainingController:
 
     def _set_backend_job(self, prepared: PreparedJob | None) -> None:
         """Tell the GPU backend the job's archive and the package's CPU backend id (None: no job)."""
-        set_job = getattr(self.backend, "set_job", None)
-        if set_job is None:
-            return
         package = prepared.package if prepared is not None else None
         cpu_id = next((b.id for b in package.backends if b.kind == "cpu"), None) if package is not None else None
-        set_job(prepared.gpu if prepared is not None else None, cpu_id)
+        self.backend.set_job(prepared.gpu if prepared is not None else None, cpu_id)
 
     def _set_reopened_backend_job(self, spec: JobSpec) -> None:
         """A saved job reopened: its WGSL archive comes back from the job store (checked again)."""
-        set_job = getattr(self.backend, "set_job", None)
-        if set_job is None:
-            return
         offer = spec.gpu
         data = self.store.artifacts.get(offer.archive.sha256) if offer is not None else None
         files = None
@@ -502,15 +489,13 @@ class TrainingController:
         elif offer is not None:
             self.session.record("gpu.archive-refused", {"reason": "archive-malformed",
                                                         "error": "the WGSL archive is not in storage"})
-        set_job(files, spec.cpu_backend or (offer.cpu_backend if offer is not None else None))
+        self.backend.set_job(files, spec.cpu_backend or (offer.cpu_backend if offer is not None else None))
 
     def _setup_local_participant(self) -> None:
         s = self.session
         assert s.coordinator is not None
-        s.participant = Participant.local(s.my_peer_id, s.coordinator.spec.job_id) \
+        s.participant = Participant.local(s.my_peer_id, s.coordinator.spec.job_id, paused=s.paused_contribution) \
             if s.coordinator.spec.settings.coordinator_participates else None
-        if s.participant is not None:
-            s.participant.paused = s.paused_contribution
         s.book.set_job(s.coordinator.spec.job_id)
         if s.participant is None:
             self.executor.coordinate(s.coordinator.spec)
@@ -530,9 +515,9 @@ class TrainingController:
         s = self.session
         if s.preparing:
             raise UsageError("busy", "a job is being prepared")
-        if s.coordinator is not None and s.coordinator.status in ("running", "paused", "ready"):
+        if s.coordinator is not None and s.coordinator.status is not JobStatus.COMPLETED:
             raise UsageError("job-active", "leave the current job first (it stays in Saved jobs)")
-        if s.participant is not None and s.participant.state not in ("stopped", "declined", "unknown"):
+        if s.participant is not None and is_engaged(s.participant.state):
             raise UsageError("job-active", "you take part in another job; leave it first")
         self._clear_job()
 
@@ -561,7 +546,7 @@ class TrainingController:
         self._set_reopened_backend_job(coordinator.spec)
         self._setup_local_participant()
         s.record("job.reopened", {"jobId": job_id, "round": coordinator.checkpoint_round})
-        if restart and coordinator.status != "completed":
+        if restart and coordinator.status is not JobStatus.COMPLETED:
             coordinator.start(self.clock())
         await self._drain()
 

@@ -27,6 +27,7 @@ from ..core.errors import UsageError, WeeiError
 from ..core.wire.messages import Assign, Progress
 from ..core.job.spec import JobSpec
 from ..core.verified import VerifiedBlobs
+from ..core.states import JobStatus, PeerState
 from .compute import ComputeBackend
 from .job_store import JobStore
 from .local_training import effective_workers, experience_parts
@@ -199,7 +200,7 @@ class Executor:
         s.error = self.refused_error = f"{what} could not be saved: {exc}"
         s.record("storage.refused", {"what": what, "reason": exc.reason, "error": str(exc)[:500]})
         coordinator = s.coordinator
-        if coordinator is not None and coordinator.status == "running":
+        if coordinator is not None and coordinator.status is JobStatus.RUNNING:
             coordinator.pause(s.clock())
 
     async def _save_checkpoint(self, command: SaveCheckpoint) -> None:
@@ -281,9 +282,8 @@ class Executor:
             return
         # A remote job's WGSL archive: the backend says whether this device will train on its GPU
         # (and so fetches the archive); our own job's archive the controller set already.
-        offer = getattr(self.backend, "offer", None)
         remote = participant.coordinator != s.my_peer_id
-        fetch = bool(offer(participant.gpu_offer, participant.cpu_backend)) if offer is not None and remote else False
+        fetch = remote and self.backend.offer(participant.gpu_offer, participant.cpu_backend)
         s.recorder.join_job(participant.job_id or "", s.monotonic())
         self.module_sha = command.module.sha256
         self._set_model()
@@ -313,7 +313,7 @@ class Executor:
         info = (s.participant.model_info if s.participant is not None else None) or {}
         s.recorder.set_model({"id": info.get("id", "unknown"), "version": info.get("version", "unknown"),
                               "wasmSha256": self.module_sha,
-                              "wgsl": getattr(self.backend, "wgsl", {"present": False, "sha256": []})})
+                              "wgsl": self.backend.wgsl})
 
     async def _train(self, command: Train) -> None:
         s = self.session
@@ -331,10 +331,9 @@ class Executor:
                 weights = self.store.artifact(assign.checkpoint.sha256)
                 aux = {slot: self.store.artifact(ref.sha256) for slot, ref in assign.auxiliary.items()}
                 chunk = self.store.artifact(assign.chunk.data.sha256) if assign.chunk is not None else None
-                receive = getattr(self.backend, "receive_archive", None)
-                if assign.shader_archive is not None and receive is not None:
+                if assign.shader_archive is not None:
                     # Checked (size, SHA-256, module by module) once per job; a bad one is a named fallback.
-                    receive(assign.shader_archive.sha256, self.store.artifacts.get(assign.shader_archive.sha256))
+                    self.backend.receive_archive(assign.shader_archive.sha256, self.store.artifacts.get(assign.shader_archive.sha256))
                     self._set_model()
             finally:
                 self.residency.unpin(pinned)
@@ -355,7 +354,7 @@ class Executor:
                                          "backend": self.backend.id, "activeWorkers": workers, "workerLimit": device.max_local_workers})
             # Preparing lasts until the first progress report: the Worker instantiates the module and
             # loads the weights first, which trainingMs must not count (the spec's measuring rules).
-            s.recorder.set_stage("preparing", s.monotonic())
+            s.recorder.on("assigned", s.monotonic())
             s.actual = self.backend.kind
             participant.training_started(assign.attempt_id, now)
             await self.drain()
@@ -366,20 +365,18 @@ class Executor:
         except TaskCancelled:
             return  # the participant dropped this attempt (see drain): nothing of it is reported
         except WeeiError as exc:
-            s.recorder.set_stage("error", s.monotonic(), str(exc)[:500])
+            s.recorder.on("failed", s.monotonic(), str(exc)[:500])
             participant.training_failed(assign.attempt_id, str(exc), s.clock())
         else:
             s.actual = self.backend.kind
             if outcome.optimizer_steps is not None:
                 s.recorder.optimizer_steps_taken(outcome.optimizer_steps)
-            s.recorder.set_stage("uploading", s.monotonic())
-            participant.weight_bytes = participant.weight_bytes or len(weights)
+            s.recorder.on("trained", s.monotonic())
             participant.training_finished(assign.attempt_id, outcome, s.clock())
         s.live.drop(s.my_peer_id)
         s.recorder.update_execution({"activeWorkers": 0})
         await self.drain()
-        if s.recorder.stage == "uploading":
-            s.recorder.set_stage("awaitingAggregation", s.monotonic())
+        s.recorder.on("sent", s.monotonic())
 
     def _settle_stage(self) -> None:
         """The stages between assignments, from what the participant holds and what is arriving.
@@ -394,15 +391,14 @@ class Executor:
         participant, recorder = s.participant, s.recorder
         if participant is None or recorder.job_id is None or participant.current is not None:
             return
-        stage, mono = recorder.stage, s.monotonic()
-        if participant.state == "stopped":
-            if stage != "waiting" or recorder.has_assignment:
-                recorder.finish_assignment()
-                recorder.set_stage("waiting", mono)
+        mono = s.monotonic()
+        if participant.state is PeerState.STOPPED:
+            had_assignment = recorder.has_assignment
+            recorder.finish_assignment()
+            if recorder.on("ended", mono) or had_assignment:
                 self.diagnostics.report(final=True)  # the coordinator sees the end, not a stale stage
             return
-        if stage in ("waiting", "receiving"):
-            recorder.set_stage("receiving" if self._receiving_from(participant.coordinator) else "waiting", mono)
+        recorder.on("files_arriving" if self._receiving_from(participant.coordinator) else "files_idle", mono)
 
     def _receiving_from(self, coordinator: str | None) -> bool:
         s = self.session
@@ -432,8 +428,8 @@ class Executor:
         if s.participant is not None and total is not None and \
                 s.participant.report_progress(processed, int(total), metrics, now):
             self.spawn(self.drain())  # the Progress message leaves (the participant rate-limits it)
-        if s.recorder.stage in ("preparing", "compiling") and current is not None:
-            s.recorder.set_stage("training", s.monotonic())
+        if current is not None:
+            s.recorder.on("running", s.monotonic())
         try:
             s.recorder.progress(processed, now, s.monotonic(), total=total)
         except WeeiError:

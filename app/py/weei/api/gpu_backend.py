@@ -361,7 +361,7 @@ class GpuComputeBackend:
             raise TaskCancelled(f"attempt {assign.attempt_id} is no longer the participant's")
         spec = job.spec
         check_budget(spec.estimated_working_bytes, budget)  # before the device and any allocation
-        s.recorder.set_stage("compiling", s.monotonic())
+        s.recorder.on("compiling", s.monotonic())
         work = _work(assign, chunk)
         tag = assign.attempt_id
         total = assign.chunk.example_count * local_epochs(assign.settings) if assign.chunk is not None \
@@ -373,7 +373,7 @@ class GpuComputeBackend:
             if kind == "adapter":
                 s.recorder.update_gpu({"adapter": payload.get("adapter"), "initializationError": None})
             elif kind == "compiled":
-                s.recorder.set_stage("training", s.monotonic())
+                s.recorder.on("running", s.monotonic())
             elif kind == "progress" and self.cpu.local.on_progress is not None:
                 self.cpu.local.on_progress({"processedExamples": payload.get("processedExamples", 0),
                                             "totalExamples": total, "metrics": payload.get("metrics", {})})
@@ -408,7 +408,7 @@ class GpuComputeBackend:
         s.recorder.update_execution({"fallbackReason": reason})
         s.record("gpu.fallback", {"reason": exc.reason, "error": exc.message[:500],
                                   "cpuFallback": "restart-assignment"})
-        s.recorder.set_stage("training", s.monotonic())
+        s.recorder.on("running", s.monotonic())
 
 
 def _work(assign: Assign, chunk: bytes | None) -> GpuWork:

@@ -50,6 +50,7 @@ from ..core.wire.commands import SaveCheckpoint
 from ..core.job.coordinator import Coordinator
 from ..core.errors import CheckpointError, WeeiError
 from ..core.verified import VerifiedBlobs, is_verified, sha256_hex
+from ..core.states import JobStatus
 from .ports import Storage, StorageError
 from .records import record_artifacts, spec_from_record, spec_to_record
 from .stored import QUARANTINE_STORE, parse_job_record, stored_checkpoint
@@ -244,10 +245,10 @@ class JobStore:
         """Write the active job's record, if anything in it changed."""
         record = spec_to_record(coordinator.spec, job_seed=job_seed, validation_sha256=validation_sha256)
         previous = self.saved_jobs.get(coordinator.spec.job_id, {})
-        record["status"] = status or (coordinator.status if coordinator.status != "ready" else previous.get(
-            "status", "ready"))
-        if coordinator.status == "completed":
-            record["status"] = "completed"
+        record["status"] = status or (coordinator.status if coordinator.status is not JobStatus.READY else previous.get(
+            "status", JobStatus.READY))
+        if coordinator.status is JobStatus.COMPLETED:
+            record["status"] = JobStatus.COMPLETED
         record["active"] = previous.get("active", True) if active is None else active
         # The round a reload continues from: a checkpoint that storage refused is not one.
         record["lastRound"] = self.saved_round.get(coordinator.spec.job_id, coordinator.checkpoint_round)
@@ -354,7 +355,7 @@ class JobStore:
         coordinator = Coordinator.resume(spec, read, mode="resume", my_peer_id=my_peer_id, kernel=kernel,
                                          now=now, new_job_seed=job_seed, reopening=True)
         coordinator.restore_checkpoints(summaries)
-        if record.get("status") == "completed":
+        if record.get("status") == JobStatus.COMPLETED:
             coordinator.reopened_completed()
         else:
             robust = record.get("robust", {})

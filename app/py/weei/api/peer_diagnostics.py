@@ -8,6 +8,7 @@ from typing import Any, Callable
 from ..core.wire.commands import Send
 from ..core.errors import WeeiError
 from ..core.wire.messages import DiagnosticsReport
+from ..core.states import PeerState, is_engaged
 from .session import Session
 
 __all__ = ["DiagnosticsLink"]
@@ -38,9 +39,12 @@ class DiagnosticsLink:
         ``final``: the one snapshot that tells the coordinator this peer's job ended."""
         s = self.session
         participant = s.participant
-        quiet = ("declined", "disconnected") if final else ("stopped", "declined", "disconnected")
         if participant is None or participant.job_id is None or participant.coordinator in (None, s.my_peer_id) \
-                or s.recorder.job_id is None or participant.state in quiet:
+                or s.recorder.job_id is None:
+            return
+        # Connected and engaged, or the final snapshot of one whose job ended; a disconnected one waits.
+        state = participant.state
+        if not (is_engaged(state) and state is not PeerState.DISCONNECTED or final and state is PeerState.STOPPED):
             return
         mono = s.monotonic()
         if not s.recorder.due(mono):
@@ -61,7 +65,7 @@ class DiagnosticsLink:
 
     async def _loop(self) -> None:
         s = self.session
-        while s.participant is not None and s.participant.state not in ("stopped", "declined"):
+        while s.participant is not None and is_engaged(s.participant.state):
             self.settle()
             self.report()
             due = s.recorder.next_due_at()

@@ -15,7 +15,7 @@ from ..core.job.participant import Participant
 from ..core.links.relay import RelayNode
 from ..core.job.restored_proof import Hold, RestoredProof
 from ..core.links.room_proof import ProofVerdict, answer_challenge, proof_key
-from ..core.states import is_free
+from ..core.states import PeerState, is_free
 from .executor import Executor
 from .job_store import PARTICIPATION_KEY, JobStore
 from .room_check import RoomCheck, refusal_text
@@ -102,7 +102,7 @@ class PeerEvents:
             s.coordinator.receive(peer, message, blobs, now)
         elif s.participant is not None:
             s.participant.receive(peer, message, now)
-            if s.participant.state == "stopped":
+            if s.participant.state is PeerState.STOPPED:
                 await self.store.delete_setting(PARTICIPATION_KEY)
         await self.executor.drain(quiet=isinstance(message, Progress))
 
@@ -267,7 +267,7 @@ class PeerEvents:
             # Our coordinator is gone (for now): on its return we are 'approved' again and
             # take the module it delivers, whatever state the job was in.
             s.participant.disconnected(self.session.clock())
-            if gate is None and self.room_check is not None and s.participant.state == "disconnected":
+            if gate is None and self.room_check is not None and s.participant.state is PeerState.DISCONNECTED:
                 # Whoever comes back under its peer ID proves the room key again, as after a restart.
                 self._restored = (RestoredProof(s.participant.job_id, peer), s.participant)
         await self.executor.drain()

@@ -11,7 +11,7 @@ from ..core.errors import WeeiError
 from ..core.observe.live_progress import estimate_remaining_ms
 from ..core.formats.modelinfo import effective_units_per_assignment
 from ..core.formats.settings import TrainingSettings
-from ..core.states import JobStatus
+from ..core.states import JobStatus, PeerState, takes_part
 from .compute import ComputeBackend
 from .job_store import JobStore
 from .local_training import effective_workers
@@ -123,15 +123,15 @@ class StateView:
                 state["error"] = coordinator.error
             state["job"] = job
         elif participant is not None and participant.job_id is not None and \
-                participant.state not in ("invited", "declined"):
+                (takes_part(participant.state) or participant.state is PeerState.STOPPED):
             info = participant.model_info or {}
             settings = job_settings(s)
             module = job_module(s) or {}
             state["job"] = {
                 "id": participant.job_id, "role": "participant",
                 # What this device knows of the job: finished, its own contribution paused, or running.
-                "status": "completed" if participant.state == "stopped" else
-                          "paused" if s.paused_contribution else "running",
+                "status": JobStatus.COMPLETED if participant.state is PeerState.STOPPED else
+                          JobStatus.PAUSED if s.paused_contribution else JobStatus.RUNNING,
                 "owner": participant.coordinator, "info": json.loads(json.dumps(info)),
                 "settings": settings.to_json() if settings is not None else {},
                 "participants": {s.my_peer_id: {"connected": True, "approved": True,
@@ -221,7 +221,7 @@ class StateView:
     @staticmethod
     def _saved_summary(record: dict[str, Any]) -> dict[str, Any]:
         return {"id": record["id"], "model": record["modelInfo"].get("name", record["modelInfo"].get("id")),
-                "status": record.get("status", "ready"), "round": record.get("lastRound", 0),
+                "status": record.get("status", JobStatus.READY), "round": record.get("lastRound", 0),
                 "updatedAt": record.get("updatedAt", 0), "active": bool(record.get("active"))}
 
 

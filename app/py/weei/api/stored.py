@@ -22,6 +22,7 @@ from typing import Any
 
 from ..core._check import Where, as_bool, as_choice, as_int, as_list, as_number, as_object, as_str, check_depth
 from ..core.errors import WeeiError
+from ..core.states import JobStatus
 from ..core.wire.messages import Invitation, decode_message
 from .ports import StorageError
 from .records import spec_from_record
@@ -36,7 +37,7 @@ QUARANTINE_STORE = "quarantine"
 MAX_LOCAL_WORKERS = 64
 MAX_GPU_BUDGET_MIB = 1 << 20
 BACKEND_PREFERENCES = ("auto", "cpu", "gpu", "hybrid")
-JOB_STATUSES = ("ready", "running", "paused", "completed")
+JOB_STATUSES = tuple(str(status) for status in JobStatus)
 _PEER = 64  # characters of a peer ID (the signaling server's are 26)
 
 

@@ -234,11 +234,6 @@ class BrowserModule:
     def exports(self) -> tuple[ExternInfo, ...]:
         return self._exports
 
-    @property
-    def js_module(self) -> Any:
-        """The underlying ``WebAssembly.Module`` (it can be posted to a Worker)."""
-        return self._module
-
     def instantiate(self, on_progress: ProgressHook) -> BrowserInstance:
         """Instantiate. Raises :class:`InstantiateError`."""
         instance = BrowserInstance(self._module, self._imports, self._exports, on_progress)
@@ -383,12 +378,6 @@ class BrowserInstance:
         view = self._check(ptr, size)
         if size:
             view.subarray(ptr, ptr + size).assign(source)
-
-    def read_into_js(self, ptr: int, size: int) -> Any:
-        """A new JS ``Uint8Array`` copy of ``size`` bytes at ``ptr`` (no Python
-        copy: for handing results straight to JavaScript). Raises ``IndexError``."""
-        view = self._check(ptr, size)
-        return view.slice(ptr, ptr + size)
 
     def memory_size(self) -> int:
         """Byte length of the exported memory (0 if there is none)."""

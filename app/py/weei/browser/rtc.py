@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 The browser adapter of docs/peers.md, the twin of ``weei.agent.transport``:
-both are a :class:`weei.api.link_transport.LinkTransport`, which runs the
+both are a :class:`weei.adapters.link_transport.LinkTransport`, which runs the
 sans-I/O :class:`weei.core.links.peerlink.LinkManager` (it decides every step of a
 link, its timing, teardown, framing, delivery and errors). Here are only the
 page's primitives and its signaling client (:class:`BrowserSignaling`,
@@ -33,7 +33,7 @@ from typing import Any
 import js  # type: ignore[import-not-found]
 from pyodide.ffi import create_proxy  # type: ignore[import-not-found]
 
-from weei.api.link_transport import LinkTransport, Receiver
+from weei.adapters.link_transport import LinkTransport, Receiver
 from weei.core.links.peerlink import CHANNEL_LABEL, HIGH_WATER, LOW_WATER
 from weei.core.links.peerlink_commands import CreateLink
 

@@ -7,7 +7,7 @@ Each Worker is a ``WorkerClient`` (``embed/worker_client.js``, nested in the hos
 ``create_worker()`` that starts one, and starts Worker ``i`` on its first
 task. A Worker's message loop runs one request at a time, and its model
 instance is shared by every request, so the pool queues tasks per Worker
-(``weei.api.worker_tasks.TaskBook``): the page may ask for validation on
+(``weei.adapters.worker_tasks.TaskBook``): the page may ask for validation on
 Worker 0 while it trains, and the validation then waits for the training.
 
 Per task: ``loadModel`` when the Worker does not hold this module yet (or
@@ -71,7 +71,7 @@ import js  # type: ignore[import-not-found]
 from pyodide.ffi import JsException, create_proxy  # type: ignore[import-not-found]
 
 from weei.api.ports import ProgressSink, WorkerResult, WorkerTask
-from weei.api.worker_tasks import TaskBook
+from weei.adapters.worker_tasks import TaskBook
 from weei.core.errors import ModelError, UsageError, WeeiError
 from weei.core.limits import DEFAULT_MEMORY_CAP
 from weei.runtime.sandbox import cap_module_memory, memory_limit

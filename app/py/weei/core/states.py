@@ -35,7 +35,7 @@ __all__ = [
     "JobStatus", "PeerState", "AttemptStatus", "IllegalTransition",
     "PARTICIPANT_TRANSITIONS", "PARTICIPANT_ANYWHERE", "PEER_TRANSITIONS", "PEER_ANYWHERE",
     "JOB_TRANSITIONS", "ATTEMPT_TRANSITIONS", "allowed", "move",
-    "is_free", "has_job", "takes_part", "is_member", "is_loaded", "is_working", "is_open",
+    "is_free", "has_job", "is_engaged", "takes_part", "is_member", "is_loaded", "is_working", "is_open",
 ]
 
 
@@ -165,6 +165,12 @@ def is_free(state: PeerState) -> bool:
 def has_job(state: PeerState) -> bool:
     """Invited, declined or taking part: there is a job to say something about (or to leave)."""
     return state not in (P.UNKNOWN, P.STOPPED)
+
+
+def is_engaged(state: PeerState) -> bool:
+    """Invited or taking part: the coordinator still counts on word from this participant (a decision,
+    an update, a Leave); a declined one has said its last."""
+    return state == P.INVITED or takes_part(state)
 
 
 def takes_part(state: PeerState) -> bool:

@@ -101,7 +101,7 @@ class MemoryNetwork:
         while True:
             await asyncio.gather(*(q.join() for q in self.inboxes.values()))
             await asyncio.gather(*(c.idle() for c in self.controllers.values()))
-            if all(q.empty() for q in self.inboxes.values()) and not any(c._tasks for c in self.controllers.values()):
+            if all(q.empty() for q in self.inboxes.values()) and not any(c.executor.tasks for c in self.controllers.values()):
                 return
 
     async def disconnect(self, peer: str) -> None:

@@ -24,7 +24,7 @@ import threading
 from typing import Any
 
 from ..api.ports import ProgressSink, WorkerResult, WorkerTask
-from ..api.worker_tasks import TaskBook
+from ..adapters.worker_tasks import TaskBook
 from ..runtime.sandbox import memory_limit
 from ..runtime import ModelRuntime
 

@@ -123,10 +123,6 @@ class DatasetManifest:
     entries: tuple[ChunkEntry, ...]
     raw: list[Any] = field(compare=False)
 
-    def by_file_name(self) -> dict[str, ChunkEntry]:
-        """Entries keyed by fileName."""
-        return {e.file_name: e for e in self.entries}
-
 
 def parse_dataset_manifest(obj: Any, path: str = "manifest") -> DatasetManifest:
     """Parse a dataset manifest: a JSON array of chunk entries.

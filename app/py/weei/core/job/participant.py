@@ -69,8 +69,8 @@ class Participant:
         self.gpu_offer: dict[str, Any] | None = None  # Deliver's WGSL archive announcement (checked JSON)
         self.working_bytes: int | None = None  # Deliver's estimatedWorkingBytes (weei.runtime.sandbox)
         self.cpu_backend: str | None = None  # Deliver's: the package's CPU backend id
-        self.weight_bytes = weight_bytes
-        self.paused = False
+        self._weight_bytes = weight_bytes
+        self._paused = False
         self.current: Assign | None = None
         self.pending: Assign | None = None
         self.incomplete: bool | None = None
@@ -80,10 +80,22 @@ class Participant:
         self._training_since: float | None = None  # when the current attempt started training
         self._commands: list[Command] = []
 
+    @property
+    def weight_bytes(self) -> int | None:
+        """The size every result must have: the job's, or learned from the first checkpoint assigned."""
+        return self._weight_bytes
+
+    @property
+    def paused(self) -> bool:
+        """Whether this device's contribution is paused (pause_contribution)."""
+        return self._paused
+
     @classmethod
-    def local(cls, my_peer_id: str, job_id: str) -> Participant:
-        """The coordinator's own participant: approved without an invitation."""
+    def local(cls, my_peer_id: str, job_id: str, *, paused: bool = False) -> Participant:
+        """The coordinator's own participant: approved without an invitation; ``paused``: this device's
+        contribution was paused before the job existed (its coordinator reads that from the device)."""
         self = cls(my_peer_id)
+        self._paused = paused
         self.job_id = job_id
         self.coordinator = my_peer_id
         self.state = P.APPROVED
@@ -234,7 +246,7 @@ class Participant:
     def pause_contribution(self, paused: bool, now: float) -> None:
         if self.job_id is None or not takes_part(self.state):
             raise UsageError("not-participating", "pausing needs a job you take part in")
-        self.paused = paused
+        self._paused = paused
         self._send(PauseContribution(self.job_id, paused))
 
     def leave(self, now: float) -> None:
@@ -250,7 +262,7 @@ class Participant:
                       fetch_shader_archive: bool = False) -> None:
         """The host loaded the module; ``fetch_shader_archive``: it will train on its GPU and asks for the
         announced WGSL archive (a host that will not never downloads it)."""
-        self.weight_bytes = weight_bytes
+        self._weight_bytes = weight_bytes
         self._move("module_loaded")
         assert self.job_id is not None
         self._send(ModuleStatus(self.job_id, True, None, held, fetch_shader_archive and self.gpu_offer is not None))
@@ -295,6 +307,10 @@ class Participant:
         assign = self._finish_attempt(attempt_id)
         if assign is None:
             return
+        if self._weight_bytes is None:
+            # A remote participant learns the size from its first checkpoint: the host trained from those
+            # bytes, hashed against this reference, so a result of another size is the model's fault.
+            self._weight_bytes = assign.checkpoint.bytes
         problem = self._check_outcome(outcome)
         if problem is not None:
             self._fail(assign, problem)
@@ -336,8 +352,8 @@ class Participant:
 
     def _check_outcome(self, outcome: TrainOutcome) -> str | None:
         """Our own result is checked before it leaves: a diverged model is reported, not sent."""
-        if self.weight_bytes is not None and len(outcome.weights) != self.weight_bytes:
-            return f"the model returned {len(outcome.weights)} bytes of weights, expected {self.weight_bytes}"
+        if self._weight_bytes is not None and len(outcome.weights) != self._weight_bytes:
+            return f"the model returned {len(outcome.weights)} bytes of weights, expected {self._weight_bytes}"
         bad = first_non_finite(outcome.weights)
         if bad is not None:
             return f"training diverged: weight {bad} is not finite"
@@ -361,7 +377,7 @@ class Participant:
         return {
             "jobId": self.job_id,
             "state": str(self.state),
-            "paused": self.paused,
+            "paused": self._paused,
             "currentAttempt": self.current.attempt_id if self.current else None,
             "error": self.last_error,
         }

@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 :class:`LinkManager` decides everything docs/peers.md says about peer
-connections; its hosts (``weei.api.link_transport`` over aiortc in the agent,
+connections; its hosts (``weei.adapters.link_transport`` over aiortc in the agent,
 over the page's ``RTCPeerConnection`` in the browser) only carry out what it
 asks. Inputs are method calls with ``now`` (ms, monotonic); outputs are the
 commands of :mod:`weei.core.links.peerlink_commands`, returned in the order they

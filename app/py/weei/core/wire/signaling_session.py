@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 :class:`SignalingSession` is what the page's client (``weei.browser.signaling_ws``,
-over ``js.WebSocket``) and the agent's (``weei.server.signaling_client``, over
+over ``js.WebSocket``) and the agent's (``weei.agent.signaling_client``, over
 aiohttp) share. It makes the frames the client sends (``hello`` with the
 resume token, ``join``, ``signal``, ``ping``) and turns each text frame the
 server sends into events:

@@ -24,18 +24,23 @@ receiver, so whatever a peer puts there is ignored. A peer learns nothing
 from another peer's clock except ``measuredAt`` and ``lastProgressAt``,
 shown as they are.
 
-The package is three modules: ``records`` (the record's fields and their
-check), ``recorder`` and ``book``.
+The package is four modules: ``records`` (the record's fields and their
+check), ``stages`` (the stage machine: which event leads from which stage
+to which), ``recorder`` and ``book``.
 """
 
 from __future__ import annotations
 
 from .book import AcceptResult, DiagnosticsBook, Difference, Uniformity, uniformity
 from .recorder import DiagnosticsRecorder
+from .stages import STAGE_ANYWHERE, STAGE_TRANSITIONS, Stage
 from .records import (SCHEMA_VERSION, SNAPSHOT_INTERVAL_MS, SPEED_WINDOW_MS, STAGES, STALE_AFTER_MS, UNKNOWN,
                       DiagnosticsError, DiagnosticsReason, parse_diagnostics)
 
 __all__ = [
+    "Stage",
+    "STAGE_TRANSITIONS",
+    "STAGE_ANYWHERE",
     "SCHEMA_VERSION",
     "UNKNOWN",
     "STAGES",

@@ -1,6 +1,7 @@
 """``DiagnosticsRecorder``: one training peer's own diagnostics, and its snapshots.
 
-The adapter tells it about stage changes, assignments and progress, with a
+The adapter tells it what happened (events that move the stage by the table
+of ``stages.py``), about assignments and progress, with a
 monotonic clock for durations; it answers ``due(now_mono)`` /
 ``next_due_at()`` (every 2 s while the peer has a job, at once after a stage
 change or a reconnection, which ``on_due`` announces) and produces the record with
@@ -20,7 +21,8 @@ from ..._check import Where
 from ...errors import UsageError
 from .records import (MAX_TEXT, SCHEMA_VERSION, SNAPSHOT_INTERVAL_MS, SPEED_WINDOW_MS, TIMED_STAGES, UNKNOWN,
                       DiagnosticsReason, check_assignment, check_count, check_environment, check_execution, check_gpu,
-                      check_model, check_stage, check_text)
+                      check_model, check_text)
+from .stages import Stage, next_stage
 
 __all__ = ["DiagnosticsRecorder"]
 
@@ -82,7 +84,7 @@ class DiagnosticsRecorder:
         self._model: dict[str, Any] | str = UNKNOWN
         self._job_id: str | None = None
         self._assignment: dict[str, Any] | None = None
-        self._stage = "waiting"
+        self._stage = Stage.WAITING
         self._stage_since: float = 0.0
         self._error: str | None = None
         self._last_snapshot_at: float | None = None
@@ -131,7 +133,7 @@ class DiagnosticsRecorder:
         return self._assignment is not None
 
     @property
-    def stage(self) -> str:
+    def stage(self) -> Stage:
         """The current stage."""
         return self._stage
 
@@ -142,7 +144,7 @@ class DiagnosticsRecorder:
         self._job_id = job_id
         self._assignment = None
         self._reset_assignment_figures()
-        self._stage, self._stage_since, self._error = "waiting", now_mono, None
+        self._stage, self._stage_since, self._error = Stage.WAITING, now_mono, None
         self._snapshot_now = True  # not announced: the adapter sets the model first, then reports
 
     def leave_job(self) -> None:
@@ -150,7 +152,7 @@ class DiagnosticsRecorder:
         self._job_id = None
         self._assignment = None
         self._reset_assignment_figures()
-        self._stage, self._error = "waiting", None
+        self._stage, self._error = Stage.WAITING, None
         self._snapshot_now = False
 
     def reconnected(self) -> None:
@@ -180,24 +182,29 @@ class DiagnosticsRecorder:
         show: the spec resets them "when the next assignment starts"."""
         self._assignment = None
 
-    def set_stage(self, stage: str, now_mono: float, error: str | None = None) -> None:
-        """Enter ``stage`` (``error`` needs a message); a real change makes a snapshot due at once.
+    def on(self, event: str, now_mono: float, error: str | None = None) -> bool:
+        """``event`` happened: enter the stage the table (``stages.py``) gives; ``failed`` needs a message.
 
-        The time spent in the stage being left is added to its total, so a
-        stage entered twice is summed. Entering the current stage again
-        changes nothing. Raises ``UsageError`` for an unknown stage, or for
-        a missing or superfluous ``error``.
+        A real change makes a snapshot due at once and returns True. The
+        time spent in the stage being left is added to its total, so a
+        stage entered twice is summed; staying changes nothing. Raises
+        ``IllegalTransition`` for a move the table does not list and
+        ``UsageError`` for a missing or superfluous ``error``.
         """
-        check_stage(stage, _OWN_INPUT.at("stage"))
-        if (stage == "error") != (error is not None):
+        stage = next_stage(self._stage, event)
+        if (stage is Stage.ERROR and stage is not self._stage) and error is None or \
+                error is not None and stage is not Stage.ERROR:
             raise UsageError(DiagnosticsReason.BAD_DIAGNOSTICS, "an error message goes with stage 'error' and only with it")
-        if error is not None:
+        if error is None:
+            error = self._error if stage is self._stage else None  # staying in 'error' keeps its message
+        else:
             error = check_text(error, _OWN_INPUT.at("error"), MAX_TEXT)
-        if stage == self._stage and error == self._error:
-            return
+        if stage is self._stage and error == self._error:
+            return False
         self._close_stage(now_mono)
         self._stage, self._stage_since, self._error = stage, now_mono, error
         self._due_now()
+        return True
 
     def progress(
         self,
@@ -264,7 +271,7 @@ class DiagnosticsRecorder:
         and the 2-second reporting period is left alone."""
         totals = dict(self._finished)
         training_ms = totals.get("training", 0.0)
-        if self._stage == "training":
+        if self._stage is Stage.TRAINING:
             training_ms += max(0.0, now_mono - self._stage_since)
         average = self._processed / (training_ms / 1000) if training_ms > 0 else None
         return {
@@ -280,7 +287,7 @@ class DiagnosticsRecorder:
             "gpu": copy.deepcopy(self._gpu),
             "model": copy.deepcopy(self._model),
             "assignment": copy.deepcopy(self._assignment),
-            "stage": self._stage,
+            "stage": str(self._stage),
             "error": self._error,
             # "null until the stage has finished": only closed intervals count here.
             "timings": {name: totals.get(stage) for stage, name in TIMED_STAGES.items()},

@@ -16,6 +16,7 @@ from typing import Any
 from ..._check import (SAFE_INTEGER, Fail, Where, as_bool, as_choice, as_int, as_list, as_number, as_object,
                       as_sha256, as_str, nullable)
 from ...errors import WeeiError
+from .stages import Stage
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -42,16 +43,7 @@ __all__ = [
 
 SCHEMA_VERSION = 1
 UNKNOWN = "unknown"
-STAGES = (
-    "waiting",
-    "receiving",
-    "preparing",
-    "compiling",
-    "training",
-    "uploading",
-    "awaitingAggregation",
-    "error",
-)
+STAGES = tuple(str(stage) for stage in Stage)
 SNAPSHOT_INTERVAL_MS = 2_000
 SPEED_WINDOW_MS = 5_000
 STALE_AFTER_MS = 10_000

@@ -30,7 +30,7 @@ import aiohttp
 from ..core.errors import UsageError
 from ..core.wire.signaling_session import (PING, Answer, Closed, Peers, ServerError, SessionView, Signal, SignalingSession,
                                        Unreadable, Welcome)
-from .rooms import SignalingError
+from ..server.rooms import SignalingError
 
 __all__ = [
     "SignalingClient",
@@ -42,7 +42,7 @@ __all__ = [
     "Event",
 ]
 
-log = logging.getLogger("weei.server.signaling_client")
+log = logging.getLogger("weei.agent.signaling_client")
 
 Event = Union[Peers, Signal, ServerError, Closed]
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from ..core.errors import WeeiError
-from .ports import TaskCancelled
+from ..api.ports import TaskCancelled
 
 T = TypeVar("T")
 
