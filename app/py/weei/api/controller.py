@@ -17,7 +17,7 @@ do the rest, sharing one ``Session``:
 * ``state_view.StateView`` builds ``getState()`` and tells subscribers.
 
 A reload finds the job record and its last checkpoint in storage and
-continues from there (``Coordinator.resume`` in 'resume' mode): the round
+continues from there (``Coordinator.continue_from`` in 'resume' mode): the round
 that was running is trained again, nothing saved is lost.
 """
 
@@ -237,7 +237,7 @@ class TrainingController:
             # The module decides compatibility: its loadModel (and loadAuxiliary) must take the weights.
             prepared.load_checkpoint(read.weights)
             async with _NewJobScope(self):
-                coordinator = Coordinator.resume(prepared.spec, read, mode=dataset_mode, my_peer_id=s.my_peer_id,
+                coordinator = Coordinator.continue_from(prepared.spec, read, mode=dataset_mode, my_peer_id=s.my_peer_id,
                                                  kernel=self.kernel, now=self.clock(),
                                                  new_job_seed=prepared.job_seed)
                 await self._put_job_files(prepared.artifacts, prepared.validation)
