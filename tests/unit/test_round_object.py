@@ -83,3 +83,28 @@ def test_settings_changed_mid_round_apply_from_the_next_round() -> None:
     ck2 = sim.checkpoint(2).metadata.to_json()
     assert ck2["settings"]["aggregation"] == {"method": "fedavgm", "momentum": 0.5}
     assert ck2["aggregationState"]["method"] == "fedavgm" and ck2["aggregationState"]["step"] == 1
+
+
+def test_subscribers_see_transitioning_while_a_rounds_updates_are_averaged() -> None:
+    """The host publishes the closing round before its averaging starts (the spec: ``transitioning``, "the
+    coordinator is averaging updates into a checkpoint"), not only once the checkpoint is being written."""
+    import asyncio
+
+    from test_controller import DIGITS_SETTINGS, controller, digits_validation, package, run_until_done
+
+    async def main() -> None:
+        c = controller()
+        await c.init()
+        await c.create_job(**package("digits-mlp"), settings={**DIGITS_SETTINGS, "epochs": 1},
+                           validation=digits_validation())
+        await c.idle()  # checkpoint 0 written
+        states: list[dict[str, Any]] = []
+        stop = c.subscribe(states.append)
+        await c.start()
+        await run_until_done(c)
+        stop()
+        first = next(s for s in states if s["transitioning"])
+        # Round 1 closing: its checkpoint is not made yet, the job shows only checkpoint 0.
+        assert [cp["artifact"]["round"] for cp in first["job"]["checkpoints"]] == [0]
+
+    asyncio.run(main())

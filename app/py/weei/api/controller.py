@@ -515,6 +515,8 @@ class TrainingController:
         s.coordinator.diagnostics_sink = self.executor.diagnostics.accept
         s.coordinator.stopwatch = s.monotonic  # times the rounds' phases for the debug log
         s.coordinator.progress_sink = self.executor.on_peer_progress
+        # A round's last update is in: subscribers hear `transitioning` before the averaging holds the thread.
+        s.coordinator.closing_sink = lambda round_: self.view.notify()
 
     def _require_coordinator(self, what: str) -> Coordinator:
         s = self.session
