@@ -595,7 +595,7 @@ def _signaling_client() -> Target:
 
 
 def _signaling_server() -> Target:
-    from weei.server.rooms import Hub, Send
+    from weei.server.rooms import Hub, RoomSend
     from weei.server.signaling_rules import Limits
 
     samples = [
@@ -615,14 +615,14 @@ def _signaling_server() -> Target:
         peer_b = ""
         for conn in (a, b):
             for out in rooms.receive(conn, json.dumps({"type": "hello"}), 0.0):
-                if isinstance(out, Send) and out.frame.get("type") == "welcome" and conn == b:
+                if isinstance(out, RoomSend) and out.frame.get("type") == "welcome" and conn == b:
                     peer_b = out.frame["peerId"]
             rooms.receive(conn, json.dumps({"type": "join", "room": "lab"}), 0.0)
         text = data.decode("utf-8", "replace").replace('"to": ""', json.dumps({"to": peer_b})[1:-1])
         conn = a if len(data) % 3 else rooms.connect(0.0)[0]  # joined, or before hello
         outputs = rooms.receive(conn, text, 1.0)
         for out in outputs:
-            if isinstance(out, Send):
+            if isinstance(out, RoomSend):
                 json.dumps(out.frame, allow_nan=False)  # what the adapter writes to the socket
         return outputs
 

@@ -35,7 +35,7 @@ from typing import Any, Callable
 import numpy as np
 
 from weei.core.formats.checkpoint import Checkpoint, read_checkpoint
-from weei.core.wire.commands import LoadModule, Log, Phase, RunValidation, SaveCheckpoint, Send, Train
+from weei.core.wire.commands import LoadModule, Log, RoundPhase, RunValidation, SaveCheckpoint, Send, Train
 from weei.core.job.coordinator import Coordinator
 from weei.core.job.spec import ChunkInfo, JobSpec, ModuleInfo
 from weei.core.wire.messages import (
@@ -224,7 +224,7 @@ class Sim:
     saved: list[SaveCheckpoint] = field(default_factory=list)
     validations: list[RunValidation] = field(default_factory=list)
     logs: list[tuple[str, Log]] = field(default_factory=list)
-    phases: list[Phase] = field(default_factory=list)
+    phases: list[RoundPhase] = field(default_factory=list)
     trained: list[tuple[str, Assign]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -261,7 +261,7 @@ class Sim:
     def resume(cls, spec: JobSpec, store: dict[str, bytes], checkpoint: Checkpoint, *, mode: str,
                peers: list[str] | tuple[str, ...] = ("p1", "p2"), new_job_seed: int | None = None,
                start: bool = True, now: float = T0, round_timeout_ms: float = 60_000) -> Sim:
-        coordinator = Coordinator.resume(spec, checkpoint, mode=mode, my_peer_id=COORD, kernel=NumpyKernel(),
+        coordinator = Coordinator.continue_from(spec, checkpoint, mode=mode, my_peer_id=COORD, kernel=NumpyKernel(),
                                          now=now, new_job_seed=new_job_seed, round_timeout_ms=round_timeout_ms)
         store = dict(store)
         store[sha(checkpoint.weights)] = checkpoint.weights
@@ -345,7 +345,7 @@ class Sim:
                 self.validations.append(command)
             elif isinstance(command, Log):
                 self.logs.append((self.coordinator.my_peer_id, command))
-            elif isinstance(command, Phase):
+            elif isinstance(command, RoundPhase):
                 self.phases.append(command)
             else:  # pragma: no cover
                 raise AssertionError(f"unexpected coordinator command {command!r}")

@@ -56,7 +56,7 @@ def assigns_by_round(sim: Sim) -> dict[int, Assign]:
 def reopen(original: Sim, summaries: list[dict]) -> Coordinator:
     """The page reloads: the job is rebuilt from its last checkpoint and the summaries it saved."""
     last = original.checkpoint(original.coordinator.checkpoint_round)
-    reopened = Coordinator.resume(original.coordinator.spec, last, mode="resume",
+    reopened = Coordinator.continue_from(original.coordinator.spec, last, mode="resume",
                                   my_peer_id=COORD, kernel=NumpyKernel(), now=original.now, reopening=True)
     reopened.restore_checkpoints(summaries)
     return reopened

@@ -459,13 +459,18 @@ def test_fedavgm_state_in_v2_checkpoints_and_method_change() -> None:
     assert np.allclose(to_floats(ck2.state), v2, atol=1e-6)
     assert np.allclose(to_floats(ck2.weights), _f32(to_floats(ck1.weights) + v2), atol=1e-6)
 
-    # another method starts from zero
-    sim.coordinator.update_settings(TrainingSettings.from_json(settings(aggregation={"method": "fedadam"})), sim.now)
+    # another method starts from zero, from the next round: the open round 3 keeps the settings it opened with
+    sim.coordinator.update_settings(TrainingSettings.from_json(settings(epochs=2, aggregation={"method": "fedadam"})),
+                                    sim.now)
     sim.finish()
     meta3 = sim.checkpoint(3).metadata.to_json()
-    assert meta3["aggregationState"]["method"] == "fedadam" and meta3["aggregationState"]["step"] == 1
-    assert meta3["aggregationState"]["bytes"] == 2 * spec.weight_bytes
-    assert meta3["settings"]["aggregation"] == {"method": "fedadam"}
+    assert meta3["aggregationState"]["method"] == "fedavgm" and meta3["aggregationState"]["step"] == 3
+    assert meta3["settings"]["aggregation"] == {"method": "fedavgm", "momentum": 0.5}
+    sim.finish()
+    meta4 = sim.checkpoint(4).metadata.to_json()
+    assert meta4["aggregationState"]["method"] == "fedadam" and meta4["aggregationState"]["step"] == 1
+    assert meta4["aggregationState"]["bytes"] == 2 * spec.weight_bytes
+    assert meta4["settings"]["aggregation"] == {"method": "fedadam"}
 
 
 def test_fedadam_back_to_fedavg_writes_version_1() -> None:
@@ -476,10 +481,12 @@ def test_fedadam_back_to_fedavg_writes_version_1() -> None:
     sim.pump()
     sim.finish()
     assert sim.checkpoint(1).metadata.version == 2
-    sim.coordinator.update_settings(TrainingSettings.from_json(settings()), sim.now)
+    sim.coordinator.update_settings(TrainingSettings.from_json(settings(epochs=2)), sim.now)
+    sim.finish()  # the open round 2 keeps its method
+    assert sim.checkpoint(2).metadata.version == 2
     sim.finish()
-    ck = sim.checkpoint(2)
-    assert ck.metadata.version == 1 and ck.state is None and "aggregation" not in sim.coordinator.checkpoints[2]
+    ck = sim.checkpoint(3)
+    assert ck.metadata.version == 1 and ck.state is None and "aggregation" not in sim.coordinator.checkpoints[3]
 
 
 def test_method_the_model_does_not_allow_is_refused() -> None:

@@ -1,5 +1,5 @@
-"""Progress reports are parsed only as often as anyone looks, and the last one always arrives
-(weei/runtime/progress_reports.py; docs/abi.md, "Progress").
+"""TrainProgress reports are parsed only as often as anyone looks, and the last one always arrives
+(weei/runtime/progress_reports.py; docs/abi.md, "TrainProgress").
 
 The thinning runs under a clock passed in; then the real digits model in
 wasmtime, which reports after every batch: with thinning it trains to the
@@ -17,7 +17,7 @@ from weei.core.errors import ModelError
 from weei.demo.run import models_dir
 from weei.runtime import ModelRuntime, WasmtimeEngine
 from weei.runtime.progress_reports import PARSE_INTERVAL_S, ProgressReports
-from weei.runtime.results import Progress
+from weei.runtime.results import TrainProgress
 
 
 class Clock:
@@ -36,19 +36,19 @@ def test_the_first_report_is_parsed_at_once_then_one_per_interval_and_the_newest
     clock = Clock()
     reports = ProgressReports(0.02, clock)
     reports.start()
-    assert reports.report("train", raw(1)) == Progress(1, 10, {})
+    assert reports.report("train", raw(1)) == TrainProgress(1, 10, {})
     clock.now += 0.01
     assert reports.report("train", raw(2)) is None  # kept, not parsed
     assert reports.report("train", raw(3)) is None
     clock.now += 0.011
-    assert reports.report("train", raw(4, metrics={"loss": 0.5})) == Progress(4, 10, {"loss": 0.5})
+    assert reports.report("train", raw(4, metrics={"loss": 0.5})) == TrainProgress(4, 10, {"loss": 0.5})
     clock.now += 0.001
     assert reports.report("train", raw(9)) is None
     assert reports.report("train", raw(10)) is None
-    assert reports.flush() == Progress(10, 10, {})  # the newest kept one: the final report arrives
+    assert reports.flush() == TrainProgress(10, 10, {})  # the newest kept one: the final report arrives
     assert reports.flush() is None  # once
     reports.start()  # the next operation's first report goes at once, however soon
-    assert reports.report("evaluate", raw(1)) == Progress(1, 10, {})
+    assert reports.report("evaluate", raw(1)) == TrainProgress(1, 10, {})
 
 
 def test_a_malformed_report_is_recorded_when_parsed_and_never_when_superseded() -> None:
@@ -58,7 +58,7 @@ def test_a_malformed_report_is_recorded_when_parsed_and_never_when_superseded() 
     assert reports.report("train", b"{not json") is None  # parsed at once: malformed, recorded
     assert reports.report("train", raw(11)) is None  # processed > total, but superseded before it is parsed
     assert reports.report("train", raw(5)) is None
-    assert reports.flush() == Progress(5, 10, {})
+    assert reports.flush() == TrainProgress(5, 10, {})
     assert len(reports.rejections) == 1 and "malformed-result" in reports.rejections[0]
     reports.start()
     reports.report("train", raw(1))
@@ -72,7 +72,7 @@ def test_a_malformed_report_is_recorded_when_parsed_and_never_when_superseded() 
 def test_an_interval_of_zero_parses_every_report() -> None:
     reports = ProgressReports(0.0, Clock())
     reports.start()
-    assert [reports.report("train", raw(i)) for i in range(1, 4)] == [Progress(i, 10, {}) for i in range(1, 4)]
+    assert [reports.report("train", raw(i)) for i in range(1, 4)] == [TrainProgress(i, 10, {}) for i in range(1, 4)]
     assert reports.flush() is None
 
 
@@ -89,7 +89,7 @@ def digits() -> tuple[bytes, bytes]:
 def test_thinned_progress_trains_the_same_bits_and_the_final_report_arrives(digits: tuple[bytes, bytes],
                                                                             interval: float) -> None:
     wasm, chunk = digits
-    seen: list[Progress] = []
+    seen: list[TrainProgress] = []
     runtime = ModelRuntime.load(wasm, WasmtimeEngine(), on_progress=seen.append)
     runtime.progress.interval_s = interval
     weights = runtime.create_initial_weights(1)

@@ -30,7 +30,7 @@ from weei.runtime import (
     ExternInfo,
     Instance,
     ModelRuntime,
-    Progress,
+    TrainProgress,
     TrainResult,
     WasmtimeEngine,
 )
@@ -70,12 +70,12 @@ def engine() -> WasmtimeEngine:
 
 
 @pytest.fixture
-def progress() -> list[Progress]:
+def progress() -> list[TrainProgress]:
     return []
 
 
 @pytest.fixture
-def rt(echo_wasm: bytes, engine: WasmtimeEngine, progress: list[Progress]) -> ModelRuntime:
+def rt(echo_wasm: bytes, engine: WasmtimeEngine, progress: list[TrainProgress]) -> ModelRuntime:
     """The echo module, every progress report parsed (how often they are: test_progress_reports)."""
     runtime = ModelRuntime.load(echo_wasm, engine, on_progress=progress.append)
     runtime.progress.interval_s = 0
@@ -224,7 +224,7 @@ def test_bad_seed_is_usage_error(rt: ModelRuntime, seed: Any) -> None:
     assert err.value.reason == "invalid-argument"
 
 
-def test_train_round_trip_on_data(rt: ModelRuntime, progress: list[Progress]) -> None:
+def test_train_round_trip_on_data(rt: ModelRuntime, progress: list[TrainProgress]) -> None:
     data = bytes(range(40))
     result = loaded(rt).train(data=data, format="echo-v1", seed=123456789012, settings={"batchSize": 4})
     assert struct.unpack("<4f", result.weights) == (2.0, 3.0, 4.0, 5.0)
@@ -232,7 +232,7 @@ def test_train_round_trip_on_data(rt: ModelRuntime, progress: list[Progress]) ->
     assert (result.unique_examples, result.completed_units, result.optimizer_steps) == (10, None, 3)
     assert result.examples == 10
     assert json.dumps(result.metrics)  # plain dict, serialisable
-    assert progress == [Progress(2, 4, {"loss": 0.75}), Progress(4, 4, {})]
+    assert progress == [TrainProgress(2, 4, {"loss": 0.75}), TrainProgress(4, 4, {})]
     assert rt.progress_rejections == ()
 
 
@@ -392,10 +392,10 @@ def test_memory_size_is_the_linear_memory_and_only_grows(rt: ModelRuntime) -> No
 # -- progress ---------------------------------------------------------------------------
 
 
-def test_malformed_progress_is_recorded_not_fatal(rt: ModelRuntime, progress: list[Progress]) -> None:
+def test_malformed_progress_is_recorded_not_fatal(rt: ModelRuntime, progress: list[TrainProgress]) -> None:
     result = train_mode(rt, "badprogress")
     assert result.unique_examples == 2
-    assert progress == [Progress(2, 4, {"loss": 0.75}), Progress(4, 4, {})]
+    assert progress == [TrainProgress(2, 4, {"loss": 0.75}), TrainProgress(4, 4, {})]
     notes = rt.progress_rejections
     assert len(notes) == 6
     assert all(note.startswith("train") for note in notes)
@@ -407,7 +407,7 @@ def test_progress_callback_exception_aborts_and_breaks(rt: ModelRuntime) -> None
     class Cancelled(Exception):
         pass
 
-    def cancel(_: Progress) -> None:
+    def cancel(_: TrainProgress) -> None:
         raise Cancelled
 
     rt.on_progress = cancel

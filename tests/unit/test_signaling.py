@@ -26,7 +26,7 @@ from weei.server.rooms import (
     Limits,
     Phase,
     Reason,
-    Send,
+    RoomSend,
     TokenBucket,
     make_token,
     verify_token,
@@ -66,7 +66,7 @@ CANDIDATE = {"candidate": "candidate:842163049 1 udp 1677729535 192.0.2.7 46154 
 
 
 def frames_to(outputs: list[Any], conn: int) -> list[dict[str, Any]]:
-    return [dict(o.frame) for o in outputs if isinstance(o, Send) and o.conn == conn]
+    return [dict(o.frame) for o in outputs if isinstance(o, RoomSend) and o.conn == conn]
 
 
 def closes(outputs: list[Any]) -> list[Close]:
@@ -128,7 +128,7 @@ def test_relay_only_inside_the_room_and_rebuilt() -> None:
     b, pb = h.joined("room")
     c, pc = h.joined("other")
     out = h.send(a, {"type": "signal", "to": pb, "kind": "candidate", "payload": CANDIDATE})
-    assert out == [Send(b, {"type": "signal", "from": pa, "kind": "candidate", "payload": CANDIDATE})]
+    assert out == [RoomSend(b, {"type": "signal", "from": pa, "kind": "candidate", "payload": CANDIDATE})]
     out = h.send(a, {"type": "signal", "to": pc, "kind": "offer", "payload": SDP})
     assert frames_to(out, c) == [] and frames_to(out, a)[0]["reason"] == "unknown-peer"
     out = h.send(a, {"type": "signal", "to": pa, "kind": "offer", "payload": SDP})
@@ -186,7 +186,7 @@ def test_malformed_frames_are_refused_by_name(frame: str, reason: str) -> None:
     out = h.send(conn, frame)
     assert frames_to(out, conn)[0]["reason"] == reason
     assert h.hub.stats.refused == {reason: 1}
-    assert h.hub.receive(conn, b"\x00\x01", h.now) == [Send(conn, {
+    assert h.hub.receive(conn, b"\x00\x01", h.now) == [RoomSend(conn, {
         "type": "error", "reason": "binary-frame", "message": "the protocol uses JSON text frames only"})]
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from weei.core.errors import UsageError
 from weei.core.wire.signaling_session import new_room_key, room_code
-from weei.server.rooms import Hub, Limits, Send
+from weei.server.rooms import Hub, Limits, RoomSend
 from weei.server.signaling import Signaling, SignalingConfig, _Outbox, add_arguments, configs_from
 
 SECRET = b"q" * 32
@@ -38,7 +38,7 @@ class Clock:
         conn, _ = self.hub.connect(self.now, source)
         self.hub.receive(conn, '{"type":"hello"}', self.now)
         out = self.hub.receive(conn, _join(key), self.now)
-        assert any(isinstance(o, Send) and o.conn == conn and o.frame["type"] == "peers" for o in out), out
+        assert any(isinstance(o, RoomSend) and o.conn == conn and o.frame["type"] == "peers" for o in out), out
         return conn
 
 
@@ -93,8 +93,8 @@ def test_join_leave_churn_does_not_amplify_without_bound() -> None:
         clock.hub.receive(conn, '{"type":"hello"}', clock.now)
         out = clock.hub.receive(conn, _join(key), clock.now)
         out += clock.hub.disconnect(conn, clock.now)
-        received += sum(1 for o in out if isinstance(o, Send) and o.conn in members)
-        refused += sum(1 for o in out if isinstance(o, Send) and o.frame.get("reason") == "join-rate-limited")
+        received += sum(1 for o in out if isinstance(o, RoomSend) and o.conn in members)
+        refused += sum(1 for o in out if isinstance(o, RoomSend) and o.frame.get("reason") == "join-rate-limited")
     seconds = clock.now
     allowed_joins = limits.join_burst + limits.join_rate * seconds
     # each admitted join and its leave cost every member one list: bounded by the address's join budget
@@ -113,7 +113,7 @@ def test_one_address_cannot_take_every_room() -> None:
         conn, _ = clock.hub.connect(clock.now, "192.0.2.7")
         clock.hub.receive(conn, '{"type":"hello"}', clock.now)
         out = clock.hub.receive(conn, _join(_key(100 + i)), clock.now)
-        answers.append([dict(o.frame) for o in out if isinstance(o, Send)][0])
+        answers.append([dict(o.frame) for o in out if isinstance(o, RoomSend)][0])
         squatter.append(conn)
     assert [a["type"] for a in answers[:8]] == ["peers"] * 8
     assert {a.get("reason") for a in answers[8:]} == {"too-many-rooms"}
@@ -123,7 +123,7 @@ def test_one_address_cannot_take_every_room() -> None:
     conn, _ = clock.hub.connect(clock.now, "192.0.2.7")
     clock.hub.receive(conn, '{"type":"hello"}', clock.now)
     out = clock.hub.receive(conn, _join(_key(500)), clock.now)
-    assert [o.frame["type"] for o in out if isinstance(o, Send)] == ["peers"]
+    assert [o.frame["type"] for o in out if isinstance(o, RoomSend)] == ["peers"]
 
 
 def test_bytes_are_budgeted_per_address_over_all_its_sockets() -> None:
@@ -166,7 +166,7 @@ def test_many_addresses_together_meet_the_server_wide_budgets() -> None:
         conn, _ = clock.hub.connect(clock.now, f"10.9.0.{i}")
         clock.hub.receive(conn, '{"type":"hello"}', clock.now)
         out = clock.hub.receive(conn, _join(_key(7)), clock.now)
-        answers.append([o.frame for o in out if isinstance(o, Send) and o.conn == conn][0])
+        answers.append([o.frame for o in out if isinstance(o, RoomSend) and o.conn == conn][0])
     assert [a["type"] for a in answers[:5]] == ["peers"] * 5
     assert {a.get("reason") for a in answers[5:]} == {"join-rate-limited"}
     big = json.dumps({"type": "ping", "x": "y" * 60_000})
@@ -189,7 +189,7 @@ def test_an_operator_sets_the_budgets_on_the_command_line_and_a_bad_one_is_named
         conn, _ = clock.hub.connect(clock.now, "192.0.2.8")
         clock.hub.receive(conn, '{"type":"hello"}', clock.now)
         answers += [o.frame.get("reason", o.frame["type"]) for o in clock.hub.receive(conn, _join(_key(700 + i)),
-                                                                                      clock.now) if isinstance(o, Send)]
+                                                                                      clock.now) if isinstance(o, RoomSend)]
     assert answers == ["peers", "peers", "too-many-rooms"]
     for bad, words in ((["max_room=3"], "NAME one of"), (["max_rooms_per_ip"], "NAME=VALUE"),
                        (["max_rooms_per_ip=2.5"], "not a whole number"), (["join_rate=fast"], "not a number"),

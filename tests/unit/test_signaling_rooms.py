@@ -14,7 +14,7 @@ from aiohttp.test_utils import TestServer
 from weei.core.errors import UsageError
 from weei.core.wire.signaling_session import room_code
 from weei.server.invite import fresh_key, invite_url, parse_invite
-from weei.server.rooms import Hub, Limits, Send
+from weei.server.rooms import Hub, Limits, RoomSend
 from weei.server.signaling import SignalingConfig, create_signaling_app
 from weei.agent.signaling_client import SignalingClient, SignalingError
 
@@ -34,7 +34,7 @@ class Hubby:
 
     def join(self, conn: int, frame: dict[str, Any]) -> list[dict[str, Any]]:
         out = self.hub.receive(conn, json.dumps({"type": "join", **frame}), self.now)
-        return [dict(o.frame) for o in out if isinstance(o, Send) and o.conn == conn]
+        return [dict(o.frame) for o in out if isinstance(o, RoomSend) and o.conn == conn]
 
 
 def test_joining_without_the_key_is_refused_by_name() -> None:

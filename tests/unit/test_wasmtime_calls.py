@@ -9,7 +9,7 @@ import wasmtime
 import weei.runtime.wasmtime_calls as calls
 from weei.demo.run import models_dir
 from weei.runtime import ModelRuntime, WasmtimeEngine
-from weei.runtime.results import Progress
+from weei.runtime.results import TrainProgress
 
 DIGITS = models_dir() / "digits-mlp"
 
@@ -49,7 +49,7 @@ def test_an_exception_from_the_progress_callback_still_aborts_a_direct_call() ->
     class Stop(Exception):
         pass
 
-    def stop(_: Progress) -> None:
+    def stop(_: TrainProgress) -> None:
         raise Stop
 
     runtime = ModelRuntime.load((DIGITS / "model.wasm").read_bytes(), WasmtimeEngine(), on_progress=stop)

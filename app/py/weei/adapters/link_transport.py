@@ -41,7 +41,7 @@ from ..core.wire.commands import Send
 from ..core.errors import WeeiError
 from ..core.wire.messages import Message
 from ..core.links.peerlink import LinkManager
-from ..core.links.peerlink_commands import (AddCandidate, CloseLink, Command, CreateLink, Delivery, MakeAnswer, MakeOffer,
+from ..core.links.peerlink_commands import (AddCandidate, CloseLink, LinkCommand, CreateLink, Delivery, MakeAnswer, MakeOffer,
                                       Note, Pump, SendSignal, SetRemote, TransferRecord, Wake)
 from ..core.wire.signaling_session import Closed, Peers, ServerError, Signal, Welcome
 
@@ -227,7 +227,7 @@ class LinkTransport:
 
     # ------------------------------------------------------- commands out
 
-    def _apply(self, commands: list[Command]) -> None:
+    def _apply(self, commands: list[LinkCommand]) -> None:
         """Carry out ``commands`` outside the setup lock (see the module docstring)."""
         for i, command in enumerate(commands):
             if isinstance(command, _ASYNC):
@@ -236,11 +236,11 @@ class LinkTransport:
             self._now(command)
         self._rearm()
 
-    async def _locked(self, commands: list[Command]) -> None:
+    async def _locked(self, commands: list[LinkCommand]) -> None:
         async with self._setup:
             await self._run(commands)
 
-    async def _run(self, commands: list[Command]) -> None:
+    async def _run(self, commands: list[LinkCommand]) -> None:
         """Carry out ``commands`` in order, awaiting the platform (under the setup lock)."""
         for command in commands:
             if isinstance(command, _ASYNC):
@@ -249,7 +249,7 @@ class LinkTransport:
                 self._now(command)
         self._rearm()
 
-    async def _await(self, command: Command) -> None:
+    async def _await(self, command: LinkCommand) -> None:
         if isinstance(command, SendSignal):
             try:
                 await self._signal(command.peer, command.kind, command.payload)
@@ -303,7 +303,7 @@ class LinkTransport:
             raise _LinkGone()
         raise TimeoutError(f"the platform did not answer in {self.connect_timeout_s:.0f} s")
 
-    def _now(self, command: Command) -> None:
+    def _now(self, command: LinkCommand) -> None:
         if isinstance(command, Pump):
             self._pump(command.link)
         elif isinstance(command, Wake):

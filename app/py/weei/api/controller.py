@@ -17,7 +17,7 @@ do the rest, sharing one ``Session``:
 * ``state_view.StateView`` builds ``getState()`` and tells subscribers.
 
 A reload finds the job record and its last checkpoint in storage and
-continues from there (``Coordinator.resume`` in 'resume' mode): the round
+continues from there (``Coordinator.continue_from`` in 'resume' mode): the round
 that was running is trained again, nothing saved is lost.
 """
 
@@ -234,7 +234,7 @@ class TrainingController:
             # The module decides compatibility: its loadModel (and loadAuxiliary) must take the weights.
             prepared.load_checkpoint(read.weights)
             async with _NewJobScope(self):
-                coordinator = Coordinator.resume(prepared.spec, read, mode=dataset_mode, my_peer_id=s.my_peer_id,
+                coordinator = Coordinator.continue_from(prepared.spec, read, mode=dataset_mode, my_peer_id=s.my_peer_id,
                                                  kernel=self.kernel, now=self.clock(),
                                                  new_job_seed=prepared.job_seed)
                 await self._put_job_files(prepared.artifacts, prepared.validation)
@@ -502,6 +502,8 @@ class TrainingController:
         s.coordinator.diagnostics_sink = self.executor.diagnostics.accept
         s.coordinator.stopwatch = s.monotonic  # times the rounds' phases for the debug log
         s.coordinator.progress_sink = self.executor.on_peer_progress
+        # A round's last update is in: subscribers hear `transitioning` before the averaging holds the thread.
+        s.coordinator.closing_sink = lambda round_: self.view.notify()
 
     def _require_coordinator(self, what: str) -> Coordinator:
         s = self.session

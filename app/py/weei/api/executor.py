@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Callable, Coroutine
 
-from ..core.wire.commands import Command, LoadModule, Log, Phase, RunValidation, SaveCheckpoint, Send, Train
+from ..core.wire.commands import Command, LoadModule, Log, RoundPhase, RunValidation, SaveCheckpoint, Send, Train
 from ..core.errors import UsageError, WeeiError
 from ..core.wire.messages import Assign, Progress
 from ..core.job.spec import JobSpec
@@ -160,7 +160,7 @@ class Executor:
             self.spawn(self._validate(command))
         elif isinstance(command, Log):
             s.record(command.event, command.details)
-        elif isinstance(command, Phase):
+        elif isinstance(command, RoundPhase):
             s.debug_log.round_phase(command.round, command.name, command.started, command.finished, s.clock())
         elif isinstance(command, LoadModule):
             self._load_module(command)

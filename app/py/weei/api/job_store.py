@@ -352,7 +352,7 @@ class JobStore:
         spec, job_seed, validation_sha = spec_from_record(record)
         summaries, file = await self.read_checkpoints(job_id)
         read = read_checkpoint(file)
-        coordinator = Coordinator.resume(spec, read, mode="resume", my_peer_id=my_peer_id, kernel=kernel,
+        coordinator = Coordinator.continue_from(spec, read, mode="resume", my_peer_id=my_peer_id, kernel=kernel,
                                          now=now, new_job_seed=job_seed, reopening=True)
         coordinator.restore_checkpoints(summaries)
         if record.get("status") == JobStatus.COMPLETED:

@@ -85,8 +85,8 @@ class StateView:
             "myPeerId": s.my_peer_id,
             "busy": s.busy > 0,
             "preparing": s.preparing,
-            # A round's checkpoint is being made durable (the spec: averaging into a checkpoint).
-            "transitioning": s.saving > 0,
+            # The spec: averaging updates into a checkpoint, from a round's last update until the file is written.
+            "transitioning": s.saving > 0 or (coordinator is not None and coordinator.transitioning),
             "evaluating": s.evaluating > 0,
             "peers": s.transport.peers() if s.transport is not None else [],
             "invitations": [[job_id, json.loads(json.dumps(inv))] for job_id, inv in s.invitations.entries().items()],

@@ -79,7 +79,7 @@ from weei.gpu.errors import GpuError
 from weei.gpu.session import GpuBackendSpec, GpuWork
 from weei.gpu.trainer import GpuAssignment, GpuTrainer
 from weei.runtime.abi import ModelRuntime
-from weei.runtime.results import Progress
+from weei.runtime.results import TrainProgress
 
 from .engine import BrowserEngine, to_uint8array
 
@@ -304,7 +304,7 @@ class WorkerSession:
         "trainGpu": _train_gpu,
     }
 
-    def _on_progress(self, progress: Progress) -> None:
+    def _on_progress(self, progress: TrainProgress) -> None:
         # A model may report every batch (hundreds per second); the page
         # needs a few per second, and each post costs ~15-30 µs of Python.
         now = time.perf_counter()

@@ -24,7 +24,7 @@ from .engine import (
     Interrupted,
     Trap,
 )
-from .results import EvalResult, Progress, TrainResult
+from .results import EvalResult, TrainProgress, TrainResult
 
 if TYPE_CHECKING:
     from .wasmtime_engine import WasmtimeEngine
@@ -35,7 +35,7 @@ __all__ = [
     "REQUIRED_EXPORTS",
     "ModelRuntime",
     "ProgressCallback",
-    "Progress",
+    "TrainProgress",
     "TrainResult",
     "EvalResult",
     "Engine",

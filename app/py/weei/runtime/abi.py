@@ -10,7 +10,7 @@ instantiates anything, so a module that imports more than
 1. each input region (chunk, weights, auxiliary slot) is ``alloc``-ed and
    written in one bulk copy; the input JSON (compact, UTF-8) likewise;
 2. the export is called; ``weei.onProgress`` reports arriving meanwhile are
-   parsed into :class:`Progress` and handed to ``on_progress``: the first at
+   parsed into :class:`TrainProgress` and handed to ``on_progress``: the first at
    once, then at most one per 20 ms, and the newest one left when the export
    returns (``progress_reports.py``: parsing every batch's report cost a
    third of a training call); a malformed report is recorded in
@@ -44,7 +44,7 @@ from weei.runtime.sandbox import check_module_memory
 
 from .engine import CompileError, DeadlineExceeded, Engine, EngineError, Instance, InstantiateError, Interrupted
 from .progress_reports import ProgressReports
-from .results import EvalResult, Progress, TrainResult, field_count, field_metrics, parse_result_json
+from .results import EvalResult, TrainProgress, TrainResult, field_count, field_metrics, parse_result_json
 
 __all__ = ["ABI_VERSION", "OPERATIONS", "REQUIRED_EXPORTS", "ProgressCallback", "ModelRuntime"]
 
@@ -72,7 +72,7 @@ _U32_LIMIT = 1 << 32
 _MAX_JSON_BYTES = 1 << 20  # a result or progress JSON: metrics and counts, never weights
 _MAX_REGION_BYTES = MAX_FILE_BYTES  # a region the module hands back (weights): the checkpoint limit
 
-ProgressCallback = Callable[[Progress], None]
+ProgressCallback = Callable[[TrainProgress], None]
 Buffer = bytes | bytearray | memoryview
 
 
@@ -115,7 +115,7 @@ class ModelRuntime:
         """Internal: use :meth:`load`."""
         self._instance = instance
         self.on_progress: ProgressCallback | None = on_progress
-        """Called with each valid :class:`Progress` report; may be replaced between calls."""
+        """Called with each valid :class:`TrainProgress` report; may be replaced between calls."""
         self.progress = ProgressReports()
         """Which progress reports are parsed (``interval_s``: 0 parses every one) and why some were skipped."""
         self._active_op: str | None = None

@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 from weei.core.errors import ModelError
 
-from .results import Progress, field_count, field_metrics, parse_result_json
+from .results import TrainProgress, field_count, field_metrics, parse_result_json
 
 __all__ = ["PARSE_INTERVAL_S", "ProgressReports"]
 
@@ -52,8 +52,8 @@ class ProgressReports:
         self._due = -float("inf")
         self._kept = None
 
-    def report(self, op: str, raw: bytes) -> Progress | None:
-        """A report of ``op`` (bytes copied out of the module): the Progress to hand on now, or None (kept for
+    def report(self, op: str, raw: bytes) -> TrainProgress | None:
+        """A report of ``op`` (bytes copied out of the module): the TrainProgress to hand on now, or None (kept for
         later, or malformed and recorded)."""
         now = self.clock()
         if now < self._due:
@@ -63,7 +63,7 @@ class ProgressReports:
         self._due = now + self.interval_s
         return self._parse(op, raw)
 
-    def flush(self) -> Progress | None:
+    def flush(self) -> TrainProgress | None:
         """The operation returned: its newest report not parsed yet, parsed (None: there is none, or it is
         malformed)."""
         kept, self._kept = self._kept, None
@@ -74,7 +74,7 @@ class ProgressReports:
         self.rejections.append(note)
         log.debug("progress report skipped: %s", note)
 
-    def _parse(self, op: str, raw: bytes) -> Progress | None:
+    def _parse(self, op: str, raw: bytes) -> TrainProgress | None:
         try:
             report = parse_result_json(f"{op} progress", raw)
             processed = field_count(op, report, "processedExamples")
@@ -86,4 +86,4 @@ class ProgressReports:
         except ModelError as exc:
             self.reject(op, exc)
             return None
-        return Progress(processed, total, metrics)
+        return TrainProgress(processed, total, metrics)

@@ -17,7 +17,7 @@ from weei.core._check import parse_json
 from weei.core.errors import ModelError
 
 __all__ = [
-    "Progress",
+    "TrainProgress",
     "TrainResult",
     "EvalResult",
     "parse_result_json",
@@ -33,7 +33,7 @@ def _own_metrics(metrics: Mapping[str, float]) -> dict[str, float]:
 
 
 @dataclass(frozen=True)
-class Progress:
+class TrainProgress:
     """One ``weei.onProgress`` report.
 
     For experience models ``processed_examples`` counts completed units and

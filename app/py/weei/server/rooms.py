@@ -6,7 +6,7 @@ A :class:`Hub` holds every signaling connection the server has, as small
 integer handles. The adapter (``signaling.py``) feeds it events with the
 time passed in -- :meth:`Hub.connect`, :meth:`Hub.receive` (one WebSocket
 frame), :meth:`Hub.disconnect`, :meth:`Hub.expire` -- and performs what it
-returns: :class:`Send` (one JSON frame to one connection) and
+returns: :class:`RoomSend` (one JSON frame to one connection) and
 :class:`Close` (close one connection with a code and a reason). The hub
 never touches a socket, the clock or the event loop, so every rule below
 is tested with plain calls and a fake ``now``.
@@ -82,7 +82,7 @@ __all__ = [
     "SignalingError",
     "Limits",
     "TokenBucket",
-    "Send",
+    "RoomSend",
     "Close",
     "Output",
     "Stats",
@@ -96,7 +96,7 @@ __all__ = [
 
 
 @dataclass(frozen=True)
-class Send:
+class RoomSend:
     """Send ``frame`` (a JSON object) to connection ``conn``."""
 
     conn: int
@@ -112,7 +112,7 @@ class Close:
     reason: str
 
 
-Output = Union[Send, Close]
+Output = Union[RoomSend, Close]
 
 
 @dataclass
@@ -321,7 +321,7 @@ class Hub:
     # -- message handlers --------------------------------------------------
 
     def _on_ping(self, state: _Conn, message: dict[str, Any], now: float) -> list[Output]:
-        return [Send(state.id, {"type": "pong"})]
+        return [RoomSend(state.id, {"type": "pong"})]
 
     def _on_hello(self, state: _Conn, message: dict[str, Any], now: float) -> list[Output]:
         if "version" in message and message["version"] != PROTOCOL_VERSION:
@@ -343,7 +343,7 @@ class Hub:
             self._by_peer[peer_id] = state.id
         state.peer_id = peer_id
         state.phase = Phase.WELCOMED
-        return [Send(state.id, {
+        return [RoomSend(state.id, {
             "type": "welcome",
             "version": PROTOCOL_VERSION,
             "peerId": peer_id,
@@ -416,7 +416,7 @@ class Hub:
             # peer learns nothing about rooms it is not in.
             refuse(Reason.UNKNOWN_PEER, "signal.to is not a peer in this room")
         self.stats.relayed[kind.value] += 1
-        return [Send(target, {"type": "signal", "from": state.peer_id, "kind": kind.value, "payload": payload})]
+        return [RoomSend(target, {"type": "signal", "from": state.peer_id, "kind": kind.value, "payload": payload})]
 
     # -- internals ---------------------------------------------------------
 
@@ -431,7 +431,7 @@ class Hub:
     def _peers_update(self, room: str, joiner: int | None = None) -> list[Output]:
         members = self._rooms.get(room, [])
         frame = {"type": "peers", "room": room, "peers": [self._peer_of(c) for c in members]}
-        return [Send(c, dict(frame, token=self._token(self._peer_of(c), room)) if c == joiner else frame)
+        return [RoomSend(c, dict(frame, token=self._token(self._peer_of(c), room)) if c == joiner else frame)
                 for c in members]
 
     def _drop(self, conn: int) -> list[Output]:
@@ -458,7 +458,7 @@ class Hub:
         frame: dict[str, Any] = {"type": "error", "reason": error.reason, "message": error.message}
         if refused is not None:
             frame["refused"] = refused
-        out: list[Output] = [Send(state.id, frame)]
+        out: list[Output] = [RoomSend(state.id, frame)]
         if not state.strikes.take(now):
             out += self.drop(state.id, CloseCode.POLICY_VIOLATION, Reason.TOO_MANY_ERRORS, now)
         return out

@@ -4,8 +4,9 @@ Theory of operation
 -------------------
 Every hand-out of work (a dataset chunk or a range of experience units) to
 one participant is an *attempt* with its own id. :class:`RoundAttempts`
-keeps the current round's attempts, the valid updates received for them,
-and the ids of every attempt that has closed, so an update that arrives for
+keeps one round's attempts (each ``Round`` owns one, ``core/job/round.py``),
+the valid updates received for them, and the ids of every attempt of the
+job that has closed (carried from round to round, :meth:`RoundAttempts.next_round`), so an update that arrives for
 an attempt no longer open (late, stale, duplicate, off-policy) is recognised
 by :func:`check_update` and discarded, never averaged. An attempt's status
 moves only along ``ATTEMPT_TRANSITIONS`` (``core/states.py``). Nothing here
@@ -154,6 +155,10 @@ class RoundAttempts:
         out = sorted(self.received.values(), key=lambda r: r.attempt.assignment_id)
         self.clear()
         return out
+
+    def next_round(self) -> RoundAttempts:
+        """The next round's attempts: none yet, with the job's closed attempt ids and numbering carried on."""
+        return RoundAttempts(closed=self.closed, issued=self.issued)
 
     def clear(self) -> None:
         self.current = []

@@ -10,12 +10,34 @@ its own id (``core/job/attempts.py``), so anything that arrives for an attempt
 that is no longer open (late, stale, duplicate, off-policy) is recognised
 and discarded, never averaged.
 
-A round closes when every attempt has an outcome, or at its deadline,
-into checkpoint ``r`` (``core/job/round_loop.py`` runs the rounds; this module
-takes the host's commands and the peers' events). A round with no valid
-update keeps the previous checkpoint and tries again; a round that cannot
-close (a non-finite aggregate, any error) keeps it too and pauses the job
-with the error.
+Each round is a :class:`~weei.core.job.round.Round` (``core/job/round.py``):
+it opens with the job's settings as they are then, owns its attempts and
+its relayed checkpoint, and closes to an outcome. An attempt ends with a
+valid update, or without one (``_end_attempt``: disconnect, deadline,
+rejected update, model error); then its work goes back, to an idle
+participant at once when there is one, otherwise to the front of the queue
+for the next round. A round closes when every attempt has an outcome, or at
+its deadline (``_close_round``): it turns *closing* (``transitioning``; the
+host's ``closing_sink`` hears of it before the averaging starts), the pure
+``round_rules.close_round`` aggregates its valid updates under the round's
+settings into the record of checkpoint ``r``, and ``_closing`` builds and
+checks that checkpoint's file on a copy of the schedule; only then does
+``_take_round`` write it all down. Closing is all or nothing: any error
+before the write-down (a non-finite aggregate, a file that would not pass
+the reader's checks, a bug) leaves the round counter, weights and
+checkpoints as they were, gives the round's trained work back and pauses
+the job with the cause (``round.failed`` and ``job.paused`` reason
+``round-failed`` in the log, ``error`` in the state), so the person can fix
+it (a lower server learning rate, say) and resume. A round with no valid
+update keeps the previous checkpoint and tries again; after
+``MAX_EMPTY_ROUNDS`` of them the job pauses too. When the work is done the
+job completes (``_finish``) and every participant is told.
+
+Commands only append (:class:`~weei.core.wire.commands.Outbox`): a round's
+opening is planned (relays included) before any of it is emitted, and a
+closed round's SaveCheckpoint goes out at one point, after the next round's
+work (writing the file does not hold up the participants, issue 11, P4)
+and before anything the next round's own closing emits.
 
 The job's status, each participant's record and each attempt move only
 along the transition tables of ``core/states.py``; this class is the only
@@ -29,35 +51,60 @@ call ``handle_timer``. Nothing here reads a clock or does I/O.
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping
 
 from ..formats import checkpoint as ckpt
 from . import progress
 from ..aggregation.aggregate import AggregationState
-from .attempts import RoundAttempts
-from ..wire.commands import Log
-from ..errors import UsageError
+from .attempts import Attempt, Received, RoundAttempts, check_update
+from ..wire.commands import Command, Log, Outbox, RoundPhase, RunValidation, SaveCheckpoint, Send
+from ..errors import UsageError, WeeiError
 from .spec import JobSpec
 from .participant import CHECKPOINTS_KEPT
 from ..wire.messages import (
-    AssignmentFailed, CheckpointNote, Deliver, DiagnosticsReport, Invitation, InvitationDecision, Leave, Message, ModuleStatus,
-    PauseContribution, Progress, RelayDone, TrainingStarted, Update,
+    ArtifactRef, AssignmentFailed, CheckpointNote, Deliver, DiagnosticsReport, Invitation, InvitationDecision,
+    JobFinished, Leave, Message, ModuleStatus, PauseContribution, Progress, RelayDone, TrainingStarted, Update,
+    UpdateReceipt,
 )
-from .peers import PeerRecord, loading
-from ..links.relay import Relays
-from .round_loop import MAX_EMPTY_ROUNDS, RejectedUpdate, RoundLoop
-from .round_rules import Kernel, check_can_validate, check_method, check_units, held_round, snapshot_rounds
+from .peers import PeerRecord, available, eligible, loading
+from ..links.relay import Broadcast, Relays
+from .round import Round, RoundClosed, RoundEmpty, RoundFailed
+from .round_rules import (
+    Kernel, RoundRecord, check_can_validate, check_method, check_units, chunk_seed, held_round, make_assign,
+    snapshot_rounds, validation_command, validation_due,
+)
 from .schedule import DatasetSchedule, ExperienceSchedule
-from ..formats.seeds import rounds_to_train
+from ..formats.seeds import assignment_seed, rounds_to_train
 from ..formats.settings import TrainingSettings
-from ..states import JobStatus, PeerState
+from ..states import JOB_TRANSITIONS, JobStatus, PeerState, is_working, move
 
-__all__ = ["Coordinator", "RejectedUpdate", "DEFAULT_ROUND_TIMEOUT_MS", "JOIN_GRACE_MS", "MAX_EMPTY_ROUNDS"]
+__all__ = ["Coordinator", "RejectedUpdate", "DEFAULT_ROUND_TIMEOUT_MS", "JOIN_GRACE_MS", "MAX_EMPTY_ROUNDS",
+           "REPEATED_OUTLIER_ROUNDS"]
 
 DEFAULT_ROUND_TIMEOUT_MS = 10 * 60 * 1000
 # After start(), participants still loading the module get this long to be
 # ready, so the first round is not trained by whoever happened to be first.
 JOIN_GRACE_MS = 10_000
+
+# Rounds in a row without a single valid update before the job pauses itself:
+# retrying forever would only burn the participants' machines.
+MAX_EMPTY_ROUNDS = 5
+
+# Rounds in a row whose update was an outlier before a peer is named in the
+# debug log (``peer.outlier``): one odd round is noise, three is a pattern.
+REPEATED_OUTLIER_ROUNDS = 3
+
+
+@dataclass(frozen=True)
+class RejectedUpdate:
+    """An update (or attempt) that did not count, and why."""
+
+    round: int
+    peer: str
+    attempt_id: str
+    reason: str
+    at: float
 
 
 def _no_stopwatch() -> float:
@@ -65,8 +112,8 @@ def _no_stopwatch() -> float:
     return 0.0
 
 
-class Coordinator(RoundLoop):
-    """One job, seen from the browser that coordinates it. Build with ``create`` or ``resume``."""
+class Coordinator:
+    """One job, seen from the browser that coordinates it. Build with ``create`` or ``continue_from``."""
 
     def __init__(self, spec: JobSpec, *, my_peer_id: str, kernel: Kernel, weights: bytes, round_: int,
                  now: float, job_seed: int | None, round_timeout_ms: float, aggregation_state: AggregationState | None,
@@ -88,20 +135,25 @@ class Coordinator(RoundLoop):
         self.dataset = dataset
         self.experience = experience
         self.checkpoint_hashes = dict(checkpoint_hashes)
-        self.checkpoints = []
-        self.peers = {}
-        self.attempts = RoundAttempts()
-        self.rejected = []
+        self.checkpoints: list[dict[str, Any]] = []
+        self.peers: dict[str, PeerRecord] = {}
+        self.round: Round | None = None  # the open round, or the last one, closed
+        self._no_round = RoundAttempts()  # the attempts' ledger before the first round
+        self.rejected: list[RejectedUpdate] = []
         self._empty_rounds = 0
-        self.last_contributors = []
+        # Why the last attempt ended without a valid update: the cause a paused job names in its error.
+        self._last_failure: str | None = None
+        self.last_contributors: list[str] = []
         self._saved_incomplete = False
-        self._grace_until = None
-        self._commands = []
+        self._grace_until: float | None = None
+        self._commands = Outbox()
         self.diagnostics_sink: Callable[[str, dict[str, Any], float], None] | None = None
-        self.stopwatch = _no_stopwatch  # the host sets its monotonic clock: phases get their durations
-        self._round_opened = None
-        self.relays = Relays(my_peer_id, spec.job_id, sha256_many=kernel.sha256_many)
-        self.broadcast = None
+        # The host's monotonic clock (ms), read only to time phases for the debug log.
+        self.stopwatch: Callable[[], float] = _no_stopwatch
+        # Told (with the round) when a round's last needed update is in, before its averaging starts:
+        # the host publishes ``transitioning`` then, not only once the checkpoint is being saved.
+        self.closing_sink: Callable[[int], None] | None = None
+        self.relays = Relays(my_peer_id, spec.job_id, sha256_many=kernel.sha256_many)  # core/links/relay.py
         # Live progress of an open attempt goes to the host's LiveProgress book (bounded per peer);
         # it answers False for a report older than the one it holds.
         self.progress_sink: Callable[[str, Progress, float], bool] | None = None
@@ -129,7 +181,7 @@ class Coordinator(RoundLoop):
         return self
 
     @classmethod
-    def resume(cls, spec: JobSpec, checkpoint: ckpt.Checkpoint, *, mode: str, my_peer_id: str, kernel: Kernel,
+    def continue_from(cls, spec: JobSpec, checkpoint: ckpt.Checkpoint, *, mode: str, my_peer_id: str, kernel: Kernel,
                now: float,
                new_job_seed: int | None = None, reopening: bool = False,
                round_timeout_ms: float = DEFAULT_ROUND_TIMEOUT_MS) -> Coordinator:
@@ -159,8 +211,23 @@ class Coordinator(RoundLoop):
 
     def take_commands(self) -> list[Command]:
         """The commands emitted since the last call, in order."""
-        out, self._commands = self._commands, []
-        return out
+        return self._commands.take()
+
+    @property
+    def attempts(self) -> RoundAttempts:
+        """The open round's attempts (the last round's, closed, or none before the first)."""
+        return self.round.attempts if self.round is not None else self._no_round
+
+    @property
+    def broadcast(self) -> Broadcast | None:
+        """The relayed checkpoint of the last round that opened, if it was relayed."""
+        return self.round.broadcast if self.round is not None else None
+
+    @property
+    def transitioning(self) -> bool:
+        """A round's last needed update is in and its checkpoint has not gone to the host yet:
+        the updates are being averaged into it (the host's save follows)."""
+        return self.round is not None and self.round.closing
 
     def next_timer(self) -> float | None:
         """When ``handle_timer`` must next be called (ms since epoch), or None."""
@@ -176,7 +243,7 @@ class Coordinator(RoundLoop):
             self._maybe_open_round(now)
         if self.broadcast is not None:
             self.broadcast.handle_timer(now)
-            self._commands += self.broadcast.take_commands()
+            self._commands.extend(self.broadcast.take_commands())
         late = self.attempts.late(now)
         for attempt in late:
             self._end_attempt(attempt, "missed the round deadline", now, failed=False, reassign=False)
@@ -350,7 +417,7 @@ class Coordinator(RoundLoop):
         record.move("disconnect")
         if self.broadcast is not None:
             self.broadcast.peer_left(peer, now)
-            self._commands += self.broadcast.take_commands()
+            self._commands.extend(self.broadcast.take_commands())
         for attempt in self.attempts.open_of(peer):
             self._end_attempt(attempt, "participant disconnected", now, failed=False, reassign=True)
         self._log("peer.disconnected", peer=peer)
@@ -399,7 +466,7 @@ class Coordinator(RoundLoop):
             record.move("leave")
             if self.broadcast is not None:  # what it was to relay goes direct
                 self.broadcast.peer_left(peer, now)
-                self._commands += self.broadcast.take_commands()
+                self._commands.extend(self.broadcast.take_commands())
             for attempt in self.attempts.open_of(peer):
                 self._end_attempt(attempt, "participant left", now, failed=False, reassign=True)
             self._log("participant.left", peer=peer)
@@ -407,7 +474,7 @@ class Coordinator(RoundLoop):
         elif isinstance(message, RelayDone):
             if self.broadcast is not None:
                 self.broadcast.relay_done(peer, message, now)
-                self._commands += self.broadcast.take_commands()
+                self._commands.extend(self.broadcast.take_commands())
         elif isinstance(message, Progress):
             attempt = self.attempts.open_one(message.attempt_id)
             if attempt is None or attempt.peer != peer:
@@ -478,6 +545,365 @@ class Coordinator(RoundLoop):
         # Only a participant that will train on its GPU asks for the WGSL archive: it comes with its next Assign.
         record.wants_shader_archive = message.fetch_shader_archive and self.spec.gpu is not None
         self._maybe_open_round(now)
+
+    # ---------------------------------------------------------------- rounds
+
+    def _job(self, event: str) -> None:
+        self.status = move("job", JOB_TRANSITIONS, self.status, event)
+
+    def _eligible(self) -> list[str]:
+        return eligible(self.peers, self.attempts.busy_peers())
+
+    def _maybe_open_round(self, now: float) -> None:
+        opened = self._plan_round(now)
+        if opened is not None:
+            round_, planned = opened
+            self._commands.extend(planned)
+            self._after_opening(round_, now)
+
+    def _plan_round(self, now: float) -> tuple[Round, list[Command]] | None:
+        """Open the next round when the job can: the round and its commands (the Assigns, the relay's plans),
+        not emitted yet. None when no round opens (the job may have completed instead)."""
+        if self._grace_until is not None and not loading(self.peers):
+            self._grace_until = None
+        if self.status != JobStatus.RUNNING or self.attempts.round_open() or self._grace_until is not None:
+            return None
+        if self._work_done():
+            self._finish(now, incomplete=False)
+            return None
+        peers = self._eligible()
+        if not peers:
+            return None
+        round_ = self.round = Round(self.checkpoint_round + 1, self.spec, self.attempts.next_round(), self.stopwatch())
+        planned: list[Command] = []
+        for peer in peers:
+            sent = self._hand_out(round_, peer, now)
+            if sent is None:
+                break
+            planned += sent
+        ref = ArtifactRef("checkpoint", self.weights_sha256, len(self.weights))
+        return round_, round_.plan_relay(self.relays, planned, ref, self.weights, now)
+
+    def _after_opening(self, round_: Round, now: float) -> None:
+        if not round_.attempts.current:
+            # Nothing could be handed out: every remaining chunk was dropped.
+            self._close_round(now)
+
+    def _relay_likely(self) -> bool:
+        """Whether the next round will likely relay its checkpoint: two or more other peers can take work
+        (``relay_assignments`` decides by the Sends it is given; a wrong guess costs a hash or saves none)."""
+        return sum(1 for p in self._eligible() if p != self.my_peer_id) >= 2
+
+    def _hand_out(self, round_: Round, peer: str, now: float) -> list[Command] | None:
+        """The commands that give ``peer`` one assignment of ``round_``; None when no work is left this round."""
+        units = None
+        number = round_.number
+        if self.dataset is not None:
+            chunk_id = self.dataset.take(peer)
+            if chunk_id is None:
+                return None
+            assignment_id = f"r{number}-{chunk_id}"
+            seed = chunk_seed(self.spec.job_id, assignment_id)
+        else:
+            assert self.experience is not None and self.job_seed is not None
+            units = self.experience.take()
+            seed = assignment_seed(self.job_seed, units.start)
+            assignment_id = f"r{number}-u{units.start}"
+            chunk_id = None
+        attempt = round_.attempts.new(peer, number, assignment_id, chunk_id, units, seed, now, self.round_timeout_ms)
+        record = self.peers[peer]
+        record.move("assign")
+        checkpoint_ref = ArtifactRef("checkpoint", self.weights_sha256, len(self.weights))
+        assign, attachments = make_assign(round_.spec, attempt, checkpoint_ref, self.checkpoint_hashes,
+                                          self.job_seed, shader_archive=record.wants_shader_archive)
+        needed: list[ArtifactRef] = []
+        for a in attachments:
+            # Once per version: the checkpoint and a snapshot may be the same bytes.
+            if a.kind == "chunk" or a.sha256 not in record.held:
+                needed.append(a)
+                if a.kind != "chunk":
+                    record.held.add(a.sha256)
+        return [Send(peer, assign, tuple(needed)),
+                Log("assignment.sent", {"peer": peer, "round": number, "attempt": attempt.attempt_id})]
+
+    def _end_attempt(self, attempt: Attempt, error: str, now: float, *, failed: bool, reassign: bool) -> None:
+        """End an attempt without a valid update; its work goes back (first in line).
+
+        ``failed`` counts against the work itself (the model or the data may
+        be at fault), unlike a disconnect or a deadline. With ``reassign``
+        an idle participant of this round takes the work at once.
+        """
+        self.attempts.stop(attempt, error)
+        self._last_failure = f"{attempt.peer[:12]}: {error[:300]}"
+        record = self.peers.get(attempt.peer)
+        if record is not None and is_working(record.state):
+            record.move("attempt_ended")
+        self._log("assignment.stopped", peer=attempt.peer, attempt=attempt.attempt_id, error=error)
+        progress.give_back(self.dataset, self.experience, attempt, failed=failed,
+                           peers_available=available(self.peers))
+        if reassign and self.status == JobStatus.RUNNING:
+            taken = self.attempts.peers_of_round(attempt.round)
+            idle = [p for p in self._eligible() if p not in taken]
+            if idle and self.round is not None and self.round.number == attempt.round:
+                self._commands.extend(self._hand_out(self.round, idle[0], now) or ())
+
+    def _on_update(self, peer: str, record: PeerRecord, update: Update, blobs: Mapping[str, bytes],
+                   now: float) -> None:
+        if record.excluded:  # aggregation.excludeOutliersAfter
+            reason: tuple[str, str] | None = ("participant-excluded",
+                                              "this participant was excluded from the job as a repeated outlier")
+        else:
+            reason = check_update(self.attempts, peer, update, blobs, checkpoint_round=self.checkpoint_round,
+                                  weights_sha256=self.weights_sha256, weight_bytes=self.spec.weight_bytes,
+                                  assigned_count=self._assigned_count, first_non_finite=self.kernel.first_non_finite)
+        attempt = self.attempts.open_one(update.attempt_id)
+        if reason is not None:
+            code, text = reason
+            self._reject(peer, update.attempt_id, code, text, now)
+            if attempt is not None and attempt.peer == peer:
+                self._end_attempt(attempt, f"update rejected: {text}", now, failed=True, reassign=True)
+            self._maybe_close_round(now)
+            return
+        assert attempt is not None
+        self.attempts.accept(attempt, update, bytes(blobs[update.weights.sha256]))
+        if record.can("update_received"):
+            record.move("update_received")
+        self._send(peer, UpdateReceipt(self.spec.job_id, update.attempt_id, True))
+        self._log("update.accepted", peer=peer, attempt=update.attempt_id, count=update.count)
+        self._maybe_close_round(now)
+
+    def _assigned_count(self, attempt: Attempt) -> int:
+        if attempt.units is not None:
+            return attempt.units.count
+        assert attempt.chunk_id is not None
+        return self.spec.chunk(attempt.chunk_id).example_count
+
+    def _reject(self, peer: str, attempt_id: str, code: str, text: str, now: float) -> None:
+        self.rejected.append(RejectedUpdate(self.checkpoint_round + 1, peer, attempt_id, f"{code}: {text}", now))
+        del self.rejected[:-1000]
+        self._send(peer, UpdateReceipt(self.spec.job_id, attempt_id, False, f"{code}: {text}"))
+        self._log("update.rejected", peer=peer, attempt=attempt_id, reason=code, detail=text)
+
+    def _maybe_close_round(self, now: float) -> None:
+        if self.attempts.all_ended():
+            self._close_round(now)
+
+    def _close_round(self, now: float) -> None:
+        round_ = self.round
+        assert round_ is not None
+        for attempt in round_.attempts.open():
+            self._end_attempt(attempt, "round closed", now, failed=False, reassign=False)
+        received = round_.begin_closing()
+        self.last_contributors = sorted(r.attempt.peer for r in received)
+        if not received:
+            round_.end(RoundEmpty(round_.number))
+            self._empty_round(now)
+            return
+        if self.closing_sink is not None:
+            self.closing_sink(round_.number)
+        method = round_.spec.settings.aggregation.method
+        self._commands.append(RoundPhase(round_.number, "round.training", round_.opened_at, self.stopwatch()))
+        self._log("aggregation.started", round=round_.number, method=method, updates=len(received))
+        started = self.stopwatch()
+        try:
+            record = round_.aggregate(self.kernel, self.weights, self.aggregation_state, received,
+                                      digest=lambda w: self.relays.digest(w, relayed=self._relay_likely()))
+            aggregated = self.stopwatch()
+            closed = self._closing(round_, record, now)
+        except Exception as exc:  # noqa: BLE001 - whatever fails, the round must not half-close (issue 20)
+            reason = exc.reason if isinstance(exc, WeeiError) else type(exc).__name__
+            text = (exc.message if isinstance(exc, WeeiError) else str(exc))[:500]
+            round_.end(RoundFailed(round_.number, reason, text))
+            self._round_failed(round_.number, received, reason, text)
+            return
+        self._empty_rounds = 0
+        self._last_failure = None
+        self._commands.append(RoundPhase(round_.number, method, started, aggregated))
+        self._report_robust(round_, record)
+        self._take_round(round_, closed, now)
+
+    def _round_failed(self, round_: int, received: list[Received], reason: str, text: str) -> None:
+        """Closing ``round_`` failed before anything was written down: the previous checkpoint stays, the
+        round's trained work goes back (not counted as a failure), and the job pauses with the cause."""
+        for r in received:
+            progress.give_back(self.dataset, self.experience, r.attempt, failed=False)
+        self._job("fail")
+        self.error = (f"round {round_} failed: {text} ({reason}); the checkpoint of round {self.checkpoint_round} "
+                      "stays. Fix the cause (a lower server learning rate, for a non-finite aggregate), then Resume")
+        self._log("round.failed", round=round_, reason=reason, error=text)
+        self._log("job.paused", reason="round-failed")
+
+    def _report_robust(self, round_: Round, record: RoundRecord) -> None:
+        """Log what robust aggregation did and name peers that are outliers round after round."""
+        report = record.robust
+        if report is None:
+            return
+        self._log("aggregation.robust", round=record.round, medianNorm=report.median_norm,
+                  clipped=record.clipped, outliers=record.outliers, trimmed=report.trimmed)
+        for peer in sorted(set(record.contributors)):
+            peer_record = self.peers.get(peer)
+            if peer_record is None:
+                continue
+            peer_record.note_round(peer in record.outliers)
+            if peer_record.outlier_rounds >= REPEATED_OUTLIER_ROUNDS:
+                self._log("peer.outlier", peer=peer, round=record.round, rounds=peer_record.outlier_rounds,
+                          outliers=peer_record.outliers, clipped=peer in record.clipped)
+            after = round_.spec.settings.aggregation.exclude_outliers_after
+            if after is not None and peer_record.outlier_rounds >= after and not peer_record.excluded:
+                peer_record.excluded = True  # eligible() skips it from now on; _on_update refuses its updates
+                self._log("peer.excluded", peer=peer, round=record.round, rounds=peer_record.outlier_rounds,
+                          outliers=peer_record.outliers)
+
+    def _empty_round(self, now: float) -> None:
+        self._empty_rounds += 1
+        self._log("round.empty", round=self.checkpoint_round + 1)
+        if self.dataset is not None:
+            self.dataset.end_round()
+        if self._empty_rounds >= MAX_EMPTY_ROUNDS:
+            self._job("fail")
+            cause = f" (last failure from {self._last_failure})" if self._last_failure else ""
+            self.error = (f"no valid update in {self._empty_rounds} attempts at round "
+                          f"{self.checkpoint_round + 1}{cause}; the checkpoint of round {self.checkpoint_round} stays. "
+                          "Fix the cause (a learning rate or batch size far from the model's defaults is a common "
+                          "one: Apply settings to job), then Resume")
+            self._log("job.paused", reason="empty-rounds")
+            return
+        self._maybe_open_round(now)
+
+    def _closing(self, round_: Round, record: RoundRecord, now: float) -> RoundClosed:
+        """Checkpoint ``record.round`` built as it will be written down (recording the round's settings), the
+        round's chunks marked trained on a copy of the schedule: nothing here changes the coordinator, so an
+        error leaves it as it was."""
+        dataset = self.dataset.copy() if self.dataset is not None else None
+        epoch_done = False
+        if dataset is not None:
+            epoch_before = dataset.epoch
+            for chunk_id in record.trained_chunks:
+                dataset.mark_trained(chunk_id)
+            dataset.end_round()
+            epoch_done = dataset.epoch > epoch_before
+        save, incomplete = self._build_checkpoint(
+            now, round_=record.round, weights=record.weights, weights_sha256=record.weights_sha256,
+            state=record.aggregation_state, dataset=dataset, metrics=record.metrics, examples=record.examples,
+            spec=round_.spec)
+        return RoundClosed(record, dataset, epoch_done, save, incomplete)
+
+    def _take_round(self, round_: Round, closed: RoundClosed, now: float) -> None:
+        """Write down a closed round's checkpoint: schedules, weights, the saved file, validation, what next."""
+        record, save = closed.record, closed.save
+        self.dataset = closed.dataset
+        self.weights = record.weights
+        self.weights_sha256 = record.weights_sha256
+        self.aggregation_state = record.aggregation_state
+        self.checkpoint_round = record.round
+        self._record_checkpoint(save, closed.incomplete)
+        work_done = self._work_done()
+        if validation_due(self.spec, self.checkpoint_round, dataset_epoch=self.dataset.epoch if self.dataset else None,
+                          epoch_done=closed.epoch_done, work_done=work_done):
+            self._commands.append(self._validation_command())
+        # The next round's work goes out first: writing the file (hashing the state, joining the parts)
+        # does not hold up the participants (issue 11, P4). Then the save, the one place it is emitted,
+        # before whatever the next round's own closing emits (a round that could not hand anything out
+        # closes at once, and may end the job and write this checkpoint again).
+        opened = None if work_done else self._plan_round(now)
+        if opened is not None:
+            self._commands.extend(opened[1])
+        self._commands.append(save)
+        round_.end(closed)
+        if work_done:
+            self._finish(now, incomplete=False)
+        elif opened is not None:
+            self._after_opening(opened[0], now)
+
+    def _work_done(self) -> bool:
+        return progress.work_done(self.dataset, self.checkpoint_round, self.spec.settings.epochs)
+
+    def _dropped_work(self) -> bool:
+        return progress.dropped_work(self.dataset, self.experience)
+
+    def _finish(self, now: float, *, incomplete: bool) -> None:
+        self.incomplete = incomplete or self._dropped_work()
+        if self._dropped_work() and self._work_done() and not self._saved_incomplete and self.checkpoints:
+            # Work was dropped after the last checkpoint: write that checkpoint again (same round,
+            # same weights) so its file says the job ended incomplete and which chunks were trained.
+            last = self.checkpoints[-1]
+            self._save_checkpoint(now, metrics=dict(last["metrics"]["values"]),
+                                  examples=last["metrics"]["examplesProcessed"], replace_last=True)
+        self._job("complete")
+        self._grace_until = None
+        for peer, record in self.peers.items():
+            if record.approved and record.connected:
+                self._send(peer, JobFinished(self.spec.job_id, self.incomplete))
+            if record.approved:
+                # JobFinished stops the participant; training more needs a new invitation.
+                record.move("finish")
+        self._log("job.completed", round=self.checkpoint_round, incomplete=self.incomplete)
+
+    def _validation_command(self) -> RunValidation:
+        return validation_command(self.spec, self.checkpoint_round, self.weights_sha256, self.checkpoint_hashes,
+                                  self.job_seed)
+
+    # ------------------------------------------------------------ checkpoints
+
+    def _save_checkpoint(self, now: float, *, metrics: dict[str, float], examples: int,
+                         replace_last: bool = False) -> None:
+        """Record checkpoint ``checkpoint_round`` of the current weights (its summary, the participants'
+        notes) and emit its SaveCheckpoint; ``replace_last`` writes the last one again."""
+        last = self.round
+        save, incomplete = self._build_checkpoint(
+            now, round_=self.checkpoint_round, weights=self.weights, weights_sha256=self.weights_sha256,
+            state=self.aggregation_state, dataset=self.dataset, metrics=metrics, examples=examples,
+            spec=last.spec if replace_last and last is not None and last.number == self.checkpoint_round else None)
+        if replace_last:
+            save = replace(save, summary={**self.checkpoints.pop(), **save.summary})  # keeps a validation already attached
+        self._record_checkpoint(save, incomplete)
+        self._commands.append(save)
+
+    def _build_checkpoint(self, now: float, *, round_: int, weights: bytes, weights_sha256: str,
+                          state: AggregationState | None, dataset: DatasetSchedule | None,
+                          metrics: dict[str, float], examples: int,
+                          spec: JobSpec | None = None) -> tuple[SaveCheckpoint, bool]:
+        """Checkpoint ``round_``'s checked file and summary (recording ``spec``'s settings: the round's; by
+        default the job's), and whether it says the job ended incomplete; changes nothing. Raises
+        CheckpointError when the file would not pass the reader's checks."""
+        incomplete = (progress.work_done(dataset, round_, self.spec.settings.epochs)
+                      and progress.dropped_work(dataset, self.experience))
+        metadata = progress.checkpoint_metadata(
+            spec or self.spec, round_=round_, weights_sha256=weights_sha256, weight_bytes=len(weights),
+            metrics=metrics, examples=examples, incomplete=incomplete,
+            progress=progress.recorded(dataset, self.experience, self.job_seed),
+            aggregation=state)
+        # Aggregation already refused non-finite results; checkpoint 0 and continued weights are checked here.
+        checked = ckpt.prepare_checkpoint(metadata, weights, state.data if state is not None else None,
+                                          weights_sha256=weights_sha256,
+                                          finite_checked=round_ > self.first_round - 1)
+        summary = ckpt.checkpoint_summary(metadata, now, dataset_progress=(
+            dataset.progress if dataset is not None else None))
+        return SaveCheckpoint(round_, checked, weights_sha256, summary), incomplete
+
+    def _record_checkpoint(self, save: SaveCheckpoint, incomplete: bool) -> None:
+        """Write down a built checkpoint (its hash, summary and the participants' notes); cannot fail."""
+        self.checkpoint_hashes[save.round] = save.weights_sha256
+        self._saved_incomplete = incomplete
+        self.checkpoints.append(save.summary)
+        self._log("checkpoint.saved", round=save.round, sha256=save.weights_sha256)
+        self._tell_checkpoint(save.summary)
+
+    def _tell_checkpoint(self, summary: dict[str, Any]) -> None:
+        """The participants' windows list the checkpoints too: a note (no weights) to each one taking part."""
+        note = CheckpointNote.of(self.spec.job_id, summary)
+        for peer, record in self.peers.items():
+            # Stopped: the job finished and a validation result came after (former members only).
+            if peer != self.my_peer_id and record.connected and (record.approved or record.state == PeerState.STOPPED):
+                self._send(peer, note)
+
+    # --------------------------------------------------------------- helpers
+
+    def _send(self, peer: str, message: Message, attachments: tuple[ArtifactRef, ...] = ()) -> None:
+        self._commands.append(Send(peer, message, attachments))
+
+    def _log(self, event: str, **details: Any) -> None:
+        self._commands.append(Log(event, details))
 
     # ------------------------------------------------------------------ view
 

@@ -65,7 +65,7 @@ def new_schedules(spec: JobSpec, job_seed: int | None, next_unit: int = 0, retry
 
 def restore(spec: JobSpec, checkpoint: Checkpoint, *, mode: str, new_job_seed: int | None,
             reopening: bool) -> Restored:
-    """Where ``spec`` continues from ``checkpoint`` (see ``Coordinator.resume``).
+    """Where ``spec`` continues from ``checkpoint`` (see ``Coordinator.continue_from``).
 
     Raises:
         UsageError: bad mode, weights of the wrong size, other auxiliary

@@ -123,7 +123,7 @@ class DatasetSchedule:
             self.failures = {}
 
     def copy(self) -> DatasetSchedule:
-        """An independent copy (a closing round writes its progress down on one first, core/job/round_loop.py)."""
+        """An independent copy (a closing round writes its progress down on one first, core/job/coordinator.py)."""
         other = copy.copy(self)
         other.chunk_ids, other.order, other.trained, other.dropped = (
             list(self.chunk_ids), list(self.order), list(self.trained), list(self.dropped))

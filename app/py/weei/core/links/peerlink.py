@@ -50,7 +50,7 @@ from typing import Any
 from ..wire.commands import Send
 from ..wire.framing import (ChannelBroken, FrameError, FrameReader, FrameWriter, MessageReceived, SendQueue,
                       referenced_artifacts)
-from .peerlink_commands import (AddCandidate, CloseLink, Command, CreateLink, Delivery, MakeAnswer, MakeOffer, Note,
+from .peerlink_commands import (AddCandidate, CloseLink, LinkCommand, CreateLink, Delivery, MakeAnswer, MakeOffer, Note,
                                 Pump, SendSignal, SetRemote, TransferRecord, Wake)
 from ..observe.transfers import TransferBook, TransferFailed, TransferProgress
 
@@ -121,7 +121,7 @@ class LinkManager:
         self._next_expire: float | None = None
         self._inboxes: dict[str, deque[Delivery]] = {}
         self._draining: set[str] = set()
-        self._out: list[Command] = []
+        self._out: list[LinkCommand] = []
 
     # ------------------------------------------------------------------ queries
 
@@ -162,7 +162,7 @@ class LinkManager:
 
     # ----------------------------------------------------------- signaling in
 
-    def welcomed(self, peer_id: str, ice_servers: tuple[Mapping[str, Any], ...], now: float) -> list[Command]:
+    def welcomed(self, peer_id: str, ice_servers: tuple[Mapping[str, Any], ...], now: float) -> list[LinkCommand]:
         """Our peer ID (again, after a reconnection); a new one ends every pairing made under the old."""
         if self.peer_id is not None and peer_id != self.peer_id:
             for link in list(self._links.values()):
@@ -171,7 +171,7 @@ class LinkManager:
         self._ice = tuple(dict(server) for server in ice_servers)
         return self._flush()
 
-    def room(self, peers: tuple[str, ...], now: float) -> list[Command]:
+    def room(self, peers: tuple[str, ...], now: float) -> list[LinkCommand]:
         """A ``peers`` list: open links we offer, tear down links to peers that left."""
         self._room = tuple(peers)
         for link in [link for p, link in self._links.items() if p not in self._room]:
@@ -181,7 +181,7 @@ class LinkManager:
                 self._open(peer, now)
         return self._flush()
 
-    def signal(self, sender: str, kind: str, payload: Any, now: float) -> list[Command]:
+    def signal(self, sender: str, kind: str, payload: Any, now: float) -> list[LinkCommand]:
         """An ``offer``/``answer``/``candidate`` relayed from ``sender``."""
         link = self._links.get(sender)
         if kind == "offer" and isinstance(payload, str):
@@ -205,7 +205,7 @@ class LinkManager:
 
     # ------------------------------------------------------ results of commands
 
-    def remote_set(self, link_id: int) -> list[Command]:
+    def remote_set(self, link_id: int) -> list[LinkCommand]:
         """``SetRemote`` done: apply the candidates kept until now; the answerer answers."""
         link = self._live(link_id)
         if link is None:
@@ -217,7 +217,7 @@ class LinkManager:
             self._out.append(MakeAnswer(link.id))
         return self._flush()
 
-    def local_description(self, link_id: int, sdp: str) -> list[Command]:
+    def local_description(self, link_id: int, sdp: str) -> list[LinkCommand]:
         """``MakeOffer``/``MakeAnswer`` done: signal the SDP, then the candidates gathered before it."""
         link = self._live(link_id)
         if link is None:
@@ -228,7 +228,7 @@ class LinkManager:
         self._out.extend(SendSignal(link.peer, "candidate", init) for init in pending)
         return self._flush()
 
-    def local_candidate(self, link_id: int, init: Mapping[str, Any] | None) -> list[Command]:
+    def local_candidate(self, link_id: int, init: Mapping[str, Any] | None) -> list[LinkCommand]:
         """A candidate we gathered (None: the end of gathering); never signalled before our SDP."""
         link = self._live(link_id)
         if link is None:
@@ -239,13 +239,13 @@ class LinkManager:
         link.local_candidates.append(out)
         return []
 
-    def candidate_refused(self, link_id: int, error: object) -> list[Command]:
+    def candidate_refused(self, link_id: int, error: object) -> list[LinkCommand]:
         """A remote candidate we cannot use is not fatal: others may work."""
         link = self._by_id.get(link_id)
         peer = link.peer if link is not None else f"link {link_id}"
         return [Note("info", f"candidate from {peer} refused: {error}")]
 
-    def setup_failed(self, link_id: int, why: str, now: float) -> list[Command]:
+    def setup_failed(self, link_id: int, why: str, now: float) -> list[LinkCommand]:
         """Creating, offering or answering failed: the link counts as failed."""
         link = self._live(link_id)
         if link is not None:
@@ -258,7 +258,7 @@ class LinkManager:
         link = self._live(link_id)
         return link is not None and not link.offerer and link.writer is None and label == CHANNEL_LABEL
 
-    def channel_open(self, link_id: int, now: float) -> list[Command]:
+    def channel_open(self, link_id: int, now: float) -> list[LinkCommand]:
         """The data channel opened: new framing state, ``connected`` delivered."""
         link = self._live(link_id)
         if link is None or link.opened:
@@ -275,7 +275,7 @@ class LinkManager:
         self._deliver(Delivery(link.peer, "connected"))
         return self._flush()
 
-    def link_closed(self, link_id: int, why: str, now: float) -> list[Command]:
+    def link_closed(self, link_id: int, why: str, now: float) -> list[LinkCommand]:
         """The channel closed, the connection failed or closed, or a send failed."""
         link = self._live(link_id)
         if link is not None:
@@ -284,7 +284,7 @@ class LinkManager:
 
     # -------------------------------------------------------------- frames
 
-    def send(self, send: Send, blobs: Mapping[str, bytes]) -> list[Command]:
+    def send(self, send: Send, blobs: Mapping[str, bytes]) -> list[LinkCommand]:
         """Queue ``send`` for its peer; lost (and counted in ``dropped``) without an open channel."""
         link = self._links.get(send.peer)
         if link is None or link.writer is None:
@@ -307,7 +307,7 @@ class LinkManager:
         self._record(link.writer.take_events())
         return frames
 
-    def frame(self, link_id: int, data: bytes | str, now: float) -> list[Command]:
+    def frame(self, link_id: int, data: bytes | str, now: float) -> list[LinkCommand]:
         """A message arrived on the channel (``str``: a text message, which breaks it)."""
         link = self._live(link_id)
         if link is None or link.reader is None:
@@ -346,7 +346,7 @@ class LinkManager:
 
     # ----------------------------------------------------------------- time
 
-    def handle_timer(self, now: float) -> list[Command]:
+    def handle_timer(self, now: float) -> list[LinkCommand]:
         """Connect watchdogs, retries and stall expiry that are due."""
         for link in [link for link in self._links.values() if not link.opened and link.deadline <= now]:
             self._teardown(link, f"not open after {self.connect_timeout_ms / 1000:.0f} s", now)
@@ -361,7 +361,7 @@ class LinkManager:
             self._next_expire = now + self.expire_every_ms if readers else None
         return self._flush()
 
-    def close(self, now: float) -> list[Command]:
+    def close(self, now: float) -> list[LinkCommand]:
         """Tear every link down for good: nothing more is delivered or retried."""
         self.closing = True
         for link in list(self._links.values()):
@@ -374,7 +374,7 @@ class LinkManager:
 
     # ----------------------------------------------------------------- inside
 
-    def _flush(self) -> list[Command]:
+    def _flush(self) -> list[LinkCommand]:
         out, self._out = self._out, []
         return out
 

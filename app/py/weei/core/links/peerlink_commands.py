@@ -24,7 +24,7 @@ __all__ = [
     "CloseLink",
     "Wake",
     "Note",
-    "Command",
+    "LinkCommand",
     "Delivery",
     "TransferRecord",
 ]
@@ -110,7 +110,7 @@ class Note:
     text: str
 
 
-Command = Union[CreateLink, MakeOffer, SetRemote, MakeAnswer, AddCandidate, SendSignal, Pump, CloseLink, Wake, Note]
+LinkCommand = Union[CreateLink, MakeOffer, SetRemote, MakeAnswer, AddCandidate, SendSignal, Pump, CloseLink, Wake, Note]
 
 
 @dataclass(frozen=True)

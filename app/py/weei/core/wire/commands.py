@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, Iterable
 
 from ..formats.checkpoint import CheckpointFile
 from .messages import ArtifactRef, Assign, Message
@@ -19,10 +19,11 @@ __all__ = [
     "SaveCheckpoint",
     "RunValidation",
     "Log",
-    "Phase",
+    "RoundPhase",
     "LoadModule",
     "Train",
     "Command",
+    "Outbox",
 ]
 
 
@@ -90,7 +91,7 @@ class Log:
 
 
 @dataclass(frozen=True)
-class Phase:
+class RoundPhase:
     """A finished phase of a round for the debug log's baseline (``DebugLog.round_phase``).
 
     ``started`` and ``finished`` are readings of the host's monotonic clock
@@ -118,4 +119,31 @@ class Train:
     assign: Assign
 
 
-Command = Send | SaveCheckpoint | RunValidation | Log | Phase | LoadModule | Train
+Command = Send | SaveCheckpoint | RunValidation | Log | RoundPhase | LoadModule | Train
+
+
+class Outbox:
+    """Commands emitted and not yet taken, in order: append only.
+
+    What a state machine emitted is decided; it plans (relays, the order of
+    a checkpoint's save) before it emits, never by rewriting what is here.
+    """
+
+    __slots__ = ("_commands",)
+
+    def __init__(self) -> None:
+        self._commands: list[Command] = []
+
+    def append(self, command: Command) -> None:
+        self._commands.append(command)
+
+    def extend(self, commands: Iterable[Command]) -> None:
+        self._commands.extend(commands)
+
+    def take(self) -> list[Command]:
+        """Everything emitted since the last take, in order."""
+        out, self._commands = self._commands, []
+        return out
+
+    def __len__(self) -> int:
+        return len(self._commands)
