@@ -38,6 +38,7 @@ ROOT = Path(weei.__file__).parent
 #: (errors, limits, floats, verified blobs, the input checks, the state tables).
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("weei", "weei.core"),
+    ("weei.core.aggregation.methods",),  # the table of methods: the settings and model-info parsers read it
     ("weei.core.formats", "weei.core.observe"),
     ("weei.core.aggregation",),
     ("weei.core.wire",),
