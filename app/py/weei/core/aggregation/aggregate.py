@@ -109,9 +109,9 @@ class AggregationState:
     data: bytes
 
     def __post_init__(self) -> None:
-        row = METHODS.get(self.method)
+        row = METHODS.get(self.method) if isinstance(self.method, str) else None
         if row is None or not row.state_copies:
-            raise AggregationError("invalid-state", f"state of unknown method {self.method!r}")
+            raise AggregationError("invalid-state", f"state of {self.method!r}, not a method that keeps state")
         if isinstance(self.step, bool) or not isinstance(self.step, int) or self.step < 0:
             raise AggregationError("invalid-state", f"state step must be an int >= 0, got {self.step!r}")
         if len(self.data) % 4:
