@@ -156,6 +156,8 @@ AGGREGATE_JS = f"""async (spec) => {{
 @pytest.mark.parametrize("method", ["fedavg", "fedavgm", "fedadam"])
 def test_page_kernel_matches_cpython(weei_server: Any, page: Any, method: str) -> None:
     from weei.core.aggregation.aggregate import AggregationState, aggregate_round
+    from weei.core.formats.modelinfo import ModelAggregation
+    from weei.core.formats.settings import AggregationSettings
     from weei.kernel.native import NativeKernel
     from weei.kernel.numpy_kernel import NumpyKernel
 
@@ -169,16 +171,11 @@ def test_page_kernel_matches_cpython(weei_server: Any, page: Any, method: str) -
     average_only = [{"offset": 400, "bytes": 1200}, {"offset": 80_000, "bytes": 4}]
     state_data = {"fedavg": None, "fedavgm": data["moments"][: 4 * n], "fedadam": data["moments"]}[method]
 
-    class Settings:
-        pass
-
-    settings = Settings()
-    settings.method = method  # type: ignore[attr-defined]
-    for key, value in options.items():
-        setattr(settings, {"serverLearningRate": "server_learning_rate"}.get(key, key), value)
+    settings = AggregationSettings.from_json({"method": method, **options})
     state = AggregationState(method, 3, state_data) if state_data is not None else None
+    model = ModelAggregation.from_json({"averageOnly": average_only})
     expected = [
-        aggregate_round(kernel, data["start"], data["updates"], settings, state, {"averageOnly": average_only})
+        aggregate_round(kernel, data["start"], data["updates"], settings, state, model)
         for kernel in (NumpyKernel(), NativeKernel())
     ]
     assert expected[0] == expected[1]

@@ -11,7 +11,6 @@ import math
 import random
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import pytest
 from hypothesis import given, settings
@@ -21,10 +20,10 @@ from weei.core.aggregation.aggregate import (
     AggregationKernel,
     AggregationState,
     aggregate_round,
-    parse_model_aggregation_info,
     trainable_segments,
 )
 from weei.core.errors import AggregationError, ManifestError, SettingsError
+from weei.core.formats.modelinfo import ModelAggregation
 from weei.core.formats.settings import AggregationSettings
 from weei.kernel.numpy_kernel import NumpyKernel
 
@@ -94,16 +93,14 @@ def ref_fedadam(start, avg, m, v, mask, lr, b1, b2, eps):
 # ------------------------------------------------------------------- helpers
 
 
-@dataclass(frozen=True)
-class Plain:
-    """A minimal settings object (the protocol, not weei.core.formats.settings)."""
+def Plain(method: str, **options: float) -> AggregationSettings:
+    """Settings of ``method`` with the given options (JSON names)."""
+    return AggregationSettings.from_json({"method": method, **options})
 
-    method: str
-    server_learning_rate: float | None = None
-    momentum: float | None = None
-    beta1: float | None = None
-    beta2: float | None = None
-    epsilon: float | None = None
+
+def info_of(obj: dict) -> ModelAggregation:
+    """The model's parsed aggregation info."""
+    return ModelAggregation.from_json(obj)
 
 
 def rand_weights(rng: random.Random, n: int, scale: float = 1.0) -> bytes:
@@ -169,9 +166,9 @@ def test_fedavg_is_exact_for_identical_updates(kernel: AggregationKernel) -> Non
 
 def test_fedavgm_matches_reference_over_rounds(kernel: AggregationKernel) -> None:
     n = 37
-    info = {"averageOnly": [{"offset": o, "bytes": b} for o, b in AVG_ONLY]}
+    info = info_of({"averageOnly": [{"offset": o, "bytes": b} for o, b in AVG_ONLY]})
     mask = ref_trainable(n, AVG_ONLY)
-    cfg = AggregationSettings(method="fedavgm", server_learning_rate=0.7, momentum=0.85)
+    cfg = Plain("fedavgm", serverLearningRate=0.7, momentum=0.85)
     state, weights = None, None
     v = [0.0] * n
     for r in range(4):
@@ -189,8 +186,8 @@ def test_fedavgm_matches_reference_over_rounds(kernel: AggregationKernel) -> Non
 def test_fedadam_matches_reference_over_rounds(kernel: AggregationKernel) -> None:
     n = 37
     mask = ref_trainable(n, AVG_ONLY)
-    info = {"methods": ["fedadam"], "averageOnly": [{"offset": o, "bytes": b} for o, b in AVG_ONLY]}
-    cfg = Plain("fedadam", server_learning_rate=0.05, beta1=0.8, beta2=0.95, epsilon=1e-4)
+    info = info_of({"methods": ["fedadam"], "averageOnly": [{"offset": o, "bytes": b} for o, b in AVG_ONLY]})
+    cfg = Plain("fedadam", serverLearningRate=0.05, beta1=0.8, beta2=0.95, epsilon=1e-4)
     state, weights = None, None
     m, v = [0.0] * n, [0.0] * n
     for r in range(4):
@@ -219,7 +216,7 @@ def test_defaults_are_the_spec_defaults(kernel: AggregationKernel) -> None:
 def test_average_only_ranges_take_the_plain_average(kernel: AggregationKernel) -> None:
     start, contribs = make_round(3)
     avg = ref_average(contribs)
-    info = {"averageOnly": [{"offset": 8, "bytes": 12}, {"offset": 100, "bytes": 4}]}
+    info = info_of({"averageOnly": [{"offset": 8, "bytes": 12}, {"offset": 100, "bytes": 4}]})
     prev = AggregationState("fedadam", 5, pack([0.5] * (2 * 37)))
     out = aggregate_round(kernel, start, contribs, Plain("fedadam"), prev, info)
     w, state = unpack(out.weights), unpack(out.state.data)  # type: ignore[union-attr]
@@ -244,16 +241,16 @@ def test_trainable_segments() -> None:
 
 def test_method_allowlist(kernel: AggregationKernel) -> None:
     start, contribs = make_round(4)
-    info = {"methods": ["fedavgm"]}
+    info = info_of({"methods": ["fedavgm"]})
     with pytest.raises(SettingsError) as err:
         aggregate_round(kernel, start, contribs, Plain("fedadam"), None, info)
     assert err.value.reason == "method-not-allowed" and "fedadam" in str(err.value)
     assert err.value.field == "aggregation.method"
     # FedAvg is always allowed, even when not listed.
-    aggregate_round(kernel, start, contribs, Plain("fedavg"), None, {"methods": []})
+    aggregate_round(kernel, start, contribs, Plain("fedavg"), None, info_of({"methods": []}))
     aggregate_round(kernel, start, contribs, Plain("fedavgm"), None, info)
     with pytest.raises(SettingsError):
-        aggregate_round(kernel, start, contribs, Plain("sgd"), None)
+        aggregate_round(kernel, start, contribs, Plain("sgd"), None)  # refused by the settings already
 
 
 def test_method_change_restarts_state(kernel: AggregationKernel) -> None:
@@ -275,7 +272,7 @@ def test_option_change_keeps_state(kernel: AggregationKernel) -> None:
     n = len(start) // 4
     v = [f32(random.Random(1).uniform(-1, 1)) for _ in range(n)]
     prev = AggregationState("fedavgm", 4, pack(v))
-    out = aggregate_round(kernel, start, contribs, Plain("fedavgm", server_learning_rate=2.0, momentum=0.5), prev)
+    out = aggregate_round(kernel, start, contribs, Plain("fedavgm", serverLearningRate=2.0, momentum=0.5), prev)
     w_ref, v_ref = ref_fedavgm(unpack(start), ref_average(contribs), v, [True] * n, 2.0, 0.5)
     assert unpack(out.weights) == w_ref and unpack(out.state.data) == v_ref  # type: ignore[union-attr]
     assert out.state.step == 5  # type: ignore[union-attr]
@@ -295,7 +292,7 @@ def test_non_finite_result_fails_the_round(kernel: AggregationKernel) -> None:
     start = pack([0.0, 1.0])
     big = pack([3.0e38, 1.0])
     with pytest.raises(AggregationError) as err:
-        aggregate_round(kernel, start, [("a", 1, big)], Plain("fedavgm", server_learning_rate=10.0), None)
+        aggregate_round(kernel, start, [("a", 1, big)], Plain("fedavgm", serverLearningRate=10.0), None)
     assert err.value.reason == "non-finite-result" and "weight 0" in str(err.value)
     nan = pack([1.0, math.nan])
     with pytest.raises(AggregationError) as err:
@@ -308,7 +305,7 @@ def test_non_finite_state_fails_the_round(kernel: AggregationKernel) -> None:
     # The weight lands in an average-only range, the bad state value does not.
     prev = AggregationState("fedavgm", 1, pack([math.inf, 0.0]))
     with pytest.raises(AggregationError) as err:
-        aggregate_round(kernel, start, [("a", 1, start)], Plain("fedavgm"), prev, {"averageOnly": [{"offset": 0, "bytes": 4}]})
+        aggregate_round(kernel, start, [("a", 1, start)], Plain("fedavgm"), prev, info_of({"averageOnly": [{"offset": 0, "bytes": 4}]}))
     assert err.value.reason == "non-finite-result" and "state" in str(err.value)
 
 
@@ -356,26 +353,22 @@ def test_memoryview_and_bytearray_inputs() -> None:
 )
 def test_bad_model_aggregation_info_is_refused(info: dict) -> None:
     with pytest.raises(ManifestError) as err:
-        parse_model_aggregation_info(info)
+        ModelAggregation.from_json(info)
     assert err.value.reason == "invalid-aggregation-info"
 
 
 def test_average_only_past_the_weights_is_refused() -> None:
     start, contribs = make_round(10, n=4)
     with pytest.raises(ManifestError):
-        aggregate_round(NumpyKernel(), start, contribs, Plain("fedavgm"), None, {"averageOnly": [{"offset": 12, "bytes": 8}]})
+        aggregate_round(NumpyKernel(), start, contribs, Plain("fedavgm"), None, info_of({"averageOnly": [{"offset": 12, "bytes": 8}]}))
 
 
-def test_parsed_model_info_objects_are_accepted() -> None:
-    from weei.core.formats.modelinfo import ByteRange
-
-    @dataclass(frozen=True)
-    class Info:
-        methods: tuple[str, ...] | None
-        average_only: tuple[ByteRange, ...]
-
-    rules = parse_model_aggregation_info(Info(("fedavgm",), (ByteRange(8, 4), ByteRange(0, 4))))
-    assert rules.methods == frozenset({"fedavgm"}) and rules.average_only == ((0, 4), (8, 4))
-    assert parse_model_aggregation_info({"methods": ["fedadam"], "averageOnly": [{"offset": 0, "bytes": 4}]}) == (
-        type(rules)(frozenset({"fedadam"}), ((0, 4),))
+def test_average_only_ranges_in_any_order_and_empty() -> None:
+    """The model info keeps its ranges as given; the step sorts them and skips empty ones."""
+    start, contribs = make_round(11)
+    k = NumpyKernel()
+    ordered = info_of({"averageOnly": [{"offset": 8, "bytes": 12}, {"offset": 100, "bytes": 4}]})
+    shuffled = info_of({"averageOnly": [{"offset": 100, "bytes": 4}, {"offset": 40, "bytes": 0}, {"offset": 8, "bytes": 12}]})
+    assert aggregate_round(k, start, contribs, Plain("fedadam"), None, shuffled) == aggregate_round(
+        k, start, contribs, Plain("fedadam"), None, ordered
     )

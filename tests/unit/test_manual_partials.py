@@ -61,7 +61,8 @@ def test_transfers_in_flight_name_their_job_on_both_ends() -> None:
 def test_fedadam_with_epsilon_zero_takes_a_zero_step_on_an_unmoved_weight() -> None:
     """epsilon 0 is valid ("from 0 to 1"); a weight no update moved has m = v = 0, so 0/0: it stays as it
     was, bit-identical on every kernel, and the round's aggregate is finite (the job does not pause)."""
-    from weei.core.aggregation.aggregate import check_finite, fedadam_step
+    from weei.core.aggregation.aggregate import check_finite, server_step
+    from weei.core.aggregation.methods import METHODS
     from weei.kernel.native import NativeKernel
     from weei.kernel.numpy_kernel import NumpyKernel
     from weei.kernel.wasm_kernel import WasmKernel
@@ -70,10 +71,11 @@ def test_fedadam_with_epsilon_zero_takes_a_zero_step_on_an_unmoved_weight() -> N
     average = np.array([0.5, -0.0, 1.5, 2.0, -2.0], dtype="<f4")  # weights 0, 1 and 3 unmoved
     results = []
     for kernel in (NumpyKernel(block=2), NativeKernel(), WasmKernel()):
-        first = check_finite(kernel, fedadam_step(kernel, start.tobytes(), average.tobytes(), None, [(0, 5)],
-                                                  0.01, 0.9, 0.99, 0.0))
-        again = check_finite(kernel, fedadam_step(kernel, first.weights, first.weights, first.state, [(0, 5)],
-                                                  0.01, 0.9, 0.99, 0.0))
+        adam = METHODS["fedadam"]
+        first = check_finite(kernel, server_step(kernel, adam, start.tobytes(), average.tobytes(), None, [(0, 5)],
+                                                 (0.01, 0.9, 0.99, 0.0)))
+        again = check_finite(kernel, server_step(kernel, adam, first.weights, first.weights, first.state, [(0, 5)],
+                                                 (0.01, 0.9, 0.99, 0.0)))
         results.append((first.weights, first.state.data, again.weights, again.state.data))
     assert results[0] == results[1] == results[2]
     out = np.frombuffer(results[0][0], "<f4")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 import struct
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -186,9 +185,8 @@ def test_settings_parse_record_and_refuse() -> None:
     for raw, field in (({"combine": {}}, "aggregation.combine"),
                        ({"norm_clip": 0}, "aggregation.normClip"),
                        ({"combine": "trimmedMean", "trim": 0.7}, "aggregation.trim")):
-        obj = SimpleNamespace(method="fedavg", **raw)
         with pytest.raises(SettingsError) as info:
-            aggregate_round(NumpyKernel(), f32(START), [contribution("a", START, [0, 0, 0, 0])], obj, None)
+            AggregationSettings(method="fedavg", **raw)
         assert info.value.field == field
 
 

@@ -57,7 +57,7 @@ def test_fields_parsed() -> None:
     assert (s.epochs, s.local_epochs, s.batch_size, s.learning_rate, s.workers) == (30, 2, 16, 0.01, 4)
     assert s.validation_schedule is not None and s.validation_schedule.every == 5
     assert s.experience is not None and s.experience.units_per_assignment == 32
-    assert s.aggregation.method == "fedadam" and s.aggregation.effective_beta2 == 0.95
+    assert s.aggregation.method == "fedadam" and s.aggregation.option("beta2") == 0.95
 
 
 def test_rounds_alias() -> None:
@@ -111,10 +111,10 @@ def test_aggregation_methods_and_defaults() -> None:
     assert parse().aggregation.method == "fedavg"
     assert "aggregation" not in parse(aggregation={"method": "fedavg"}).to_json()
     m = parse(aggregation={"method": "fedavgm"}).aggregation
-    assert (m.server_learning_rate, m.momentum) == (None, None)
-    assert (m.effective_server_learning_rate, m.effective_momentum, m.state_copies) == (1.0, 0.9, 1)
+    assert m.options == ()
+    assert (m.option("serverLearningRate"), m.option("momentum"), m.state_copies) == (1.0, 0.9, 1)
     a = parse(aggregation={"method": "fedadam"}).aggregation
-    assert (a.effective_server_learning_rate, a.effective_beta1, a.effective_beta2, a.effective_epsilon) == (0.01, 0.9, 0.99, 0.001)
+    assert a.option_values() == (0.01, 0.9, 0.99, 0.001)
     assert a.state_copies == 2
     refused("aggregation.method", aggregation={"method": "fedprox"})
     refused("aggregation.method", "missing-setting", aggregation={})
@@ -154,9 +154,9 @@ def test_unknown_aggregation_key() -> None:
 
 def test_python_construction_is_checked() -> None:
     with pytest.raises(SettingsError):
-        AggregationSettings(method="fedavgm", momentum=1.0)
+        AggregationSettings(method="fedavgm", options=(("momentum", 1.0),))
     with pytest.raises(SettingsError):
-        AggregationSettings(method="fedavg", beta1=0.5)
+        AggregationSettings(method="fedavg", options=(("beta1", 0.5),))
     with pytest.raises(SettingsError):
         TrainingSettings(epochs=0, local_epochs=1, batch_size=1, coordinator_participates=True)
 

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import re
 import time
-from types import SimpleNamespace
 from typing import Any
 
 import js  # type: ignore[import-not-found]
@@ -38,6 +37,8 @@ from pyodide.ffi import JsException, JsProxy  # type: ignore[import-not-found]
 
 from weei.api.controller import TrainingController
 from weei.core.aggregation.aggregate import AggregationState, aggregate_round
+from weei.core.formats.modelinfo import ModelAggregation
+from weei.core.formats.settings import AggregationSettings
 from weei.kernel.wasm_kernel import WasmKernel
 
 from . import webgpu
@@ -55,18 +56,6 @@ __all__ = ["PageSession", "start", "session", "PEER_ID_KEY", "environment", "ran
 
 #: sessionStorage key of this tab's peer id (kept across reloads of the tab).
 PEER_ID_KEY = "weei.peerId"
-
-_SETTING_NAMES = {
-    "serverLearningRate": "server_learning_rate",
-    "momentum": "momentum",
-    "beta1": "beta1",
-    "beta2": "beta2",
-    "epsilon": "epsilon",
-    "normClip": "norm_clip",
-    "combine": "combine",
-    "trim": "trim",
-}
-
 
 async def fetch_bytes(url: str) -> bytes:
     """GET ``url`` with the page's ``fetch``; raise OSError on an HTTP error."""
@@ -209,13 +198,13 @@ class PageSession:
         method = str(spec.method) if getattr(spec, "method", None) else "fedavg"
         options = getattr(spec, "options", None)
         opts = options.to_py() if isinstance(options, JsProxy) else {}
-        settings = SimpleNamespace(method=method, **{_SETTING_NAMES[k]: v for k, v in opts.items()})
+        settings = AggregationSettings.from_json({**opts, "method": method})
         state_buffer = getattr(spec, "state", None)
         state = None
         if isinstance(state_buffer, JsProxy) and method != "fedavg":
             state = AggregationState(method, int(getattr(spec, "stateStep", 0) or 0), state_buffer.to_bytes())
         average_only = getattr(spec, "averageOnly", None)
-        info = {"averageOnly": average_only.to_py()} if isinstance(average_only, JsProxy) else None
+        info = ModelAggregation.from_json({"averageOnly": average_only.to_py()}) if isinstance(average_only, JsProxy) else None
         t0 = time.perf_counter()
         result = aggregate_round(kernel, start_weights, contributions, settings, state, info)
         seconds = time.perf_counter() - t0

@@ -1,4 +1,7 @@
-"""Aggregation of a round: FedAvg, then optionally FedAvgM or FedAdam.
+"""Aggregation of a round: FedAvg, then the method's server step (FedAvgM, FedAdam).
+
+The methods, their options and their state are one table,
+:mod:`weei.core.aggregation.methods`; this module runs a row of it.
 
 Pure functions over a small :class:`AggregationKernel` (the numeric loops),
 stdlib only, no clock and no I/O: the same code runs in CPython (numpy or
@@ -63,130 +66,38 @@ overflow the scaling back) and then scaled back by ``2**e``.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, Union
+from typing import Union
 
 from weei.core.errors import AggregationError, ManifestError, SettingsError
+from weei.core.aggregation.methods import METHODS, AggregationKernel, BytesLike, Method, Segment
 from weei.core.aggregation.robust import RobustReport, robust_average
-from weei.core.formats.settings import COMBINES, DEFAULT_TRIM, MAX_NORM_CLIP
+from weei.core.formats.modelinfo import ModelAggregation
+from weei.core.formats.settings import AggregationSettings
 
 __all__ = [
-    "METHODS",
-    "DEFAULTS",
-    "MAX_AVERAGE_ONLY_RANGES",
     "MAX_COUNT",
     "BytesLike",
     "Segment",
     "Contribution",
     "AggregationKernel",
-    "AggregationSettingsLike",
     "AggregationState",
     "RoundAggregate",
-    "ModelAggregationRules",
-    "parse_model_aggregation_info",
     "canonical_contributions",
     "fedavg",
     "weighted_mean",
     "trainable_segments",
-    "fedavgm_step",
-    "fedadam_step",
+    "server_step",
     "check_finite",
     "aggregate_round",
 ]
 
-BytesLike = Union[bytes, bytearray, memoryview]
-"""A float32 little-endian buffer (a memoryview must be C-contiguous bytes)."""
-
-Segment = tuple[int, int]
-"""A half-open element range ``[lo, hi)`` (elements, not bytes)."""
-
 Contribution = tuple[Union[str, int], int, BytesLike]
 """``(assignment_id, count, weights)`` as handed over by the coordinator."""
 
-METHODS: tuple[str, ...] = ("fedavg", "fedavgm", "fedadam")
-
-#: Effective defaults of the spec's AggregationSettings options.
-DEFAULTS: Mapping[str, Mapping[str, float]] = {
-    "fedavg": {},
-    "fedavgm": {"server_learning_rate": 1.0, "momentum": 0.9},
-    "fedadam": {"server_learning_rate": 0.01, "beta1": 0.9, "beta2": 0.99, "epsilon": 0.001},
-}
-
-MAX_AVERAGE_ONLY_RANGES = 4096
 #: Counts and their total must stay exact as float64.
 MAX_COUNT = 2**53
-
-_STATE_FACTOR = {"fedavgm": 1, "fedadam": 2}
-
-
-class AggregationKernel(Protocol):
-    """The numeric loops; buffers are float32-le, already validated by the core.
-
-    Implementations (numpy, native C, WebAssembly) must follow the module
-    docstring to the bit.
-    """
-
-    def weighted_average(self, updates: Sequence[BytesLike], counts: Sequence[int]) -> bytes:
-        """Takes equal-length updates in canonical order and positive counts;
-        returns ``f32((Σ c_k·x_k) / Σ c_k)`` per element as bytes."""
-        ...
-
-    def fedavgm(
-        self,
-        start: BytesLike,
-        average: BytesLike,
-        velocity: BytesLike,
-        segments: Sequence[Segment],
-        lr: float,
-        momentum: float,
-    ) -> tuple[bytes, bytes]:
-        """Returns ``(weights, velocity)``: a step inside ``segments``, the
-        average and the old velocity elsewhere."""
-        ...
-
-    def fedadam(
-        self,
-        start: BytesLike,
-        average: BytesLike,
-        moments: BytesLike,
-        segments: Sequence[Segment],
-        lr: float,
-        beta1: float,
-        beta2: float,
-        epsilon: float,
-    ) -> tuple[bytes, bytes]:
-        """``moments`` is m then v (twice the weight bytes); returns
-        ``(weights, moments)`` as for :meth:`fedavgm`."""
-        ...
-
-    def first_non_finite(self, data: BytesLike) -> int:
-        """Returns the element index of the first NaN/infinity, or -1."""
-        ...
-
-    def delta_sq_norms(self, start: BytesLike, updates: Sequence[BytesLike]) -> list[float]:
-        """Squared float64 norm of each ``update - start`` (weei.core.aggregation.robust)."""
-        ...
-
-    def scale_delta(self, start: BytesLike, update: BytesLike, factor: float) -> bytes:
-        """``f32(f64(s) + factor*(f64(x) - f64(s)))`` per element (norm clipping)."""
-        ...
-
-    def trimmed_mean(self, updates: Sequence[BytesLike], trim: int) -> bytes:
-        """Per element: sort, drop ``trim`` values at each end, unweighted mean of the rest."""
-        ...
-
-
-class AggregationSettingsLike(Protocol):
-    """What this module reads from ``weei.core.formats.settings.AggregationSettings``.
-
-    ``method`` is required; each option is read as ``effective_<name>``
-    when present, else ``<name>`` (None or absent: the spec's default), for
-    ``server_learning_rate``, ``momentum``, ``beta1``, ``beta2``, ``epsilon``.
-    """
-
-    @property
-    def method(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -198,8 +109,9 @@ class AggregationState:
     data: bytes
 
     def __post_init__(self) -> None:
-        if self.method not in _STATE_FACTOR:
-            raise AggregationError("invalid-state", f"state of unknown method {self.method!r}")
+        row = METHODS.get(self.method) if isinstance(self.method, str) else None
+        if row is None or not row.state_copies:
+            raise AggregationError("invalid-state", f"state of {self.method!r}, not a method that keeps state")
         if isinstance(self.step, bool) or not isinstance(self.step, int) or self.step < 0:
             raise AggregationError("invalid-state", f"state step must be an int >= 0, got {self.step!r}")
         if len(self.data) % 4:
@@ -214,78 +126,6 @@ class RoundAggregate:
     weights: bytes
     state: AggregationState | None
     report: RobustReport | None = None
-
-
-@dataclass(frozen=True)
-class ModelAggregationRules:
-    """The model's aggregation info, normalised and checked.
-
-    ``methods`` is None when every method is allowed; ``average_only`` holds
-    sorted, non-overlapping ``(offset, bytes)`` byte ranges.
-    """
-
-    methods: frozenset[str] | None = None
-    average_only: tuple[tuple[int, int], ...] = ()
-
-    def allows(self, method: str) -> bool:
-        """FedAvg is always allowed; otherwise the model's list decides."""
-        return method == "fedavg" or self.methods is None or method in self.methods
-
-
-def _field(obj: object, *names: str) -> object:
-    for name in names:
-        if isinstance(obj, Mapping):
-            if name in obj:
-                return obj[name]
-        elif hasattr(obj, name):
-            return getattr(obj, name)
-    return None
-
-
-def parse_model_aggregation_info(info: object) -> ModelAggregationRules:
-    """Normalise the model's ``aggregation`` info.
-
-    Takes None, the JSON mapping of ``getModelInfo().aggregation``, an object
-    with ``methods``/``average_only`` attributes, or a ModelAggregationRules.
-    Raises ManifestError (reason ``invalid-aggregation-info``) naming the
-    field when a method is unknown or a range is misaligned, negative,
-    overlapping or too many.
-    """
-    if info is None:
-        return ModelAggregationRules()
-    if isinstance(info, ModelAggregationRules):
-        return info
-    reason = "invalid-aggregation-info"
-    raw_methods = _field(info, "methods")
-    methods: frozenset[str] | None = None
-    if raw_methods is not None:
-        if isinstance(raw_methods, (str, bytes)) or not isinstance(raw_methods, Sequence | frozenset | set):
-            raise ManifestError(reason, "aggregation.methods must be a list of method names")
-        for m in raw_methods:
-            if m not in METHODS:
-                raise ManifestError(reason, f"aggregation.methods: unknown method {m!r}")
-        methods = frozenset(raw_methods)
-    raw_ranges = _field(info, "average_only", "averageOnly") or ()
-    if not isinstance(raw_ranges, Sequence):
-        raise ManifestError(reason, "aggregation.averageOnly must be a list")
-    if len(raw_ranges) > MAX_AVERAGE_ONLY_RANGES:
-        raise ManifestError(reason, f"aggregation.averageOnly has more than {MAX_AVERAGE_ONLY_RANGES} ranges")
-    ranges: list[tuple[int, int]] = []
-    for n, item in enumerate(raw_ranges):
-        if isinstance(item, tuple) and len(item) == 2:
-            offset, size = item
-        else:
-            offset, size = _field(item, "offset"), _field(item, "bytes")
-        for name, value in (("offset", offset), ("bytes", size)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0 or value % 4:
-                raise ManifestError(reason, f"aggregation.averageOnly[{n}].{name} must be a multiple of 4 >= 0, got {value!r}")
-        assert isinstance(offset, int) and isinstance(size, int)
-        ranges.append((offset, size))
-    ranges.sort()
-    for (a_off, a_len), (b_off, _) in zip(ranges, ranges[1:]):
-        if a_off + a_len > b_off:
-            raise ManifestError(reason, f"aggregation.averageOnly ranges at {a_off} and {b_off} overlap")
-    return ModelAggregationRules(methods, tuple(ranges))
 
 
 def _byte_len(buf: BytesLike) -> int:
@@ -375,67 +215,37 @@ def trainable_segments(n_elems: int, average_only: Sequence[tuple[int, int]]) ->
     return segments
 
 
-def _option(settings: object, method: str, name: str) -> float:
-    camel = {"server_learning_rate": "serverLearningRate"}.get(name, name)
-    # weei.core.formats.settings.AggregationSettings gives effective_<name>; a plain
-    # object or JSON mapping may give the raw option (None: the default).
-    value = _field(settings, f"effective_{name}", name, camel)
-    if value is None:
-        value = DEFAULTS[method][name]
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise SettingsError(f"aggregation.{camel}", f"must be a finite number, got {value!r}")
-    return float(value)
-
-
-def fedavgm_step(
+def server_step(
     kernel: AggregationKernel,
+    method: Method,
     start: BytesLike,
     average: BytesLike,
     state: AggregationState | None,
     segments: Sequence[Segment],
-    lr: float,
-    momentum: float,
+    values: Sequence[float],
 ) -> RoundAggregate:
-    """One FedAvgM server step (see the module docstring for the bits).
+    """One server step of a method with state (its kernel entry; see the module docstring for the bits).
 
-    A state of another method (or None) restarts from zero. Raises
-    AggregationError ``invalid-state`` if the state's size does not fit.
+    ``values`` are its options in the table's order. A state of another method
+    (or None) restarts from zero. Raises AggregationError ``invalid-state`` if
+    the state's size does not fit.
     """
-    velocity = _state_data(state, "fedavgm", _byte_len(start))
-    weights, new_v = kernel.fedavgm(start, average, velocity, segments, lr, momentum)
-    step = state.step + 1 if state is not None and state.method == "fedavgm" else 1
-    return RoundAggregate(weights, AggregationState("fedavgm", step, new_v))
+    if method.step is None:
+        raise ValueError(f"{method.name} has no server step")
+    data = _state_data(state, method, _byte_len(start))
+    weights, new_state = method.step(kernel, start, average, data, segments, values)
+    step = state.step + 1 if state is not None and state.method == method.name else 1
+    return RoundAggregate(weights, AggregationState(method.name, step, new_state))
 
 
-def fedadam_step(
-    kernel: AggregationKernel,
-    start: BytesLike,
-    average: BytesLike,
-    state: AggregationState | None,
-    segments: Sequence[Segment],
-    lr: float,
-    beta1: float,
-    beta2: float,
-    epsilon: float,
-) -> RoundAggregate:
-    """One FedAdam server step (Reddi et al. 2021, Alg. 2, no bias correction).
-
-    Same state rules as :func:`fedavgm_step`; the state is m then v.
-    """
-    moments = _state_data(state, "fedadam", _byte_len(start))
-    weights, new_m = kernel.fedadam(start, average, moments, segments, lr, beta1, beta2, epsilon)
-    step = state.step + 1 if state is not None and state.method == "fedadam" else 1
-    return RoundAggregate(weights, AggregationState("fedadam", step, new_m))
-
-
-def _state_data(state: AggregationState | None, method: str, weight_bytes: int) -> bytes:
-    size = _STATE_FACTOR[method] * weight_bytes
+def _state_data(state: AggregationState | None, method: Method, weight_bytes: int) -> bytes:
+    size = method.state_copies * weight_bytes
     # A state of another method means the method changed: start from zero.
-    if state is None or state.method != method:
+    if state is None or state.method != method.name:
         return bytes(size)
     if len(state.data) != size:
         raise AggregationError(
-            "invalid-state", f"{method} state has {len(state.data)} bytes, expected {size} for these weights"
+            "invalid-state", f"{method.name} state has {len(state.data)} bytes, expected {size} for these weights"
         )
     return state.data
 
@@ -463,82 +273,61 @@ def aggregate_round(
     kernel: AggregationKernel,
     start_weights: BytesLike,
     contributions: Sequence[Contribution],
-    settings: AggregationSettingsLike | None,
+    settings: AggregationSettings | None,
     state: AggregationState | None,
-    model_aggregation_info: object = None,
+    model: ModelAggregation | None = None,
 ) -> RoundAggregate:
-    """Aggregate one round: FedAvg, then the configured server optimizer.
+    """Aggregate one round: FedAvg, then the configured method's server step.
 
     Takes the round's start weights, ``(assignment_id, count, weights)``
     contributions in any order, the aggregation settings (None: FedAvg), the
     previous checkpoint's state (None at the start) and the model's
-    aggregation info (see :func:`parse_model_aggregation_info`). Returns the
-    new weights and state (state None for FedAvg).
+    aggregation info (``ModelInfo.aggregation``; None: every method, no
+    averageOnly range). Returns the new weights and state (state None for a
+    method without state).
 
-    Raises SettingsError (``method-not-allowed`` / ``invalid-setting``) for a
-    method the model does not allow or does not exist, ManifestError for bad
-    aggregation info, AggregationError for bad contributions, an empty
-    average, a state that does not fit, or a non-finite result.
+    Raises SettingsError ``method-not-allowed`` for a method the model does
+    not allow, ManifestError for an averageOnly range past the weights,
+    AggregationError for bad contributions, an empty average, a state that
+    does not fit, or a non-finite result.
     """
-    method = "fedavg" if settings is None else settings.method
-    if method not in METHODS:
-        raise SettingsError("aggregation.method", f"unknown method {method!r}; expected one of {', '.join(METHODS)}")
-    rules = parse_model_aggregation_info(model_aggregation_info)
-    if not rules.allows(method):
-        allowed = ", ".join(sorted(rules.methods or ()) or ["fedavg"])
+    settings = settings or _FEDAVG
+    method = settings.method_entry
+    model = model or _ANY_MODEL
+    if method.name not in model.allowed_methods:
         raise SettingsError(
             "aggregation.method",
-            f"the model does not allow {method!r} (its aggregation.methods: {allowed}; fedavg is always allowed)",
+            f"the model does not allow {method.name!r} (its aggregation.methods: "
+            f"{', '.join(sorted(model.methods or ())) or 'fedavg'}; fedavg is always allowed)",
             reason="method-not-allowed",
         )
     weight_bytes = _byte_len(start_weights)
     average, report = _average(kernel, start_weights, contributions, settings, weight_bytes)
-    if method == "fedavg":
+    if method.step is None:
         return check_finite(kernel, RoundAggregate(average, None, report))
-    # Options are read before the arithmetic so a bad one costs nothing.
-    lr = _option(settings, method, "server_learning_rate")
-    segments = trainable_segments(weight_bytes // 4, rules.average_only)
-    if method == "fedavgm":
-        result = fedavgm_step(kernel, start_weights, average, state, segments, lr, _option(settings, method, "momentum"))
-    else:
-        result = fedadam_step(
-            kernel,
-            start_weights,
-            average,
-            state,
-            segments,
-            lr,
-            _option(settings, method, "beta1"),
-            _option(settings, method, "beta2"),
-            _option(settings, method, "epsilon"),
-        )
+    average_only = sorted((r.offset, r.bytes) for r in model.average_only)
+    segments = trainable_segments(weight_bytes // 4, average_only)
+    result = server_step(kernel, method, start_weights, average, state, segments, settings.option_values())
     return check_finite(kernel, RoundAggregate(result.weights, result.state, report))
+
+
+_FEDAVG = AggregationSettings()
+_ANY_MODEL = ModelAggregation()
 
 
 def _average(
     kernel: AggregationKernel,
     start: BytesLike,
     contributions: Sequence[Contribution],
-    settings: object,
+    settings: AggregationSettings,
     weight_bytes: int,
 ) -> tuple[bytes, RobustReport | None]:
     """FedAvg, or the robust average when ``normClip`` or ``combine`` is set."""
-    norm_clip = _field(settings, "norm_clip", "normClip")
-    combine = _field(settings, "combine")
-    if norm_clip is None and (combine is None or combine == "mean"):
+    if settings.norm_clip is None and settings.combine in (None, "mean"):
         return fedavg(kernel, contributions, weight_bytes), None
-    if combine is not None and combine not in COMBINES:
-        raise SettingsError("aggregation.combine", f"must be one of {', '.join(COMBINES)}, got {combine!r}")
-    if norm_clip is not None and (
-        isinstance(norm_clip, bool) or not isinstance(norm_clip, (int, float)) or not 1 <= norm_clip <= MAX_NORM_CLIP
-    ):
-        raise SettingsError("aggregation.normClip", f"must be a number from 1 to {MAX_NORM_CLIP:g}, got {norm_clip!r}")
-    trim = _field(settings, "effective_trim", "trim")
-    trim = DEFAULT_TRIM if trim is None else trim
-    if isinstance(trim, bool) or not isinstance(trim, (int, float)) or not 0 < trim < 0.5:
-        raise SettingsError("aggregation.trim", f"must be above 0 and below 0.5, got {trim!r}")
     if weight_bytes % 4:
         raise AggregationError("invalid-contribution", f"weight bytes {weight_bytes} is not a multiple of 4")
     updates, counts = canonical_contributions(contributions, weight_bytes)
     ids = sorted(c[0] for c in contributions)  # type: ignore[type-var]  # comparable: checked above
-    return robust_average(kernel, start, ids, updates, counts, norm_clip, combine or "mean", float(trim))
+    return robust_average(kernel, start, ids, updates, counts, settings.norm_clip, settings.combine or "mean",
+                          settings.effective_trim)

@@ -6,7 +6,8 @@ Layout (docs/checkpoint-format.md has the full description)::
     M bytes UTF-8 JSON metadata (JSON.stringify of CheckpointMetadata)
     W bytes weights, float32-le, W = metadata.checkpoint.bytes
     S bytes version 2 only: aggregation state, float32-le,
-            S = metadata.aggregationState.bytes = W (FedAvgM) or 2 W (FedAdam)
+            S = metadata.aggregationState.bytes = c W, c the method's state copies
+            (weei.core.aggregation.methods: 1 for FedAvgM, 2 for FedAdam)
 
 Nothing may follow the last part. The reader checks lengths before every
 slice, so any truncated or corrupted file gives a CheckpointError with a
@@ -27,6 +28,7 @@ from .. import _check
 from ..errors import CheckpointError, ManifestError, SettingsError, WeeiError
 from ..floats import first_non_finite
 from .jsonfmt import stringify
+from ..aggregation.methods import METHODS
 from ..limits import MAX_FILE_BYTES
 from .modelinfo import ModelInfo, check_weight_size
 from .seeds import parse_retry
@@ -49,7 +51,6 @@ __all__ = [
 MAX_CHECKPOINT_FILE_BYTES = MAX_FILE_BYTES
 #: "The metadata length ... is at most 1 MiB".
 MAX_METADATA_BYTES = 1024 * 1024
-_STATE_COPIES = {"fedavgm": 1, "fedadam": 2}
 
 
 def _fail(reason: str, path: str) -> _check.Fail:
@@ -195,14 +196,16 @@ def _check_metadata(raw: dict[str, Any]) -> tuple[ModelInfo, TrainingSettings]:
             raise CheckpointError("missing-aggregation-state", "checkpoint metadata aggregationState: version 2 needs it")
         state = _check.as_object(state, _fail("invalid-aggregation-state", "aggregationState"))
         method = state.get("method")
-        if not isinstance(method, str) or method not in _STATE_COPIES:
-            raise CheckpointError("invalid-aggregation-state", f"checkpoint metadata aggregationState.method: must be fedavgm or fedadam, not {method!r}")
+        row = METHODS.get(method) if isinstance(method, str) else None
+        if row is None or not row.state_copies:
+            stateful = ", ".join(m.name for m in METHODS.values() if m.state_copies)
+            raise CheckpointError("invalid-aggregation-state", f"checkpoint metadata aggregationState.method: must be one of {stateful}, not {method!r}")
         _field(state, "step", _check.as_int, "aggregationState.step", "invalid-aggregation-state", minimum=1)
         state_bytes = _field(state, "bytes", _check.as_int, "aggregationState.bytes", "invalid-aggregation-state", minimum=0)
-        if state_bytes != _STATE_COPIES[method] * size:
+        if state_bytes != row.state_copies * size:
             raise CheckpointError(
                 "state-size-mismatch",
-                f"checkpoint metadata aggregationState.bytes: {state_bytes}, {method} needs {_STATE_COPIES[method]} x {size}",
+                f"checkpoint metadata aggregationState.bytes: {state_bytes}, {method} needs {row.state_copies} x {size}",
             )
         _field(state, "sha256", _check.as_sha256, "aggregationState.sha256", "invalid-aggregation-state")
 

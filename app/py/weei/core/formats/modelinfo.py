@@ -29,13 +29,15 @@ from typing import Any, Literal
 from .. import _check
 from ..errors import ManifestError, ModelInfoReason, SettingsError
 from ..limits import DEFAULT_MEMORY_CAP, MAX_AUXILIARY_BYTES, MAX_METRIC_ID_CHARS, MAX_METRICS
-from .settings import AGGREGATION_METHODS, TrainingSettings
+from ..aggregation.methods import METHODS
+from .settings import TrainingSettings
 
 __all__ = [
     "ModelInfo",
     "Metric",
     "DataFormat",
     "ByteRange",
+    "ModelAggregation",
     "WorkSource",
     "AuxiliarySlot",
     "MAX_AUXILIARY_SLOTS",
@@ -212,37 +214,59 @@ def parse_auxiliary_weights(
     return tuple(slots)
 
 
-def _parse_aggregation(obj: Any) -> tuple[tuple[str, ...] | None, tuple[ByteRange, ...]]:
-    reason = ModelInfoReason.INVALID_AGGREGATION_INFO
-    obj = _check.as_object(obj, _at(reason, "aggregation"))
-    _at(reason, "aggregation").no_unknown_keys(obj, {"methods", "averageOnly"})
-    methods = None
-    if "methods" in obj:
-        listed = _check.as_list(obj["methods"], _at(reason, "aggregation.methods"))
-        for m in listed:
-            if m not in AGGREGATION_METHODS:
-                raise ManifestError(reason, f"aggregation.methods: unknown method {m!r}")
-        if len(set(listed)) != len(listed):
-            raise ManifestError(reason, "aggregation.methods: lists a method twice")
-        methods = tuple(listed)
-    ranges: list[ByteRange] = []
-    if "averageOnly" in obj:
-        items = _check.as_list(obj["averageOnly"], _at(reason, "aggregation.averageOnly"), MAX_AVERAGE_ONLY_RANGES)
-        for i, item in enumerate(items):
-            p = f"aggregation.averageOnly[{i}]"
-            item = _check.as_object(item, _at(reason, p))
-            _at(reason, p).no_unknown_keys(item, {"offset", "bytes"})
-            offset = _at(reason, p).read(item, "offset", _check.as_int, minimum=0)
-            size = _at(reason, p).read(item, "bytes", _check.as_int, minimum=0)
-            if offset % 4 or size % 4:
-                raise ManifestError(reason, f"{p}: offset and bytes must be multiples of 4")
-            ranges.append(ByteRange(offset, size))
-        # An empty range holds no byte, so it cannot overlap anything.
-        ordered = sorted((rng for rng in ranges if rng.bytes), key=lambda rng: rng.offset)
-        for a, b in zip(ordered, ordered[1:]):
-            if b.offset < a.end:
-                raise ManifestError(reason, f"aggregation.averageOnly: ranges at {a.offset} and {b.offset} overlap")
-    return methods, tuple(ranges)
+@dataclass(frozen=True)
+class ModelAggregation:
+    """The model's ``aggregation`` info: the methods it allows (None: all) and
+    its ``averageOnly`` ranges, as given (an empty range is kept, and ignored)."""
+
+    methods: tuple[str, ...] | None = None
+    average_only: tuple[ByteRange, ...] = ()
+
+    @classmethod
+    def from_json(cls, obj: Any) -> ModelAggregation:
+        """Parse ``getModelInfo().aggregation``.
+
+        Raises: ManifestError ``invalid-aggregation-info`` naming the field: an
+        unknown key or method (``weei.core.aggregation.methods.METHODS``), a
+        method listed twice, a range not a multiple of 4, negative, overlapping
+        another, or more than MAX_AVERAGE_ONLY_RANGES of them.
+        """
+        reason = ModelInfoReason.INVALID_AGGREGATION_INFO
+        obj = _check.as_object(obj, _at(reason, "aggregation"))
+        _at(reason, "aggregation").no_unknown_keys(obj, {"methods", "averageOnly"})
+        methods = None
+        if "methods" in obj:
+            listed = _check.as_list(obj["methods"], _at(reason, "aggregation.methods"))
+            for m in listed:
+                if not isinstance(m, str) or m not in METHODS:
+                    raise ManifestError(reason, f"aggregation.methods: unknown method {m!r}")
+            if len(set(listed)) != len(listed):
+                raise ManifestError(reason, "aggregation.methods: lists a method twice")
+            methods = tuple(listed)
+        ranges: list[ByteRange] = []
+        if "averageOnly" in obj:
+            items = _check.as_list(obj["averageOnly"], _at(reason, "aggregation.averageOnly"), MAX_AVERAGE_ONLY_RANGES)
+            for i, item in enumerate(items):
+                p = f"aggregation.averageOnly[{i}]"
+                item = _check.as_object(item, _at(reason, p))
+                _at(reason, p).no_unknown_keys(item, {"offset", "bytes"})
+                offset = _at(reason, p).read(item, "offset", _check.as_int, minimum=0)
+                size = _at(reason, p).read(item, "bytes", _check.as_int, minimum=0)
+                if offset % 4 or size % 4:
+                    raise ManifestError(reason, f"{p}: offset and bytes must be multiples of 4")
+                ranges.append(ByteRange(offset, size))
+            # An empty range holds no byte, so it cannot overlap anything.
+            ordered = sorted((rng for rng in ranges if rng.bytes), key=lambda rng: rng.offset)
+            for a, b in zip(ordered, ordered[1:]):
+                if b.offset < a.end:
+                    raise ManifestError(reason, f"aggregation.averageOnly: ranges at {a.offset} and {b.offset} overlap")
+        return cls(methods, tuple(ranges))
+
+    @property
+    def allowed_methods(self) -> tuple[str, ...]:
+        """Aggregation methods the model allows; FedAvg always, all when not declared."""
+        return tuple(m for m in METHODS if m == "fedavg" or self.methods is None or m in self.methods)
+
 
 
 @dataclass(frozen=True)
@@ -257,8 +281,7 @@ class ModelInfo:
     max_examples_per_chunk: int | None
     data_formats: tuple[DataFormat, ...]
     metrics: tuple[Metric, ...]
-    methods: tuple[str, ...] | None
-    average_only: tuple[ByteRange, ...]
+    aggregation: ModelAggregation
     capabilities: dict[str, Any]
     work_source: WorkSource | None
     auxiliary_weights: tuple[AuxiliarySlot, ...]
@@ -333,9 +356,7 @@ class ModelInfo:
                 raise ManifestError(r, f"{p}.id: duplicate metric {mid!r}")
             metric_ids.add(mid)
             metrics.append(Metric(mid, label, direction))
-        methods, average_only = (None, ())
-        if "aggregation" in obj:
-            methods, average_only = _parse_aggregation(obj["aggregation"])
+        aggregation = ModelAggregation.from_json(obj["aggregation"]) if "aggregation" in obj else ModelAggregation()
         capabilities = _check.as_object(obj.get("capabilities", {}), _at(r, "modelInfo.capabilities"))
         if "evaluation" in capabilities:
             _check.as_bool(capabilities["evaluation"], _at(r, "modelInfo.capabilities.evaluation"))
@@ -351,8 +372,7 @@ class ModelInfo:
             limits["maxExamplesPerChunk"],
             tuple(formats),
             tuple(metrics),
-            methods,
-            average_only,
+            aggregation,
             capabilities,
             work_source,
             slots,
@@ -371,9 +391,12 @@ class ModelInfo:
     @property
     def allowed_methods(self) -> tuple[str, ...]:
         """Aggregation methods the model allows; FedAvg always, all when not declared."""
-        if self.methods is None:
-            return AGGREGATION_METHODS
-        return tuple(m for m in AGGREGATION_METHODS if m == "fedavg" or m in self.methods)
+        return self.aggregation.allowed_methods
+
+    @property
+    def average_only(self) -> tuple[ByteRange, ...]:
+        """The model's averageOnly byte ranges."""
+        return self.aggregation.average_only
 
     @property
     def metric_ids(self) -> tuple[str, ...]:

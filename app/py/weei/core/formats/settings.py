@@ -22,14 +22,14 @@ Decisions where the spec is silent (see also docs/checkpoint-format.md):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any, Literal, NoReturn
 
 from .. import _check
+from ..aggregation.methods import METHODS, Method
 from ..errors import SettingsError
 
 __all__ = [
-    "AggregationMethod",
-    "AGGREGATION_METHODS",
     "AggregationSettings",
     "COMBINES",
     "DEFAULT_TRIM",
@@ -39,22 +39,6 @@ __all__ = [
     "ExperienceSettings",
     "TrainingSettings",
 ]
-
-AggregationMethod = Literal["fedavg", "fedavgm", "fedadam"]
-AGGREGATION_METHODS: tuple[AggregationMethod, ...] = ("fedavg", "fedavgm", "fedadam")
-
-# The options each method takes (JSON name -> attribute); anything else is refused.
-_METHOD_OPTIONS: dict[str, dict[str, str]] = {
-    "fedavg": {},
-    "fedavgm": {"serverLearningRate": "server_learning_rate", "momentum": "momentum"},
-    "fedadam": {
-        "serverLearningRate": "server_learning_rate",
-        "beta1": "beta1",
-        "beta2": "beta2",
-        "epsilon": "epsilon",
-    },
-}
-_ALL_OPTIONS = {"serverLearningRate", "momentum", "beta1", "beta2", "epsilon"}
 
 # Robust options (additive to the spec, any method; docs/api.md): absent means
 # off, so the spec's settings and every existing checkpoint keep their bits.
@@ -86,24 +70,41 @@ def _count(obj: dict[str, Any], key: str, path: str) -> int:
     return _check.as_int(obj[key], _failer(path), minimum=1)
 
 
+def _method_names() -> str:
+    return ", ".join(METHODS)
+
+
+def _method_row(method: object) -> Method:
+    row = METHODS.get(method) if isinstance(method, str) else None
+    if row is None:
+        raise SettingsError("aggregation.method", f"must be one of {_method_names()}, not {method!r}")
+    return row
+
+
+def _refuse_foreign_option(name: str, method: str) -> NoReturn:
+    """A key that is not an option of ``method``: another method's, or nobody's."""
+    if any(row.option(name) is not None for row in METHODS.values()):
+        raise SettingsError(f"aggregation.{name}", f"does not belong to method {method}", "option-not-for-method")
+    raise SettingsError(f"aggregation.{name}", "is not a known setting", "unknown-setting")
+
+
 @dataclass(frozen=True)
 class AggregationSettings:
-    """How a round's average is formed and applied: FedAvg, FedAvgM or FedAdam.
+    """How a round's average is formed and applied: a method of
+    ``weei.core.aggregation.methods.METHODS`` and its options.
 
-    Options are None when not given; the ``effective_*`` properties give the
-    value in force (the given one, else the method's default). The robust
-    options (``norm_clip``, ``combine``, ``trim``; weei.core.aggregation.robust) go with
-    any method and are off when None; ``exclude_outliers_after`` (rounds in
-    a row a participant's update was an outlier before it is excluded from
-    the job) needs one of ``norm_clip`` and ``combine``.
+    ``options`` holds the options that were given, ``(JSON name, value)`` in
+    the method's order (a mapping is accepted and normalised); :meth:`option`
+    gives the value in force (the given one, else the method's default). The
+    robust options (``norm_clip``, ``combine``, ``trim``;
+    weei.core.aggregation.robust) go with any method and are off when None;
+    ``exclude_outliers_after`` (rounds in a row a participant's update was an
+    outlier before it is excluded from the job) needs one of ``norm_clip``
+    and ``combine``.
     """
 
-    method: AggregationMethod = "fedavg"
-    server_learning_rate: float | None = None
-    momentum: float | None = None
-    beta1: float | None = None
-    beta2: float | None = None
-    epsilon: float | None = None
+    method: str = "fedavg"
+    options: tuple[tuple[str, float], ...] = ()
     norm_clip: float | None = None
     combine: str | None = None
     trim: float | None = None
@@ -111,27 +112,46 @@ class AggregationSettings:
 
     def __post_init__(self) -> None:
         # Constructed in Python too, so the same checks as from_json apply.
-        if self.method not in _METHOD_OPTIONS:
-            raise SettingsError("aggregation.method", f"must be one of {', '.join(AGGREGATION_METHODS)}, not {self.method!r}")
-        allowed = set(_METHOD_OPTIONS[self.method].values())
-        for json_name in _ALL_OPTIONS:
-            attr = _attr_of(json_name)
-            value = getattr(self, attr)
-            if value is None:
-                continue
-            path = f"aggregation.{json_name}"
-            if attr not in allowed:
-                raise SettingsError(path, f"does not belong to method {self.method}", "option-not-for-method")
+        row = _method_row(self.method)
+        pairs = list(self.options.items() if isinstance(self.options, Mapping) else self.options)
+        given = dict(pairs)
+        if len(given) != len(pairs):
+            raise SettingsError("aggregation", "names an option twice")
+        for name, value in given.items():
+            option = row.option(name)
+            if option is None:
+                _refuse_foreign_option(name, self.method)
+            path = f"aggregation.{name}"
             number = _check.as_number(value, _failer(path))
-            if json_name == "serverLearningRate":
-                ok, text = 0 <= number <= 10, "from 0 to 10"
-            elif json_name == "epsilon":
-                ok, text = 0 <= number <= 1, "from 0 to 1"
-            else:  # momentum, beta1, beta2
-                ok, text = 0 <= number < 1, "from 0 to below 1"
-            if not ok:
-                raise SettingsError(path, f"must be {text}, not {number}", "out-of-range")
+            if not option.allows(number):
+                raise SettingsError(path, f"must be {option.range_text}, not {number}", "out-of-range")
+        object.__setattr__(self, "options", tuple((o.name, given[o.name]) for o in row.options if o.name in given))
         self._check_robust()
+
+    @property
+    def method_entry(self) -> Method:
+        """The method's row of the table."""
+        return _method_row(self.method)
+
+    def option(self, name: str) -> float:
+        """The value in force of option ``name`` (JSON name): the given one, else the default.
+
+        Raises KeyError when the method has no such option (a caller's mistake).
+        """
+        option = self.method_entry.option(name)
+        if option is None:
+            raise KeyError(f"method {self.method} has no option {name!r}")
+        given = dict(self.options)
+        return float(given[name]) if name in given else option.default
+
+    def option_values(self) -> tuple[float, ...]:
+        """Every option's value in force, in the method's order (what its kernel entry takes)."""
+        return tuple(self.option(o.name) for o in self.method_entry.options)
+
+    @property
+    def state_copies(self) -> int:
+        """Copies of the weights the method keeps as state (the table's ``state_copies``)."""
+        return self.method_entry.state_copies
 
     def _check_robust(self) -> None:
         if self.norm_clip is not None:
@@ -167,28 +187,28 @@ class AggregationSettings:
         if "method" not in obj:
             raise SettingsError("aggregation.method", "is required", "missing-setting")
         method = obj["method"]
-        if not isinstance(method, str) or method not in _METHOD_OPTIONS:
-            raise SettingsError("aggregation.method", f"must be one of {', '.join(AGGREGATION_METHODS)}, not {method!r}")
-        for key in obj:
+        row = _method_row(method)
+        options: list[tuple[str, float]] = []
+        robust: dict[str, Any] = {}
+        for key, value in obj.items():
             if key == "method":
                 continue
             if key in _ROBUST_OPTIONS:  # any method; values checked by __post_init__
-                if obj[key] is None:
+                if value is None:
                     raise SettingsError(f"aggregation.{key}", "must not be null (leave it out for the default)")
+                robust[_ROBUST_OPTIONS[key]] = value
                 continue
-            if key not in _ALL_OPTIONS:
-                raise SettingsError(f"aggregation.{key}", "is not a known setting", "unknown-setting")
-            if key not in _METHOD_OPTIONS[method]:
-                raise SettingsError(f"aggregation.{key}", f"does not belong to method {method}", "option-not-for-method")
+            if row.option(key) is None:
+                _refuse_foreign_option(key, method)
             # null is not "absent": the spec's options are numbers when present.
-            _check.as_number(obj[key], _failer(f"aggregation.{key}"))
-        kwargs = {_attr_of(key): value for key, value in obj.items() if key != "method"}
-        return cls(method=method, **kwargs)
+            _check.as_number(value, _failer(f"aggregation.{key}"))
+            options.append((key, value))
+        return cls(method=method, options=tuple(options), **robust)
 
     def to_json(self) -> dict[str, Any]:
         """The JSON form: method, then the options that were given."""
-        out: dict[str, Any] = {"method": self.method}
-        for json_name, attr in (*_METHOD_OPTIONS[self.method].items(), *_ROBUST_OPTIONS.items()):
+        out: dict[str, Any] = {"method": self.method, **dict(self.options)}
+        for json_name, attr in _ROBUST_OPTIONS.items():
             value = getattr(self, attr)
             if value is not None:
                 out[json_name] = value
@@ -198,42 +218,6 @@ class AggregationSettings:
     def effective_trim(self) -> float:
         """Fraction trimmed at each end by combine "trimmedMean": 0.25 unless given."""
         return DEFAULT_TRIM if self.trim is None else float(self.trim)
-
-    @property
-    def effective_server_learning_rate(self) -> float:
-        """eta: 1.0 for FedAvg and FedAvgM, 0.01 for FedAdam, unless given."""
-        if self.server_learning_rate is not None:
-            return float(self.server_learning_rate)
-        return 0.01 if self.method == "fedadam" else 1.0
-
-    @property
-    def effective_momentum(self) -> float:
-        """mu of FedAvgM: 0.9 unless given."""
-        return 0.9 if self.momentum is None else float(self.momentum)
-
-    @property
-    def effective_beta1(self) -> float:
-        """beta1 of FedAdam: 0.9 unless given."""
-        return 0.9 if self.beta1 is None else float(self.beta1)
-
-    @property
-    def effective_beta2(self) -> float:
-        """beta2 of FedAdam: 0.99 unless given."""
-        return 0.99 if self.beta2 is None else float(self.beta2)
-
-    @property
-    def effective_epsilon(self) -> float:
-        """epsilon of FedAdam: 0.001 unless given."""
-        return 0.001 if self.epsilon is None else float(self.epsilon)
-
-    @property
-    def state_copies(self) -> int:
-        """Copies of the weights the method keeps as state: 0, 1 or 2."""
-        return {"fedavg": 0, "fedavgm": 1, "fedadam": 2}[self.method]
-
-
-def _attr_of(json_name: str) -> str:
-    return {"serverLearningRate": "server_learning_rate", **_ROBUST_OPTIONS}.get(json_name, json_name)
 
 
 FEDAVG = AggregationSettings()

@@ -84,8 +84,7 @@ def close_round(kernel: Kernel, round_: int, weights: bytes, state: AggregationS
     """
     check_method(info, settings)
     contributions = [(r.attempt.assignment_id, r.update.count, r.weights) for r in received]
-    result = aggregate_round(kernel, weights, contributions, settings.aggregation, state,
-                             info.raw.get("aggregation"))
+    result = aggregate_round(kernel, weights, contributions, settings.aggregation, state, info.aggregation)
     peer_of = {r.attempt.assignment_id: r.attempt.peer for r in received}
     report = result.report
     return RoundRecord(
