@@ -75,7 +75,7 @@ export class Setup {
       select('onnxLoss', 'Loss', [['cross-entropy', 'cross-entropy (classes)'], ['mse', 'mean squared error']]),
       select('onnxOptimizer', 'Optimizer', [['adam', 'Adam'], ['adamw', 'AdamW'], ['sgd', 'SGD']]),
       num('onnxLr', 'Model learning rate', { min: 0, step: 'any', value: 0.01, required: true }),
-      select('onnxFormat', 'Data format', [['records', 'records (weei data chunk): features fill the input shape'],
+      select('onnxFormat', 'Data format', [['records', 'records (weei data chunk)'],
         ['digits', 'digits (weei-digits-v1)']]),
       h('div', { class: 'row' }, f.onnxImport), f.onnxError);
 
