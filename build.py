@@ -82,7 +82,7 @@ PY_PACKAGE_DIR = Path("app") / "py" / "weei"
 PYODIDE_FILES = ("pyodide.mjs", "pyodide.asm.mjs", "pyodide.asm.wasm", "python_stdlib.zip", "pyodide-lock.json")
 #: app/static files and directories that make up the site.
 SITE_FILES = ("index.html", "landing.css", "landing.js", "weei.js", "boot.mjs", "host.js", "worker.js", "widget.js")
-SITE_DIRS = ("models", "kernel", "widget", "embed")
+SITE_DIRS = ("models", "kernel", "widget", "embed", "onnx")  # onnx: the graph runtime the page's importer appends to
 #: A fixed timestamp makes weei-py.zip reproducible.
 _ZIP_DATE = (1980, 1, 1, 0, 0, 0)
 #: Makes the Pyodide memory snapshot (Pyodide started in Node, weei's modules imported).

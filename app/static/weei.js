@@ -263,6 +263,7 @@
       throw weeiError(e.reason || 'internal-error', e.message || 'unknown error', e.kind);
     }
     if (envelope.file) return envelope.file;
+    if (envelope.files) return envelope.files;
     return envelope.json === undefined || envelope.json === 'null' ? undefined : JSON.parse(envelope.json);
   }
 
@@ -435,6 +436,22 @@
       async continueFromCheckpoint(job) {
         const { args, buffers } = await (await files()).readContinuation(job);
         return callAsync('continueFromCheckpoint', args, buffers);
+      },
+      // An ONNX file and data files -> {wasm, manifest} Files of a package to create a job with (docs/onnx.md);
+      // the import runs in the host worker's Python with the site's graph runtime.
+      async importOnnx(request) {
+        const [{ args, buffers }, runtime] = await Promise.all([
+          (await files()).readOnnxImport(request), fetchOk('onnx/runtime.wasm').then((r) => r.arrayBuffer())]);
+        buffers.runtime = runtime;
+        const out = await callAsync('importOnnx', args, buffers);
+        const file = (name, type) => { const f = out.find((x) => x.name === name); return new File([f.bytes], name, { type }); };
+        return { wasm: file('model.wasm', 'application/wasm'), manifest: file('manifest.json', 'application/json') };
+      },
+      // The ONNX file `onnx` (the one imported) with the weights of this job's checkpoint of round `round`.
+      async exportOnnx(round, onnx) {
+        const buffer = await (await files()).read(onnx, 'onnx');
+        const out = await callAsync('exportOnnx', { round }, { onnx: buffer });
+        return new File([out.bytes], out.name, { type: 'application/octet-stream' });
       },
       invite(peerId) { return callSync(() => mirror.invite(peerId)); },
       decideInvitation(jobId, accepted) { return callAsync('decideInvitation', { jobId, accepted: !!accepted }); },

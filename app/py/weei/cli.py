@@ -19,6 +19,15 @@ def main(argv: list[str] | None = None) -> int:
                            "`python build.py site`), instead of in this process")
     demo.add_argument("--job", choices=["digits", "cartpole"], action="append",
                       help="run only this job (repeatable); default: both")
+    train = commands.add_parser("train", help="train a model package in a federated job in this process "
+                                              "(imported from ONNX, built with the C kit, or built in)")
+    train.add_argument("package", type=Path, help="the package folder (model.wasm, manifest.json, data/)")
+    train.add_argument("--data", type=Path, default=None, help="the folder of the data files (default PACKAGE/data)")
+    train.add_argument("--peers", type=int, default=2, help="training peers, the coordinator included (default 2)")
+    train.add_argument("--settings", type=Path, default=None,
+                       help="a JSON file of job settings over the defaults (1 epoch, batches of 32, validation every round)")
+    train.add_argument("--seed", type=int, default=None, help="fix the job id and so every training seed")
+    train.add_argument("--out", type=Path, required=True, help="where to write the .weei-checkpoint files")
     serve = commands.add_parser("serve", help="serve the built site (dist/) for browsers; Ctrl-C stops")
     serve.add_argument("--port", type=int, default=8000, help="TCP port (0: any free port; default 8000)")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
@@ -48,6 +57,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_cli(args)
     if args.command == "serve":
         return _serve(args)
+    if args.command == "train":
+        return _train(args)
     if args.command == "demo":
         from .demo.run import DEMO_JOBS, run_demo
 
@@ -58,6 +69,23 @@ def main(argv: list[str] | None = None) -> int:
             return run_browser_demo(args.out, stream=sys.stdout, jobs=jobs)
         return run_demo(args.out, stream=sys.stdout, jobs=jobs)
     return 2
+
+
+def _train(args: argparse.Namespace) -> int:
+    from .core.errors import WeeiError
+    from .demo.train import read_settings, train_package
+
+    try:
+        report = train_package(args.package, args.out, stream=sys.stdout, data=args.data, peers=args.peers,
+                               settings=read_settings(args.settings), seed=args.seed)
+    except WeeiError as exc:
+        print(f"weei train: FAILED [{exc.reason}]: {exc.message}", file=sys.stderr)
+        return 1
+    except (OSError, RuntimeError) as exc:
+        print(f"weei train: FAILED: {exc}", file=sys.stderr)
+        return 1
+    print("OK: the validation improved" if report.improved else "done (the validation did not improve)")
+    return 0
 
 
 def _serve(args: argparse.Namespace) -> int:

@@ -83,5 +83,22 @@ export function packageFiles(weeiError) {
     return { args, buffers };
   }
 
-  return { readPackage, readContinuation };
+  // importOnnx({onnx, files, loss, optimizer, learningRate, batchSize, dataFormat, modelId}) -> call arguments and
+  // ArrayBuffers (weei.browser.onnx_form checks the words; the graph runtime is added by the caller).
+  async function readOnnxImport(request) {
+    if (!request || typeof request !== 'object') throw weeiError('invalid-argument', 'importOnnx() takes an object');
+    const onnx = requireFile(request.onnx, 'onnx');
+    const files = request.files === undefined ? [] : request.files;
+    if (!files || typeof files[Symbol.iterator] !== 'function') throw weeiError('invalid-argument', 'files must be a list of Files');
+    const list = Array.from(files, (f, i) => requireFile(f, `files[${i}]`));
+    const [onnxBuffer, ...fileBuffers] = await Promise.all([read(onnx), ...list.map(read)]);
+    const args = {
+      onnxName: fileName(onnx, 'model.onnx'), fileNames: list.map((f, i) => fileName(f, `file-${i}`)),
+      loss: request.loss, optimizer: request.optimizer, learningRate: request.learningRate,
+      batchSize: request.batchSize, dataFormat: request.dataFormat, modelId: request.modelId ?? null,
+    };
+    return { args, buffers: { onnx: onnxBuffer, files: fileBuffers } };
+  }
+
+  return { readPackage, readContinuation, readOnnxImport, read: (blob, what) => read(requireFile(blob, what)) };
 }

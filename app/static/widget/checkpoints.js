@@ -25,6 +25,15 @@ export class Checkpoints {
     append(this.sections.checkpoints.content, c.toolbar, c.error, c.table);
   }
 
+  /** The checkpoint of `round` as the imported ONNX file with its weights (exported in the host worker's Python). */
+  onnxButton(round) {
+    const button = h('button', { type: 'button', class: 'small', text: 'Download as ONNX', title: `Round ${round}'s weights in the imported ONNX file` });
+    button.addEventListener('click', () => this.act(button, this.c.error, async () => {
+      saveFile(this.root, await this.api.exportOnnx(round, this.onnxSource.file), 'model.onnx');
+    }));
+    return button;
+  }
+
   renderCheckpoints(state, job) {
     const c = this.c;
     const cps = job ? job.checkpoints : [];
@@ -38,7 +47,9 @@ export class Checkpoints {
     c.file.textContent = last ? `${last.artifact.fileName} · ${fmtBytes(last.artifact.bytes)}`
       + (participant ? ' · the coordinator keeps the checkpoint files' : '') : '';
     this.sections.checkpoints.note.textContent = last ? `${cps.length}, latest round ${last.artifact.round}` : '';
-    const key = job ? [job.id, cps.length, cps.map((x) => (x.validationMetrics ? 'v' : '') + (x.validationError ? 'e' : '')).join('')] : null;
+    // Download as ONNX: for a job of the model this window imported from an ONNX file, whose checkpoints it keeps.
+    const onnx = Boolean(job && !participant && this.onnxSource && job.info && job.info.id === this.onnxSource.modelId);
+    const key = job ? [job.id, onnx, cps.length, cps.map((x) => (x.validationMetrics ? 'v' : '') + (x.validationError ? 'e' : '')).join('')] : null;
     this.section('checkpoints', key, () => {
       if (!job) return h('p', { class: 'muted', text: 'No job.' });
       if (!cps.length) {
@@ -53,11 +64,13 @@ export class Checkpoints {
         h('td', { text: fmtNum(x.metrics ? x.metrics.examplesProcessed : undefined) }),
         h('td', { text: x.artifact.round === 0 ? '—' : values(x.metrics) }),
         h('td', { title: x.validationError || '' }, x.validationError ? h('span', { class: 'chip error', text: 'failed' }) : values(x.validationMetrics)),
-        h('td', { text: fmtTime(x.createdAt) })));
+        h('td', { text: fmtTime(x.createdAt) }),
+        ...(onnx ? [h('td', {}, this.onnxButton(x.artifact.round))] : [])));
       const label = metrics.length === 1 ? ` (${metrics[0].label})` : '';
       // Focusable: the table scrolls in its box, and keyboard users must be able to scroll it.
       return h('div', { class: 'tablewrap', tabindex: '0', role: 'region', 'aria-label': 'Checkpoints table' }, h('table', { class: 'checkpoints' },
-        h('thead', {}, h('tr', {}, ['Round', 'Examples', `Metrics${label}`, 'Validation', 'Created'].map((t) => h('th', { text: t })))),
+        h('thead', {}, h('tr', {}, ['Round', 'Examples', `Metrics${label}`, 'Validation', 'Created', ...(onnx ? ['ONNX'] : [])]
+          .map((t) => h('th', { text: t })))),
         h('tbody', {}, rows)));
     }, c.table);
   }

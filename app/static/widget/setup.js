@@ -61,6 +61,24 @@ export class Setup {
       h('label', { class: 'check' }, h('span', {},
         (f.restore = h('input', { type: 'checkbox', name: 'restore' })), 'Restore the saved dataset progress')));
 
+    // Bring an ONNX file (docs/onnx.md): imported in this page's Python into a package chosen as above;
+    // the chosen dataset and validation files are its data.
+    const select = (name, label, options) => {
+      f[name] = h('select', { name, 'aria-label': label }, options.map(([value, text]) => h('option', { value, text })));
+      return h('label', {}, h('span', { text: label }), f[name]);
+    };
+    f.onnxImport = h('button', { type: 'button', text: 'Import ONNX model',
+      title: 'Make a package of the ONNX file with the chosen dataset files (no compiler needed)' });
+    f.onnxError = h('div', { class: 'error hidden', role: 'alert' });
+    const onnxBox = h('fieldset', { class: 'files onnx' }, h('legend', { class: 'small muted', text: 'Or bring an ONNX file (PyTorch, TensorFlow, JAX)' }),
+      fileInput('onnx', 'ONNX model (.onnx)', { accept: '.onnx' }),
+      select('onnxLoss', 'Loss', [['cross-entropy', 'cross-entropy (classes)'], ['mse', 'mean squared error']]),
+      select('onnxOptimizer', 'Optimizer', [['adam', 'Adam'], ['adamw', 'AdamW'], ['sgd', 'SGD']]),
+      num('onnxLr', 'Model learning rate', { min: 0, step: 'any', value: 0.01, required: true }),
+      select('onnxFormat', 'Data format', [['records', 'records (weei data chunk)'],
+        ['digits', 'digits (weei-digits-v1)']]),
+      h('div', { class: 'row' }, f.onnxImport), f.onnxError);
+
     f.method = h('select', { name: 'method' },
       h('option', { value: 'fedavg', text: 'FedAvg (average)' }),
       h('option', { value: 'fedavgm', text: 'FedAvgM (momentum)' }),
@@ -122,7 +140,7 @@ export class Setup {
       h('div', { class: 'row' }, f.start, f.pause, f.resume, f.stop, f.shuffle, f.validate), f.controlError);
     f.choose = h('div', { class: 'choose' },
       h('div', { class: 'row' }, h('span', { class: 'small muted', text: 'Built-in demos:' }), f.demoDigits, f.demoCartpole, f.demoTransformer),
-      f.selection, f.demoError, files);
+      f.selection, f.demoError, files, onnxBox);
     f.settingsBox = h('details', { class: 'settings', open: true }, h('summary', { text: 'Settings' }), grid, f.robustHelp,
       h('div', { class: 'row' }, f.create, f.apply), f.review, f.formError);
     append(s.content, f.jobBox, f.choose, f.settingsBox);
@@ -166,6 +184,25 @@ export class Setup {
       this.fillSettings(null, experienceOf(this.selection.manifestJson));
       this.describeSelection();
     });
+
+    f.onnxImport.addEventListener('click', () => this.act(f.onnxImport, f.onnxError, async () => {
+      const onnx = f.onnx.files[0];
+      if (!onnx) throw Object.assign(new Error('Choose the ONNX model (.onnx)'), { reason: 'missing-file' });
+      const lr = Number(f.onnxLr.value);
+      if (f.onnxLr.value.trim() === '' || !(lr > 0)) throw Object.assign(new Error('The model learning rate must be above 0'), { reason: 'bad-setting' });
+      const batchSize = Number(f.batchSize.value) || 32;
+      f.selection.textContent = `Importing ${onnx.name}…`;
+      const pkg = await this.api.importOnnx({ onnx, files: this.selection.files, loss: f.onnxLoss.value,
+        optimizer: f.onnxOptimizer.value, learningRate: lr, batchSize, dataFormat: f.onnxFormat.value });
+      const manifestJson = JSON.parse(await pkg.manifest.text());
+      f.wasm.value = f.manifest.value = '';
+      Object.assign(this.selection, { wasm: pkg.wasm, manifest: pkg.manifest, manifestJson, executionFiles: [],
+        label: `${onnx.name} (imported)` });
+      // Kept for Download as ONNX beside this model's checkpoints (the export rewrites this very file).
+      this.onnxSource = { modelId: manifestJson.execution.modelId, file: onnx };
+      this.fillSettings(null, null);
+      this.describeSelection();
+    }));
 
     f.create.addEventListener('click', () => this.act(f.create, f.formError, async () => {
       if (await this.confirmSettings('create', this.selection.manifestJson)) await this.createJob();

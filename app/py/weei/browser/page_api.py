@@ -104,6 +104,8 @@ class PageApi:
             "setBackendPreference": lambda a, _b: controller.set_backend_preference(_arg(a, "preference")),
             "openSavedJob": lambda a, _b: controller.open_saved_job(_text(a, "jobId", "the job id")),
             "deleteSavedJob": lambda a, _b: controller.delete_saved_job(_text(a, "jobId", "the job id")),
+            "importOnnx": self._import_onnx,
+            "exportOnnx": self._export_onnx,
             "pauseContribution": self._pause_contribution,
             "listSavedJobs": self._list_saved_jobs,
             "debugStorageKeys": self._storage_keys,
@@ -257,6 +259,8 @@ class PageApi:
 
     @staticmethod
     def _ok(value: Any) -> Any:
+        if isinstance(value, list) and value and all(isinstance(v, tuple) for v in value):  # several files
+            return js_object({"ok": True, "files": [{"name": n, "bytes": to_uint8array(d)} for n, d in value]})
         if isinstance(value, tuple) and len(value) == 2 and isinstance(value[1], (bytes, bytearray)):
             name, data = value
             return js_object({"ok": True, "file": {"name": name, "bytes": to_uint8array(data)}})
@@ -322,6 +326,25 @@ class PageApi:
     def _export_module(self, _args: dict[str, Any]) -> tuple[str, bytes] | None:
         module = self.controller.export_module()
         return None if module is None else (module[0], bytes(module[1]))
+
+    async def _import_onnx(self, args: dict[str, Any], blobs: Any) -> list[tuple[str, bytes]]:
+        from .onnx_form import import_in_page
+
+        if is_nullish(blobs) or is_nullish(getattr(blobs, "onnx", None)) or is_nullish(getattr(blobs, "runtime", None)):
+            raise UsageError("invalid-argument", "the ONNX file is missing")
+        names = args.get("fileNames") or []
+        buffers = list(blobs.files) if not is_nullish(getattr(blobs, "files", None)) else []
+        if len(names) != len(buffers):
+            raise UsageError("invalid-argument", "file names and contents do not match")
+        files = {str(n): js_bytes(b) for n, b in zip(names, buffers, strict=True)}
+        return import_in_page(self.engine, args, js_bytes(blobs.onnx), js_bytes(blobs.runtime), files)
+
+    async def _export_onnx(self, args: dict[str, Any], blobs: Any) -> tuple[str, bytes]:
+        from .onnx_form import export_in_page
+
+        if is_nullish(blobs) or is_nullish(getattr(blobs, "onnx", None)):
+            raise UsageError("invalid-argument", "the ONNX file is missing")
+        return await export_in_page(self.controller, args.get("round"), js_bytes(blobs.onnx))
 
     async def _pause_contribution(self, args: dict[str, Any], _blobs: Any) -> None:
         self.controller.pause_contribution(bool(_arg(args, "paused")))

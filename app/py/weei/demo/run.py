@@ -27,7 +27,7 @@ from ..host.worker_pool import ThreadWorkerPool
 from ..runtime.wasmtime_engine import WasmtimeEngine
 from .network import MemoryNetwork
 
-__all__ = ["DemoJob", "DEMO_JOBS", "JobReport", "run_job", "run_demo", "models_dir", "seeded_bytes"]
+__all__ = ["DemoJob", "DEMO_JOBS", "JobReport", "run_job", "run_demo", "models_dir", "seeded_bytes", "package_inputs"]
 
 
 def models_dir() -> Path:
@@ -43,6 +43,8 @@ class DemoJob:
     settings: dict[str, Any]
     peers: int = 4  # training peers, the coordinator included
     validation: str | None = None  # validation file in the package's data folder
+    package: Path | None = None  # the package folder (weei train); default: models_dir() / model
+    data: Path | None = None  # the folder of its data files; default: the package's data/
 
 
 DEMO_JOBS = (
@@ -119,17 +121,42 @@ def _controller(peer_id: str, network: MemoryNetwork, engine: WasmtimeEngine,
     return controller
 
 
-def _package_inputs(job: DemoJob) -> dict[str, Any]:
-    package_dir = models_dir() / job.model
-    manifest = (package_dir / "manifest.json").read_bytes()
-    entries = json.loads(manifest)["inlineJson"]["dataset-manifest.json"]
-    inputs: dict[str, Any] = {
-        "wasm_name": "model.wasm", "wasm": (package_dir / "model.wasm").read_bytes(), "manifest": manifest,
-        "files": {e["fileName"]: (package_dir / "data" / e["fileName"]).read_bytes() for e in entries},
-    }
-    if job.validation is not None:
-        inputs["validation"] = (job.validation, (package_dir / "data" / job.validation).read_bytes())
+def package_inputs(package_dir: Path, data_dir: Path, validation: str | None) -> dict[str, Any]:
+    """create_job's model arguments from a package folder: model.wasm, manifest.json and the data
+    files its dataset manifest names, read from ``data_dir`` (the controller checks them against it).
+    Raises: UsageError (no-manifest, bad-manifest, missing-data-file)."""
+    from ..core._check import parse_json
+    from ..core.errors import UsageError
+
+    def bad(message: str) -> Any:
+        raise UsageError("bad-manifest", f"{package_dir / 'manifest.json'} {message}")
+
+    try:
+        manifest = (package_dir / "manifest.json").read_bytes()
+        wasm = (package_dir / "model.wasm").read_bytes()
+    except OSError as exc:
+        raise UsageError("no-manifest", f"{package_dir} is not a model package (manifest.json and model.wasm: "
+                                        f"weei model build or weei model import write them): {exc}") from None
+    parsed = parse_json(manifest, bad)
+    entries = parsed.get("inlineJson", {}).get("dataset-manifest.json") if isinstance(parsed, dict) else None
+    if not isinstance(entries, list) or not all(isinstance(e, dict) and isinstance(e.get("fileName"), str)
+                                                for e in entries):
+        bad("has no inlineJson dataset-manifest.json list of files")
+    files: dict[str, bytes] = {}
+    for e in entries:
+        path = data_dir / Path(e["fileName"]).name  # a name, never a path out of the data folder
+        if not path.is_file():
+            raise UsageError("missing-data-file", f"{path} is missing (the package's dataset manifest lists it)")
+        files[e["fileName"]] = path.read_bytes()
+    inputs: dict[str, Any] = {"wasm_name": "model.wasm", "wasm": wasm, "manifest": manifest, "files": files}
+    if validation is not None:
+        inputs["validation"] = (validation, (data_dir / validation).read_bytes())
     return inputs
+
+
+def _package_inputs(job: DemoJob) -> dict[str, Any]:
+    package_dir = job.package or models_dir() / job.model
+    return package_inputs(package_dir, job.data or package_dir / "data", job.validation)
 
 
 class _Table:
@@ -164,7 +191,7 @@ class _Table:
                   f"{vcells}  {seconds:>7.2f}", file=self.stream, flush=True)
 
 
-async def _run_job(job: DemoJob, out_dir: Path, stream: TextIO, settings: dict[str, Any] | None,
+async def _run_job(job: DemoJob, target: Path, stream: TextIO, settings: dict[str, Any] | None,
                    seed: int | None) -> JobReport:
     engine = WasmtimeEngine()
     network = MemoryNetwork()
@@ -209,7 +236,6 @@ async def _run_job(job: DemoJob, out_dir: Path, stream: TextIO, settings: dict[s
         stop()
         table.update(coordinator.get_state(), contributors)
         report.rejected = len(coordinator.coordinator.rejected) if coordinator.coordinator else 0
-        target = out_dir / job.name
         target.mkdir(parents=True, exist_ok=True)
         files = 0
         for key in await coordinator.storage.keys("checkpoints"):
@@ -217,8 +243,9 @@ async def _run_job(job: DemoJob, out_dir: Path, stream: TextIO, settings: dict[s
             (target / entry["summary"]["artifact"]["fileName"]).write_bytes(entry["file"])
             files += 1
         values = report.values()
+        moved = f"{values[0]:.4f} -> {values[-1]:.4f}" if values else "not validated"
         print(f"-- {job.name}: {files} checkpoints in {target}; {metric['id']} ({metric['direction']}) "
-              f"{values[0]:.4f} -> {values[-1]:.4f}; rejected updates: {report.rejected}; "
+              f"{moved}; rejected updates: {report.rejected}; "
               f"{network.bytes_moved / 1e6:.1f} MB moved between peers", file=stream)
         return report
     finally:
@@ -226,13 +253,14 @@ async def _run_job(job: DemoJob, out_dir: Path, stream: TextIO, settings: dict[s
 
 
 def run_job(job: DemoJob, out_dir: Path, *, stream: TextIO, settings: dict[str, Any] | None = None,
-            seed: int | None = None) -> JobReport:
+            seed: int | None = None, flat: bool = False) -> JobReport:
     """Train one demo job to completion; returns its per-round report.
 
     With ``seed`` the job id and initial weights are a function of it (see
-    :func:`seeded_bytes`); without, they are random.
+    :func:`seeded_bytes`); without, they are random. The checkpoints go to
+    ``out_dir/<job name>``, or into ``out_dir`` itself when ``flat``.
     """
-    return asyncio.run(_run_job(job, out_dir, stream, settings, seed))
+    return asyncio.run(_run_job(job, out_dir if flat else out_dir / job.name, stream, settings, seed))
 
 
 def run_demo(out_dir: Path, *, stream: TextIO, jobs: tuple[DemoJob, ...] = DEMO_JOBS) -> int:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import re
 from pathlib import Path
 from typing import Any
 
@@ -32,9 +31,9 @@ def add_onnx_commands(model_cmds: Any) -> None:
 
 
 def _model_id(args: argparse.Namespace) -> str:
-    if args.id:
-        return str(args.id)
-    return re.sub(r"[^a-z0-9-]+", "-", args.file.stem.lower()).strip("-")[:48] or "onnx-model"
+    from .onnx_package import default_model_id
+
+    return str(args.id) if args.id else default_model_id(args.file.name)
 
 
 def run_onnx_command(args: argparse.Namespace, stream: Any, errors: Any) -> int:

@@ -11,6 +11,7 @@ once, as ``weei model build`` does.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -18,9 +19,15 @@ from typing import Any
 from ..core.formats.jsonfmt import stringify
 from ..onnx import OnnxError, Settings
 
-__all__ = ["ONNX_NAME", "import_package", "export_checkpoint"]
+__all__ = ["ONNX_NAME", "default_model_id", "import_package", "export_checkpoint"]
 
 ONNX_NAME = "model.onnx"
+
+
+def default_model_id(file_name: str) -> str:
+    """A model ID from an ONNX file's name (a job's model ID is lower-case letters, digits and dashes)."""
+    stem = file_name.rsplit("/", 1)[-1].removesuffix(".onnx")
+    return re.sub(r"[^a-z0-9-]+", "-", stem.lower()).strip("-")[:48] or "onnx-model"
 
 
 def _read(path: Path, limit: int) -> bytes:
@@ -30,11 +37,15 @@ def _read(path: Path, limit: int) -> bytes:
     return path.read_bytes()
 
 
-def import_package(onnx_path: Path, settings: Settings, out: Path, data: Path | None = None) -> dict[str, Any]:
+def import_package(onnx_path: Path, settings: Settings, out: Path, data: Path | None = None, *,
+                   engine: Any = None, runtime: bytes | None = None) -> dict[str, Any]:
     """Write the package into ``out``; returns {"info", "weights", "train", "evaluate"} of the check run.
 
     ``data`` holds training-*.bin chunks (and an optional validation.bin) of the
     model's format; they are copied into ``out/data`` unless they are there.
+    ``engine`` runs the checks (default wasmtime; the page gives its own) and
+    ``runtime`` is the graph runtime's bytes (default the package data; the
+    page fetches the site's onnx/runtime.wasm, which weei-py.zip does not hold).
     Raises: OnnxError; the checker's ManifestError/SettingsError/ModelError.
     """
     from ..onnx import import_onnx
@@ -42,10 +53,13 @@ def import_package(onnx_path: Path, settings: Settings, out: Path, data: Path | 
     from .builder import BuildReport, _train_once
     from .package import model_manifest, probe_model
     from ..prepare import prepare_job
-    from ..runtime import WasmtimeEngine
 
+    if engine is None:
+        from ..runtime import WasmtimeEngine
+
+        engine = WasmtimeEngine()
     onnx = _read(onnx_path, MAX_ONNX_BYTES)
-    wasm, compiled = import_onnx(onnx, settings)
+    wasm, compiled = import_onnx(onnx, settings, runtime)
     out.mkdir(parents=True, exist_ok=True)
     data_dir = out / "data"
     if data is not None and data.resolve() != data_dir.resolve():
@@ -55,7 +69,7 @@ def import_package(onnx_path: Path, settings: Settings, out: Path, data: Path | 
     if not any(data_dir.glob("training-*.bin")):
         raise OnnxError("no-data", f"{data_dir} has no training-*.bin chunks (weei data chunk writes them; "
                                    "give --data DIR)")
-    facts = probe_model(wasm, data_dir)
+    facts = probe_model(wasm, data_dir, engine)
     manifest = model_manifest(wasm, facts)
     (out / "model.wasm").write_bytes(wasm)
     (out / "manifest.json").write_text(stringify(manifest, 2) + "\n", encoding="utf-8")
@@ -65,7 +79,7 @@ def import_package(onnx_path: Path, settings: Settings, out: Path, data: Path | 
     files = {c["fileName"]: (data_dir / c["fileName"]).read_bytes() for c in facts.chunks}
     validation_path = data_dir / "validation.bin"
     validation = ("validation.bin", validation_path.read_bytes()) if validation_path.is_file() else None
-    prepared = prepare_job(WasmtimeEngine(), job_id="weei-model-import", wasm_name="model.wasm", wasm=wasm,
+    prepared = prepare_job(engine, job_id="weei-model-import", wasm_name="model.wasm", wasm=wasm,
                            manifest=json.loads(stringify(manifest)), files=files,
                            settings={"epochs": 1, "localEpochs": 1, "batchSize": settings.batch_size,
                                      "coordinatorParticipates": True},

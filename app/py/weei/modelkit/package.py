@@ -60,16 +60,20 @@ class ModelFacts:
         return max(GPU_WORKING_FLOOR, math.ceil(self.gpu_program_bytes * WORKING_MARGIN / _MIB) * _MIB)
 
 
-def probe_model(wasm: bytes, data_dir: Path) -> ModelFacts:
-    """Run the module: model info, initial weight size, dataset chunk entries.
+def probe_model(wasm: bytes, data_dir: Path, engine: Any = None) -> ModelFacts:
+    """Run the module (in ``engine``, default wasmtime): model info, initial weight size, dataset chunk entries.
 
     Raises: BuildError when a dataset model declares other than one data
     format or has no chunk to measure its memory on; the runtime's
     ModelError when an operation fails.
     """
-    from ..runtime import ModelRuntime, WasmtimeEngine
+    from ..runtime import ModelRuntime
 
-    runtime = ModelRuntime.load(wasm, WasmtimeEngine())
+    if engine is None:
+        from ..runtime import WasmtimeEngine
+
+        engine = WasmtimeEngine()
+    runtime = ModelRuntime.load(wasm, engine)
     info = runtime.model_info()
     weight_bytes = len(runtime.create_initial_weights(INIT_SEED))
     chunks: list[dict[str, Any]] = []
@@ -90,7 +94,7 @@ def probe_model(wasm: bytes, data_dir: Path) -> ModelFacts:
     first = data_dir / chunks[0]["fileName"] if chunks else None
     auxiliary = {slot["id"]: data_dir / auxiliary_file_name(slot["id"]) for slot in info.get("auxiliaryWeights", [])}
     peak = measure_working_bytes(wasm, info, first.read_bytes() if first else None,
-                                 {k: p.read_bytes() for k, p in auxiliary.items() if p.is_file()})
+                                 {k: p.read_bytes() for k, p in auxiliary.items() if p.is_file()}, engine)
     programs = gpu_programs(wasm, info, first.read_bytes() if first else None) if runtime.has_gpu_operations else []
     modules = sorted({str(p["module"]) for program in programs for p in program["pipelines"]})
     return ModelFacts(info, weight_bytes, chunks, runtime.has_gpu_operations, peak, _largest(programs), tuple(modules))
@@ -145,7 +149,7 @@ def gpu_programs(wasm: bytes, info: dict[str, Any], chunk: bytes | None) -> list
 
 
 def measure_working_bytes(wasm: bytes, info: dict[str, Any], chunk: bytes | None,
-                          auxiliary: dict[str, bytes] | None = None) -> int:
+                          auxiliary: dict[str, bytes] | None = None, engine: Any = None) -> int:
     """The module's linear memory after one train and one evaluate in a fresh instance: its peak.
 
     A WebAssembly memory only grows, so its size after the calls is the
@@ -159,9 +163,13 @@ def measure_working_bytes(wasm: bytes, info: dict[str, Any], chunk: bytes | None
 
     Raises: BuildError for a dataset model without a chunk.
     """
-    from ..runtime import ModelRuntime, WasmtimeEngine
+    from ..runtime import ModelRuntime
 
-    runtime = ModelRuntime.load(wasm, WasmtimeEngine())
+    if engine is None:
+        from ..runtime import WasmtimeEngine
+
+        engine = WasmtimeEngine()
+    runtime = ModelRuntime.load(wasm, engine)
     weights = runtime.create_initial_weights(INIT_SEED)
     slots = [slot["id"] for slot in info.get("auxiliaryWeights", [])]
 
