@@ -221,16 +221,66 @@ static void bind(float *w) {
 
 /* ---- kernels ----------------------------------------------------------- */
 
-/* C[M][N] += A[M][K] B[K][N]; the inner loop over N is what vectorises (SIMD128). */
-static void mm_acc(float *restrict C, const float *restrict A, const float *restrict B, uint32_t M, uint32_t K, uint32_t N) {
-    for (uint32_t m = 0; m < M; m++) {
-        float *c = C + (size_t)m * N;
-        for (uint32_t k = 0; k < K; k++) {
-            float a = A[(size_t)m * K + k];
-            const float *b = B + (size_t)k * N;
-            for (uint32_t n = 0; n < N; n++) c[n] += a * b[n];
+/* C[M][N] += A[M][K] B[K][N]. Each element is c + a0 b0 + a1 b1 + ... in the order of k whatever
+ * the blocking, so results do not depend on it. A block of ROWS rows and NV 4-lane vectors of
+ * columns, the last holding R lanes (SIMD128 in wasm; constants after inlining), keeps its sums
+ * in registers over the whole k loop: one load and one store of C per block instead of one per
+ * k, and each loaded B vector serves ROWS rows. A partial vector reads and writes only its R
+ * lanes (the others are zero), so narrow outputs (10 classes) stay vectorised. */
+typedef float v4 __attribute__((vector_size(16)));
+#define MM_INLINE static inline __attribute__((always_inline))
+MM_INLINE v4 mm_ld(const float *p, const uint32_t R) {
+    v4 v = { 0, 0, 0, 0 };
+    if (R == 4) __builtin_memcpy(&v, p, 16);
+    else for (uint32_t i = 0; i < R; i++) v[i] = p[i];
+    return v;
+}
+MM_INLINE void mm_st(float *p, v4 v, const uint32_t R) {
+    if (R == 4) __builtin_memcpy(p, &v, 16);
+    else for (uint32_t i = 0; i < R; i++) p[i] = v[i];
+}
+#define MM_LANES(v, NV, R) ((v) + 1 == (NV) ? (R) : 4u)
+
+MM_INLINE void mm_block(float *restrict C, const float *restrict A, const float *restrict B, uint32_t m, const uint32_t ROWS,
+                        uint32_t K, uint32_t N, uint32_t n, const uint32_t NV, const uint32_t R) {
+    v4 acc[4][4];
+    for (uint32_t r = 0; r < ROWS; r++)
+        for (uint32_t v = 0; v < NV; v++) acc[r][v] = mm_ld(C + (size_t)(m + r) * N + n + 4 * v, MM_LANES(v, NV, R));
+    for (uint32_t k = 0; k < K; k++) {
+        const float *b = B + (size_t)k * N + n;
+        v4 bv[4];
+        for (uint32_t v = 0; v < NV; v++) bv[v] = mm_ld(b + 4 * v, MM_LANES(v, NV, R));
+        for (uint32_t r = 0; r < ROWS; r++) {
+            float a = A[(size_t)(m + r) * K + k];
+            v4 av = { a, a, a, a };
+            for (uint32_t v = 0; v < NV; v++) acc[r][v] += av * bv[v];
         }
     }
+    for (uint32_t r = 0; r < ROWS; r++)
+        for (uint32_t v = 0; v < NV; v++) mm_st(C + (size_t)(m + r) * N + n + 4 * v, acc[r][v], MM_LANES(v, NV, R));
+}
+
+MM_INLINE void mm_cols(float *restrict C, const float *restrict A, const float *restrict B, uint32_t M, uint32_t K, uint32_t N,
+                       uint32_t n, const uint32_t NV, const uint32_t R) {
+    uint32_t m = 0;
+    if (NV > 2) for (; m + 2 <= M; m += 2) mm_block(C, A, B, m, 2, K, N, n, NV, R);
+    else for (; m + 4 <= M; m += 4) mm_block(C, A, B, m, 4, K, N, n, NV, R);
+    for (; m < M; m++) mm_block(C, A, B, m, 1, K, N, n, NV, R);
+}
+
+static void mm_acc(float *restrict C, const float *restrict A, const float *restrict B, uint32_t M, uint32_t K, uint32_t N) {
+    uint32_t n = 0;
+    for (; n + 16 <= N; n += 16) mm_cols(C, A, B, M, K, N, n, 4, 4);
+#define MM_TAIL(NV, R) mm_cols(C, A, B, M, K, N, n, NV, R)
+    switch (N - n) {   /* the last 1..15 columns: NV vectors, the last with R lanes */
+    case 1: MM_TAIL(1, 1); break;   case 2: MM_TAIL(1, 2); break;   case 3: MM_TAIL(1, 3); break;
+    case 4: MM_TAIL(1, 4); break;   case 5: MM_TAIL(2, 1); break;   case 6: MM_TAIL(2, 2); break;
+    case 7: MM_TAIL(2, 3); break;   case 8: MM_TAIL(2, 4); break;   case 9: MM_TAIL(3, 1); break;
+    case 10: MM_TAIL(3, 2); break;  case 11: MM_TAIL(3, 3); break;  case 12: MM_TAIL(3, 4); break;
+    case 13: MM_TAIL(4, 1); break;  case 14: MM_TAIL(4, 2); break;  case 15: MM_TAIL(4, 3); break;
+    default: break;
+    }
+#undef MM_TAIL
 }
 
 static void transpose2(float *restrict out, const float *restrict in, uint32_t R, uint32_t Cc) {
@@ -282,7 +332,7 @@ static int gemm(node *n, int backward) {
     if (!backward) {
         weei_memzero(Y->val, (size_t)Y->size * 4);
         mm_acc(Y->val, a, b, M, K, N);
-        for (uint64_t i = 0; i < (uint64_t)M * N; i++) Y->val[i] *= alpha;
+        if (alpha != 1.0f) for (uint64_t i = 0; i < (uint64_t)M * N; i++) Y->val[i] *= alpha;
         if (Cb) for (uint32_t m = 0; m < M; m++) for (uint32_t j = 0; j < N; j++) Y->val[(size_t)m * N + j] += beta * Cb->val[m * cm + j * cn];
     } else {
         float *g = scratch((uint64_t)M * N), *t = scratch((uint64_t)K * ((uint64_t)M > N ? M : N));
