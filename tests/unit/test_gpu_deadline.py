@@ -128,7 +128,7 @@ def test_the_agents_gpu_thread_is_waited_for_only_until_its_deadline() -> None:
             with pytest.raises(GpuError) as info:
                 await train(0.5)
             assert info.value.reason == "gpu-timeout" and "has not returned" in info.value.message
-            assert time.monotonic() - start < 1.0 and stuck.calls == 1
+            assert time.monotonic() - start < 2.5 and stuck.calls == 1  # its own deadline, not the stuck one's end
         finally:
             stuck.release.set()
         # Once it has returned, the device takes work again.

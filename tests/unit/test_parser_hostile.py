@@ -139,7 +139,7 @@ def _depth(value: Any) -> int:
 @given(st.recursive(st.none() | st.integers() | st.text(alphabet='[]{}"\\,:ab'),
                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
                         st.text(alphabet='[]{}"\\ab', max_size=4), inner, max_size=3), max_leaves=30))
-@settings(max_examples=300, derandomize=True)
+@settings(max_examples=300, derandomize=True, deadline=None)  # a linear-time check; wall time on a shared machine is noise
 def test_the_depth_measured_on_the_text_is_the_values(value: Any) -> None:
     # parse_json measures nesting on the text only; brackets inside strings and escaped quotes must not count.
     text = json.dumps(value)
