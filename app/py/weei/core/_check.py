@@ -26,7 +26,7 @@ import math
 import re
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn, TypeGuard, TypeVar
 
 __all__ = [
     "Fail",
@@ -115,7 +115,7 @@ def nullable(check: Callable[..., T]) -> Callable[..., T | None]:
     return read
 
 
-def is_integer(value: Any) -> bool:
+def is_integer(value: Any) -> TypeGuard[int | float]:
     """True for an int or an integral finite float, never for a bool."""
     if isinstance(value, bool):
         return False

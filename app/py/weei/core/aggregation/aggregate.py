@@ -328,6 +328,6 @@ def _average(
     if weight_bytes % 4:
         raise AggregationError("invalid-contribution", f"weight bytes {weight_bytes} is not a multiple of 4")
     updates, counts = canonical_contributions(contributions, weight_bytes)
-    ids = sorted(c[0] for c in contributions)  # type: ignore[type-var]  # comparable: checked above
+    ids = sorted(c[0] for c in contributions)  # comparable: canonical_contributions checked
     return robust_average(kernel, start, ids, updates, counts, settings.norm_clip, settings.combine or "mean",
                           settings.effective_trim)

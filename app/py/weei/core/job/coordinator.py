@@ -124,7 +124,7 @@ class Coordinator:
         self.kernel = kernel
         self.round_timeout_ms = round_timeout_ms
         self.status = JobStatus.READY
-        self.error = None
+        self.error: str | None = None
         self.incomplete = False
         self.weights = weights
         self.weights_sha256 = hashlib.sha256(weights).hexdigest()

@@ -55,8 +55,9 @@ def new_schedules(spec: JobSpec, job_seed: int | None, next_unit: int = 0, retry
     if spec.is_experience:
         if job_seed is None:
             raise UsageError("missing-job-seed", "an experience job needs a job seed")
-        units = spec.settings.experience.units_per_assignment if spec.settings.experience else \
-            spec.info.work_source.default_units
+        source = spec.info.work_source
+        assert source is not None  # is_experience: the model has a workSource
+        units = spec.settings.experience.units_per_assignment if spec.settings.experience else source.default_units
         return None, ExperienceSchedule(units, next_unit, retry)
     if not spec.chunks:
         raise UsageError("no-chunks", "a dataset job needs at least one chunk")

@@ -85,7 +85,8 @@ def close_round(kernel: Kernel, round_: int, weights: bytes, state: AggregationS
     check_method(info, settings)
     contributions = [(r.attempt.assignment_id, r.update.count, r.weights) for r in received]
     result = aggregate_round(kernel, weights, contributions, settings.aggregation, state, info.aggregation)
-    peer_of = {r.attempt.assignment_id: r.attempt.peer for r in received}
+    # Keyed as the report names contributions (str | int); here every id is an assignment id (str).
+    peer_of: dict[str | int, str] = {r.attempt.assignment_id: r.attempt.peer for r in received}
     report = result.report
     return RoundRecord(
         round=round_,
@@ -125,6 +126,7 @@ def check_method(info: ModelInfo, settings: TrainingSettings) -> None:
 def check_units(info: ModelInfo, units: int) -> None:
     """Raises SettingsError when ``units`` per assignment is outside the model's range."""
     source = info.work_source
+    assert source is not None, "check_units is for experience models only"
     if not source.minimum_units <= units <= source.maximum_units:
         raise SettingsError("experience.unitsPerAssignment",
                             f"must be from {source.minimum_units} to {source.maximum_units}")
@@ -247,7 +249,8 @@ def validation_command(spec: JobSpec, round_: int, weights_sha256: str, checkpoi
     """Evaluate checkpoint ``round_`` (an experience job: the evaluation units from the job seed)."""
     experience = None
     if spec.is_experience:
-        assert job_seed is not None
-        units = spec.info.work_source.evaluation_units or spec.info.work_source.default_units
+        source = spec.info.work_source
+        assert job_seed is not None and source is not None
+        units = source.evaluation_units or source.default_units
         experience = (0, units, evaluation_seed(job_seed))
     return RunValidation(round_, weights_sha256, experience, auxiliary_for(spec, checkpoint_hashes, round_ + 1))

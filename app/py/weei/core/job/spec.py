@@ -72,7 +72,7 @@ class GpuOffer:
         return ArtifactRef("wgsl", self.archive.sha256, self.archive.bytes)
 
     def to_json(self) -> dict[str, Any]:
-        out = {"shaderArchive": self.archive.descriptor(), "backend": dict(self.backend)}
+        out: dict[str, Any] = {"shaderArchive": self.archive.descriptor(), "backend": dict(self.backend)}
         if self.cpu_backend is not None:
             out["cpuBackend"] = self.cpu_backend
         return out

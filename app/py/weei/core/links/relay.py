@@ -127,11 +127,11 @@ def tree(targets: Sequence[str], fanout: int) -> dict[str, tuple[str | None, tup
     """
     k = max(1, min(fanout, MAX_FORWARD))
     nodes: list[str | None] = [None, *targets]
-    out = {}
-    for p in range(1, len(nodes)):
+    out: dict[str, tuple[str | None, tuple[str, ...]]] = {}
+    for p, target in enumerate(targets, start=1):
         parent = nodes[(p - 1) // k]
         children = tuple(t for t in nodes[p * k + 1:p * k + k + 1] if t is not None)
-        out[nodes[p]] = (parent, children)  # type: ignore[index]
+        out[target] = (parent, children)
     return out
 
 

@@ -52,7 +52,7 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Any, Mapping, NoReturn
+from typing import Any, Mapping, NoReturn, TypeGuard
 
 from .._check import parse_json
 from ..errors import UsageError
@@ -167,8 +167,8 @@ class _PhaseStats:
             raise ValueError(f"phase count is not a whole number from 1 to {_MAX_COUNT}")
         if not isinstance(recent, list) or not 1 <= len(recent) <= min(count, MAX_PHASE_SAMPLES):
             raise ValueError("phase durations are missing")
-        numbers = [total, low, high, *recent]
-        if not all(_is_duration(n) for n in numbers):
+        if not (_is_duration(total) and _is_duration(low) and _is_duration(high)
+                and all(_is_duration(r) for r in recent)):
             raise ValueError("phase durations are not finite non-negative numbers")
         if not (low <= min(recent) and max(recent) <= high and low <= high):
             raise ValueError("phase minimum and maximum do not fit its durations")
@@ -193,7 +193,7 @@ def _unreadable(message: str) -> NoReturn:
     raise ValueError(f"stored value {message}")
 
 
-def _is_duration(value: Any) -> bool:
+def _is_duration(value: Any) -> TypeGuard[float]:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return False
     # An int past float's range (10**400 is valid JSON) is no duration, and
@@ -301,7 +301,8 @@ class DebugLog:
 
     def events(self) -> list[dict[str, Any]]:
         """Return a copy of the events, oldest first (``getDebugLog()``)."""
-        return json.loads(json.dumps(list(self._events)))
+        events: list[dict[str, Any]] = json.loads(json.dumps(list(self._events)))
+        return events
 
     # -- phases and rounds ------------------------------------------------------------
 

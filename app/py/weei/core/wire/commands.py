@@ -38,9 +38,10 @@ class Send:
     peer: str
     message: Message
     attachments: tuple[ArtifactRef, ...] = ()
-    # Bytes this machine produced (an update's weights): the host stores
-    # them under their SHA-256 before it resolves the attachments.
-    blobs: dict[str, bytes] = field(default_factory=dict)
+    # Bytes this machine produced (an update's weights; a relayed checkpoint's
+    # pieces, read-only views into it): the host stores them under their
+    # SHA-256 before it resolves the attachments.
+    blobs: dict[str, bytes | memoryview] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

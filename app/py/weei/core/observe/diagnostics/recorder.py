@@ -48,6 +48,12 @@ class DiagnosticsRecorder:
     ``lastProgressAt``.
     """
 
+    # _reset_assignment_figures sets these; declared here because progress(),
+    # earlier in the class, assigns them first.
+    _total: int | None
+    _optimizer_steps: int | None
+    _last_progress_at: float | None
+
     def __init__(
         self,
         *,
@@ -311,10 +317,10 @@ class DiagnosticsRecorder:
     def _reset_assignment_figures(self) -> None:
         self._finished: dict[str, float] = {}
         self._processed = 0
-        self._total: int | None = None
-        self._optimizer_steps: int | None = None
+        self._total = None
+        self._optimizer_steps = None
         self._samples: deque[tuple[float, int]] = deque(maxlen=_MAX_SPEED_SAMPLES)
-        self._last_progress_at: float | None = None
+        self._last_progress_at = None
 
     def _close_stage(self, now_mono: float) -> None:
         if self._stage in TIMED_STAGES and self._assignment is not None:

@@ -168,7 +168,8 @@ class FrameReader:
         lim = self.limits
         if isinstance(frame, ArtifactBegin):
             sha: str | None = frame.sha256
-            total, kind, refs = frame.total, frame.kind, ()
+            refs: tuple[tuple[str, int], ...] = ()
+            total, kind = frame.total, frame.kind
             limit = lim.max_auxiliary_bytes if kind == "auxiliary" else lim.max_artifact_bytes
             limit = min(limit, max_bytes(kind)) if kind == "wgsl" else limit
         else:
