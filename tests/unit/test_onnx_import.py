@@ -125,12 +125,13 @@ def test_cnn_with_batchnorm_trains_and_lists_running_stats_as_average_only() -> 
 
 
 def _refused(data: bytes, reason: str, words: str = "") -> None:
-    started = time.monotonic()
+    # CPU time, not wall time: the bound is on the importer's work, and a shared machine's load is not.
+    started = time.process_time()
     with pytest.raises(OnnxError) as info:
         import_onnx(data, Settings())
     assert info.value.reason == reason, info.value
     assert words in info.value.message
-    assert time.monotonic() - started < 2.0
+    assert time.process_time() - started < 3.0
 
 
 def _graph_model(nodes, inits=(), opset=17) -> bytes:
