@@ -577,11 +577,11 @@ def onnx_lines(m: OnnxMeasurement) -> list[str]:
                      f"{sides['onnx'] / sides['onnxruntime']:.2f} x (no goal)")
     lines.append(f"ONNX forward: largest |weei - onnxruntime| {m.forward_max_difference:.2g}")
     if r < ONNX_OVER_HAND_WRITTEN:
-        lines.append("why ONNX train/digits-mlp: the graph runtime's MatMul/Gemm forward is register-blocked "
-                     "SIMD128 like the SDK's dense layer; its Gemm backward still transposes A and B into "
-                     "scratch buffers allocated every step and sums dA in a scratch before adding it "
-                     "(c/onnx/runtime.c gemm), where weei_dense_backward reads them in place: the suspected "
-                     "rest of the gap, not yet timed node by node")
+        lines.append("why ONNX train/digits-mlp: a dense Gemm runs the SDK's dense kernels (the same final weights "
+                     "as digits-mlp), so what is left is the graph's own per-step work (node dispatch, zeroing the "
+                     "activations' gradients, a separate Relu gradient buffer), about 3 per cent at batch 256 "
+                     "and 1500 in process time; "
+                     "a ratio below the goal is most likely a loaded machine (wall-clock times): rerun it")
     return lines
 
 

@@ -49,6 +49,7 @@ uint32_t onnx_heap_floor(void) { return g_slot.off + g_slot.bytes; }
 
 typedef struct {
     uint32_t kind, ndim, off;
+    uint32_t uses;  /* node inputs reading it, +1 for the loss tensor (whose gradient loss_of seeds) */
     int32_t dims[MAX_DIMS];
     uint32_t d[MAX_DIMS];  /* resolved for the current batch */
     uint64_t size;
@@ -156,6 +157,8 @@ static int graph_ready(void) {
         tensor *t = &g_t[i];
         if (t->kind == T_CONST) t->val = (float *)(g_consts + t->off);
     }
+    for (uint32_t i = 0; i < nn; i++) for (uint32_t k = 0; k < g_n[i].n_in; k++) if (g_n[i].in[k] != ABSENT) g_t[g_n[i].in[k]].uses++;
+    g_t[g_cfg[C_LOSS_T]].uses++;
     g_ready = 1;
     return 0;
 }
@@ -173,6 +176,20 @@ static void resolve(uint32_t b) {
     }
 }
 
+/* Scratch of the MatMul/Gemm nodes, sized by plan() for the largest (mm_scratch_floats): a B side
+ * that must be contiguous, and Gemm's alpha-scaled gradient. Nothing is allocated per step. */
+static float *g_scratch;
+static uint64_t g_scratch_floats;
+
+static uint64_t mm_scratch_floats(const node *n) {
+    if (n->op != OP_MATMUL && n->op != OP_GEMM) return 0;
+    const tensor *A = &g_t[n->in[0]], *B = &g_t[n->in[1]], *Y = &g_t[n->out[0]];
+    uint64_t kn = B->ndim >= 2 ? (uint64_t)B->d[B->ndim - 1] * B->d[B->ndim - 2] : B->size, y = Y->size, a = A->size;
+    if (n->op == OP_MATMUL) return kn;   /* B transposed, one batch at a time */
+    uint64_t most = kn > a ? kn : a;
+    return (most > y ? most : y) + y;
+}
+
 static void free_plan(void) {
     for (uint32_t i = 0; i < g_cfg[C_NTENSORS]; i++) {
         tensor *t = &g_t[i];
@@ -180,6 +197,7 @@ static void free_plan(void) {
     }
     for (uint32_t i = 0; i < g_cfg[C_NNODES]; i++) { weei_mfree(g_n[i].aux); g_n[i].aux = 0; }
     weei_mfree(g_grad); g_grad = 0;
+    weei_mfree(g_scratch); g_scratch = 0; g_scratch_floats = 0;
     g_planned = 0;
 }
 
@@ -202,6 +220,13 @@ static int plan(uint32_t b, int grads) {
         if (n->op == OP_BATCHNORM) bytes = 2ull * g_t[n->in[0]].d[1] * 4;
         if (n->op == OP_LAYERNORM) bytes = 2ull * (g_t[n->in[0]].size / (uint64_t)n->ia[1]) * 4;
         if (bytes) { n->aux = weei_malloc(bytes); if (!n->aux) return -1; }
+        uint64_t mm = mm_scratch_floats(n);
+        if (mm > g_scratch_floats) g_scratch_floats = mm;
+    }
+    if (g_scratch_floats) {
+        if (g_scratch_floats > (1u << 28)) return -1;
+        g_scratch = weei_malloc(g_scratch_floats * 4);
+        if (!g_scratch) return -1;
     }
     if (grads) { g_grad = weei_malloc((size_t)g_cfg[C_NWEIGHTS] * 4); if (!g_grad) return -1; }
     g_planned = b;
@@ -241,8 +266,8 @@ MM_INLINE void mm_st(float *p, v4 v, const uint32_t R) {
 }
 #define MM_LANES(v, NV, R) ((v) + 1 == (NV) ? (R) : 4u)
 
-MM_INLINE void mm_block(float *restrict C, const float *restrict A, const float *restrict B, uint32_t m, const uint32_t ROWS,
-                        uint32_t K, uint32_t N, uint32_t n, const uint32_t NV, const uint32_t R) {
+MM_INLINE void mm_block(float *restrict C, const float *restrict A, uint32_t sar, uint32_t sak, const float *restrict B,
+                        uint32_t m, const uint32_t ROWS, uint32_t K, uint32_t N, uint32_t n, const uint32_t NV, const uint32_t R) {
     v4 acc[4][4];
     for (uint32_t r = 0; r < ROWS; r++)
         for (uint32_t v = 0; v < NV; v++) acc[r][v] = mm_ld(C + (size_t)(m + r) * N + n + 4 * v, MM_LANES(v, NV, R));
@@ -251,7 +276,7 @@ MM_INLINE void mm_block(float *restrict C, const float *restrict A, const float 
         v4 bv[4];
         for (uint32_t v = 0; v < NV; v++) bv[v] = mm_ld(b + 4 * v, MM_LANES(v, NV, R));
         for (uint32_t r = 0; r < ROWS; r++) {
-            float a = A[(size_t)(m + r) * K + k];
+            float a = A[(size_t)(m + r) * sar + (size_t)k * sak];
             v4 av = { a, a, a, a };
             for (uint32_t v = 0; v < NV; v++) acc[r][v] += av * bv[v];
         }
@@ -260,18 +285,21 @@ MM_INLINE void mm_block(float *restrict C, const float *restrict A, const float 
         for (uint32_t v = 0; v < NV; v++) mm_st(C + (size_t)(m + r) * N + n + 4 * v, acc[r][v], MM_LANES(v, NV, R));
 }
 
-MM_INLINE void mm_cols(float *restrict C, const float *restrict A, const float *restrict B, uint32_t M, uint32_t K, uint32_t N,
-                       uint32_t n, const uint32_t NV, const uint32_t R) {
+MM_INLINE void mm_cols(float *restrict C, const float *restrict A, uint32_t sar, uint32_t sak, const float *restrict B,
+                       uint32_t M, uint32_t K, uint32_t N, uint32_t n, const uint32_t NV, const uint32_t R) {
     uint32_t m = 0;
-    if (NV > 2) for (; m + 2 <= M; m += 2) mm_block(C, A, B, m, 2, K, N, n, NV, R);
-    else for (; m + 4 <= M; m += 4) mm_block(C, A, B, m, 4, K, N, n, NV, R);
-    for (; m < M; m++) mm_block(C, A, B, m, 1, K, N, n, NV, R);
+    if (NV > 2) for (; m + 2 <= M; m += 2) mm_block(C, A, sar, sak, B, m, 2, K, N, n, NV, R);
+    else for (; m + 4 <= M; m += 4) mm_block(C, A, sar, sak, B, m, 4, K, N, n, NV, R);
+    for (; m < M; m++) mm_block(C, A, sar, sak, B, m, 1, K, N, n, NV, R);
 }
 
-static void mm_acc(float *restrict C, const float *restrict A, const float *restrict B, uint32_t M, uint32_t K, uint32_t N) {
+/* C[M][N] += A' B with A'[m][k] = A[m sar + k sak]: A (sar K, sak 1) or a transposed operand read in
+ * place (sar 1, sak its row length), so no step copies an A side; B is contiguous [K][N]. */
+static void mm_acc_s(float *restrict C, const float *restrict A, uint32_t sar, uint32_t sak, const float *restrict B,
+                     uint32_t M, uint32_t K, uint32_t N) {
     uint32_t n = 0;
-    for (; n + 16 <= N; n += 16) mm_cols(C, A, B, M, K, N, n, 4, 4);
-#define MM_TAIL(NV, R) mm_cols(C, A, B, M, K, N, n, NV, R)
+    for (; n + 16 <= N; n += 16) mm_cols(C, A, sar, sak, B, M, K, N, n, 4, 4);
+#define MM_TAIL(NV, R) mm_cols(C, A, sar, sak, B, M, K, N, n, NV, R)
     switch (N - n) {   /* the last 1..15 columns: NV vectors, the last with R lanes */
     case 1: MM_TAIL(1, 1); break;   case 2: MM_TAIL(1, 2); break;   case 3: MM_TAIL(1, 3); break;
     case 4: MM_TAIL(1, 4); break;   case 5: MM_TAIL(2, 1); break;   case 6: MM_TAIL(2, 2); break;
@@ -283,14 +311,18 @@ static void mm_acc(float *restrict C, const float *restrict A, const float *rest
 #undef MM_TAIL
 }
 
+static void mm_acc(float *restrict C, const float *restrict A, const float *restrict B, uint32_t M, uint32_t K, uint32_t N) {
+    mm_acc_s(C, A, K, 1, B, M, K, N);
+}
+
 static void transpose2(float *restrict out, const float *restrict in, uint32_t R, uint32_t Cc) {
     for (uint32_t r = 0; r < R; r++) for (uint32_t c = 0; c < Cc; c++) out[(size_t)c * R + r] = in[(size_t)r * Cc + c];
 }
 
-static float *scratch(uint64_t floats) { return weei_malloc(floats * 4 ? floats * 4 : 4); }
-
-/* MatMul: A [.., M, K] x B [K, N] (A's leading dims fold into M) or batched with equal leading dims. */
-static int matmul(node *n, int backward) {
+/* MatMul: A [.., M, K] x B [K, N] (A's leading dims fold into M) or batched with equal leading dims.
+ * Backward: dB += A^T dY reads A in place; dA += dY B^T from B transposed into the scratch (only
+ * [K, N]). Gradients accumulate straight into A and B's gradients. */
+static void matmul(node *n, int backward) {
     tensor *A = &g_t[n->in[0]], *B = &g_t[n->in[1]], *Y = &g_t[n->out[0]];
     uint32_t K = A->d[A->ndim - 1], N = B->d[B->ndim - 1];
     uint64_t batches = 1, M;
@@ -300,75 +332,77 @@ static int matmul(node *n, int backward) {
     if (!backward) {
         weei_memzero(Y->val, Y->size * 4);
         for (uint64_t i = 0; i < batches; i++) mm_acc(Y->val + i * sy, A->val + i * sa, B->val + i * sb, (uint32_t)M, K, N);
-        return 0;
+        return;
     }
-    float *t = scratch((uint64_t)K * N > M * K ? (uint64_t)K * N : M * K);
-    if (!t) return -1;
     for (uint64_t i = 0; i < batches; i++) {
-        if (A->grad) { transpose2(t, B->val + i * sb, K, N); mm_acc(A->grad + i * sa, Y->grad + i * sy, t, (uint32_t)M, N, K); }
-        if (B->grad) { transpose2(t, A->val + i * sa, (uint32_t)M, K); mm_acc(B->grad + i * sb, t, Y->grad + i * sy, K, (uint32_t)M, N); }
+        if (A->grad) { transpose2(g_scratch, B->val + i * sb, K, N); mm_acc(A->grad + i * sa, Y->grad + i * sy, g_scratch, (uint32_t)M, N, K); }
+        if (B->grad) mm_acc_s(B->grad + i * sb, A->val + i * sa, 1, K, Y->grad + i * sy, K, (uint32_t)M, N);
     }
-    weei_mfree(t);
-    return 0;
 }
 
-/* Gemm: Y = alpha op(A) op(B) + beta C, A and B 2-D, C broadcast to [M, N]. */
-static int gemm(node *n, int backward) {
+/* Gemm: Y = alpha op(A) op(B) + beta C, A and B 2-D, C broadcast to [M, N]. op(A) is always read in
+ * place (mm_acc_s's strides); only a transposed B side that must be contiguous goes through the
+ * scratch. Gradients accumulate straight into A, B and C's gradients. */
+static void gemm(node *n, int backward) {
     tensor *A = &g_t[n->in[0]], *B = &g_t[n->in[1]], *Y = &g_t[n->out[0]];
     tensor *Cb = n->n_in > 2 && n->in[2] != ABSENT ? &g_t[n->in[2]] : 0;
     int ta = n->ia[0], tb = n->ia[1];
     float alpha = n->fa[0], beta = n->fa[1];
     uint32_t M = Y->d[0], N = Y->d[1], K = ta ? A->d[0] : A->d[1];
-    float *a = A->val, *b = B->val, *ta_buf = 0, *tb_buf = 0;
-    if (ta) { ta_buf = scratch((uint64_t)M * K); if (!ta_buf) return -1; transpose2(ta_buf, A->val, K, M); a = ta_buf; }
-    if (tb) { tb_buf = scratch((uint64_t)K * N); if (!tb_buf) { weei_mfree(ta_buf); return -1; } transpose2(tb_buf, B->val, N, K); b = tb_buf; }
+    uint64_t MN = (uint64_t)M * N;
+    float *t = g_scratch, *a = A->val, *b = B->val;
     /* C's strides over [M, N]: a dim of 1 (or absent) broadcasts */
     uint32_t cm = 0, cn = 0;
     if (Cb) {
         if (Cb->ndim == 2) { cm = Cb->d[0] == 1 ? 0 : Cb->d[1]; cn = Cb->d[1] == 1 ? 0 : 1; }
         else if (Cb->ndim == 1) { cn = Cb->d[0] == 1 ? 0 : 1; }
     }
-    int rc = 0;
-    if (!backward) {
-        weei_memzero(Y->val, (size_t)Y->size * 4);
-        mm_acc(Y->val, a, b, M, K, N);
-        if (alpha != 1.0f) for (uint64_t i = 0; i < (uint64_t)M * N; i++) Y->val[i] *= alpha;
-        if (Cb) for (uint32_t m = 0; m < M; m++) for (uint32_t j = 0; j < N; j++) Y->val[(size_t)m * N + j] += beta * Cb->val[m * cm + j * cn];
-    } else {
-        float *g = scratch((uint64_t)M * N), *t = scratch((uint64_t)K * ((uint64_t)M > N ? M : N));
-        if (!g || !t) rc = -1;
-        else {
-            for (uint64_t i = 0; i < (uint64_t)M * N; i++) g[i] = alpha * Y->grad[i];
-            if (A->grad) {   /* dA' = g b^T  ([M,K]) */
-                float *da = scratch((uint64_t)M * K);
-                if (!da) rc = -1;
-                else {
-                    weei_memzero(da, (size_t)M * K * 4);
-                    transpose2(t, b, K, N);
-                    mm_acc(da, g, t, M, N, K);
-                    if (ta) { for (uint32_t k = 0; k < K; k++) for (uint32_t m = 0; m < M; m++) A->grad[(size_t)k * M + m] += da[(size_t)m * K + k]; }
-                    else for (uint64_t i = 0; i < (uint64_t)M * K; i++) A->grad[i] += da[i];
-                    weei_mfree(da);
-                }
-            }
-            if (B->grad && rc == 0) {   /* dB' = a^T g  ([K,N]) */
-                float *db = scratch((uint64_t)K * N);
-                if (!db) rc = -1;
-                else {
-                    weei_memzero(db, (size_t)K * N * 4);
-                    transpose2(t, a, M, K);
-                    mm_acc(db, t, g, K, M, N);
-                    if (tb) { for (uint32_t k = 0; k < K; k++) for (uint32_t j = 0; j < N; j++) B->grad[(size_t)j * K + k] += db[(size_t)k * N + j]; }
-                    else for (uint64_t i = 0; i < (uint64_t)K * N; i++) B->grad[i] += db[i];
-                    weei_mfree(db);
-                }
-            }
-            if (Cb && Cb->grad) for (uint32_t m = 0; m < M; m++) for (uint32_t j = 0; j < N; j++) Cb->grad[m * cm + j * cn] += beta * Y->grad[(size_t)m * N + j];
-        }
-        weei_mfree(g); weei_mfree(t);
+    /* A dense layer (x W + b, the shape every exporter writes for Linear): the SDK's kernels, those of
+     * the hand-written models. Their dx is stored, not added, so A's gradient must have no other reader. */
+    int dense = !ta && !tb && alpha == 1.0f && beta == 1.0f && Cb && cm == 0 && cn == 1 && Cb->size == N;
+    if (dense && !backward) { weei_dense_forward(a, M, K, N, b, Cb->val, Y->val); return; }
+    if (dense && B->grad && Cb->grad && (!A->grad || A->uses == 1)) {
+        weei_dense_backward(a, Y->grad, M, K, N, b, B->grad, Cb->grad, A->grad);
+        return;
     }
-    weei_mfree(ta_buf); weei_mfree(tb_buf);
-    return rc;
+    if (!backward) {
+        /* alpha 1: the sums start from beta C, as weei_dense_forward starts from the bias (one pass
+         * over Y fewer); otherwise from 0, scaled, then beta C added */
+        int fold = alpha == 1.0f && Cb;
+        if (fold) for (uint32_t m = 0; m < M; m++) for (uint32_t j = 0; j < N; j++) Y->val[(size_t)m * N + j] = beta * Cb->val[m * cm + j * cn];
+        else weei_memzero(Y->val, (size_t)Y->size * 4);
+        if (tb) { transpose2(t, b, N, K); b = t; }
+        mm_acc_s(Y->val, a, ta ? 1 : K, ta ? M : 1, b, M, K, N);
+        if (alpha != 1.0f) for (uint64_t i = 0; i < MN; i++) Y->val[i] *= alpha;
+        if (Cb && !fold) for (uint32_t m = 0; m < M; m++) for (uint32_t j = 0; j < N; j++) Y->val[(size_t)m * N + j] += beta * Cb->val[m * cm + j * cn];
+        return;
+    }
+    /* alpha 1 (the usual) reads Y's gradient as it is: no copy, and no multiply of tiny values */
+    float *g = Y->grad;
+    if (alpha != 1.0f) { g = g_scratch + (g_scratch_floats - MN); for (uint64_t i = 0; i < MN; i++) g[i] = alpha * Y->grad[i]; }
+    if (A->grad) {
+        if (!ta) {   /* dA [M,K] += g op(B)^T; op(B)^T is B itself when tb */
+            const float *bt = b;
+            if (!tb) { transpose2(t, b, K, N); bt = t; }
+            mm_acc(A->grad, g, bt, M, N, K);
+        } else {     /* dA [K,M] += op(B) g^T */
+            transpose2(t, g, M, N);
+            mm_acc_s(A->grad, b, tb ? 1 : N, tb ? K : 1, t, K, N, M);
+        }
+    }
+    if (B->grad) {
+        if (!tb) mm_acc_s(B->grad, a, ta ? M : 1, ta ? 1 : K, g, K, M, N);   /* dB [K,N] += op(A)^T g */
+        else {       /* dB [N,K] += g^T op(A) */
+            const float *oa = a;
+            if (ta) { transpose2(t, a, K, M); oa = t; }
+            mm_acc_s(B->grad, g, 1, N, oa, N, M, K);
+        }
+    }
+    if (Cb && Cb->grad) {
+        if (cm == 0 && cn == 1 && beta == 1.0f) {
+            for (uint32_t m = 0; m < M; m++) { const float *yg = Y->grad + (size_t)m * N; for (uint32_t j = 0; j < N; j++) Cb->grad[j] += yg[j]; }
+        } else for (uint32_t m = 0; m < M; m++) for (uint32_t j = 0; j < N; j++) Cb->grad[m * cm + j * cn] += beta * Y->grad[(size_t)m * N + j];
+    }
 }
 
 /* Elementwise binary op with numpy broadcasting. */
@@ -429,6 +463,23 @@ static void binary(node *n, int backward) {
 
 static float sigmoidf(float x) { return 1.0f / (1.0f + weei_expf(-x)); }
 
+/* g masked by x > 0 with a bitwise and (no branch: half the signs are unpredictable), stored when x has
+ * no other reader (no add, and tiny gradients are slow to add), else added. */
+static void relu_backward(const float *x, const float *g, float *gx, uint64_t m, int sole) {
+    typedef int32_t v4i __attribute__((vector_size(16)));
+    const v4 zero = { 0, 0, 0, 0 };
+    uint64_t i = 0;
+    for (; i + 4 <= m; i += 4) {
+        v4 xv, gv, gxv;
+        __builtin_memcpy(&xv, x + i, 16);
+        __builtin_memcpy(&gv, g + i, 16);
+        v4 d = (v4)((v4i)gv & (xv > zero));
+        if (!sole) { __builtin_memcpy(&gxv, gx + i, 16); d = gxv + d; }
+        __builtin_memcpy(gx + i, &d, 16);
+    }
+    for (; i < m; i++) { float d = x[i] > 0.0f ? g[i] : 0.0f; gx[i] = sole ? d : gx[i] + d; }
+}
+
 static void unary(node *n, int backward) {
     tensor *X = &g_t[n->in[0]], *Y = &g_t[n->out[0]];
     uint64_t m = Y->size;
@@ -446,7 +497,7 @@ static void unary(node *n, int backward) {
     if (!X->grad) return;
     float *g = Y->grad, *gx = X->grad;
     switch (n->op) {
-    case OP_RELU: for (uint64_t i = 0; i < m; i++) gx[i] += x[i] > 0.0f ? g[i] : 0.0f; break;
+    case OP_RELU: relu_backward(x, g, gx, m, X->uses == 1); break;
     case OP_LEAKYRELU: for (uint64_t i = 0; i < m; i++) gx[i] += x[i] >= 0.0f ? g[i] : alpha * g[i]; break;
     case OP_TANH: for (uint64_t i = 0; i < m; i++) gx[i] += g[i] * (1.0f - y[i] * y[i]); break;
     case OP_SIGMOID: for (uint64_t i = 0; i < m; i++) gx[i] += g[i] * y[i] * (1.0f - y[i]); break;
@@ -757,8 +808,8 @@ static void gather_rows(node *n, int backward) {
 
 static int run_node(node *n, int backward, int training) {
     switch (n->op) {
-    case OP_MATMUL: return matmul(n, backward);
-    case OP_GEMM: return gemm(n, backward);
+    case OP_MATMUL: matmul(n, backward); return 0;
+    case OP_GEMM: gemm(n, backward); return 0;
     case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: binary(n, backward); return 0;
     case OP_SOFTMAX: case OP_LOGSOFTMAX: softmax(n, backward); return 0;
     case OP_CONV: conv(n, backward); return 0;
@@ -856,7 +907,7 @@ static void gather(const dataset *ds, const uint32_t *idx, uint32_t count) {
         if (g_cfg[C_FORMAT] == FMT_TOKENS) {
             for (uint32_t k = 0; k < F; k++) { x[(size_t)b * F + k] = (float)r[k]; g_labels[(size_t)b * F + k] = r[k + 1]; }
         } else if (g_cfg[C_FORMAT] == FMT_DIGITS) {
-            for (uint32_t k = 0; k < 64; k++) x[(size_t)b * 64 + k] = (float)r[k] / 16.0f;
+            for (uint32_t k = 0; k < 64; k++) x[(size_t)b * 64 + k] = (float)r[k] * (1.0f / 16.0f);
             g_labels[b] = r[64];
         } else {
             weei_memcopy(x + (size_t)b * F, r, (size_t)F * 4);
@@ -886,12 +937,17 @@ static double loss_of(uint32_t count, int grad, uint32_t *correct) {
         float mx = z[0];
         uint32_t arg = 0;
         for (uint32_t k = 1; k < C; k++) if (z[k] > mx) { mx = z[k]; arg = k; }
-        double s = 0.0;
-        for (uint32_t k = 0; k < C; k++) s += weei_expf(z[k] - mx);
-        float ls = weei_logf((float)s);
+        /* one exp per logit: the gradient keeps them and scales by 1/sum (as weei_softmax_xent) */
+        float s = 0.0f;
+        if (g) for (uint32_t k = 0; k < C; k++) { g[k] = weei_expf(z[k] - mx); s += g[k]; }
+        else for (uint32_t k = 0; k < C; k++) s += weei_expf(z[k] - mx);
+        float ls = weei_logf(s);
         total += (double)(ls + mx - z[g_labels[b]]);
         if (correct && arg == g_labels[b]) (*correct)++;
-        if (g) for (uint32_t k = 0; k < C; k++) g[k] = (weei_expf(z[k] - mx - ls) - (k == g_labels[b] ? 1.0f : 0.0f)) / (float)count;
+        if (g) {
+            float inv = 1.0f / s, scale = 1.0f / (float)count;
+            for (uint32_t k = 0; k < C; k++) g[k] = (g[k] * inv - (k == g_labels[b] ? 1.0f : 0.0f)) * scale;
+        }
     }
     return total;
 }

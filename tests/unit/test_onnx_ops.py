@@ -73,6 +73,12 @@ def _cases():
                         {**b4, "W": _rng_init(r, (3, 4)), "c": _rng_init(r, (3,))})
     c["Gemm-C2d"] = ([*pre, helper.make_node("Gemm", ["a", "W", "c"], ["y"])], (4,),
                      {**b4, "W": _rng_init(r, (4, 3)), "c": _rng_init(r, (1, 3))})
+    # a transposed B with Y's gradient read as it is (alpha 1), and a dense layer whose input has a second reader
+    c["Gemm-transB-alpha1"] = ([*pre, helper.make_node("Gemm", ["a", "W", "c"], ["y"], transB=1)], (4,),
+                               {**b4, "W": _rng_init(r, (3, 4)), "c": _rng_init(r, (3,))})
+    c["Gemm-dense-shared-input"] = ([*pre, helper.make_node("Gemm", ["a", "W", "c"], ["g"]),
+                                     helper.make_node("Concat", ["a", "g"], ["y"], axis=1)], (4,),
+                                    {**b4, "W": _rng_init(r, (4, 3)), "c": _rng_init(r, (3,))})
     for op in ("Add", "Sub", "Mul", "Div"):
         k = _rng_init(r, (3, 1)) if op != "Div" else (np.abs(_rng_init(r, (3, 1))) + 0.5).astype(np.float32)
         c[f"{op}-broadcast"] = ([helper.make_node("Add", ["x", "b0"], ["a"]), helper.make_node(op, ["a", "k"], ["y"])],

@@ -64,3 +64,24 @@ def test_imported_digits_mlp_matches_the_hand_written_one_over_the_same_job(tmp_
     theirs = [r["validation"]["accuracy"] for r in hand.rounds]
     assert len(ours) == len(theirs) >= 10 and theirs[-1] >= 0.9, (theirs, ours)
     assert abs(ours[-1] - theirs[-1]) <= 0.01, (theirs, ours)
+
+
+def test_a_dense_gemm_layer_trains_to_the_hand_written_bits() -> None:
+    """A Gemm that is a dense layer runs the SDK's dense kernels (docs/onnx.md, "Parity and speed"),
+    and the loss's gradient is weei_softmax_xent's: one train call gives digits-mlp's weights bit for bit."""
+    from weei.onnx import import_onnx
+    from weei.runtime import ModelRuntime, WasmtimeEngine
+
+    hand = ModelRuntime.load((ROOT / "app" / "static" / "models" / "digits-mlp" / "model.wasm").read_bytes(),
+                             WasmtimeEngine())
+    weights = hand.create_initial_weights(3)
+    wasm, _ = import_onnx(digits_mlp_as_onnx(weights), Settings(loss="cross-entropy", optimizer="adam", lr=0.01,
+                                                               batch_size=32, data="digits", model_id="digits-onnx"))
+    ours = ModelRuntime.load(wasm, WasmtimeEngine())
+    chunk = (DIGITS / "training-001.bin").read_bytes()
+    trained = []
+    for runtime in (hand, ours):
+        runtime.load_model(weights)
+        result = runtime.train(data=chunk, format="weei-digits-v1", seed=7, settings={"localEpochs": 2, "batchSize": 32})
+        trained.append(bytes(result.weights))
+    assert trained[0] == trained[1]
