@@ -57,7 +57,8 @@ class _LinkGone(Exception):
 
 
 class Receiver(Protocol):
-    """Who gets what arrives: a TrainingController, or anything shaped like one (``peer_connected`` optional)."""
+    """Who gets what arrives: a TrainingController, or anything shaped like one (``peer_connected`` and
+    ``transfer_failed(peer, reason)`` optional)."""
 
     async def receive(self, peer: str, message: Message, blobs: Mapping[str, bytes]) -> None: ...
 
@@ -368,6 +369,10 @@ class LinkTransport:
         try:
             if item.kind == "message":
                 await receiver.receive(item.peer, item.message, item.blobs)
+            elif item.kind == "transfer-failed":
+                hook = getattr(receiver, "transfer_failed", None)  # optional for a receiver
+                if hook is not None:
+                    await hook(item.peer, item.reason)
             elif item.kind == "connected":
                 hook = getattr(receiver, "peer_connected", None)  # optional for a receiver
                 if hook is not None:

@@ -244,6 +244,10 @@ class Agent:
         if self.controller is not None:
             await self.controller.peer_connected(peer)
 
+    async def transfer_failed(self, peer: str, reason: str) -> None:
+        if self.controller is not None:
+            await self.controller.transfer_failed(peer, reason)
+
     async def _decide(self, job_id: str) -> None:
         controller = self.controller
         assert controller is not None

@@ -253,6 +253,13 @@ class PeerEvents:
         await self.store.delete_setting(PARTICIPATION_KEY)
         self.executor.view.notify()
 
+    async def transfer_failed(self, peer: str, reason: str) -> None:
+        """The frame reader refused an artifact from ``peer``: a relay that sent it a bad piece is reported to
+        the coordinator now (its children go direct), not when the relay's deadline passes."""
+        if self.session.relay is not None:
+            self.session.relay.transfer_failed(peer, reason)
+            await self.executor.drain()
+
     async def peer_disconnected(self, peer: str) -> None:
         s = self.session
         if s.coordinator is not None:
