@@ -41,7 +41,7 @@ def blobs(*datas: bytes) -> dict[str, bytes]:
 def accepted(job_id: str = "job-1", coordinator: str = COORD) -> Participant:
     """A participant that accepted ``job_id`` from ``coordinator`` (approved: the module comes next)."""
     p = Participant("me")
-    p.receive(coordinator, Invitation(job_id, coordinator, MODEL_INFO, {"fileName": "model.wasm",
+    p.on_message(coordinator, Invitation(job_id, coordinator, MODEL_INFO, {"fileName": "model.wasm",
               "bytes": len(MODULE), "sha256": ref("module", MODULE).sha256}, 1000, {}), 0.0)
     p.decide(True, 0.0)
     return p
@@ -74,7 +74,7 @@ def test_only_the_accepted_coordinator_gets_files_kept_and_only_those_its_job_as
 
     # The coordinator of an invitation not (yet) accepted: nothing either.
     invited = Participant("me")
-    invited.receive(COORD, Invitation("job-1", COORD, MODEL_INFO, {"sha256": ref("module", MODULE).sha256}, 0, {}),
+    invited.on_message(COORD, Invitation("job-1", COORD, MODEL_INFO, {"sha256": ref("module", MODULE).sha256}, 0, {}),
                     0.0)
     assert claims.judge(invited, COORD, Deliver("job-1", ref("module", MODULE), MODEL_INFO),
                         blobs(MODULE)).refused[0].reason is KeepReason.NOT_OUR_COORDINATOR

@@ -101,7 +101,7 @@ class PeerEvents:
         elif s.coordinator is not None and peer != s.my_peer_id and message.DIRECTION is Direction.TO_COORDINATOR:
             s.coordinator.receive(peer, message, blobs, now)
         elif s.participant is not None:
-            s.participant.receive(peer, message, now)
+            s.participant.on_message(peer, message, now)
             if s.participant.state is PeerState.STOPPED:
                 await self.store.delete_setting(PARTICIPATION_KEY)
         await self.executor.drain(quiet=isinstance(message, Progress))
@@ -144,7 +144,7 @@ class PeerEvents:
         s.invitations.take(job_id)
         if accepted:
             participant = Participant(s.my_peer_id)
-            participant.receive(pending.sender, pending.invitation, now())
+            participant.on_message(pending.sender, pending.invitation, now())
             participant.decide(True, now())
             s.participant = participant
             # This device takes part in one job: its coordinator hears yes, every other one hears no.
