@@ -583,7 +583,7 @@ def _signaling_client() -> Target:
         session.hello()
         session.join("lab")
         text = data.decode("utf-8", "replace")
-        items = session.receive(text)
+        items = session.on_server_message(text)
         session.ping_interval_s()
         for item in items:
             if not isinstance(item, named_events):
@@ -591,7 +591,7 @@ def _signaling_client() -> Target:
         return items
 
     return Target("signaling-client", call, (), [_dumps(s) for s in samples], _json_mutator(samples),
-                  "SignalingSession.receive: the signaling server's frames, read by a page or an agent")
+                  "SignalingSession.on_server_message: the signaling server's frames, read by a page or an agent")
 
 
 def _signaling_server() -> Target:
