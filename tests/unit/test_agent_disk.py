@@ -220,7 +220,7 @@ def test_a_room_peer_that_was_not_invited_cannot_fill_the_agents_disk(tmp_path: 
                 # Then 125 MB more, handed to the agent as its transport hands every checked message on.
                 for i in range(5):
                     send, attached = deliver(agent.peer_id, os.urandom(25_000_000), f"junk-{i}")
-                    await agent.receive(attacker.peer_id or "", send.message, attached)
+                    await agent.on_peer_message(attacker.peer_id or "", send.message, attached)
                 assert disk_bytes(storage) == before
                 assert not (storage / "blobs").exists()
                 text = out.getvalue()
@@ -237,7 +237,7 @@ def test_a_room_peer_that_was_not_invited_cannot_fill_the_agents_disk(tmp_path: 
                 await until("the agent loaded the module",
                             lambda: participant_view(coord, agent.peer_id).get("state") == "modelLoaded", 20)
                 send, attached = deliver(agent.peer_id, os.urandom(2_000_000), job_id)
-                await agent.receive(attacker.peer_id or "", send.message, attached)
+                await agent.on_peer_message(attacker.peer_id or "", send.message, attached)
                 await coord.start()
                 await until("the job completed", lambda: coord.get_state()["job"]["status"] in ("completed", "paused"),
                             45)

@@ -65,7 +65,7 @@ class PeerEvents:
         gate = self._gate()
         return gate is not None and peer == gate.coordinator
 
-    async def receive(self, peer: str, message: Message, blobs: Mapping[str, bytes]) -> None:
+    async def on_peer_message(self, peer: str, message: Message, blobs: Mapping[str, bytes]) -> None:
         """A message from another peer, with its verified attachments."""
         gate = self._gate()
         if gate is not None:
