@@ -210,7 +210,7 @@ class Participant:
         self.expect, self.got = sha, None
         self.arrived.clear()
 
-    async def receive(self, peer: str, message: Message, blobs: Mapping[str, bytes]) -> None:
+    async def on_peer_message(self, peer: str, message: Message, blobs: Mapping[str, bytes]) -> None:
         if isinstance(message, (RelayPlan, RelayPiece)) and self.node is not None and self.transport is not None:
             if isinstance(message, RelayPlan):
                 self.node.plan(peer, message, job_id="bench-job", coordinator=self.coordinator)
@@ -267,7 +267,7 @@ class Coordinator:
             else:
                 self.logs.append(command)
 
-    async def receive(self, peer: str, message: Message, blobs: Mapping[str, bytes]) -> None:
+    async def on_peer_message(self, peer: str, message: Message, blobs: Mapping[str, bytes]) -> None:
         if isinstance(message, TrainingStarted):
             self.acks[peer] = (time.perf_counter(), message.attempt_id)
             if len(self.acks) >= self.expect:

@@ -149,7 +149,7 @@ class Network:
 
     def _to_participant(self, send: Send) -> None:
         participant = self.participants[send.peer]
-        participant.receive(COORD, _wire(send.message), self.now)
+        participant.on_message(COORD, _wire(send.message), self.now)
         self._drain(send.peer)
 
     def _drain(self, peer: str) -> None:

@@ -3,7 +3,7 @@
 It joins a room of the test's ``weei serve`` through the signaling server,
 on an asyncio loop in a thread of its own (Playwright's sync API holds the
 test's thread). Subclasses are the ``AgentTransport`` receiver: they answer
-``peer_connected``, ``peer_disconnected`` and ``receive`` with whatever the
+``peer_connected``, ``peer_disconnected`` and ``on_peer_message`` with whatever the
 test needs a peer to do (lie, refuse, prove nothing).
 """
 

@@ -46,7 +46,7 @@ class Recorder:
         self.delay = delay
         self.events: list[tuple[str, str, str | None]] = []  # kind, peer, job
 
-    async def receive(self, peer: str, message: Message, blobs: Mapping[str, bytes]) -> None:
+    async def on_peer_message(self, peer: str, message: Message, blobs: Mapping[str, bytes]) -> None:
         await asyncio.sleep(self.delay)
         for sha, data in blobs.items():
             assert hashlib.sha256(data).hexdigest() == sha

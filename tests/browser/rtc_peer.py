@@ -31,7 +31,7 @@ class Recorder:
     def __init__(self) -> None:
         self.events: list[dict[str, Any]] = []
 
-    async def receive(self, peer: str, message: Message, blobs: Mapping[str, bytes]) -> None:
+    async def on_peer_message(self, peer: str, message: Message, blobs: Mapping[str, bytes]) -> None:
         self.events.append({"kind": "message", "peer": peer, "type": message.TYPE,
                             "job": getattr(message, "job_id", None), "at": js.Date.now(),
                             "blobs": {sha: [len(b), hashlib.sha256(b).hexdigest()] for sha, b in blobs.items()}})

@@ -382,7 +382,7 @@ class HostilePeer(ThreadedPeer):
     async def peer_connected(self, peer: str) -> None:
         pass
 
-    async def receive(self, peer: str, message: Any, blobs: Mapping[str, bytes]) -> None:
+    async def on_peer_message(self, peer: str, message: Any, blobs: Mapping[str, bytes]) -> None:
         try:
             await self._receive(peer, message, blobs)
         except BaseException as exc:

@@ -38,7 +38,7 @@ class ProoflessCoordinator(ThreadedPeer):
                                 {"fileName": "model.wasm", "bytes": 4096, "sha256": "ab" * 32}, 1000, {"epochs": 1})
         self.transport.send(Send(peer, invitation), {})
 
-    async def receive(self, peer: str, message: Any, blobs: Mapping[str, bytes]) -> None:
+    async def on_peer_message(self, peer: str, message: Any, blobs: Mapping[str, bytes]) -> None:
         from weei.core.wire.commands import Send
         from weei.core.wire.messages import InvitationDecision
         from weei.core.wire.messages import RoomChallenge, RoomProof

@@ -311,7 +311,7 @@ class _AgentInbox:
     def __init__(self) -> None:
         self.items: list[tuple[str, Any, dict[str, bytes]]] = []
 
-    async def receive(self, peer: str, message: Any, blobs: Mapping[str, bytes]) -> None:
+    async def on_peer_message(self, peer: str, message: Any, blobs: Mapping[str, bytes]) -> None:
         self.items.append((peer, message, dict(blobs)))
 
     async def peer_disconnected(self, peer: str) -> None:

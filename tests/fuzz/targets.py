@@ -583,7 +583,7 @@ def _signaling_client() -> Target:
         session.hello()
         session.join("lab")
         text = data.decode("utf-8", "replace")
-        items = session.receive(text)
+        items = session.on_server_message(text)
         session.ping_interval_s()
         for item in items:
             if not isinstance(item, named_events):
@@ -591,7 +591,7 @@ def _signaling_client() -> Target:
         return items
 
     return Target("signaling-client", call, (), [_dumps(s) for s in samples], _json_mutator(samples),
-                  "SignalingSession.receive: the signaling server's frames, read by a page or an agent")
+                  "SignalingSession.on_server_message: the signaling server's frames, read by a page or an agent")
 
 
 def _signaling_server() -> Target:
@@ -614,20 +614,20 @@ def _signaling_server() -> Target:
         b, _ = rooms.connect(0.0)
         peer_b = ""
         for conn in (a, b):
-            for out in rooms.receive(conn, json.dumps({"type": "hello"}), 0.0):
+            for out in rooms.on_frame(conn, json.dumps({"type": "hello"}), 0.0):
                 if isinstance(out, RoomSend) and out.frame.get("type") == "welcome" and conn == b:
                     peer_b = out.frame["peerId"]
-            rooms.receive(conn, json.dumps({"type": "join", "room": "lab"}), 0.0)
+            rooms.on_frame(conn, json.dumps({"type": "join", "room": "lab"}), 0.0)
         text = data.decode("utf-8", "replace").replace('"to": ""', json.dumps({"to": peer_b})[1:-1])
         conn = a if len(data) % 3 else rooms.connect(0.0)[0]  # joined, or before hello
-        outputs = rooms.receive(conn, text, 1.0)
+        outputs = rooms.on_frame(conn, text, 1.0)
         for out in outputs:
             if isinstance(out, RoomSend):
                 json.dumps(out.frame, allow_nan=False)  # what the adapter writes to the socket
         return outputs
 
     return Target("signaling-server", call, (), [_dumps(s) for s in samples], _json_mutator(samples),
-                  "Hub.receive: a client's frame at the signaling server (refusals are replies, never raised)")
+                  "Hub.on_frame: a client's frame at the signaling server (refusals are replies, never raised)")
 
 
 def _onnx() -> Target:

@@ -440,7 +440,7 @@ class Sim:
         if to_participant:
             self.stores[dst].update(blobs)
             self.deliveries.append(Delivery(src, dst, message, send.attachments, self.now))
-            self.participants[dst].receive(src, message, self.now)
+            self.participants[dst].on_message(src, message, self.now)
             return
         assert dst == self.coordinator.my_peer_id
         outgoing = [(message, blobs)]

@@ -80,7 +80,7 @@ class Inbox:
         self.queue: asyncio.Queue[tuple[str, Message | None, dict[str, bytes]]] = asyncio.Queue()
         self.connected: list[str] = []
 
-    async def receive(self, peer: str, message: Message, blobs: Mapping[str, bytes]) -> None:
+    async def on_peer_message(self, peer: str, message: Message, blobs: Mapping[str, bytes]) -> None:
         await self.queue.put((peer, message, dict(blobs)))
 
     async def peer_disconnected(self, peer: str) -> None:

@@ -41,7 +41,7 @@ def blobs(*datas: bytes) -> dict[str, bytes]:
 def accepted(job_id: str = "job-1", coordinator: str = COORD) -> Participant:
     """A participant that accepted ``job_id`` from ``coordinator`` (approved: the module comes next)."""
     p = Participant("me")
-    p.receive(coordinator, Invitation(job_id, coordinator, MODEL_INFO, {"fileName": "model.wasm",
+    p.on_message(coordinator, Invitation(job_id, coordinator, MODEL_INFO, {"fileName": "model.wasm",
               "bytes": len(MODULE), "sha256": ref("module", MODULE).sha256}, 1000, {}), 0.0)
     p.decide(True, 0.0)
     return p
@@ -74,7 +74,7 @@ def test_only_the_accepted_coordinator_gets_files_kept_and_only_those_its_job_as
 
     # The coordinator of an invitation not (yet) accepted: nothing either.
     invited = Participant("me")
-    invited.receive(COORD, Invitation("job-1", COORD, MODEL_INFO, {"sha256": ref("module", MODULE).sha256}, 0, {}),
+    invited.on_message(COORD, Invitation("job-1", COORD, MODEL_INFO, {"sha256": ref("module", MODULE).sha256}, 0, {}),
                     0.0)
     assert claims.judge(invited, COORD, Deliver("job-1", ref("module", MODULE), MODEL_INFO),
                         blobs(MODULE)).refused[0].reason is KeepReason.NOT_OUR_COORDINATOR
@@ -220,7 +220,7 @@ def test_a_room_peer_that_was_not_invited_cannot_fill_the_agents_disk(tmp_path: 
                 # Then 125 MB more, handed to the agent as its transport hands every checked message on.
                 for i in range(5):
                     send, attached = deliver(agent.peer_id, os.urandom(25_000_000), f"junk-{i}")
-                    await agent.receive(attacker.peer_id or "", send.message, attached)
+                    await agent.on_peer_message(attacker.peer_id or "", send.message, attached)
                 assert disk_bytes(storage) == before
                 assert not (storage / "blobs").exists()
                 text = out.getvalue()
@@ -237,7 +237,7 @@ def test_a_room_peer_that_was_not_invited_cannot_fill_the_agents_disk(tmp_path: 
                 await until("the agent loaded the module",
                             lambda: participant_view(coord, agent.peer_id).get("state") == "modelLoaded", 20)
                 send, attached = deliver(agent.peer_id, os.urandom(2_000_000), job_id)
-                await agent.receive(attacker.peer_id or "", send.message, attached)
+                await agent.on_peer_message(attacker.peer_id or "", send.message, attached)
                 await coord.start()
                 await until("the job completed", lambda: coord.get_state()["job"]["status"] in ("completed", "paused"),
                             45)

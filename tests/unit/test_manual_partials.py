@@ -145,10 +145,10 @@ def test_an_assignment_fills_exactly_the_declared_slots_at_the_weight_size(aux: 
     refs = {"snap16": ArtifactRef("snapshot", sha(weights), 16), "snap8": ArtifactRef("snapshot", sha(b"8" * 8), 8)}
     info = {"id": "m", "auxiliaryWeights": [AUX_SLOT]}
     p = Participant("p1")
-    p.receive("coord", Invitation(JOB_ID, "coord", info, {"fileName": "model.wasm", "bytes": len(WASM),
+    p.on_message("coord", Invitation(JOB_ID, "coord", info, {"fileName": "model.wasm", "bytes": len(WASM),
                                                           "sha256": sha(WASM)}, 10, {"epochs": 1}), 0.0)
     p.decide(True, 0.0)
-    p.receive("coord", Deliver(JOB_ID, ArtifactRef("module", sha(WASM), len(WASM)), info), 0.0)
+    p.on_message("coord", Deliver(JOB_ID, ArtifactRef("module", sha(WASM), len(WASM)), info), 0.0)
     p.module_loaded(16, (), 0.0)
     p.take_commands()
 
@@ -157,12 +157,12 @@ def test_an_assignment_fills_exactly_the_declared_slots_at_the_weight_size(aux: 
                       {"localEpochs": 1, "batchSize": 2}, 7, ChunkRef("c", "syn", 5, ArtifactRef("chunk", sha(b"c"), 1)),
                       auxiliary=slots)
 
-    p.receive("coord", assign(1, {k: refs[v] for k, v in aux.items()}), 0.0)
+    p.on_message("coord", assign(1, {k: refs[v] for k, v in aux.items()}), 0.0)
     commands = p.take_commands()
     assert not any(isinstance(c, Train) for c in commands)
     failed = [c.message for c in commands if isinstance(c, Send) and isinstance(c.message, AssignmentFailed)]
     assert len(failed) == 1 and why in failed[0].error
-    p.receive("coord", assign(2, {"ref": refs["snap16"]}), 0.0)
+    p.on_message("coord", assign(2, {"ref": refs["snap16"]}), 0.0)
     assert any(isinstance(c, Train) for c in p.take_commands())
 
 

@@ -97,9 +97,9 @@ def test_a_deep_stored_log_resets_by_name() -> None:
 
 
 def test_the_signaling_client_reads_deep_frames_as_unreadable() -> None:
-    # Before: RecursionError out of SignalingSession.receive (json.loads, nothing caught it).
+    # Before: RecursionError out of SignalingSession.on_server_message (json.loads, nothing caught it).
     for text in (DEEP_TEXT, deep_json(70)):
-        items = SignalingSession().receive(text)
+        items = SignalingSession().on_server_message(text)
         assert len(items) == 1 and isinstance(items[0], Unreadable) and "not JSON" in items[0].detail
 
 
@@ -108,7 +108,7 @@ def test_a_huge_idle_timeout_is_capped() -> None:
     session = SignalingSession()
     session.hello()
     welcome = json.dumps({"type": "welcome", "peerId": "p", "token": "t", "limits": {"idleTimeout": "BIG"}})
-    session.receive(welcome.replace('"BIG"', "1" + "0" * 400))
+    session.on_server_message(welcome.replace('"BIG"', "1" + "0" * 400))
     assert session.ping_interval_s() == 86_400.0 / 3
 
 

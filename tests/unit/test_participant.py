@@ -77,9 +77,9 @@ def sends(p: Participant) -> list:
 
 def loaded() -> Participant:
     p = Participant("p1")
-    p.receive(C, invitation(), NOW)
+    p.on_message(C, invitation(), NOW)
     p.decide(True, NOW)
-    p.receive(C, Deliver(JOB_ID, MODULE, {"id": "m"}), NOW)
+    p.on_message(C, Deliver(JOB_ID, MODULE, {"id": "m"}), NOW)
     p.module_loaded(len(W0), (sha(WASM),), NOW)
     p.take_commands()
     return p
@@ -154,7 +154,7 @@ def test_user_commands_out_of_place() -> None:
         p.pause_contribution(True, NOW)
     with pytest.raises(UsageError):
         p.leave(NOW)
-    p.receive(C, invitation(), NOW)
+    p.on_message(C, invitation(), NOW)
     with pytest.raises(UsageError):
         p.pause_contribution(True, NOW)  # not before accepting
     p.decide(False, NOW)
@@ -167,16 +167,16 @@ def test_user_commands_out_of_place() -> None:
 
 def test_invitation_to_update() -> None:
     p = Participant("p1")
-    p.receive(C, invitation(), NOW)
+    p.on_message(C, invitation(), NOW)
     assert p.state == "invited" and p.job_id == JOB_ID and p.coordinator == C and p.take_commands() == []
     p.decide(True, NOW)
     assert sends(p) == [InvitationDecision(JOB_ID, True)] and p.state == "approved"
-    p.receive(C, Deliver(JOB_ID, MODULE, {"id": "m"}), NOW)
+    p.on_message(C, Deliver(JOB_ID, MODULE, {"id": "m"}), NOW)
     assert p.take_commands() == [LoadModule(MODULE, {})]
     p.module_loaded(len(W0), (sha(WASM),), NOW)
     assert sends(p) == [ModuleStatus(JOB_ID, True, None, (sha(WASM),))] and p.state == "modelLoaded"
     a = assign()
-    p.receive(C, a, NOW)
+    p.on_message(C, a, NOW)
     assert p.take_commands() == [Train(a)] and p.state == "assigned"
     p.training_started(a.attempt_id, NOW)
     assert sends(p) == [TrainingStarted(JOB_ID, a.attempt_id)] and p.state == "training"
@@ -187,31 +187,31 @@ def test_invitation_to_update() -> None:
     ref = ArtifactRef("update", sha(weights), len(weights))
     assert cmd.message == Update(JOB_ID, 1, a.assignment_id, a.attempt_id, CK.sha256, ref, {"loss": 0.25}, 5, 3)
     assert cmd.attachments == (ref,) and cmd.blobs == {sha(weights): weights}
-    p.receive(C, UpdateReceipt(JOB_ID, a.attempt_id, True), NOW)
+    p.on_message(C, UpdateReceipt(JOB_ID, a.attempt_id, True), NOW)
     assert p.state == "resultReceived"
-    p.receive(C, assign(2, 2), NOW)
+    p.on_message(C, assign(2, 2), NOW)
     assert p.state == "assigned"
 
 
 def test_decline() -> None:
     p = Participant("p1")
-    p.receive(C, invitation(), NOW)
+    p.on_message(C, invitation(), NOW)
     p.decide(False, NOW)
     assert sends(p) == [InvitationDecision(JOB_ID, False)] and p.state == "declined"
-    p.receive(C, invitation("job-2"), NOW)  # a declined participant may be invited again
+    p.on_message(C, invitation("job-2"), NOW)  # a declined participant may be invited again
     assert p.state == "invited" and p.job_id == "job-2"
 
 
 def test_module_failure_is_reported() -> None:
     p = Participant("p1")
-    p.receive(C, invitation(), NOW)
+    p.on_message(C, invitation(), NOW)
     p.decide(True, NOW)
-    p.receive(C, Deliver(JOB_ID, MODULE, {"id": "m"}), NOW)
+    p.on_message(C, Deliver(JOB_ID, MODULE, {"id": "m"}), NOW)
     p.take_commands()
     p.module_failed("x" * 5000, NOW)
     [msg] = sends(p)
     assert msg == ModuleStatus(JOB_ID, False, "x" * 2000) and p.state == "modelLoadFailed"
-    p.receive(C, Deliver(JOB_ID, MODULE, {"id": "m"}), NOW)  # the coordinator may deliver again
+    p.on_message(C, Deliver(JOB_ID, MODULE, {"id": "m"}), NOW)  # the coordinator may deliver again
     assert p.state == "approved"
 
 
@@ -223,7 +223,7 @@ def test_module_failure_is_reported() -> None:
 def test_own_result_is_checked_before_it_leaves(result: TrainOutcome, needle: str) -> None:
     p = loaded()
     a = assign()
-    p.receive(C, a, NOW)
+    p.on_message(C, a, NOW)
     p.take_commands()
     p.training_finished(a.attempt_id, result, NOW)
     [msg] = sends(p)
@@ -234,7 +234,7 @@ def test_own_result_is_checked_before_it_leaves(result: TrainOutcome, needle: st
 def test_training_failure() -> None:
     p = loaded()
     a = assign()
-    p.receive(C, a, NOW)
+    p.on_message(C, a, NOW)
     p.training_started(a.attempt_id, NOW)
     p.take_commands()
     p.training_failed(a.attempt_id, "worker crashed", NOW)
@@ -244,11 +244,11 @@ def test_training_failure() -> None:
 def test_assignment_during_training_waits_and_only_the_newest_is_kept() -> None:
     p = loaded()
     a1, a2, a3 = assign(1), assign(2, 2), assign(3, 3)
-    p.receive(C, a1, NOW)
+    p.on_message(C, a1, NOW)
     p.training_started(a1.attempt_id, NOW)
     p.take_commands()
-    p.receive(C, a2, NOW)
-    p.receive(C, a3, NOW)
+    p.on_message(C, a2, NOW)
+    p.on_message(C, a3, NOW)
     assert p.take_commands() == [] and p.pending == a3
     p.training_finished(a1.attempt_id, outcome(), NOW)
     cmds = p.take_commands()
@@ -259,7 +259,7 @@ def test_assignment_during_training_waits_and_only_the_newest_is_kept() -> None:
 def test_results_of_other_attempts_are_ignored() -> None:
     p = loaded()
     a = assign()
-    p.receive(C, a, NOW)
+    p.on_message(C, a, NOW)
     p.take_commands()
     p.training_started("other", NOW)
     p.training_finished("other", outcome(), NOW)
@@ -269,43 +269,43 @@ def test_results_of_other_attempts_are_ignored() -> None:
 
 def test_messages_of_other_coordinators_or_jobs_are_ignored() -> None:
     p = loaded()
-    p.receive("mallory", assign(), NOW)
-    p.receive(C, JobFinished("job-2", False), NOW)
+    p.on_message("mallory", assign(), NOW)
+    p.on_message(C, JobFinished("job-2", False), NOW)
     cmds = p.take_commands()
     assert [c.event for c in cmds] == ["message.ignored", "message.ignored"] and p.state == "modelLoaded"
 
 
 def test_invitation_while_in_a_job_is_ignored() -> None:
     p = loaded()
-    p.receive("other", invitation("job-2"), NOW)
+    p.on_message("other", invitation("job-2"), NOW)
     assert p.job_id == JOB_ID and p.coordinator == C and p.state == "modelLoaded"
     assert [c.event for c in p.take_commands()] == ["invitation.ignored"]
 
 
 def test_coordinator_messages_out_of_place_are_logged_not_raised() -> None:
     p = loaded()
-    p.receive(C, JobFinished(JOB_ID, True), NOW)
+    p.on_message(C, JobFinished(JOB_ID, True), NOW)
     assert p.state == "stopped" and p.incomplete is True
-    p.receive(C, assign(), NOW)  # a peer's message never raises
-    p.receive(C, Deliver(JOB_ID, MODULE, {"id": "m"}), NOW)
+    p.on_message(C, assign(), NOW)  # a peer's message never raises
+    p.on_message(C, Deliver(JOB_ID, MODULE, {"id": "m"}), NOW)
     assert p.state == "stopped"
     assert [c.event for c in p.take_commands()] == ["message.ignored", "message.ignored"]
     q = loaded()
     a = assign()
-    q.receive(C, a, NOW)
+    q.on_message(C, a, NOW)
     q.training_started(a.attempt_id, NOW)
     q.take_commands()
-    q.receive(C, Deliver(JOB_ID, MODULE, {"id": "m"}), NOW)
+    q.on_message(C, Deliver(JOB_ID, MODULE, {"id": "m"}), NOW)
     assert q.state == "training" and q.current == a
 
 
 def test_rejected_receipt_is_recorded() -> None:
     p = loaded()
     a = assign()
-    p.receive(C, a, NOW)
+    p.on_message(C, a, NOW)
     p.training_finished(a.attempt_id, outcome(), NOW)
     p.take_commands()
-    p.receive(C, UpdateReceipt(JOB_ID, a.attempt_id, False, "late-update: closed"), NOW)
+    p.on_message(C, UpdateReceipt(JOB_ID, a.attempt_id, False, "late-update: closed"), NOW)
     assert p.state == "resultReceived" and p.last_error == "late-update: closed"
 
 
@@ -322,7 +322,7 @@ def test_pause_leave_and_finish() -> None:
 def test_disconnect_drops_the_current_attempt_and_reconnect_reloads() -> None:
     p = loaded()
     a = assign()
-    p.receive(C, a, NOW)
+    p.on_message(C, a, NOW)
     p.take_commands()
     p.disconnected(NOW)
     assert p.state == "disconnected" and p.current is None
@@ -330,14 +330,14 @@ def test_disconnect_drops_the_current_attempt_and_reconnect_reloads() -> None:
     assert not [c for c in p.take_commands() if isinstance(c, Send)]
     p.reconnected(NOW)
     assert p.state == "approved"
-    p.receive(C, Deliver(JOB_ID, MODULE, {"id": "m"}), NOW)
+    p.on_message(C, Deliver(JOB_ID, MODULE, {"id": "m"}), NOW)
     assert isinstance(p.take_commands()[0], LoadModule)
 
 
 def test_local_participant_needs_no_invitation() -> None:
     p = Participant.local(C, JOB_ID)
     assert p.state == "approved" and p.coordinator == C
-    p.receive(C, Deliver(JOB_ID, MODULE, {"id": "m"}), NOW)
+    p.on_message(C, Deliver(JOB_ID, MODULE, {"id": "m"}), NOW)
     p.module_loaded(64, (), NOW)
     assert p.state == "modelLoaded"
     assert p.view() == {"jobId": JOB_ID, "state": "modelLoaded", "paused": False, "currentAttempt": None,
@@ -347,21 +347,21 @@ def test_local_participant_needs_no_invitation() -> None:
 def test_a_delivery_other_than_what_was_accepted_is_refused_not_loaded() -> None:
     other = ArtifactRef("module", sha(b"another module"), 14)
     p = Participant("p1")
-    p.receive(C, invitation(), NOW)
+    p.on_message(C, invitation(), NOW)
     p.decide(True, NOW)
     p.take_commands()
-    p.receive(C, Deliver(JOB_ID, other, {"id": "m"}), NOW)
+    p.on_message(C, Deliver(JOB_ID, other, {"id": "m"}), NOW)
     commands = p.take_commands()
     assert not any(isinstance(c, LoadModule) for c in commands)
     status = [c.message for c in commands if isinstance(c, Send)]
     assert isinstance(status[0], ModuleStatus) and not status[0].loaded and "SHA-256" in status[0].error
     # An auxiliary file the model does not declare is refused the same way.
-    p.receive(C, Deliver(JOB_ID, MODULE, {"id": "m"}, {"extra": ArtifactRef("auxiliary", sha(b"x"), 1)}), NOW)
+    p.on_message(C, Deliver(JOB_ID, MODULE, {"id": "m"}, {"extra": ArtifactRef("auxiliary", sha(b"x"), 1)}), NOW)
     commands = p.take_commands()
     assert not any(isinstance(c, LoadModule) for c in commands)
     assert "not declared" in [c.message for c in commands if isinstance(c, Send)][0].error
     # The module that was accepted loads.
-    p.receive(C, Deliver(JOB_ID, MODULE, {"id": "m"}), NOW)
+    p.on_message(C, Deliver(JOB_ID, MODULE, {"id": "m"}), NOW)
     assert any(isinstance(c, LoadModule) for c in p.take_commands())
 
 
@@ -369,12 +369,12 @@ def test_a_remote_participant_learns_the_weight_size_from_its_first_checkpoint()
     """The coordinator's job gives no size to a remote participant: the first checkpoint assigned does, so a
     model that returns weights of another size is refused here, without the host writing the size in."""
     p = Participant("p1")
-    p.receive(C, invitation(), NOW)
+    p.on_message(C, invitation(), NOW)
     p.decide(True, NOW)
-    p.receive(C, Deliver(JOB_ID, MODULE, {"id": "m"}), NOW)
+    p.on_message(C, Deliver(JOB_ID, MODULE, {"id": "m"}), NOW)
     p.module_loaded(None, (sha(WASM),), NOW)
     a = assign()
-    p.receive(C, a, NOW)
+    p.on_message(C, a, NOW)
     p.take_commands()
     p.training_finished(a.attempt_id, outcome(W0 + W0[:4]), NOW)
     [msg] = sends(p)

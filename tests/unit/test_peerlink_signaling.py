@@ -27,7 +27,7 @@ def test_hello_carries_the_token_and_the_welcome_answers_it() -> None:
     assert "token" not in json.loads(SignalingSession(token, room="elsewhere").hello())
     assert "token" not in json.loads(SignalingSession(token).hello())
     welcome = Welcome(ME, "tok-2", True, ({"urls": ["stun:example.org"]},), {"idleTimeout": 30})
-    assert session.receive(text(WELCOME)) == [Answer("hello", welcome)]
+    assert session.on_server_message(text(WELCOME)) == [Answer("hello", welcome)]
     assert session.token == "tok-2" and session.peer_id == ME and session.ping_interval_s() == 10.0
     assert json.loads(SignalingSession().hello()) == {"type": "hello", "version": 1}
     assert PING == '{"type":"ping"}'
@@ -36,39 +36,41 @@ def test_hello_carries_the_token_and_the_welcome_answers_it() -> None:
 def test_the_page_wants_answered_frames_as_events_too() -> None:
     session = SignalingSession(answers_are_events=True)
     session.hello()
-    answer, event = session.receive(text(WELCOME))
+    answer, event = session.on_server_message(text(WELCOME))
     assert isinstance(answer, Answer) and event == answer.value
     session.join("lab")
     peers = {"type": "peers", "room": "lab", "peers": [ME, OTHER]}
-    assert session.receive(text(peers)) == [Answer("join", (ME, OTHER)), Peers("lab", (ME, OTHER))]
-    assert session.receive(text(peers)) == [Peers("lab", (ME, OTHER))], "nothing pending: an event only"
+    assert session.on_server_message(text(peers)) == [Answer("join", (ME, OTHER)), Peers("lab", (ME, OTHER))]
+    assert session.on_server_message(text(peers)) == [Peers("lab", (ME, OTHER))], "nothing pending: an event only"
 
 
 def test_join_is_answered_by_the_list_that_names_us_and_refusals_by_their_error() -> None:
     session = SignalingSession()
     session.hello()
-    session.receive(text(WELCOME))
+    session.on_server_message(text(WELCOME))
     assert json.loads(session.join("lab")) == {"type": "join", "room": room_code("lab"), "key": "lab"}
     assert session.room == "lab"
-    assert session.receive(text({"type": "peers", "room": "lab", "peers": [OTHER]})) == [Peers("lab", (OTHER,))]
-    assert session.receive(text({"type": "peers", "room": "lab", "peers": [OTHER, ME], "token": "bound"})) == [
-        Answer("join", (OTHER, ME))]
+    assert session.on_server_message(text({"type": "peers", "room": "lab", "peers": [OTHER]})) == [
+        Peers("lab", (OTHER,))]
+    assert session.on_server_message(
+        text({"type": "peers", "room": "lab", "peers": [OTHER, ME], "token": "bound"})) == [Answer("join", (OTHER, ME))]
     assert session.token == "bound"  # the joiner's list carries the token bound to the room
     session.join("full")
     refusal = {"type": "error", "reason": "room-full", "message": "no room", "refused": "join"}
-    assert session.receive(text(refusal)) == [Answer("join", error=ServerError("room-full", "no room", "join"))]
+    assert session.on_server_message(text(refusal)) == [
+        Answer("join", error=ServerError("room-full", "no room", "join"))]
     other = {"type": "error", "reason": "unknown-peer", "message": "who?", "refused": "signal"}
-    assert session.receive(text(other)) == [ServerError("unknown-peer", "who?", "signal")]
+    assert session.on_server_message(text(other)) == [ServerError("unknown-peer", "who?", "signal")]
 
 
 def test_signals_are_parsed_and_made() -> None:
     session = SignalingSession()
     candidate = {"candidate": "candidate:1 1 udp 1 192.0.2.1 5000 typ host", "sdpMid": "0"}
     frame = {"type": "signal", "from": OTHER, "kind": "candidate", "payload": candidate}
-    assert session.receive(text(frame)) == [Signal(OTHER, "candidate", candidate)]
+    assert session.on_server_message(text(frame)) == [Signal(OTHER, "candidate", candidate)]
     assert json.loads(session.signal(OTHER, "offer", "v=0")) == {"type": "signal", "to": OTHER, "kind": "offer",
                                                                  "payload": "v=0"}
-    assert session.receive(text({"type": "pong"})) == []
+    assert session.on_server_message(text({"type": "pong"})) == []
 
 
 @pytest.mark.parametrize("frame", [
@@ -84,7 +86,7 @@ def test_signals_are_parsed_and_made() -> None:
     text({"type": "surprise"}),
 ])
 def test_a_frame_that_is_not_the_protocol_is_unreadable_never_a_crash(frame: str) -> None:
-    items = SignalingSession().receive(frame)
+    items = SignalingSession().on_server_message(frame)
     assert len(items) == 1 and isinstance(items[0], Unreadable) and items[0].detail
 
 
@@ -100,7 +102,7 @@ def test_random_frames_give_only_named_outcomes() -> None:
         session = SignalingSession()
         session.hello()
         session.join("lab")
-        for item in session.receive(text(frame)):
+        for item in session.on_server_message(text(frame)):
             assert isinstance(item, (Answer, Welcome, Peers, Signal, ServerError, Unreadable))
 
 
@@ -119,5 +121,5 @@ def test_a_close_refuses_what_is_in_flight_and_replaced_drops_the_token() -> Non
 def test_ping_interval_ignores_a_bad_idle_timeout(idle: object, expected: float) -> None:
     session = SignalingSession()
     session.hello()
-    session.receive(text({**WELCOME, "limits": {} if idle is None else {"idleTimeout": idle}}))
+    session.on_server_message(text({**WELCOME, "limits": {} if idle is None else {"idleTimeout": idle}}))
     assert session.ping_interval_s() == expected

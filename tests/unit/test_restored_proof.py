@@ -52,7 +52,7 @@ def verdict_of(proofs: CoordinatorProofs, room: str | None, nonce: bytes, now: f
     """The participant challenges COORD; a coordinator holding ``room`` (None: no key) answers at ``now``."""
     c = proofs.challenge(JOB, COORD, nonce, T0).message
     reply = answer(room, c, participant=ME) if room is not None else RoomProof(JOB)
-    out = proofs.receive(COORD, reply, now)
+    out = proofs.on_proof(COORD, reply, now)
     assert isinstance(out, ProofVerdict)
     return out
 
@@ -112,7 +112,7 @@ def test_no_proof_in_time_is_a_timeout_refusal() -> None:
     assert verdict.reason is RoomProofReason.TIMEOUT and gate.decide(verdict)
     assert gate.state is RestoredState.REFUSED and gate.held() == 0
     # the proof that comes too late decides nothing: the challenge is closed
-    assert not isinstance(proofs.receive(COORD, answer(ROOM, c, participant=ME), T0 + PROOF_TIMEOUT_MS + 2),
+    assert not isinstance(proofs.on_proof(COORD, answer(ROOM, c, participant=ME), T0 + PROOF_TIMEOUT_MS + 2),
                           ProofVerdict)
 
 

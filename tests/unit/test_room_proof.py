@@ -62,19 +62,19 @@ def test_a_good_proof_is_accepted_once() -> None:
     proofs = CoordinatorProofs(proof_key(ROOM), AGENT)
     c = challenge(proofs)
     assert proofs.deadline("job-1") == T0 + PROOF_TIMEOUT_MS
-    verdict = proofs.receive(COORD, answer(ROOM, c), T0 + 5)
+    verdict = proofs.on_proof(COORD, answer(ROOM, c), T0 + 5)
     assert not isinstance(verdict, ProofIgnored)
     assert verdict.proven and verdict.state is ProofState.PROVEN and verdict.reason is None
     assert (verdict.job_id, verdict.coordinator) == ("job-1", COORD) and "proved the room key" in verdict.message
     # A nonce is answered once: the same proof again decides nothing, and nothing is left to time out.
-    assert isinstance(proofs.receive(COORD, answer(ROOM, c), T0 + 6), ProofIgnored)
+    assert isinstance(proofs.on_proof(COORD, answer(ROOM, c), T0 + 6), ProofIgnored)
     assert proofs.pending() == [] and proofs.expire(T0 + 10 * PROOF_TIMEOUT_MS) == []
 
 
 def test_a_proof_under_another_room_key_is_refused() -> None:
     proofs = CoordinatorProofs(proof_key(ROOM), AGENT)
     c = challenge(proofs)
-    verdict = proofs.receive(COORD, answer("another-room-key", c), T0 + 5)
+    verdict = proofs.on_proof(COORD, answer("another-room-key", c), T0 + 5)
     assert not isinstance(verdict, ProofIgnored)
     assert not verdict.proven and verdict.state is ProofState.REFUSED
     assert verdict.reason == RoomProofReason.MISMATCH == "room-proof-mismatch"
@@ -92,7 +92,7 @@ def test_a_proof_made_for_another_nonce_peer_or_job_is_refused(replayed: str) ->
                    "coordinator": {"coordinator": OTHER}, "job": {"job_id": "job-0"}}[replayed])
     old = room_proof(key, **fields)
     assert old != answer(ROOM, c).proof
-    verdict = proofs.receive(COORD, RoomProof("job-1", old), T0 + 5)
+    verdict = proofs.on_proof(COORD, RoomProof("job-1", old), T0 + 5)
     assert not isinstance(verdict, ProofIgnored) and verdict.reason is RoomProofReason.MISMATCH
 
 
@@ -101,7 +101,7 @@ def test_a_coordinator_without_the_key_is_refused_as_missing() -> None:
     c = challenge(proofs)
     no_key = answer_challenge(None, coordinator=COORD, participant=AGENT, challenge=c)
     assert no_key == RoomProof("job-1") and "proof" not in encode_message(no_key)
-    verdict = proofs.receive(COORD, no_key, T0 + 5)
+    verdict = proofs.on_proof(COORD, no_key, T0 + 5)
     assert not isinstance(verdict, ProofIgnored) and verdict.reason == RoomProofReason.MISSING == "room-proof-missing"
 
 
@@ -114,7 +114,7 @@ def test_no_answer_in_time_is_refused_as_timeout_and_a_late_proof_is_too() -> No
     assert proofs.pending() == []
     # a right proof arriving after the deadline (before anyone called expire) is a timeout as well
     c = challenge(proofs, job="job-2", nonce=N2)
-    late = proofs.receive(COORD, answer(ROOM, c), T0 + 1001)
+    late = proofs.on_proof(COORD, answer(ROOM, c), T0 + 1001)
     assert not isinstance(late, ProofIgnored) and late.reason is RoomProofReason.TIMEOUT
 
 
@@ -124,13 +124,13 @@ def test_proofs_from_other_peers_or_for_other_jobs_decide_nothing() -> None:
     c = challenge(proofs)
     good = answer(ROOM, c)
     # the right proof from the wrong peer (not the challenged coordinator)
-    ignored = proofs.receive(OTHER, good, T0 + 1)
+    ignored = proofs.on_proof(OTHER, good, T0 + 1)
     assert ignored == ProofIgnored(OTHER, "job-1") and ignored.reason == "room-proof-unsolicited"
-    assert proofs.receive(OTHER, RoomProof("job-1"), T0 + 1) == ProofIgnored(OTHER, "job-1")
+    assert proofs.on_proof(OTHER, RoomProof("job-1"), T0 + 1) == ProofIgnored(OTHER, "job-1")
     # a proof for a job nobody asked about
-    assert isinstance(proofs.receive(COORD, RoomProof("job-9", good.proof), T0 + 2), ProofIgnored)
+    assert isinstance(proofs.on_proof(COORD, RoomProof("job-9", good.proof), T0 + 2), ProofIgnored)
     assert proofs.pending() == ["job-1"]
-    verdict = proofs.receive(COORD, good, T0 + 3)
+    verdict = proofs.on_proof(COORD, good, T0 + 3)
     assert not isinstance(verdict, ProofIgnored) and verdict.proven
 
 
@@ -138,7 +138,7 @@ def test_a_new_challenge_of_the_job_replaces_the_open_one() -> None:
     proofs = CoordinatorProofs(proof_key(ROOM), AGENT)
     first = challenge(proofs, nonce=N1)
     challenge(proofs, nonce=N2, now=T0 + 10)
-    verdict = proofs.receive(COORD, answer(ROOM, first), T0 + 11)  # the answer to the replaced nonce
+    verdict = proofs.on_proof(COORD, answer(ROOM, first), T0 + 11)  # the answer to the replaced nonce
     assert not isinstance(verdict, ProofIgnored) and verdict.reason is RoomProofReason.MISMATCH
 
 
@@ -195,7 +195,7 @@ def test_a_coordinator_in_the_room_answers_its_own_job_only_and_without_a_key_sa
             assert src == coordinator
             message = decode_message(json.loads(text))
             assert isinstance(message, RoomProof)
-            return proofs.receive(src, message, T0 + 1)
+            return proofs.on_proof(src, message, T0 + 1)
 
         for c in (keyed, keyless):
             await c.init()

@@ -87,7 +87,7 @@ class HubPeers:
 
     def send(self, conn: int, frame: Any) -> list[Any]:
         text = frame if isinstance(frame, str) else json.dumps(frame)
-        return self.hub.receive(conn, text, self.now)
+        return self.hub.on_frame(conn, text, self.now)
 
     def hello(self, conn: int, token: str | None = None) -> dict[str, Any]:
         frame: dict[str, Any] = {"type": "hello"}
@@ -186,7 +186,7 @@ def test_malformed_frames_are_refused_by_name(frame: str, reason: str) -> None:
     out = h.send(conn, frame)
     assert frames_to(out, conn)[0]["reason"] == reason
     assert h.hub.stats.refused == {reason: 1}
-    assert h.hub.receive(conn, b"\x00\x01", h.now) == [RoomSend(conn, {
+    assert h.hub.on_frame(conn, b"\x00\x01", h.now) == [RoomSend(conn, {
         "type": "error", "reason": "binary-frame", "message": "the protocol uses JSON text frames only"})]
 
 
@@ -758,8 +758,8 @@ def test_a_peer_that_does_not_read_is_closed_not_waited_for() -> None:
         for _ in range(3):
             conn, _ = hub.connect(0)
             signaling._boxes[conn] = _Outbox(3, 1 << 20)
-            signaling.apply(hub.receive(conn, '{"type":"hello"}', 0))
-            signaling.apply(hub.receive(conn, json.dumps(J("r")), 0))
+            signaling.apply(hub.on_frame(conn, '{"type":"hello"}', 0))
+            signaling.apply(hub.on_frame(conn, json.dumps(J("r")), 0))
             conns.append(conn)
             for box in list(signaling._boxes.values())[1:]:
                 box.frames.clear()  # everyone but the first reads

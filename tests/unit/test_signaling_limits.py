@@ -36,8 +36,8 @@ class Clock:
 
     def member(self, key: str, source: str) -> int:
         conn, _ = self.hub.connect(self.now, source)
-        self.hub.receive(conn, '{"type":"hello"}', self.now)
-        out = self.hub.receive(conn, _join(key), self.now)
+        self.hub.on_frame(conn, '{"type":"hello"}', self.now)
+        out = self.hub.on_frame(conn, _join(key), self.now)
         assert any(isinstance(o, RoomSend) and o.conn == conn and o.frame["type"] == "peers" for o in out), out
         return conn
 
@@ -53,8 +53,8 @@ def test_a_peer_that_does_not_read_costs_at_most_its_queue_budget() -> None:
         for i in range(6):
             conn, _ = hub.connect(0, f"10.0.0.{i}")
             signaling._boxes[conn] = _Outbox(config.max_outbound_frames, config.max_outbound_bytes)
-            signaling.apply(hub.receive(conn, '{"type":"hello"}', 0))
-            signaling.apply(hub.receive(conn, _join(key), 0))
+            signaling.apply(hub.on_frame(conn, '{"type":"hello"}', 0))
+            signaling.apply(hub.on_frame(conn, _join(key), 0))
             conns.append(conn)
         attacker, victims = conns[0], conns[1:]
         signaling._boxes[attacker].frames.clear()
@@ -66,7 +66,7 @@ def test_a_peer_that_does_not_read_costs_at_most_its_queue_budget() -> None:
                 if hub.peer_id(victims[targets.index(target)]) is None:
                     continue  # closed already
                 frame = json.dumps({"type": "signal", "to": target, "kind": "offer", "payload": SDP})
-                signaling.apply(hub.receive(attacker, frame, now))
+                signaling.apply(hub.on_frame(attacker, frame, now))
                 signaling._boxes[attacker].frames.clear()  # the attacker reads its own frames
             peak = max(peak, sum(box.queued_bytes for c, box in signaling._boxes.items() if c != attacker))
         for victim in victims:
@@ -90,8 +90,8 @@ def test_join_leave_churn_does_not_amplify_without_bound() -> None:
     for cycle in range(500):
         clock.now += 0.01  # 100 cycles per second
         conn, _ = clock.hub.connect(clock.now, "192.0.2.66")
-        clock.hub.receive(conn, '{"type":"hello"}', clock.now)
-        out = clock.hub.receive(conn, _join(key), clock.now)
+        clock.hub.on_frame(conn, '{"type":"hello"}', clock.now)
+        out = clock.hub.on_frame(conn, _join(key), clock.now)
         out += clock.hub.disconnect(conn, clock.now)
         received += sum(1 for o in out if isinstance(o, RoomSend) and o.conn in members)
         refused += sum(1 for o in out if isinstance(o, RoomSend) and o.frame.get("reason") == "join-rate-limited")
@@ -111,8 +111,8 @@ def test_one_address_cannot_take_every_room() -> None:
     answers = []
     for i in range(20):
         conn, _ = clock.hub.connect(clock.now, "192.0.2.7")
-        clock.hub.receive(conn, '{"type":"hello"}', clock.now)
-        out = clock.hub.receive(conn, _join(_key(100 + i)), clock.now)
+        clock.hub.on_frame(conn, '{"type":"hello"}', clock.now)
+        out = clock.hub.on_frame(conn, _join(_key(100 + i)), clock.now)
         answers.append([dict(o.frame) for o in out if isinstance(o, RoomSend)][0])
         squatter.append(conn)
     assert [a["type"] for a in answers[:8]] == ["peers"] * 8
@@ -121,8 +121,8 @@ def test_one_address_cannot_take_every_room() -> None:
     clock.member(_key(999), "198.51.100.3")  # others still get rooms
     clock.hub.disconnect(squatter[0], clock.now)  # a room that empties is given back
     conn, _ = clock.hub.connect(clock.now, "192.0.2.7")
-    clock.hub.receive(conn, '{"type":"hello"}', clock.now)
-    out = clock.hub.receive(conn, _join(_key(500)), clock.now)
+    clock.hub.on_frame(conn, '{"type":"hello"}', clock.now)
+    out = clock.hub.on_frame(conn, _join(_key(500)), clock.now)
     assert [o.frame["type"] for o in out if isinstance(o, RoomSend)] == ["peers"]
 
 
@@ -137,15 +137,15 @@ def test_bytes_are_budgeted_per_address_over_all_its_sockets() -> None:
     reasons: list[Any] = []
     for _ in range(10):
         for conn in conns:
-            out = clock.hub.receive(conn, junk, clock.now)
+            out = clock.hub.on_frame(conn, junk, clock.now)
             reasons.append(out[0].frame["reason"])
     accepted = reasons.count("bad-message")
     assert accepted * len(junk) <= limits.ip_bytes_burst
     assert reasons.count("bytes-rate-limited") == len(reasons) - accepted >= 80
     other, _ = clock.hub.connect(clock.now, "198.51.100.4")  # another address is not starved
-    assert clock.hub.receive(other, '{"type":"ping"}', clock.now)[0].frame == {"type": "pong"}
+    assert clock.hub.on_frame(other, '{"type":"ping"}', clock.now)[0].frame == {"type": "pong"}
     clock.now += 1.0  # 100 kB back: one more big frame
-    assert clock.hub.receive(conns[0], junk, clock.now)[0].frame["reason"] == "bad-message"
+    assert clock.hub.on_frame(conns[0], junk, clock.now)[0].frame["reason"] == "bad-message"
 
 
 def test_an_address_with_nothing_left_is_forgotten() -> None:
@@ -164,8 +164,8 @@ def test_many_addresses_together_meet_the_server_wide_budgets() -> None:
     answers = []
     for i in range(8):  # eight addresses, each well inside its own budget
         conn, _ = clock.hub.connect(clock.now, f"10.9.0.{i}")
-        clock.hub.receive(conn, '{"type":"hello"}', clock.now)
-        out = clock.hub.receive(conn, _join(_key(7)), clock.now)
+        clock.hub.on_frame(conn, '{"type":"hello"}', clock.now)
+        out = clock.hub.on_frame(conn, _join(_key(7)), clock.now)
         answers.append([o.frame for o in out if isinstance(o, RoomSend) and o.conn == conn][0])
     assert [a["type"] for a in answers[:5]] == ["peers"] * 5
     assert {a.get("reason") for a in answers[5:]} == {"join-rate-limited"}
@@ -173,7 +173,7 @@ def test_many_addresses_together_meet_the_server_wide_budgets() -> None:
     reasons = []
     for i in range(8):
         conn, _ = clock.hub.connect(clock.now, f"10.9.1.{i}")
-        reasons.append(clock.hub.receive(conn, big, clock.now)[0].frame["reason"])
+        reasons.append(clock.hub.on_frame(conn, big, clock.now)[0].frame["reason"])
     assert reasons.count("bad-message") == 200_000 // len(big) and "bytes-rate-limited" in reasons
 
 
@@ -187,8 +187,8 @@ def test_an_operator_sets_the_budgets_on_the_command_line_and_a_bad_one_is_named
     answers = []
     for i in range(3):
         conn, _ = clock.hub.connect(clock.now, "192.0.2.8")
-        clock.hub.receive(conn, '{"type":"hello"}', clock.now)
-        answers += [o.frame.get("reason", o.frame["type"]) for o in clock.hub.receive(conn, _join(_key(700 + i)),
+        clock.hub.on_frame(conn, '{"type":"hello"}', clock.now)
+        answers += [o.frame.get("reason", o.frame["type"]) for o in clock.hub.on_frame(conn, _join(_key(700 + i)),
                                                                                       clock.now) if isinstance(o, RoomSend)]
     assert answers == ["peers", "peers", "too-many-rooms"]
     for bad, words in ((["max_room=3"], "NAME one of"), (["max_rooms_per_ip"], "NAME=VALUE"),

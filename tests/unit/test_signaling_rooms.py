@@ -29,11 +29,11 @@ class Hubby:
     def welcomed(self, source: str = "10.0.0.1") -> int:
         conn, out = self.hub.connect(self.now, source)
         assert out == []
-        self.hub.receive(conn, '{"type":"hello"}', self.now)
+        self.hub.on_frame(conn, '{"type":"hello"}', self.now)
         return conn
 
     def join(self, conn: int, frame: dict[str, Any]) -> list[dict[str, Any]]:
-        out = self.hub.receive(conn, json.dumps({"type": "join", **frame}), self.now)
+        out = self.hub.on_frame(conn, json.dumps({"type": "join", **frame}), self.now)
         return [dict(o.frame) for o in out if isinstance(o, RoomSend) and o.conn == conn]
 
 

@@ -57,9 +57,10 @@ class _LinkGone(Exception):
 
 
 class Receiver(Protocol):
-    """Who gets what arrives: a TrainingController, or anything shaped like one (``peer_connected`` optional)."""
+    """Who gets what arrives: a TrainingController, or anything shaped like one (``peer_connected`` and
+    ``transfer_failed(peer, reason)`` optional)."""
 
-    async def receive(self, peer: str, message: Message, blobs: Mapping[str, bytes]) -> None: ...
+    async def on_peer_message(self, peer: str, message: Message, blobs: Mapping[str, bytes]) -> None: ...
 
     async def peer_disconnected(self, peer: str) -> None: ...
 
@@ -367,7 +368,11 @@ class LinkTransport:
             return
         try:
             if item.kind == "message":
-                await receiver.receive(item.peer, item.message, item.blobs)
+                await receiver.on_peer_message(item.peer, item.message, item.blobs)
+            elif item.kind == "transfer-failed":
+                hook = getattr(receiver, "transfer_failed", None)  # optional for a receiver
+                if hook is not None:
+                    await hook(item.peer, item.reason)
             elif item.kind == "connected":
                 hook = getattr(receiver, "peer_connected", None)  # optional for a receiver
                 if hook is not None:

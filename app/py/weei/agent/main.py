@@ -180,14 +180,14 @@ class Agent:
 
     # ------------------------------------------------------- the transport's receiver
 
-    async def receive(self, peer: str, message: Message, blobs: Mapping[str, bytes]) -> None:
+    async def on_peer_message(self, peer: str, message: Message, blobs: Mapping[str, bytes]) -> None:
         controller = self.controller
         if controller is None:
             return
         if not controller.peer_events.holds_back(peer):  # else kept only once its coordinator proved the key
             await self._keep(peer, message, blobs)
         before = controller.invitations.get(message.job_id) if isinstance(message, Invitation) else None
-        await controller.receive(peer, message, blobs)
+        await controller.on_peer_message(peer, message, blobs)
         if isinstance(message, Invitation) and controller.invitations.get(message.job_id) is not before:
             self._senders[message.job_id] = peer  # the invitation the controller kept came from this peer
         for job_id in list(controller.invitations):
@@ -243,6 +243,10 @@ class Agent:
     async def peer_connected(self, peer: str) -> None:
         if self.controller is not None:
             await self.controller.peer_connected(peer)
+
+    async def transfer_failed(self, peer: str, reason: str) -> None:
+        if self.controller is not None:
+            await self.controller.transfer_failed(peer, reason)
 
     async def _decide(self, job_id: str) -> None:
         controller = self.controller

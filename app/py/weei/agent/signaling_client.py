@@ -179,7 +179,7 @@ class SignalingClient(SessionView):
         while True:
             msg = await ws.receive()
             if msg.type is aiohttp.WSMsgType.TEXT:
-                self._dispatch(self.protocol.receive(msg.data))
+                self._dispatch(self.protocol.on_server_message(msg.data))
             elif msg.type is aiohttp.WSMsgType.CLOSE:
                 reason = str(msg.extra or "")
                 break

@@ -442,9 +442,9 @@ class TrainingController:
 
     # ------------------------------------------------------------- transport
 
-    async def receive(self, peer: str, message: Message, blobs: Mapping[str, bytes]) -> None:
+    async def on_peer_message(self, peer: str, message: Message, blobs: Mapping[str, bytes]) -> None:
         """A message from another peer, with its verified attachments."""
-        await self.peer_events.receive(peer, message, blobs)
+        await self.peer_events.on_peer_message(peer, message, blobs)
 
     async def peer_connected(self, peer: str) -> None:
         """A peer's channel opened (again): a returning participant catches up."""
@@ -452,6 +452,10 @@ class TrainingController:
 
     async def peer_disconnected(self, peer: str) -> None:
         await self.peer_events.peer_disconnected(peer)
+
+    async def transfer_failed(self, peer: str, reason: str) -> None:
+        """The frame reader refused an artifact from ``peer`` (``reason``, e.g. ``hash-mismatch``)."""
+        await self.peer_events.transfer_failed(peer, reason)
 
     # ---------------------------------------------------------------- helpers
 

@@ -173,7 +173,7 @@ class Executor:
         now = s.clock()
         if role == "coordinator":
             assert s.participant is not None
-            s.participant.receive(s.my_peer_id, command.message, now)
+            s.participant.on_message(s.my_peer_id, command.message, now)
         else:
             assert s.coordinator is not None
             # The local participant named its trained weights by hashing them: not hashed again.

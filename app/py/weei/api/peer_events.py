@@ -65,7 +65,7 @@ class PeerEvents:
         gate = self._gate()
         return gate is not None and peer == gate.coordinator
 
-    async def receive(self, peer: str, message: Message, blobs: Mapping[str, bytes]) -> None:
+    async def on_peer_message(self, peer: str, message: Message, blobs: Mapping[str, bytes]) -> None:
         """A message from another peer, with its verified attachments."""
         gate = self._gate()
         if gate is not None:
@@ -101,7 +101,7 @@ class PeerEvents:
         elif s.coordinator is not None and peer != s.my_peer_id and message.DIRECTION is Direction.TO_COORDINATOR:
             s.coordinator.receive(peer, message, blobs, now)
         elif s.participant is not None:
-            s.participant.receive(peer, message, now)
+            s.participant.on_message(peer, message, now)
             if s.participant.state is PeerState.STOPPED:
                 await self.store.delete_setting(PARTICIPATION_KEY)
         await self.executor.drain(quiet=isinstance(message, Progress))
@@ -144,7 +144,7 @@ class PeerEvents:
         s.invitations.take(job_id)
         if accepted:
             participant = Participant(s.my_peer_id)
-            participant.receive(pending.sender, pending.invitation, now())
+            participant.on_message(pending.sender, pending.invitation, now())
             participant.decide(True, now())
             s.participant = participant
             # This device takes part in one job: its coordinator hears yes, every other one hears no.
@@ -252,6 +252,13 @@ class PeerEvents:
                                            "reason": str(verdict.reason)})
         await self.store.delete_setting(PARTICIPATION_KEY)
         self.executor.view.notify()
+
+    async def transfer_failed(self, peer: str, reason: str) -> None:
+        """The frame reader refused an artifact from ``peer``: a relay that sent it a bad piece is reported to
+        the coordinator now (its children go direct), not when the relay's deadline passes."""
+        if self.session.relay is not None:
+            self.session.relay.transfer_failed(peer, reason)
+            await self.executor.drain()
 
     async def peer_disconnected(self, peer: str) -> None:
         s = self.session

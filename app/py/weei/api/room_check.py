@@ -63,7 +63,7 @@ class RoomCheck:
 
     def received(self, sender: str, message: RoomProof) -> None:
         """A RoomProof from peer ``sender``."""
-        outcome = self.proofs.receive(sender, message, self._monotonic())
+        outcome = self.proofs.on_proof(sender, message, self._monotonic())
         if isinstance(outcome, ProofIgnored):
             self._record("room.proof.ignored", {"from": sender, "jobId": message.job_id[:64],
                                                 "reason": str(outcome.reason)})

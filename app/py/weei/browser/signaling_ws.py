@@ -235,7 +235,7 @@ class BrowserSignaling(SessionView):
         def on_message(event: Any) -> None:
             data = event.data
             if isinstance(data, str):
-                self._dispatch(self.protocol.receive(data))
+                self._dispatch(self.protocol.on_server_message(data))
 
         def on_close(event: Any) -> None:
             if sock.gone:

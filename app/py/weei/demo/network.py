@@ -94,7 +94,7 @@ class MemoryNetwork:
             self.refused.append(f"{src}->{peer}: {exc}")
             return
         # Checked above, once, as the framing reader checks on arrival: the coordinator does not hash them again.
-        await self.controllers[peer].receive(src, message, VerifiedBlobs(blobs))
+        await self.controllers[peer].on_peer_message(src, message, VerifiedBlobs(blobs))
 
     async def settle(self) -> None:
         """Wait until every inbox is empty and every controller is idle."""

@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 A :class:`Hub` holds every signaling connection the server has, as small
 integer handles. The adapter (``signaling.py``) feeds it events with the
-time passed in -- :meth:`Hub.connect`, :meth:`Hub.receive` (one WebSocket
+time passed in -- :meth:`Hub.connect`, :meth:`Hub.on_frame` (one WebSocket
 frame), :meth:`Hub.disconnect`, :meth:`Hub.expire` -- and performs what it
 returns: :class:`RoomSend` (one JSON frame to one connection) and
 :class:`Close` (close one connection with a code and a reason). The hub
@@ -237,7 +237,7 @@ class Hub:
         self.stats.connections += 1
         return conn, []
 
-    def receive(self, conn: int, data: str | bytes, now: float) -> list[Output]:
+    def on_frame(self, conn: int, data: str | bytes, now: float) -> list[Output]:
         """One frame from ``conn``: text (``str``) or binary (``bytes``)."""
         state = self._conns.get(conn)
         if state is None:

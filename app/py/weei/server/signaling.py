@@ -8,7 +8,7 @@ that closes every socket with 1001 (going away). All decisions -- who may
 join, what is relayed to whom, what is refused -- belong to
 :class:`~.rooms.Hub`; this module only moves frames:
 
-* each socket's reader loop hands frames to ``Hub.receive`` with
+* each socket's reader loop hands frames to ``Hub.on_frame`` with
   ``loop.time()`` as ``now``;
 * each socket has an :class:`_Outbox` drained by its own writer task, so a
   peer that does not read never blocks the others; an outbox over
@@ -298,7 +298,7 @@ class Signaling:
             self.apply(outputs)
             async for msg in ws:
                 if msg.type is WSMsgType.TEXT or msg.type is WSMsgType.BINARY:
-                    self.apply(self.hub.receive(conn, msg.data, self._now()))
+                    self.apply(self.hub.on_frame(conn, msg.data, self._now()))
                 else:  # ERROR (e.g. above aiohttp's size cap); aiohttp closes the socket
                     break
                 if box.close is not None:

@@ -131,7 +131,7 @@ class Participant:
 
     # -------------------------------------------------------------- messages
 
-    def receive(self, sender: str, message: Message, now: float) -> None:
+    def on_message(self, sender: str, message: Message, now: float) -> None:
         """A message from a coordinator. Messages of other jobs or senders are ignored (logged)."""
         if isinstance(message, Invitation):
             if self.job_id is not None and not is_free(self.state):

@@ -31,8 +31,9 @@ reuses: a command or a result about a link that is gone is ignored.
 * **Frames.** An open channel gets a ``FrameWriter`` + ``SendQueue`` and a
   ``FrameReader``; ``Pump`` asks the host to send what
   :meth:`LinkManager.frames` yields under the channel's ``bufferedAmount``.
-* **Delivery.** ``connected``, complete messages and ``disconnected`` queue per
-  peer in arrival order; ``Wake(peer)`` asks the host to drain that peer's
+* **Delivery.** ``connected``, complete messages, ``transfer-failed`` (an
+  artifact the reader refused, named so a relayed piece's node reports its
+  relay at once) and ``disconnected`` queue per peer in arrival order; ``Wake(peer)`` asks the host to drain that peer's
   queue with :meth:`LinkManager.take` (one drainer per peer at a time, so a
   slow receiver delays only its own peer).
 * **Errors.** Transfer progress and refusals go to a ``TransferBook``;
@@ -431,6 +432,9 @@ class LinkManager:
                 self._error(f"message:{event.peer_id}", event.error)
             else:
                 self.book.apply(event)
+            if (isinstance(event, TransferFailed) and event.artifact_id is not None and event.direction == "receive"
+                    and not self.closing):
+                self._deliver(Delivery(event.peer_id, "transfer-failed", reason=event.reason))
 
     def _error(self, key: str, error: Any) -> None:
         self.errors[key] = f"{error.reason}: {error.message}"

@@ -115,12 +115,15 @@ LinkCommand = Union[CreateLink, MakeOffer, SetRemote, MakeAnswer, AddCandidate, 
 
 @dataclass(frozen=True)
 class Delivery:
-    """One item for the receiver: ``connected``, a complete ``message`` (attachments verified), ``disconnected``."""
+    """One item for the receiver: ``connected``, a complete ``message`` (attachments verified), ``disconnected``,
+    or ``transfer-failed``: the reader refused an artifact from ``peer`` (``reason``), so whoever waits for
+    it from that peer (a relayed checkpoint's piece) need not wait for its deadline."""
 
     peer: str
-    kind: Literal["connected", "message", "disconnected"]
+    kind: Literal["connected", "message", "disconnected", "transfer-failed"]
     message: Message | None = None
     blobs: Mapping[str, bytes] = field(default_factory=dict)
+    reason: str = ""
 
 
 @dataclass(frozen=True)

@@ -134,7 +134,7 @@ class _Challenge:
 
 
 class CoordinatorProofs:
-    """A participant's open challenges, one per job: ``challenge``, then ``receive`` or ``expire``.
+    """A participant's open challenges, one per job: ``challenge``, then ``on_proof`` or ``expire``.
 
     ``key`` is :func:`proof_key` of the room key, ``me`` this participant's peer ID.
     """
@@ -155,7 +155,7 @@ class CoordinatorProofs:
         self._open[job_id] = _Challenge(coordinator, nonce.hex(), now + self.timeout_ms)
         return Send(coordinator, RoomChallenge(job_id, nonce.hex()))
 
-    def receive(self, sender: str, message: RoomProof, now: float) -> ProofVerdict | ProofIgnored:
+    def on_proof(self, sender: str, message: RoomProof, now: float) -> ProofVerdict | ProofIgnored:
         """A proof from peer ``sender``: the verdict of the challenge it answers, or ignored."""
         open_ = self._open.get(message.job_id)
         if open_ is None or sender != open_.coordinator:

@@ -210,7 +210,7 @@ class SignalingSession:
 
     # ------------------------------------------------------------------ frames in
 
-    def receive(self, text: str) -> list[Any]:
+    def on_server_message(self, text: str) -> list[Any]:
         """Answers and events for one text frame from the server (see the module docstring)."""
         try:
             frame = parse_json(text, _not_json)
