@@ -116,8 +116,14 @@ function splitModule(createModule, pause, snapshot) {
     mark('weei:runtime');
     await pause();
     if (snapshot) {
+      const bytes = ArrayBuffer.isView(snapshot) ? snapshot : new Uint8Array(snapshot);
+      // The runtime's module defines its own memory (480 pages), so loadPyodide's INITIAL_MEMORY does
+      // not size it, and restoreSnapshot copies the heap without growing it: a snapshot whose heap
+      // grew past that (weei imports more than it did) failed with "offset is out of bounds".
+      const heap = bytes.length - new Uint32Array(bytes.buffer, bytes.byteOffset, 4)[1];
+      if (Module.HEAP8.length < heap && !Module.growMemory(heap)) throw new Error(`cannot grow the memory to ${heap} bytes`);
       const restore = Module.API.restoreSnapshot;
-      const config = restore(ArrayBuffer.isView(snapshot) ? snapshot : new Uint8Array(snapshot));
+      const config = restore(bytes);
       Module.API.restoreSnapshot = () => config;
       mark('weei:memory');
       await pause();
