@@ -97,3 +97,56 @@ def test_digits_fedavg_bytes_equal_weei_demo(tmp_path: Path) -> None:
     assert len(demo) >= 4 and demo.keys() == flower.keys()
     assert [n for n in demo if demo[n] != flower[n]] == []
     assert run.failed_nodes == [] and run.bytes_skipped > 0
+
+
+METHODS = {
+    "fedavgm": {"method": "fedavgm", "momentum": 0.5},
+    "fedadam": {"method": "fedadam"},
+    "normclip-trimmed": {"method": "fedavg", "normClip": 5, "combine": "trimmedMean", "trim": 0.25},
+}
+
+
+@pytest.mark.parametrize("name", sorted(METHODS))
+def test_methods_bytes_equal_weei_demo_in_any_reply_order(tmp_path: Path, name: str) -> None:
+    import io
+    settings = {**DIGITS.settings, "epochs": 2, "aggregation": METHODS[name]}
+    run_job(DIGITS, tmp_path / "demo", stream=io.StringIO(), settings=settings, seed=3, flat=True)
+    # replies arrive in reverse push order: the coordinator's result must not depend on it
+    grid = FakeGrid([21, 22, 23], _handler(NodeHosts()), order=lambda ms: ms[::-1])
+    asyncio.run(drive(grid, DIGITS, settings=settings, seed=3, out=tmp_path / "flower"))
+    demo, flower = _files(tmp_path / "demo"), _files(tmp_path / "flower")
+    assert len(demo) >= 3 and demo.keys() == flower.keys()
+    assert [n for n in demo if demo[n] != flower[n]] == []
+
+
+def test_a_node_that_raises_is_a_closed_channel(tmp_path: Path) -> None:
+    """A ClientApp that fails (Flower's error reply) loses the node, as a closed data channel does;
+    the coordinator reassigns its work and the job completes every round (the reassigned attempts are
+    recorded in the checkpoints, so their bytes are not the undisturbed run's)."""
+    import io
+    from flwr.app import Error
+    run_job(DIGITS, tmp_path / "demo", stream=io.StringIO(), seed=5, flat=True)
+    hosts = NodeHosts()
+    ok = _handler(hosts)
+    calls = {"n": 0}
+
+    def handle(node_id: int, m: Message) -> Message:
+        calls["n"] += 1
+        if node_id == 32 and calls["n"] > 6:
+            return Message(Error(code=0, reason="ClientAppException: boom"), reply_to=m)
+        return ok(node_id, m)
+
+    run = asyncio.run(drive(FakeGrid([31, 32, 33], handle), DIGITS, seed=5, out=tmp_path / "flower"))
+    assert run.failed_nodes and run.failed_nodes[0].startswith("node-32: flower-error")
+    demo, flower = _files(tmp_path / "demo"), _files(tmp_path / "flower")
+    assert set(demo) <= set(flower)  # fewer peers per round: as many rounds as the work needs
+
+
+def test_accept_list_refuses_other_modules_by_name(tmp_path: Path) -> None:
+    hosts = NodeHosts()
+    grid = FakeGrid([41, 42], _handler(hosts, {"weei-accept": "00" * 32}))
+    settings = {**DIGITS.settings, "epochs": 1}
+    run = asyncio.run(drive(grid, DIGITS, settings=settings, seed=1, out=tmp_path / "flower"))
+    # both nodes declined by name; the coordinator (it participates) trained the job alone
+    assert sorted(r.split(":")[0] for r in run.refused) == ["node-41", "node-42"]
+    assert all(": model-not-accepted: " in r for r in run.refused) and run.checkpoints
