@@ -4,19 +4,20 @@ folder that ``flwr run`` runs)."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import shutil
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Callable, TextIO
 
 from ..demo.run import DEMO_JOBS, DemoJob, models_dir
 from .client import NodeHosts, client_handler
-from .server import drive
+from .server import FlowerRun, drive
 
-__all__ = ["quiet_flower", "server_app", "client_app", "simulate", "write_app", "job_for"]
+__all__ = ["quiet_flower", "server_app", "client_app", "module_sha256", "simulate", "write_app", "job_for"]
 
-_HOSTS: list[NodeHosts] = []
+_HOSTS: dict[frozenset[str], NodeHosts] = {}
 
 
 def quiet_flower() -> None:
@@ -33,23 +34,31 @@ def job_for(package_dir: Path, settings: dict[str, Any] | None = None) -> DemoJo
                    validation=validation, package=package_dir)
 
 
-def _hosts() -> NodeHosts:
-    if not _HOSTS:
-        _HOSTS.append(NodeHosts())
-    return _HOSTS[0]
+def _hosts(accept: frozenset[str]) -> NodeHosts:
+    if accept not in _HOSTS:
+        _HOSTS[accept] = NodeHosts(accept)
+    return _HOSTS[accept]
 
 
-def client_app() -> Any:
+def module_sha256(package_dir: Path) -> str:
+    """The SHA-256 of the package's model.wasm: the module hash an accept-list names."""
+    return hashlib.sha256((package_dir / "model.wasm").read_bytes()).hexdigest()
+
+
+def client_app(accept: frozenset[str] = frozenset()) -> Any:
+    """The ClientApp; ``accept`` is the accept-list of a node whose config has no ``weei-accept``."""
     from flwr.clientapp import ClientApp
 
     app = ClientApp()
-    app.train()(client_handler(_hosts))
+    app.train()(client_handler(lambda: _hosts(accept)))
     return app
 
 
 def server_app(job: DemoJob | None = None, *, seed: int | None = None, out: Path | None = None,
-               stream: TextIO | None = None) -> Any:
-    """A ServerApp running ``job`` (else the run config's ``package``/``settings``/``out``/``seed``)."""
+               stream: TextIO | None = None, on_run: Callable[[FlowerRun], None] | None = None,
+               min_nodes: int = 1) -> Any:
+    """A ServerApp running ``job`` (else the run config's ``package``/``settings``/``out``/``seed``);
+    ``on_run`` gets what the run did."""
     from flwr.serverapp import ServerApp
 
     app = ServerApp()
@@ -61,19 +70,36 @@ def server_app(job: DemoJob | None = None, *, seed: int | None = None, out: Path
                                  json.loads(str(cfg["settings"])) if cfg.get("settings") else None)
         the_seed = seed if job is not None else (int(cfg["seed"]) if int(cfg.get("seed", -1)) >= 0 else None)
         the_out = out if job is not None else Path(str(cfg.get("out", "checkpoints")))
-        asyncio.run(drive(grid, the_job, seed=the_seed, out=the_out, stream=stream))
+        run = asyncio.run(drive(grid, the_job, seed=the_seed, out=the_out, stream=stream, min_nodes=min_nodes))
+        if on_run is not None:
+            on_run(run)
 
     return app
 
 
+# One Ray actor serves every simulated node. A node's participant (its controller, the artifacts and compiled
+# module it holds, the assignment it is training) lives in the process that handled its messages, and Flower
+# hands a node's next message to whichever actor is free: with several actors a node's state is split between
+# processes and the job stalls on a node that never received what it was sent.
+SIM_BACKEND: dict[str, Any] = {"init_args": {"num_cpus": 1}, "client_resources": {"num_cpus": 1}}
+
+
 def simulate(package_dir: Path, *, nodes: int, out: Path, stream: TextIO, settings: dict[str, Any] | None = None,
-             seed: int | None = None) -> None:
-    """``weei flower sim``: the package's job on ``nodes`` simulated SuperNodes (Ray)."""
+             seed: int | None = None) -> FlowerRun:
+    """``weei flower sim``: the package's job on ``nodes`` simulated SuperNodes (Ray); what the run did."""
     quiet_flower()
     from flwr.simulation import run_simulation
 
-    run_simulation(server_app(job_for(package_dir, settings), seed=seed, out=out, stream=stream), client_app(),
-                   num_supernodes=nodes, backend_config={"client_resources": {"num_cpus": 1}})
+    # The simulated nodes are the user's own and have no node config: they accept the module the user ran.
+    job = job_for(package_dir, settings)
+    accept = frozenset({module_sha256(job.package or package_dir)})
+    runs: list[FlowerRun] = []
+    run_simulation(server_app(job, seed=seed, out=out, stream=stream, on_run=runs.append, min_nodes=nodes),
+                   client_app(accept),
+                   num_supernodes=nodes, backend_config=SIM_BACKEND)
+    if not runs:  # the ServerApp ended without a completed run
+        raise RuntimeError(f"weei flower sim: the ServerApp did not complete {job.name} (see the log above)")
+    return runs[0]
 
 
 _PYPROJECT = """# Written by `weei flower app`. `flwr run .` runs it (docs/flower.md).

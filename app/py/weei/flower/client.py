@@ -10,8 +10,11 @@ reply carries what it sent back once it is idle again (training done).
 A SuperNode runs whatever app it is sent, so Weei's policy applies on top:
 an invitation is accepted only when the module's SHA-256 is in the node's
 accept-list (node config ``weei-accept``: SHA-256s separated by commas or
-spaces, or ``*`` for a simulation, where every node is the user's own);
-otherwise it is declined and the reply says ``model-not-accepted``.
+spaces, or ``*`` for every module); otherwise it is declined and the reply says ``model-not-accepted``.
+A node without ``weei-accept`` uses the app's own list: empty for a deployed
+app (it accepts nothing until its operator says so), the package's module
+SHA-256 for ``weei flower sim``, whose nodes are all the user's own and have
+no node config of their own.
 """
 
 from __future__ import annotations
@@ -113,7 +116,8 @@ class NodeHosts:
     handler is synchronous and is called again for each message; the controllers' tasks need a loop that
     outlives each call)."""
 
-    def __init__(self) -> None:
+    def __init__(self, accept: frozenset[str] = frozenset()) -> None:
+        self.accept = accept
         self.engine = WasmtimeEngine()
         self.hosts: dict[int, NodeHost] = {}
         self.loop = asyncio.new_event_loop()
@@ -124,7 +128,7 @@ class NodeHosts:
     def host(self, node_id: int, node_config: Mapping[str, Any]) -> NodeHost:
         with self.lock:
             if node_id not in self.hosts:
-                accept = parse_accept(node_config.get("weei-accept", ""))
+                accept = parse_accept(node_config["weei-accept"]) if "weei-accept" in node_config else self.accept
                 self.hosts[node_id] = asyncio.run_coroutine_threadsafe(
                     _make(node_id, accept, self.engine), self.loop).result()
             return self.hosts[node_id]

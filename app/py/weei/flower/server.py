@@ -71,6 +71,7 @@ class FlowerRun:
     failed_nodes: list[str] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)
     checkpoints: list[Path] = field(default_factory=list)
+    contributors: dict[int, list[str]] = field(default_factory=dict)  # round -> the peers whose updates it used
 
 
 def _controller(transport: GridTransport, engine: WasmtimeEngine, random_bytes: Callable[[int], bytes]
@@ -96,7 +97,12 @@ class _Pump:
     def push(self) -> None:
         from flwr.app import Message
 
-        outgoing, self.transport.outbox = self.transport.outbox, {}
+        # One message in flight per node: a node's frames must arrive in the order the coordinator sent
+        # them, and Flower does not order two messages to one node (a simulation may even run them in two
+        # processes at once). What waits goes with the next message, after the reply.
+        busy = {peer for peer, _ in self.in_flight.values()}
+        outgoing = {p: v for p, v in self.transport.outbox.items() if p not in busy}
+        self.transport.outbox = {p: v for p, v in self.transport.outbox.items() if p in busy}
         messages, meta = [], []
         for peer, sends in sorted(outgoing.items()):
             held = self.transport.held.setdefault(peer, set())
@@ -162,17 +168,27 @@ class _Pump:
 
 
 async def drive(grid: Any, job: DemoJob, *, settings: dict[str, Any] | None = None, seed: int | None = None,
-                out: Path | None = None, stream: TextIO | None = None, timeout_s: float = 3600.0) -> FlowerRun:
+                out: Path | None = None, stream: TextIO | None = None, timeout_s: float = 3600.0,
+                min_nodes: int = 1, nodes_wait_s: float = 120.0) -> FlowerRun:
     """Run ``job`` to completion with Weei's coordinator, the grid's nodes as its participants.
 
     With ``seed`` the job id and initial weights are those of ``weei demo``'s run with that seed
     (:func:`weei.demo.run.seeded_bytes`). Each ``.weei-checkpoint`` goes into ``out``. Raises
-    RuntimeError when the job pauses or the deadline passes."""
+    RuntimeError when the job pauses or the deadline passes, or when fewer than ``min_nodes`` nodes have
+    connected within ``nodes_wait_s`` (SuperNodes, simulated ones too, connect after the ServerApp starts:
+    the nodes present at the start are the job's participants)."""
     from ..demo.run import JobReport, _Table
 
     engine = WasmtimeEngine()
     transport = GridTransport()
-    for node_id in sorted(grid.get_node_ids()):
+    node_ids = list(grid.get_node_ids())
+    wait_until = time.monotonic() + nodes_wait_s
+    while len(node_ids) < min_nodes:
+        if time.monotonic() > wait_until:
+            raise RuntimeError(f"{job.name}: {len(node_ids)} of {min_nodes} nodes connected in {nodes_wait_s} s")
+        await asyncio.sleep(0.1)
+        node_ids = list(grid.get_node_ids())
+    for node_id in sorted(node_ids):
         transport.nodes[node_peer(node_id)] = node_id
     coordinator = _controller(transport, engine, os.urandom if seed is None else seeded_bytes(seed))
     run = FlowerRun()
@@ -194,6 +210,7 @@ async def drive(grid: Any, job: DemoJob, *, settings: dict[str, Any] | None = No
         core = coordinator.coordinator
         if core is not None and core.checkpoint_round not in contributors:
             contributors[core.checkpoint_round] = len(core.last_contributors)
+            run.contributors[core.checkpoint_round] = list(core.last_contributors)
         if table is not None:
             table.update(s, contributors)
 
