@@ -34,7 +34,7 @@ $(NODE_STAMP): package.json package-lock.json .apt-stamp
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(VPY) -m pip install -q --upgrade pip
-	$(VPY) -m pip install -q -e '.[cpython,dev]'
+	$(VPY) -m pip install -q -e '.[cpython,dev,flower]'
 	@touch $@
 
 # The main job: weei serve, three headless Chromium pages and an agent train both demo jobs over WebRTC.
@@ -49,11 +49,11 @@ demo-local: setup
 test: setup
 	$(VPY) -m pytest tests/unit tests/browser
 
-# The unit tests without the model builds (marker `build`), on two processes
+# The unit tests without the model builds (marker `build`) and the Flower runs (marker `flower`), on two processes
 # (pytest-xdist; --dist loadscope keeps a module's tests, and so its module
 # fixtures, on one process): about a minute on two idle cores.
 test-unit: setup
-	$(VPY) -m pytest tests/unit -m "not build" -n 2 --dist loadscope
+	$(VPY) -m pytest tests/unit -m "not build and not flower" -n 2 --dist loadscope
 
 test-browser: setup
 	$(VPY) -m pytest tests/browser

@@ -53,6 +53,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("weei.adapters",),
     ("weei.host", "weei.server"),
     ("weei.browser", "weei.agent", "weei.demo"),
+    ("weei.flower",),  # drives weei.demo's jobs and seeds
     ("weei.cli",),
 )
 

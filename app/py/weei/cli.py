@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -28,6 +29,17 @@ def main(argv: list[str] | None = None) -> int:
                        help="a JSON file of job settings over the defaults (1 epoch, batches of 32, validation every round)")
     train.add_argument("--seed", type=int, default=None, help="fix the job id and so every training seed")
     train.add_argument("--out", type=Path, required=True, help="where to write the .weei-checkpoint files")
+    flower = commands.add_parser("flower", help="run a package's job on Flower (docs/flower.md; the flower extra)")
+    flower_commands = flower.add_subparsers(dest="flower_command", required=True)
+    sim = flower_commands.add_parser("sim", help="simulate the package's demo job on N SuperNodes (Ray)")
+    sim.add_argument("package", type=Path, help="the package folder (model.wasm, manifest.json, data/)")
+    sim.add_argument("--nodes", type=int, default=4, help="simulated SuperNodes (default 4)")
+    sim.add_argument("--settings", type=Path, default=None, help="a JSON file of job settings (default: the demo's)")
+    sim.add_argument("--seed", type=int, default=None, help="fix the job id and so every training seed")
+    sim.add_argument("--out", type=Path, required=True, help="where to write the .weei-checkpoint files")
+    flower_app = flower_commands.add_parser("app", help="write a Flower App folder that `flwr run DIR` runs")
+    flower_app.add_argument("package", type=Path, help="the package folder")
+    flower_app.add_argument("--out", type=Path, required=True, help="the app folder to write")
     serve = commands.add_parser("serve", help="serve the built site (dist/) for browsers; Ctrl-C stops")
     serve.add_argument("--port", type=int, default=8000, help="TCP port (0: any free port; default 8000)")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
@@ -59,6 +71,8 @@ def main(argv: list[str] | None = None) -> int:
         return _serve(args)
     if args.command == "train":
         return _train(args)
+    if args.command == "flower":
+        return _flower(args)
     if args.command == "demo":
         from .demo.run import DEMO_JOBS, run_demo
 
@@ -120,6 +134,18 @@ def _serve(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"weei serve: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
         return 1
+
+def _flower(args: argparse.Namespace) -> int:
+    from .flower.apps import simulate, write_app
+
+    if args.flower_command == "app":
+        out = write_app(args.package, args.out)
+        print(f"wrote a Flower App in {out}: `flwr run {out}` runs it (telemetry off; Weei must be installed "
+              f"where it runs, see docs/flower.md)")
+        return 0
+    settings = json.loads(args.settings.read_text()) if args.settings else None
+    simulate(args.package, nodes=args.nodes, out=args.out, stream=sys.stdout, settings=settings, seed=args.seed)
+    return 0
 
 
 if __name__ == "__main__":

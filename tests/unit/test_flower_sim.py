@@ -1,0 +1,39 @@
+"""``weei flower sim`` through Flower's own ``run_simulation`` (Ray): every simulated node trains, and the
+checkpoints are the bytes of Weei's in-process run of the same job and seed."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("flwr")
+
+from weei.demo.run import DEMO_JOBS, models_dir, run_job  # noqa: E402
+from weei.flower.apps import simulate  # noqa: E402
+
+pytestmark = pytest.mark.flower
+
+DIGITS = DEMO_JOBS[0]
+
+
+def test_sim_every_node_trains_and_the_bytes_are_weei_demos(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                            ) -> None:
+    monkeypatch.setenv("FLWR_TELEMETRY_ENABLED", "0")
+    # the coordinator does not train: whatever the checkpoints hold, the simulated nodes trained
+    settings = {**DIGITS.settings, "epochs": 1, "coordinatorParticipates": False}
+    run_job(DIGITS, tmp_path / "demo", stream=io.StringIO(), settings=settings, seed=7, flat=True)
+    out = io.StringIO()
+    run = simulate(models_dir() / DIGITS.model, nodes=3, out=tmp_path / "sim", stream=out, settings=settings,
+                   seed=7)
+    trained: dict[str, int] = {}
+    for peers in run.contributors.values():
+        for peer in peers:
+            trained[peer] = trained.get(peer, 0) + 1
+    assert len(trained) == 3 and all(p.startswith("node-") and n > 0 for p, n in trained.items()), trained
+    assert run.refused == [] and run.failed_nodes == []
+    demo = {p.name: p.read_bytes() for p in sorted((tmp_path / "demo").glob("*.weei-checkpoint"))}
+    sim = {p.name: p.read_bytes() for p in sorted((tmp_path / "sim").glob("*.weei-checkpoint"))}
+    assert len(demo) >= 3 and demo.keys() == sim.keys()
+    assert [n for n in demo if demo[n] != sim[n]] == []
