@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from .. import _check
-from ..errors import ManifestError, ModelInfoReason, SettingsError
+from ..errors import ManifestError, ModelInfoReason, SettingsError, SettingsReason
 from ..limits import DEFAULT_MEMORY_CAP, MAX_AUXILIARY_BYTES, MAX_METRIC_ID_CHARS, MAX_METRICS
 from ..aggregation.methods import METHODS
 from .settings import TrainingSettings
@@ -453,12 +453,12 @@ def check_settings_for_model(settings: TrainingSettings, info: ModelInfo) -> Non
         raise SettingsError(
             "aggregation.method",
             f"the model allows only {', '.join(info.allowed_methods)}, not {settings.aggregation.method}",
-            ModelInfoReason.METHOD_NOT_ALLOWED,
+            SettingsReason.METHOD_NOT_ALLOWED,
         )
     ws = info.work_source
     if ws is None:
         if settings.experience is not None:
-            raise SettingsError("experience", "is for experience models only; this model reads a dataset", ModelInfoReason.NOT_EXPERIENCE)
+            raise SettingsError("experience", "is for experience models only; this model reads a dataset", SettingsReason.NOT_EXPERIENCE)
         return
     if settings.experience is not None:
         units = settings.experience.units_per_assignment
@@ -466,7 +466,7 @@ def check_settings_for_model(settings: TrainingSettings, info: ModelInfo) -> Non
             raise SettingsError(
                 "experience.unitsPerAssignment",
                 f"must be from {ws.minimum_units} to {ws.maximum_units} for this model, not {units}",
-                ModelInfoReason.OUT_OF_RANGE,
+                SettingsReason.OUT_OF_RANGE,
             )
 
 
@@ -478,7 +478,7 @@ def effective_units_per_assignment(settings: TrainingSettings, info: ModelInfo) 
     """
     check_settings_for_model(settings, info)
     if info.work_source is None:
-        raise SettingsError("experience", "the model is not an experience model", ModelInfoReason.NOT_EXPERIENCE)
+        raise SettingsError("experience", "the model is not an experience model", SettingsReason.NOT_EXPERIENCE)
     if settings.experience is None:
         return info.work_source.default_units
     return settings.experience.units_per_assignment

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from ..._check import parse_json
-from ...errors import UsageError, WeeiError
+from ...errors import UsageError, WeeiError, UsageReason
 from ...limits import MAX_AUXILIARY_BYTES, MAX_FILE_BYTES, max_bytes
 from ..messages import Message, decode_message
 from ...observe.transfers import RateMeter, TransferDone, TransferFailed, progress_of
@@ -56,10 +56,10 @@ class ReaderLimits:
 
     def __post_init__(self) -> None:
         if not MIN_FRAME_BYTES <= self.max_frame_bytes <= HARD_MAX_FRAME_BYTES:
-            raise UsageError("bad-limit", f"max_frame_bytes must be {MIN_FRAME_BYTES}..{HARD_MAX_FRAME_BYTES}")
+            raise UsageError(UsageReason.BAD_LIMIT, f"max_frame_bytes must be {MIN_FRAME_BYTES}..{HARD_MAX_FRAME_BYTES}")
         if min(self.max_artifact_bytes, self.max_auxiliary_bytes, self.max_message_bytes, self.max_transfers,
                self.max_buffered_bytes) < 1:
-            raise UsageError("bad-limit", "reader limits must be positive")
+            raise UsageError(UsageReason.BAD_LIMIT, "reader limits must be positive")
 
 
 @dataclass
