@@ -19,6 +19,7 @@ from weei.core.wire.framing import (
     TransferBook, TransferDone, TransferFailed, TransferProgress, abort_frame, artifact_begin_frame, data_frame,
     message_begin_frame, parse_frame, referenced_artifacts,
 )
+from weei.core.wire.framing import FrameReason
 from weei.core.wire.messages import (
     ArtifactRef, Assign, ChunkRef, Leave, Message, Update, encode_message,
 )
@@ -592,7 +593,7 @@ def test_transfer_book() -> None:
     (key, text), = book.state()["transferErrors"].items()
     assert key == hashlib.sha256(b"abcdef").hexdigest() and text.startswith("hash-mismatch")
     for i in range(400):
-        book.apply(TransferFailed("p", f"{i:064x}", "receive", FrameError("stalled", "x"), i))
+        book.apply(TransferFailed("p", f"{i:064x}", "receive", FrameError(FrameReason.STALLED, "x"), i))
     assert len(book.errors) == 256
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from weei.adapters.link_transport import LinkTransport
 from weei.core.wire.commands import Send
-from weei.core.errors import UsageError
+from weei.core.errors import UsageError, UsageReason
 from weei.core.wire.messages import ArtifactRef, Assign, Deliver
 from weei.core.links.peerlink import CHANNEL_LABEL, LinkManager
 from weei.core.links.peerlink_commands import MakeAnswer, MakeOffer, SendSignal, SetRemote
@@ -224,9 +224,9 @@ def test_the_docs_list_every_refusal_of_invite() -> None:
 
     def reasons(function: Any) -> set[str]:
         tree = function if isinstance(function, ast.AST) else ast.parse(textwrap.dedent(inspect.getsource(function)))
-        return {call.args[0].value for call in ast.walk(tree)
+        return {UsageReason[call.args[0].attr].value for call in ast.walk(tree)
                 if isinstance(call, ast.Call) and getattr(call.func, "id", None) == "UsageError"
-                and call.args and isinstance(call.args[0], ast.Constant)}
+                and call.args and isinstance(call.args[0], ast.Attribute)}
 
     # The page's module imports the browser's ``js``: read its argument check from the source.
     page = ast.parse((Path(controller_module.__file__).parents[1] / "browser" / "page_api.py").read_text())

@@ -368,9 +368,9 @@ def test_transfers_state_shape_and_bounded_errors() -> None:
     m = LinkManager()
     state = m.transfers_state()
     assert state == {"transfers": [], "transferErrors": {}}
-    from weei.core.wire.framing import FrameError
+    from weei.core.wire.framing import FrameError, FrameReason
     for i in range(300):
-        m._error(f"channel:{i}", FrameError("bad-frame", str(i)))
+        m._error(f"channel:{i}", FrameError(FrameReason.BAD_FRAME, str(i)))
     errors = m.transfers_state()["transferErrors"]
     assert len(errors) == 256 and "channel:299" in errors and "channel:0" not in errors
 

@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from weei.core.errors import ModelError
+from weei.core.errors import ModelError, ModelReason
 from weei.demo.run import models_dir
 from weei.runtime import ModelRuntime, WasmtimeEngine
 from weei.runtime.progress_reports import PARSE_INTERVAL_S, ProgressReports
@@ -65,7 +65,7 @@ def test_a_malformed_report_is_recorded_when_parsed_and_never_when_superseded() 
     reports.report("train", raw(12))
     assert reports.flush() is None  # the last one is malformed: recorded, not delivered
     assert len(reports.rejections) == 2 and "progress-invalid" in reports.rejections[1]
-    reports.reject("train", ModelError("region-out-of-bounds", "progress at 9+9"))
+    reports.reject("train", ModelError(ModelReason.REGION_OUT_OF_BOUNDS, "progress at 9+9"))
     assert reports.rejections[-1] == "train: progress at 9+9 [region-out-of-bounds]"
 
 

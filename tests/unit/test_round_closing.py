@@ -16,7 +16,7 @@ from sim import Sim, dataset_spec
 
 from weei.core.formats import checkpoint as ckpt
 from weei.core.aggregation.aggregate import weighted_mean
-from weei.core.errors import CheckpointError
+from weei.core.errors import CheckpointError, CheckpointReason
 from weei.core.wire.messages import Update
 
 PEERS = ("p1", "p2", "p3")
@@ -71,7 +71,7 @@ def test_the_weighted_mean_is_finite_for_any_finite_values() -> None:
         weighted_mean([(1.0, 0)])
 
 
-@pytest.mark.parametrize("error", [CheckpointError("file-too-large", "checkpoint: too large for the test"),
+@pytest.mark.parametrize("error", [CheckpointError(CheckpointReason.FILE_TOO_LARGE, "checkpoint: too large for the test"),
                                    OSError("the writer broke")], ids=["checkpoint-error", "any-error"])
 def test_an_error_while_closing_keeps_the_last_checkpoint_and_pauses_the_job_by_name(
         monkeypatch: pytest.MonkeyPatch, error: Exception) -> None:

@@ -14,7 +14,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from .core.errors import ManifestError, WeeiError
+from .core.errors import ManifestError, WeeiError, ManifestReason
 from .core.job.spec import ChunkInfo, GpuOffer, JobSpec, ModuleInfo
 from .core.limits import check_file_size, check_selection_sizes
 from .core.formats.manifest import (
@@ -87,7 +87,7 @@ def _name_the_other_model(engine: Any, package: ModelPackage, wasm_name: str, wa
         return
     if other == package.model_id:
         return
-    raise ManifestError(exc.reason, f"this manifest is for model {package.model_id!r}, but the selected module "
+    raise ManifestError(ManifestReason(exc.reason), f"this manifest is for model {package.model_id!r}, but the selected module "
                                      f"{wasm_name} is model {other!r}: choose the manifest that came with "
                                      f"{wasm_name}, or the module of {package.model_id!r}") from exc
 
@@ -136,7 +136,7 @@ def prepare_job(engine: Any, *, job_id: str, wasm_name: str, wasm: bytes, manife
             gpu = _gpu_files(package, execution_files)
     else:
         if execution_files:
-            raise ManifestError("not-shader-archive", f"{next(iter(execution_files))}: only a model package "
+            raise ManifestError(ManifestReason.NOT_SHADER_ARCHIVE, f"{next(iter(execution_files))}: only a model package "
                                                       "with a GPU backend takes executionFiles")
         check_dataset_files(dataset, files)
 
@@ -156,14 +156,14 @@ def prepare_job(engine: Any, *, job_id: str, wasm_name: str, wasm: bytes, manife
         data = files[entry.file_name]
         count = runtime.describe_chunk(entry.format, data)
         if count != entry.example_count:
-            raise ManifestError("example-count-mismatch", f"{entry.file_name}: the model reads {count} examples, "
+            raise ManifestError(ManifestReason.EXAMPLE_COUNT_MISMATCH, f"{entry.file_name}: the model reads {count} examples, "
                                                           f"the manifest says {entry.example_count}")
         chunks.append(ChunkInfo(entry.id, entry.file_name, entry.bytes, entry.sha256, entry.format, count))
 
     validation_format = None
     if validation is not None:
         if info.is_experience:
-            raise ManifestError("validation-not-allowed", f"{validation[0]}: a model with inputs 'none' takes no validation file")
+            raise ManifestError(ManifestReason.VALIDATION_NOT_ALLOWED, f"{validation[0]}: a model with inputs 'none' takes no validation file")
         validation_format = chunks[0].format if chunks else info.data_formats[0].id
         runtime.describe_chunk(validation_format, validation[1])
 
@@ -209,7 +209,7 @@ def _check_archive_descriptor(package: ModelPackage, execution_files: Mapping[st
             try:
                 check_descriptor(bytes(data), want.bytes, want.sha256)
             except GpuError as exc:
-                raise ManifestError(exc.reason, f"{name}: {exc.message}") from None
+                raise ManifestError(ManifestReason(exc.reason), f"{name}: {exc.message}") from None
 
 
 def _gpu_files(package: ModelPackage, execution_files: Mapping[str, bytes]) -> GpuFiles:
@@ -219,7 +219,7 @@ def _gpu_files(package: ModelPackage, execution_files: Mapping[str, bytes]) -> G
     try:
         archive = parse_archive(bytes(data))
     except GpuError as exc:
-        raise ManifestError(exc.reason, f"{name}: {exc.message}") from None
+        raise ManifestError(ManifestReason(exc.reason), f"{name}: {exc.message}") from None
     return GpuFiles(hashlib.sha256(data).hexdigest(), archive, dict(backend.raw))
 
 

@@ -46,7 +46,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, TextIO
 
-from ..core.errors import UsageError
+from ..core.errors import UsageError, UsageReason
 
 __all__ = ["AcceptancePolicy", "CoordinatorTrust", "Decision", "describe_invitation", "parse_peer_id", "parse_sha256"]
 
@@ -58,7 +58,7 @@ def parse_sha256(text: str) -> str:
     """A module hash from the command line (64 hex digits, any case); raises UsageError."""
     value = text.strip().lower()
     if not _SHA.fullmatch(value):
-        raise UsageError("bad-sha256", f"--accept-model needs a SHA-256 of 64 hex digits, not {text!r}")
+        raise UsageError(UsageReason.BAD_SHA256, f"--accept-model needs a SHA-256 of 64 hex digits, not {text!r}")
     return value
 
 
@@ -66,7 +66,7 @@ def parse_peer_id(text: str) -> str:
     """A coordinator's peer ID from the command line (26 base32 characters); raises UsageError."""
     value = text.strip().lower()
     if not _PEER_ID.fullmatch(value):
-        raise UsageError("bad-peer-id", f"--accept-coordinator needs a peer ID of 26 base32 characters, not {text!r}")
+        raise UsageError(UsageReason.BAD_PEER_ID, f"--accept-coordinator needs a peer ID of 26 base32 characters, not {text!r}")
     return value
 
 

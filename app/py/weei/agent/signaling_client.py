@@ -27,9 +27,9 @@ from typing import Any, Union
 
 import aiohttp
 
-from ..core.errors import UsageError
-from ..core.wire.signaling_session import (PING, Answer, Closed, Peers, ServerError, SessionView, Signal, SignalingSession,
-                                       Unreadable, Welcome)
+from ..core.errors import UsageError, UsageReason
+from ..core.wire.signaling_session import (PING, Answer, ClientReason, Closed, Peers, ServerError, SessionView, Signal,
+                                       SignalingSession, Unreadable, Welcome, reason_of)
 from ..server.rooms import SignalingError
 
 __all__ = [
@@ -81,7 +81,7 @@ class SignalingClient(SessionView):
         Raises :class:`SignalingError` if the server refuses or closes.
         """
         if self.connected:
-            raise UsageError("already-connected", "SignalingClient.connect: already connected")
+            raise UsageError(UsageReason.ALREADY_CONNECTED, "SignalingClient.connect: already connected")
         if self._session is None:
             self._session = aiohttp.ClientSession()
         self._ws = await self._session.ws_connect(self.url, autoping=True)
@@ -95,7 +95,7 @@ class SignalingClient(SessionView):
         """Join the room of key ``room``; returns its peers (self included). Raises SignalingError if refused
         (``room-refused`` for a wrong key). Afterwards :attr:`token` is bound to this room."""
         if self.welcome is None or not self.connected:
-            raise UsageError("not-connected", "SignalingClient.join: connect first")
+            raise UsageError(UsageReason.NOT_CONNECTED, "SignalingClient.join: connect first")
         peers: tuple[str, ...] = await self._request("join", self.protocol.join(room))
         return peers
 
@@ -106,7 +106,7 @@ class SignalingClient(SessionView):
     async def send_raw(self, text: str) -> None:
         """Send a frame as it is (tests use it to misbehave)."""
         if self._ws is None:
-            raise UsageError("not-connected", "SignalingClient.send_raw: connect first")
+            raise UsageError(UsageReason.NOT_CONNECTED, "SignalingClient.send_raw: connect first")
         await self._ws.send_str(text)
 
     async def next_event(self, timeout: float | None = None) -> Event:
@@ -120,9 +120,9 @@ class SignalingClient(SessionView):
             if isinstance(event, Signal):
                 return event
             if isinstance(event, ServerError):
-                raise SignalingError(event.reason, event.message, event.refused)
+                raise SignalingError(reason_of(event.reason), event.message, event.refused)
             if isinstance(event, Closed):
-                raise SignalingError("closed", f"the socket closed ({event.code} {event.reason})")
+                raise SignalingError(ClientReason.CLOSED, f"the socket closed ({event.code} {event.reason})")
 
     async def reconnect(self) -> Welcome:
         """Drop the socket, connect again with the token and rejoin the room."""
@@ -143,7 +143,7 @@ class SignalingClient(SessionView):
 
     async def _send(self, text: str) -> None:
         if self._ws is None or self._ws.closed:
-            raise UsageError("not-connected", "SignalingClient: not connected")
+            raise UsageError(UsageReason.NOT_CONNECTED, "SignalingClient: not connected")
         await self._ws.send_str(text)
 
     async def _request(self, kind: str, text: str) -> Any:
@@ -195,7 +195,7 @@ class SignalingClient(SessionView):
                 if future is None or future.done():
                     continue
                 if item.error is not None:
-                    future.set_exception(SignalingError(item.error.reason, item.error.message, item.request))
+                    future.set_exception(SignalingError(reason_of(item.error.reason), item.error.message, item.request))
                 else:
                     future.set_result(item.value)
             elif isinstance(item, Unreadable):

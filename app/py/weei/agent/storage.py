@@ -40,9 +40,9 @@ from pathlib import Path
 from typing import Any, NoReturn
 from urllib.parse import quote, unquote
 
-from ..api.ports import STORAGE_QUOTA_EXCEEDED, StorageError
+from ..api.ports import STORAGE_QUOTA_EXCEEDED, StorageError, StorageReason
 from ..core._check import MAX_JSON_DEPTH, parse_json
-from ..core.errors import UsageError
+from ..core.errors import UsageError, UsageReason
 
 __all__ = ["DiskStorage", "DiskKeyValue", "StorageError"]
 
@@ -57,7 +57,7 @@ _MAX_RECORD_DEPTH = 2 * MAX_JSON_DEPTH
 def _own_dir(path: Path) -> Path:
     """``path``, unless it is a symbolic link (then StorageError 'storage-symlink')."""
     if path.is_symlink():
-        raise StorageError("storage-symlink", f"{path} is a symbolic link: the storage keeps its files only in "
+        raise StorageError(StorageReason.STORAGE_SYMLINK, f"{path} is a symbolic link: the storage keeps its files only in "
                                               "its own directories")
     return path
 
@@ -106,7 +106,7 @@ class DiskStorage:
             except OSError as exc:
                 # A full disk is the agent's QuotaExceededError; the old value stays (atomic writes).
                 full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
-                raise StorageError(STORAGE_QUOTA_EXCEEDED if full else "storage-failed",
+                raise StorageError(STORAGE_QUOTA_EXCEEDED if full else StorageReason.STORAGE_FAILED,
                                    f"{store}/{key}: {exc.strerror or exc}") from None
             self.puts += 1
 
@@ -144,7 +144,7 @@ class DiskStorage:
 
     def _store_dir(self, store: str) -> Path:
         if not isinstance(store, str) or not _STORE.fullmatch(store):
-            raise UsageError("bad-store", f"store name {store!r} must match {_STORE.pattern}")
+            raise UsageError(UsageReason.BAD_STORE, f"store name {store!r} must match {_STORE.pattern}")
         return _own_dir(_own_dir(self.root / "records") / store)
 
     def _blobs(self) -> Path:
@@ -152,7 +152,7 @@ class DiskStorage:
 
     def _record_path(self, store: str, key: str) -> Path:
         if not isinstance(key, str) or not key or len(key) > 200:
-            raise UsageError("bad-key", "a storage key is a string of 1 to 200 characters")
+            raise UsageError(UsageReason.BAD_KEY, "a storage key is a string of 1 to 200 characters")
         return self._store_dir(store) / (quote(key, safe="") + ".json")
 
     def _put(self, path: Path, text: bytes, blobs: dict[str, bytes]) -> None:
@@ -173,9 +173,9 @@ class DiskStorage:
         try:
             data = path.read_bytes()
         except FileNotFoundError:
-            raise StorageError("corrupt", f"blob {sha[:12]}… named by a record is missing") from None
+            raise StorageError(StorageReason.CORRUPT, f"blob {sha[:12]}… named by a record is missing") from None
         if len(data) != size or hashlib.sha256(data).hexdigest() != sha:
-            raise StorageError("corrupt", f"blob {sha[:12]}… does not match its SHA-256 or size")
+            raise StorageError(StorageReason.CORRUPT, f"blob {sha[:12]}… does not match its SHA-256 or size")
         return data
 
     def _collect(self) -> int:
@@ -212,7 +212,7 @@ def _parse_record(path: Path, data: bytes) -> Any:
     """A record file's JSON; StorageError('corrupt') for bad UTF-8 or JSON, or nesting past _MAX_RECORD_DEPTH."""
 
     def corrupt(message: str) -> NoReturn:
-        raise StorageError("corrupt", f"{path} {message}")
+        raise StorageError(StorageReason.CORRUPT, f"{path} {message}")
 
     return parse_json(data, corrupt, _MAX_RECORD_DEPTH)
 
@@ -225,18 +225,18 @@ def _encode(value: Any, blobs: dict[str, bytes]) -> Any:
         return {_BLOB: sha, "bytes": len(data)}
     if isinstance(value, dict):
         if _BLOB in value:
-            raise UsageError("bad-value", f"a stored dict may not have the key {_BLOB!r}")
+            raise UsageError(UsageReason.BAD_VALUE, f"a stored dict may not have the key {_BLOB!r}")
         out = {}
         for k, v in value.items():
             if not isinstance(k, str):
-                raise UsageError("bad-value", "stored dicts need string keys")
+                raise UsageError(UsageReason.BAD_VALUE, "stored dicts need string keys")
             out[k] = _encode(v, blobs)
         return out
     if isinstance(value, (list, tuple)):
         return [_encode(v, blobs) for v in value]
     if value is None or isinstance(value, (str, bool, int, float)):
         return value
-    raise UsageError("bad-value", f"cannot store a {type(value).__name__}")
+    raise UsageError(UsageReason.BAD_VALUE, f"cannot store a {type(value).__name__}")
 
 
 def _decode(value: Any, blob: Any) -> Any:
@@ -244,7 +244,7 @@ def _decode(value: Any, blob: Any) -> Any:
         if _BLOB in value:
             sha, size = value[_BLOB], value.get("bytes")
             if not isinstance(sha, str) or not _SHA.fullmatch(sha) or not isinstance(size, int):
-                raise StorageError("corrupt", "a record names a blob badly")
+                raise StorageError(StorageReason.CORRUPT, "a record names a blob badly")
             return blob(sha, size)
         return {k: _decode(v, blob) for k, v in value.items()}
     if isinstance(value, list):

@@ -34,6 +34,7 @@ from ..core.job.coordinator import Coordinator
 from ..core.observe.debuglog import DebugLog
 from ..core.observe.diagnostics import DiagnosticsRecorder
 from ..core.errors import CheckpointError, ManifestError, UsageError, WeeiError
+from ..core.errors import CheckpointReason, ManifestReason, UsageReason
 from ..core.job.spec import JobSpec
 from ..core.limits import max_bytes
 from ..core.wire.messages import Message
@@ -220,9 +221,9 @@ class TrainingController:
         """continueFromCheckpoint(): a new job that starts from a checkpoint file's weights."""
         self._require_no_active_job()
         if dataset_mode not in ("new", "resume"):
-            raise UsageError("bad-dataset-mode", "datasetMode must be 'new' or 'resume'")
+            raise UsageError(UsageReason.BAD_DATASET_MODE, "datasetMode must be 'new' or 'resume'")
         if len(checkpoint) > max_bytes("checkpoint"):
-            raise CheckpointError("file-too-large", f"the checkpoint is {len(checkpoint)} bytes, over the 256 MB limit")
+            raise CheckpointError(CheckpointReason.FILE_TOO_LARGE, f"the checkpoint is {len(checkpoint)} bytes, over the 256 MB limit")
         s = self.session
         async with _BusyScope(self, preparing=True):
             read = read_checkpoint(checkpoint)
@@ -259,7 +260,7 @@ class TrainingController:
         coordinator = self._require_coordinator("invite participants")
         transport = self.session.transport
         if transport is None or peer_id not in transport.peers():
-            raise UsageError("peer-not-connected", f"peer {peer_id} is not connected to you")
+            raise UsageError(UsageReason.PEER_NOT_CONNECTED, f"peer {peer_id} is not connected to you")
         coordinator.check_invite(peer_id)
         return coordinator
 
@@ -320,7 +321,7 @@ class TrainingController:
     async def run_validation(self) -> None:
         coordinator = self._require_coordinator("run validation")
         if self.session.validation_unavailable:
-            raise UsageError("validation-unavailable", "the validation file is missing from browser storage")
+            raise UsageError(UsageReason.VALIDATION_UNAVAILABLE, "the validation file is missing from browser storage")
         coordinator.request_validation(self.clock())
         await self._drain()
 
@@ -333,7 +334,7 @@ class TrainingController:
     def export_checkpoint(self) -> tuple[str, bytes]:
         """exportCheckpoint(): the latest checkpoint as (file name, bytes)."""
         if self.store.latest_checkpoint is None:
-            raise UsageError("no-checkpoint", "there is no checkpoint to export yet")
+            raise UsageError(UsageReason.NO_CHECKPOINT, "there is no checkpoint to export yet")
         return self.store.latest_checkpoint
 
     def export_module(self) -> tuple[str, bytes] | None:
@@ -341,7 +342,7 @@ class TrainingController:
         keeps the one its coordinator delivered)."""
         module = job_module(self.session)
         if module is None:
-            raise UsageError("no-job", "there is no job")
+            raise UsageError(UsageReason.NO_JOB, "there is no job")
         data = self.store.artifacts.get(module["sha256"])
         return (module["fileName"], data) if data is not None else None
 
@@ -360,7 +361,7 @@ class TrainingController:
             await self._drain()
             await self.store.delete_setting(PARTICIPATION_KEY)
         else:
-            raise UsageError("no-job", "there is no job to leave")
+            raise UsageError(UsageReason.NO_JOB, "there is no job to leave")
         self._clear_job()
         self.executor.log_writer.write(now=True)
         self.view.notify()
@@ -370,7 +371,7 @@ class TrainingController:
         """Make a saved job active again (from its last checkpoint)."""
         self._require_no_active_job()
         if job_id not in self.store.saved_jobs:
-            raise UsageError("unknown-job", f"there is no saved job {job_id}")
+            raise UsageError(UsageReason.UNKNOWN_JOB, f"there is no saved job {job_id}")
         await self._reopen(job_id, restart=False)
         await self.executor.save_job_record(active=True)
         self.view.notify()
@@ -380,7 +381,7 @@ class TrainingController:
         """deleteSavedJob(): the job's record, checkpoints and the files no other job names go."""
         coordinator = self.session.coordinator
         if coordinator is not None and coordinator.spec.job_id == job_id:
-            raise UsageError("job-active", "leave the job before deleting it")
+            raise UsageError(UsageReason.JOB_ACTIVE, "leave the job before deleting it")
         await self.store.delete_job(job_id)
         self.view.notify()
 
@@ -397,14 +398,14 @@ class TrainingController:
     @_busy
     async def set_max_local_workers(self, count: int) -> None:
         if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 64:
-            raise UsageError("bad-worker-count", "the number of local Workers must be a whole number from 1 to 64")
+            raise UsageError(UsageReason.BAD_WORKER_COUNT, "the number of local Workers must be a whole number from 1 to 64")
         self.session.device.max_local_workers = count
         await self._save_device_settings()
 
     @_busy
     async def set_gpu_memory_budget_mib(self, mib: int) -> None:
         if isinstance(mib, bool) or not isinstance(mib, int) or not 0 <= mib <= 1 << 20:
-            raise UsageError("bad-gpu-budget", "the GPU memory budget must be a whole number of MiB from 0")
+            raise UsageError(UsageReason.BAD_GPU_BUDGET, "the GPU memory budget must be a whole number of MiB from 0")
         self.session.device.gpu_memory_budget_mib = mib
         self.session.recorder.update_gpu({"memoryBudgetMiB": mib})
         await self._save_device_settings()
@@ -412,7 +413,7 @@ class TrainingController:
     @_busy
     async def set_backend_preference(self, preference: str) -> None:
         if preference not in ("auto", "cpu", "gpu", "hybrid"):
-            raise UsageError("bad-backend", "the backend preference is 'auto', 'cpu', 'gpu' or 'hybrid'")
+            raise UsageError(UsageReason.BAD_BACKEND, "the backend preference is 'auto', 'cpu', 'gpu' or 'hybrid'")
         self.session.device.backend_preference = preference
         await self._save_device_settings()
 
@@ -513,18 +514,18 @@ class TrainingController:
         s = self.session
         if s.coordinator is None:
             if s.participant is not None:
-                raise UsageError("not-coordinator", f"only the coordinator can {what}")
-            raise UsageError("no-job", f"there is no job to {what.split(' ')[0]}")
+                raise UsageError(UsageReason.NOT_COORDINATOR, f"only the coordinator can {what}")
+            raise UsageError(UsageReason.NO_JOB, f"there is no job to {what.split(' ')[0]}")
         return s.coordinator
 
     def _require_no_active_job(self) -> None:
         s = self.session
         if s.preparing:
-            raise UsageError("busy", "a job is being prepared")
+            raise UsageError(UsageReason.BUSY, "a job is being prepared")
         if s.coordinator is not None and s.coordinator.status is not JobStatus.COMPLETED:
-            raise UsageError("job-active", "leave the current job first (it stays in Saved jobs)")
+            raise UsageError(UsageReason.JOB_ACTIVE, "leave the current job first (it stays in Saved jobs)")
         if s.participant is not None and is_engaged(s.participant.state):
-            raise UsageError("job-active", "you take part in another job; leave it first")
+            raise UsageError(UsageReason.JOB_ACTIVE, "you take part in another job; leave it first")
         self._clear_job()
 
     def _clear_job(self) -> None:
@@ -605,7 +606,7 @@ class _NewJobScope:
 
 def _parse_json(data: bytes, what: str) -> Any:
     def fail(message: str) -> NoReturn:
-        raise ManifestError("invalid-json", f"{what}: {message}")
+        raise ManifestError(ManifestReason.INVALID_JSON, f"{what}: {message}")
 
     return _check.parse_json(data, fail)
 

@@ -23,7 +23,7 @@ import asyncio
 from typing import Any, Callable, Coroutine
 
 from ..core.wire.commands import Command, LoadModule, Log, RoundPhase, RunValidation, SaveCheckpoint, Send, Train
-from ..core.errors import UsageError, WeeiError
+from ..core.errors import UsageError, WeeiError, UsageReason
 from ..core.wire.messages import Assign, Progress
 from ..core.job.spec import JobSpec
 from ..core.verified import VerifiedBlobs
@@ -253,7 +253,7 @@ class Executor:
                                   working_bytes=spec.working_bytes)
             else:
                 if s.validation_sha256 is None or s.validation_sha256 not in self.store.artifacts:
-                    raise UsageError("validation-unavailable", "the validation file is missing from browser storage")
+                    raise UsageError(UsageReason.VALIDATION_UNAVAILABLE, "the validation file is missing from browser storage")
                 task = WorkerTask("evaluate", weights, aux, data=self.store.artifacts[s.validation_sha256],
                                   format=spec.validation_format, working_bytes=spec.working_bytes)
             started = s.monotonic()

@@ -55,13 +55,13 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Protocol
 
-from ..core.errors import WeeiError
+from ..core.errors import ModelReason, WeeiError
 from ..core.job.spec import GpuOffer
 from ..core.wire.messages import Assign
 from ..core.job.participant import TrainOutcome
 from ..gpu.adapter import check_budget
 from ..gpu.archive import check_descriptor, parse_archive
-from ..gpu.errors import GpuError
+from ..gpu.errors import GpuError, GpuReason
 from ..gpu.session import GpuBackendSpec, GpuWork
 from ..gpu.trainer import GPU_DEADLINE_S, EventSink, GpuAssignment, GpuOutcome, GpuTrainer
 from ..prepare import GpuFiles
@@ -163,7 +163,7 @@ class LocalGpuHost:
         try:
             return await asyncio.wait_for(asyncio.shield(future), assignment.deadline_s)
         except TimeoutError:
-            raise GpuError("gpu-timeout", f"the GPU assignment did not return within its deadline of "
+            raise GpuError(GpuReason.GPU_TIMEOUT, f"the GPU assignment did not return within its deadline of "
                                           f"{assignment.deadline_s:g} s") from None
 
     async def _previous(self) -> None:
@@ -175,7 +175,7 @@ class LocalGpuHost:
             try:
                 await asyncio.wait_for(asyncio.shield(future), max(0.0, deadline - time.monotonic()))
             except TimeoutError:
-                raise GpuError("gpu-timeout", "the previous GPU assignment ran past its deadline and has not "
+                raise GpuError(GpuReason.GPU_TIMEOUT, "the previous GPU assignment ran past its deadline and has not "
                                               "returned: this device's GPU takes no work until it does") from None
             except Exception:
                 pass  # that assignment's own failure, told when it happened
@@ -256,7 +256,7 @@ class GpuComputeBackend:
         wants = wants and self.job is None and self._archive_error is None
         if wants and parsed is not None and self.accept_archive is not None \
                 and not self.accept_archive(parsed.archive.sha256):
-            self._archive_error = GpuError("archive-not-accepted", f"this host does not accept the WGSL archive "
+            self._archive_error = GpuError(GpuReason.ARCHIVE_NOT_ACCEPTED, f"this host does not accept the WGSL archive "
                                                                    f"{parsed.archive.sha256}: the job trains on the CPU")
             self.session.record("gpu.archive-refused", {"reason": "archive-not-accepted",
                                                         "sha256": parsed.archive.sha256})
@@ -272,7 +272,7 @@ class GpuComputeBackend:
             return
         try:
             if data is None:
-                raise GpuError("archive-malformed", "the WGSL archive did not arrive with the assignment")
+                raise GpuError(GpuReason.ARCHIVE_MALFORMED, "the WGSL archive did not arrive with the assignment")
             check_descriptor(bytes(data), offer.archive.bytes, offer.archive.sha256)
             archive = parse_archive(bytes(data))
         except GpuError as exc:
@@ -387,7 +387,7 @@ class GpuComputeBackend:
         except (GpuError, TaskCancelled):
             raise
         except WeeiError as exc:  # the Worker ran past its deadline (it was stopped) or died
-            reason = "gpu-timeout" if exc.reason == "deadline-exceeded" else "gpu-error"
+            reason = GpuReason.GPU_TIMEOUT if exc.reason == ModelReason.DEADLINE_EXCEEDED else GpuReason.GPU_ERROR
             raise GpuError(reason, f"{exc.reason}: {exc.message}"[:500]) from exc
         finally:
             self._gpu_attempt = None

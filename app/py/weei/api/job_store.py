@@ -48,10 +48,10 @@ from ..core.aggregation.aggregate import AggregationKernel
 from ..core.formats.checkpoint import Checkpoint, read_checkpoint
 from ..core.wire.commands import SaveCheckpoint
 from ..core.job.coordinator import Coordinator
-from ..core.errors import CheckpointError, WeeiError
+from ..core.errors import CheckpointError, WeeiError, CheckpointReason, WeeiReason
 from ..core.verified import VerifiedBlobs, is_verified, sha256_hex
 from ..core.states import JobStatus
-from .ports import Storage, StorageError
+from .ports import Storage, StorageError, StorageReason
 from .records import record_artifacts, spec_from_record, spec_to_record
 from .stored import QUARANTINE_STORE, parse_job_record, stored_checkpoint
 
@@ -167,7 +167,7 @@ class JobStore:
         """The bytes with this SHA-256, held in memory. Raises WeeiError('missing-artifact')."""
         data = self._held.get(sha)
         if data is None:
-            raise WeeiError("missing-artifact", f"artifact {sha[:12]}… is not in this browser")
+            raise WeeiError(WeeiReason.MISSING_ARTIFACT, f"artifact {sha[:12]}… is not in this browser")
         return data
 
     def module(self, sha: str) -> bytes:
@@ -175,7 +175,7 @@ class JobStore:
         costs nothing beside running it. Raises WeeiError('missing-artifact' or 'hash-mismatch')."""
         data = self.artifact(sha)
         if sha256_hex(data) != sha:
-            raise WeeiError("hash-mismatch", f"the module held as {sha[:12]}… hashes to something else: not loaded")
+            raise WeeiError(WeeiReason.HASH_MISMATCH, f"the module held as {sha[:12]}… hashes to something else: not loaded")
         return data
 
     def remember(self, blobs: Mapping[str, bytes]) -> list[str]:
@@ -227,7 +227,7 @@ class JobStore:
             if data is None:
                 missing.add(sha)
             elif self.remember({sha: bytes(data)}):
-                raise StorageError("corrupt", f"artifact {sha[:16]}... in storage does not match its SHA-256")
+                raise StorageError(StorageReason.CORRUPT, f"artifact {sha[:16]}... in storage does not match its SHA-256")
         return missing
 
     def evict(self, keep: set[str]) -> int:
@@ -335,7 +335,7 @@ class JobStore:
         """
         keys = sorted(k for k in await self.storage.keys("checkpoints") if k.startswith(job_id + "/"))
         if not keys:
-            raise CheckpointError("no-checkpoint", f"job {job_id} has no saved checkpoint")
+            raise CheckpointError(CheckpointReason.NO_CHECKPOINT, f"job {job_id} has no saved checkpoint")
         summaries = []
         file = b""
         for key in keys:
@@ -361,7 +361,7 @@ class JobStore:
             robust = record.get("robust", {})
             refused = coordinator.restore_participants(record.get("participants") or [], robust)
             if refused or not isinstance(robust, dict):
-                raise StorageError("corrupt", f"job {job_id}: the saved robust-aggregation state of "
+                raise StorageError(StorageReason.CORRUPT, f"job {job_id}: the saved robust-aggregation state of "
                                               f"{', '.join(refused) or 'its participants'} is damaged")
         self.latest_checkpoint = (summaries[-1]["artifact"]["fileName"], file)
         self.saved_round[job_id] = read.metadata.round
@@ -380,10 +380,10 @@ class JobStore:
                 continue
             stored = await self.storage.get("checkpoints", checkpoint_key(job_id, round_))
             if stored is None:
-                raise CheckpointError("no-checkpoint", f"job {job_id}: checkpoint {round_}, which a snapshot slot "
+                raise CheckpointError(CheckpointReason.NO_CHECKPOINT, f"job {job_id}: checkpoint {round_}, which a snapshot slot "
                                                        f"names, is not in storage")
             file = stored_checkpoint(stored, checkpoint_key(job_id, round_))[1]
             if self.remember({sha: bytes(read_checkpoint(file).weights)}):
-                raise StorageError("corrupt", f"job {job_id}: the weights of checkpoint {round_} in storage do not "
+                raise StorageError(StorageReason.CORRUPT, f"job {job_id}: the weights of checkpoint {round_} in storage do not "
                                               f"match the SHA-256 its summary names")
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping
 
 from ..core.aggregation.aggregate import AggregationKernel, fedavg
-from ..core.errors import ModelError
+from ..core.errors import ModelError, ModelReason
 from ..core.wire.messages import Assign
 from ..core.job.participant import TrainOutcome
 from ..runtime.sandbox import SpeedMeter
@@ -164,7 +164,7 @@ class LocalWorkers:
         played = [(f"r{r.worker:04d}", res.count, res.weights) for r, res in zip(ranges, results, strict=True)
                   if res.count > 0]
         if not played:
-            raise ModelError("no-units-completed", "train: no range completed a unit")
+            raise ModelError(ModelReason.NO_UNITS_COMPLETED, "train: no range completed a unit")
         total = sum(count for _, count, _ in played)
         averaged = fedavg(self.kernel, played, len(weights))
         metrics: dict[str, float] = {}

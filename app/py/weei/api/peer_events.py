@@ -8,7 +8,7 @@ import os
 from typing import Any, Awaitable, Callable, Mapping
 
 from ..core.wire.commands import Send
-from ..core.errors import UsageError
+from ..core.errors import UsageError, UsageReason
 from ..core.wire.messages import (Direction, Invitation, InvitationDecision, Message, Progress, RelayPiece, RelayPlan,
                                   RoomChallenge, RoomProof)
 from ..core.job.participant import Participant
@@ -129,16 +129,16 @@ class PeerEvents:
         s = self.session
         pending = s.invitations.get(job_id)
         if pending is None:
-            raise UsageError("no-invitation", f"there is no pending invitation for job {job_id}")
+            raise UsageError(UsageReason.NO_INVITATION, f"there is no pending invitation for job {job_id}")
         self._check_free(accepted)
         refusal = None
         if accepted and self.room_check is not None:
             verdict = await self.room_check.prove(job_id, pending.sender)
             if s.invitations.get(job_id) is not pending:  # withdrawn or replaced meanwhile
-                raise UsageError("no-invitation", f"the invitation for job {job_id} is gone")
+                raise UsageError(UsageReason.NO_INVITATION, f"the invitation for job {job_id} is gone")
             self._check_free(accepted)
             if not verdict.proven:
-                refusal = UsageError(str(verdict.reason), refusal_text(verdict))
+                refusal = UsageError(UsageReason(str(verdict.reason)), refusal_text(verdict))
                 s.error = refusal.message  # the window's banner says it after the invitation's card is gone
                 accepted = False
         s.invitations.take(job_id)
@@ -169,7 +169,7 @@ class PeerEvents:
 
     def _check_free(self, accepting: bool) -> None:
         if accepting and self._busy():
-            raise UsageError("job-active", "leave the current job before accepting another")
+            raise UsageError(UsageReason.JOB_ACTIVE, "leave the current job before accepting another")
 
     def _send(self, send: Send) -> None:
         if self.session.transport is not None:

@@ -3,22 +3,39 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any, Callable, Mapping, Protocol
 
 from ..core.wire.commands import Send
-from ..core.errors import WeeiError
+from ..core.errors import WeeiError, WeeiReason
 
-__all__ = ["Storage", "StorageError", "STORAGE_QUOTA_EXCEEDED", "KeyValue", "WorkerTask", "WorkerResult",
+__all__ = ["Storage", "StorageError", "StorageReason", "STORAGE_QUOTA_EXCEEDED", "KeyValue", "WorkerTask", "WorkerResult",
            "WorkerPool", "TaskCancelled", "Transport", "ProgressSink"]
 
 
+class StorageReason(str, Enum):
+    """Why storage refused or failed a request."""
+
+    STORAGE_QUOTA_EXCEEDED = "storage-quota-exceeded"
+    """The browser (or disk) has no room left for a write."""
+    STORAGE_FAILED = "storage-failed"
+    """Storage refused a request for another reason."""
+    STORAGE_UNAVAILABLE = "storage-unavailable"
+    """Storage cannot be opened (no IndexedDB, private mode, a folder not writable)."""
+    STORAGE_SYMLINK = "storage-symlink"
+    """The agent's storage folder holds a symbolic link."""
+    CORRUPT = "corrupt"
+    """A stored record is damaged (the message names the field)."""
+
+
 # The reason of a StorageError when the browser (or disk) has no room left for a write.
-STORAGE_QUOTA_EXCEEDED = "storage-quota-exceeded"
+STORAGE_QUOTA_EXCEEDED = StorageReason.STORAGE_QUOTA_EXCEEDED
 
 
 class StorageError(WeeiError):
-    """Storage refused or failed a request: ``reason`` is STORAGE_QUOTA_EXCEEDED when it is out of room,
-    'storage-failed' for any other refusal, 'storage-unavailable' when it cannot be opened."""
+    """Storage refused or failed a request; ``reason`` is a :class:`StorageReason`."""
+
+    reasons = (StorageReason,)
 
 
 class Storage(Protocol):
@@ -83,7 +100,7 @@ class TaskCancelled(WeeiError):
     """A Worker task was cancelled (:meth:`WorkerPool.cancel`) before it finished; reason 'cancelled'."""
 
     def __init__(self, message: str = "the Worker task was cancelled") -> None:
-        super().__init__("cancelled", message)
+        super().__init__(WeeiReason.CANCELLED, message)
 
 
 class WorkerPool(Protocol):

@@ -10,7 +10,7 @@ from ..core.wire.messages import ArtifactRef
 from ..core.formats.modelinfo import ModelInfo
 from ..core.formats.seeds import parse_seed
 from ..core.formats.settings import TrainingSettings
-from .ports import StorageError
+from .ports import StorageError, StorageReason
 
 __all__ = ["spec_to_record", "spec_from_record", "record_artifacts"]
 
@@ -46,7 +46,7 @@ def spec_from_record(record: Any) -> tuple[JobSpec, int | None, str | None]:
     parsers of its documents (ManifestError for the model info, SettingsError,
     MessageError for file references, WeeiError 'bad-seed').
     """
-    at = Where(StorageError, "corrupt", "job record")
+    at = Where(StorageError, StorageReason.CORRUPT, "job record")
     record = as_object(record, at)
     module = at.read(record, "module", as_object)
     chunks = at.read(record, "chunks", as_list)

@@ -24,7 +24,7 @@ from ..core._check import Where, as_bool, as_choice, as_int, as_list, as_number,
 from ..core.errors import WeeiError
 from ..core.states import JobStatus
 from ..core.wire.messages import Invitation, decode_message
-from .ports import StorageError
+from .ports import StorageError, StorageReason
 from .records import spec_from_record
 from .session import DeviceSettings
 
@@ -42,7 +42,7 @@ _PEER = 64  # characters of a peer ID (the signaling server's are 26)
 
 
 def _where(record: str) -> Where:
-    return Where(StorageError, "corrupt", record)
+    return Where(StorageError, StorageReason.CORRUPT, record)
 
 
 def _json_like(value: Any, at: Where) -> None:

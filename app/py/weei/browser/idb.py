@@ -40,7 +40,7 @@ from typing import Any
 import js  # type: ignore[import-not-found]
 from pyodide.ffi import JsException, create_proxy  # type: ignore[import-not-found]
 
-from weei.api.ports import STORAGE_QUOTA_EXCEEDED, StorageError
+from weei.api.ports import STORAGE_QUOTA_EXCEEDED, StorageError, StorageReason
 
 from .convert import from_js_value, is_nullish, to_js_value
 from .engine import to_uint8array
@@ -51,12 +51,12 @@ DB_NAME = "weei"
 STORES = ("jobs", "checkpoints", "artifacts", "settings", "quarantine")
 
 
-def _describe(error: Any) -> tuple[str, str]:
+def _describe(error: Any) -> tuple[StorageReason, str]:
     if is_nullish(error):
-        return "storage-failed", "the transaction was aborted"
+        return StorageReason.STORAGE_FAILED, "the transaction was aborted"
     name = str(getattr(error, "name", "Error"))
     message = str(getattr(error, "message", error))
-    reason = STORAGE_QUOTA_EXCEEDED if name == "QuotaExceededError" else "storage-failed"
+    reason = STORAGE_QUOTA_EXCEEDED if name == "QuotaExceededError" else StorageReason.STORAGE_FAILED
     return reason, f"{name}: {message}"
 
 
@@ -106,7 +106,7 @@ class IndexedDBStorage:
         """Open, creating or repairing the stores (see above). Raises StorageError('storage-unavailable')."""
         factory = getattr(js, "indexedDB", None)
         if is_nullish(factory):
-            raise StorageError("storage-unavailable", "IndexedDB is not available in this browser context")
+            raise StorageError(StorageReason.STORAGE_UNAVAILABLE, "IndexedDB is not available in this browser context")
         db = await _open(factory, name, None)
         unfit = _unfit_stores(db)
         if unfit:
@@ -116,7 +116,7 @@ class IndexedDBStorage:
             unfit = _unfit_stores(db)
             if unfit:
                 db.close()
-                raise StorageError("storage-unavailable", f"IndexedDB: database {name!r} lacks the stores "
+                raise StorageError(StorageReason.STORAGE_UNAVAILABLE, f"IndexedDB: database {name!r} lacks the stores "
                                                           f"{', '.join(unfit)} after an upgrade")
         return cls(db)
 
@@ -130,13 +130,13 @@ class IndexedDBStorage:
 
     def _transaction(self, store: str, mode: str) -> Any:
         if self._db is None:
-            raise StorageError("storage-unavailable", "the IndexedDB connection is closed")
+            raise StorageError(StorageReason.STORAGE_UNAVAILABLE, "the IndexedDB connection is closed")
         if store not in STORES:
-            raise StorageError("storage-failed", f"unknown store {store!r}")
+            raise StorageError(StorageReason.STORAGE_FAILED, f"unknown store {store!r}")
         try:
             return self._db.transaction(store, mode)
         except JsException as exc:
-            raise StorageError("storage-failed", f"IndexedDB: {exc}") from None
+            raise StorageError(StorageReason.STORAGE_FAILED, f"IndexedDB: {exc}") from None
 
     async def _write(self, store: str, action: Any) -> None:
         tx = self._transaction(store, "readwrite")
@@ -150,7 +150,7 @@ class IndexedDBStorage:
                 pass
             await asyncio.gather(done, return_exceptions=True)
             quota = getattr(exc, "name", "") == "QuotaExceededError"
-            raise StorageError(STORAGE_QUOTA_EXCEEDED if quota else "storage-failed", f"IndexedDB: {exc}") from None
+            raise StorageError(STORAGE_QUOTA_EXCEEDED if quota else StorageReason.STORAGE_FAILED, f"IndexedDB: {exc}") from None
         await done
 
     async def put(self, store: str, key: str, value: Any) -> None:
@@ -203,7 +203,7 @@ async def _open(factory: Any, name: str, version: int | None) -> Any:
     try:
         request = factory.open(name) if version is None else factory.open(name, version)
     except JsException as exc:
-        raise StorageError("storage-unavailable", f"IndexedDB: {exc}") from None
+        raise StorageError(StorageReason.STORAGE_UNAVAILABLE, f"IndexedDB: {exc}") from None
 
     def upgrade(_event: Any) -> None:
         db, tx = request.result, request.transaction
@@ -219,7 +219,7 @@ async def _open(factory: Any, name: str, version: int | None) -> Any:
     try:
         return await _wait(request, "success", "error", result=lambda r: r.result)
     except StorageError as exc:
-        raise StorageError("storage-unavailable", exc.message) from None
+        raise StorageError(StorageReason.STORAGE_UNAVAILABLE, exc.message) from None
     finally:
         request.removeEventListener("upgradeneeded", upgrade_proxy)
         upgrade_proxy.destroy()

@@ -18,10 +18,10 @@ from typing import Any
 from weei.api.controller import TrainingController
 from weei.api.job_store import checkpoint_key
 from weei.api.stored import stored_checkpoint
-from weei.core.errors import UsageError
+from weei.core.errors import UsageError, UsageReason
 from weei.core.formats.checkpoint import read_checkpoint
 from weei.modelkit.onnx_package import default_model_id, import_package
-from weei.onnx import OnnxError, Settings, export_onnx
+from weei.onnx import OnnxError, Settings, export_onnx, OnnxReason
 
 __all__ = ["import_in_page", "export_in_page"]
 
@@ -33,15 +33,15 @@ def _settings(args: dict[str, Any], onnx_name: str) -> Settings:
     def number(key: str, kind: type) -> Any:
         value = args.get(key)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and value != int(value)):
-            raise OnnxError("bad-setting", f"{key} must be a number")
+            raise OnnxError(OnnxReason.BAD_SETTING, f"{key} must be a number")
         return kind(value)
 
     words = {k: args.get(k) for k in ("loss", "optimizer", "dataFormat")}
     if not all(isinstance(v, str) for v in words.values()):
-        raise OnnxError("bad-setting", "loss, optimizer and dataFormat must be strings")
+        raise OnnxError(OnnxReason.BAD_SETTING, "loss, optimizer and dataFormat must be strings")
     model_id = args.get("modelId") or default_model_id(onnx_name)
     if not isinstance(model_id, str):
-        raise OnnxError("bad-setting", "modelId must be a string")
+        raise OnnxError(OnnxReason.BAD_SETTING, "modelId must be a string")
     return Settings(loss=words["loss"], optimizer=words["optimizer"], lr=number("learningRate", float),
                     batch_size=number("batchSize", int), data=words["dataFormat"], model_id=model_id,
                     name=f"{onnx_name} (ONNX)")
@@ -71,16 +71,16 @@ async def export_in_page(controller: TrainingController, round_: Any, onnx: byte
     Raises: UsageError (no-job, no-checkpoint); OnnxError (checkpoint-mismatch and the exporter's)."""
     job = controller.get_state().get("job")
     if not job:
-        raise UsageError("no-job", "there is no job")
+        raise UsageError(UsageReason.NO_JOB, "there is no job")
     if isinstance(round_, bool) or not isinstance(round_, int):
-        raise UsageError("invalid-argument", "round must be a whole number")
+        raise UsageError(UsageReason.INVALID_ARGUMENT, "round must be a whole number")
     key = checkpoint_key(job["id"], round_)
     stored = await controller.storage.get("checkpoints", key)
     if stored is None:
-        raise UsageError("no-checkpoint", f"this browser keeps no checkpoint of round {round_} of this job")
+        raise UsageError(UsageReason.NO_CHECKPOINT, f"this browser keeps no checkpoint of round {round_} of this job")
     summary, file = stored_checkpoint(stored, key)
     checkpoint = read_checkpoint(file)
     if checkpoint.metadata.model_info.id != job["info"]["id"]:
-        raise OnnxError("checkpoint-mismatch", "the checkpoint is of another model")
+        raise OnnxError(OnnxReason.CHECKPOINT_MISMATCH, "the checkpoint is of another model")
     stem = summary["artifact"]["fileName"].removesuffix(".weei-checkpoint")
     return f"{stem}.onnx", export_onnx(onnx, checkpoint.weights)

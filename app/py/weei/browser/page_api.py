@@ -48,7 +48,7 @@ import js  # type: ignore[import-not-found]
 
 from weei.api.controller import TrainingController
 from weei.core._check import parse_json
-from weei.core.errors import UsageError, WeeiError
+from weei.core.errors import UsageError, WeeiError, UsageReason
 
 from .convert import is_nullish, js_bytes, json_text
 from .engine import PageEngine, to_uint8array
@@ -67,7 +67,7 @@ def _arg(args: dict[str, Any], name: str) -> Any:
 def _text(args: dict[str, Any], name: str, what: str) -> str:
     value = args.get(name)
     if not isinstance(value, str):
-        raise UsageError("invalid-argument", f"{what} must be a string")
+        raise UsageError(UsageReason.INVALID_ARGUMENT, f"{what} must be a string")
     return value
 
 
@@ -127,7 +127,7 @@ class PageApi:
         try:
             handler = self._async.get(name)
             if handler is None:
-                raise UsageError("unknown-method", f"unknown method {name}")
+                raise UsageError(UsageReason.UNKNOWN_METHOD, f"unknown method {name}")
             value = await handler(self._args(args_json), blobs)
             return self._ok(value)
         except Exception as exc:  # every failure goes back to the page as a rejected promise
@@ -138,7 +138,7 @@ class PageApi:
         try:
             handler = self._sync.get(name)
             if handler is None:
-                raise UsageError("unknown-method", f"unknown method {name}")
+                raise UsageError(UsageReason.UNKNOWN_METHOD, f"unknown method {name}")
             return self._ok(handler(self._args(args_json)))
         except Exception as exc:
             return self._failed(exc)
@@ -254,7 +254,7 @@ class PageApi:
             return {}
         args = parse_json(str(args_json), _bad_arguments)
         if not isinstance(args, dict):
-            raise UsageError("invalid-argument", "arguments must be an object")
+            raise UsageError(UsageReason.INVALID_ARGUMENT, "arguments must be an object")
         return args
 
     @staticmethod
@@ -281,11 +281,11 @@ class PageApi:
     def _package(args: dict[str, Any], blobs: Any) -> dict[str, Any]:
         """The controller's keyword arguments for the model, manifest, files and validation."""
         if is_nullish(blobs):
-            raise UsageError("invalid-argument", "the files are missing")
+            raise UsageError(UsageReason.INVALID_ARGUMENT, "the files are missing")
         names = args.get("fileNames") or []
         buffers = list(blobs.files) if not is_nullish(getattr(blobs, "files", None)) else []
         if len(names) != len(buffers):
-            raise UsageError("invalid-argument", "file names and contents do not match")
+            raise UsageError(UsageReason.INVALID_ARGUMENT, "file names and contents do not match")
         files = {str(n): js_bytes(b) for n, b in zip(names, buffers, strict=True)}
         validation = None
         if not is_nullish(getattr(blobs, "validation", None)):
@@ -299,7 +299,7 @@ class PageApi:
         names = args.get("executionNames") or []
         buffers = list(blobs.execution) if not is_nullish(getattr(blobs, "execution", None)) else []
         if len(names) != len(buffers):
-            raise UsageError("invalid-argument", "execution file names and contents do not match")
+            raise UsageError(UsageReason.INVALID_ARGUMENT, "execution file names and contents do not match")
         return {str(n): js_bytes(b) for n, b in zip(names, buffers, strict=True)}
 
     async def _create_job(self, args: dict[str, Any], blobs: Any) -> str:
@@ -331,11 +331,11 @@ class PageApi:
         from .onnx_form import import_in_page
 
         if is_nullish(blobs) or is_nullish(getattr(blobs, "onnx", None)) or is_nullish(getattr(blobs, "runtime", None)):
-            raise UsageError("invalid-argument", "the ONNX file is missing")
+            raise UsageError(UsageReason.INVALID_ARGUMENT, "the ONNX file is missing")
         names = args.get("fileNames") or []
         buffers = list(blobs.files) if not is_nullish(getattr(blobs, "files", None)) else []
         if len(names) != len(buffers):
-            raise UsageError("invalid-argument", "file names and contents do not match")
+            raise UsageError(UsageReason.INVALID_ARGUMENT, "file names and contents do not match")
         files = {str(n): js_bytes(b) for n, b in zip(names, buffers, strict=True)}
         return import_in_page(self.engine, args, js_bytes(blobs.onnx), js_bytes(blobs.runtime), files)
 
@@ -343,7 +343,7 @@ class PageApi:
         from .onnx_form import export_in_page
 
         if is_nullish(blobs) or is_nullish(getattr(blobs, "onnx", None)):
-            raise UsageError("invalid-argument", "the ONNX file is missing")
+            raise UsageError(UsageReason.INVALID_ARGUMENT, "the ONNX file is missing")
         return await export_in_page(self.controller, args.get("round"), js_bytes(blobs.onnx))
 
     async def _pause_contribution(self, args: dict[str, Any], _blobs: Any) -> None:
@@ -376,4 +376,4 @@ class _Same:
 def _bad_arguments(message: str) -> NoReturn:
     # The embedding page's arguments, as JSON.stringify wrote them: nesting past
     # MAX_JSON_DEPTH (or an integer past 4,300 digits) is the page's error, by name.
-    raise UsageError("invalid-argument", f"the arguments {message}")
+    raise UsageError(UsageReason.INVALID_ARGUMENT, f"the arguments {message}")

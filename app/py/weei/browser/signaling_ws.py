@@ -43,8 +43,8 @@ import js  # type: ignore[import-not-found]
 from pyodide.ffi import create_proxy  # type: ignore[import-not-found]
 
 from weei.core.errors import WeeiError
-from weei.core.wire.signaling_session import (PING, Answer, Closed, Peers, ServerError, SessionView, Signal,
-                                          SignalingEvent, SignalingSession, Unreadable, Welcome)
+from weei.core.wire.signaling_session import (PING, Answer, ClientReason, Closed, Peers, Reason, ServerError, SessionView,
+                                          Signal, SignalingEvent, SignalingSession, Unreadable, Welcome, reason_of)
 
 __all__ = [
     "BrowserSignaling",
@@ -70,6 +70,8 @@ _BACKOFF_MAX_S = 30.0
 
 class SignalingRefused(WeeiError):
     """The server refused a request (``reason`` is its reason code), or the socket went away meanwhile."""
+
+    reasons = (Reason, ClientReason)
 
 
 class TokenStore(Protocol):
@@ -276,7 +278,7 @@ class BrowserSignaling(SessionView):
                 if waiter is None or waiter.done():
                     continue
                 if item.error is not None:
-                    waiter.set_exception(SignalingRefused(item.error.reason, item.error.message))
+                    waiter.set_exception(SignalingRefused(reason_of(item.error.reason), item.error.message))
                 else:
                     waiter.set_result(item.value)
             elif isinstance(item, Unreadable):
@@ -286,7 +288,7 @@ class BrowserSignaling(SessionView):
             if isinstance(item, Closed):  # a request not yet sent (the socket never opened) fails too
                 for waiter in self._waiters.values():
                     if not waiter.done():
-                        waiter.set_exception(SignalingRefused("closed", f"signaling socket closed ({item.reason})"))
+                        waiter.set_exception(SignalingRefused(ClientReason.CLOSED, f"signaling socket closed ({item.reason})"))
                 self._waiters.clear()
 
     def _waiter(self, request: str) -> asyncio.Future[Any]:
@@ -299,7 +301,7 @@ class BrowserSignaling(SessionView):
         if not self._send(text):
             self._waiters.pop(request, None)
             self.protocol.pending.discard(request)
-            raise SignalingRefused("disconnected", "no open signaling socket")
+            raise SignalingRefused(ClientReason.DISCONNECTED, "no open signaling socket")
         return await asyncio.wait_for(asyncio.shield(waiter), timeout)
 
     async def _reconnect(self) -> None:

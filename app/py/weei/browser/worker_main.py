@@ -73,7 +73,7 @@ try:  # JS null arrives as this sentinel in recent Pyodide (as None before)
 except ImportError:  # pragma: no cover
     jsnull = None
 
-from weei.core.errors import UsageError, WeeiError
+from weei.core.errors import UsageError, WeeiError, UsageReason
 from weei.gpu.archive import parse_archive
 from weei.gpu.errors import GpuError
 from weei.gpu.session import GpuBackendSpec, GpuWork
@@ -105,10 +105,10 @@ def _bytes(msg: Any, name: str, required: bool = True) -> bytes | None:
     value = _field(msg, name)
     if value is None:
         if required:
-            raise UsageError("invalid-request", f"{name} is required")
+            raise UsageError(UsageReason.INVALID_REQUEST, f"{name} is required")
         return None
     if not isinstance(value, JsProxy) or not hasattr(value, "to_bytes"):
-        raise UsageError("invalid-request", f"{name} must be an ArrayBuffer or a typed array")
+        raise UsageError(UsageReason.INVALID_REQUEST, f"{name} must be an ArrayBuffer or a typed array")
     return value.to_bytes()
 
 
@@ -116,7 +116,7 @@ def _seed(value: Any, name: str) -> int:
     try:
         seed = int(str(value), 10)
     except ValueError:
-        raise UsageError("invalid-request", f"{name} must be a u64 (decimal string or number), got {value!r}") from None
+        raise UsageError(UsageReason.INVALID_REQUEST, f"{name} must be a u64 (decimal string or number), got {value!r}") from None
     return seed
 
 
@@ -147,14 +147,14 @@ class WorkRequest:
         if exp is not None:
             fields = _plain(exp)
             if not isinstance(fields, dict):
-                raise UsageError("invalid-request", "experience must be {unitStart, unitCount, seed}")
+                raise UsageError(UsageReason.INVALID_REQUEST, "experience must be {unitStart, unitCount, seed}")
             try:
                 experience = (int(fields["unitStart"]), int(fields["unitCount"]), _seed(fields["seed"], "experience.seed"))
             except (KeyError, TypeError, ValueError):
-                raise UsageError("invalid-request", "experience must be {unitStart, unitCount, seed}") from None
+                raise UsageError(UsageReason.INVALID_REQUEST, "experience must be {unitStart, unitCount, seed}") from None
         settings = _plain(_field(msg, "settings")) or {}
         if not isinstance(settings, dict):
-            raise UsageError("invalid-request", f"{op}: settings must be an object")
+            raise UsageError(UsageReason.INVALID_REQUEST, f"{op}: settings must be an object")
         aux = _field(msg, "auxiliary")
         auxiliary: dict[str, bytes] = {}
         if aux is not None:
@@ -193,17 +193,17 @@ class WorkerSession:
             op = str(_field(msg, "op"))
             method = self._OPS.get(op)
             if method is None:
-                raise UsageError("unknown-op", f"unknown op {op!r}")
+                raise UsageError(UsageReason.UNKNOWN_OP, f"unknown op {op!r}")
             self._request_id = request_id
             interval = _field(msg, "progressIntervalMs")
             self._progress_interval = DEFAULT_PROGRESS_INTERVAL if interval is None else float(interval) / 1000
             self._last_progress = -math.inf
             reply = method(self, msg)
+        except GpuError as exc:  # a named fallback (a WeeiError, so caught first): the page restarts on the CPU
+            reply = {"ok": False, "error": {"kind": "gpu", "reason": exc.reason, "message": exc.message}}
         except WeeiError as exc:
             kind = "usage" if isinstance(exc, UsageError) else "model"
             reply = {"ok": False, "error": {"kind": kind, "reason": exc.reason, "message": exc.message}}
-        except GpuError as exc:  # a named fallback: the page restarts the assignment on the CPU
-            reply = {"ok": False, "error": {"kind": "gpu", "reason": exc.reason, "message": exc.message}}
         finally:
             self._request_id = None
         return js_object({"type": "reply", "id": request_id, **reply, "ok": reply.get("ok", True)})
@@ -221,7 +221,7 @@ class WorkerSession:
         self._runtime = None
         start = time.perf_counter()
         if module is not None and not self._engine.adopt(wasm, module):
-            raise UsageError("invalid-request", "module must be the WebAssembly.Module compiled from wasm")
+            raise UsageError(UsageReason.INVALID_REQUEST, "module must be the WebAssembly.Module compiled from wasm")
         compiles = self._engine.compiles
         self._runtime = ModelRuntime.load(wasm, self._engine, self._on_progress)
         info = self._runtime.model_info()
@@ -231,9 +231,9 @@ class WorkerSession:
 
     def _require(self) -> ModelRuntime:
         if self._runtime is None:
-            raise UsageError("no-model", "send loadModel first")
+            raise UsageError(UsageReason.NO_MODEL, "send loadModel first")
         if self._runtime.broken is not None:
-            raise UsageError("instance-broken", f"the model instance is unusable ({self._runtime.broken}); send loadModel")
+            raise UsageError(UsageReason.INSTANCE_BROKEN, f"the model instance is unusable ({self._runtime.broken}); send loadModel")
         return self._runtime
 
     def _create_initial_weights(self, msg: Any) -> dict[str, Any]:
@@ -324,13 +324,13 @@ class WorkerSession:
 def _gpu_assignment(gpu: Any, request: WorkRequest) -> GpuAssignment:
     """trainGpu's ``gpu`` field, checked (the archive module by module again)."""
     if not isinstance(gpu, dict):
-        raise UsageError("invalid-request", "trainGpu: gpu must be {job, archive, backend, preference, budgetMiB}")
+        raise UsageError(UsageReason.INVALID_REQUEST, "trainGpu: gpu must be {job, archive, backend, preference, budgetMiB}")
     try:
         archive = parse_archive(str(gpu["archive"]).encode("utf-8"))
         spec = GpuBackendSpec.from_backend(gpu["backend"])
         preference, budget, job = str(gpu["preference"]), int(gpu["budgetMiB"]), str(gpu["job"])
     except (KeyError, TypeError, ValueError, AttributeError):
-        raise UsageError("invalid-request", "trainGpu: gpu must be {job, archive, backend, preference, budgetMiB}") from None
+        raise UsageError(UsageReason.INVALID_REQUEST, "trainGpu: gpu must be {job, archive, backend, preference, budgetMiB}") from None
     work = GpuWork(data=request.data, format=request.format, experience=request.experience, seed=request.seed,
                    settings=request.settings)
     return GpuAssignment(job, archive, spec, preference, budget, request.weights, request.auxiliary, work)

@@ -72,11 +72,11 @@ from pyodide.ffi import JsException, create_proxy  # type: ignore[import-not-fou
 
 from weei.api.ports import ProgressSink, WorkerResult, WorkerTask
 from weei.adapters.worker_tasks import TaskBook
-from weei.core.errors import ModelError, UsageError, WeeiError
+from weei.core.errors import ModelError, ModelReason, UsageError, UsageReason, WeeiError, WeeiReason, member_of
 from weei.core.limits import DEFAULT_MEMORY_CAP
 from weei.runtime.sandbox import cap_module_memory, memory_limit
 from weei.gpu.archive import dump_archive
-from weei.gpu.errors import REASONS, GpuError
+from weei.gpu.errors import GpuError
 from weei.gpu.trainer import EventSink, GpuAssignment, GpuOutcome
 
 from .convert import from_js_value, is_nullish
@@ -94,21 +94,25 @@ TASK_DEADLINES_S = {"loadModel": 300.0, "train": 900.0, "evaluate": 900.0, "trai
 MODULE_CACHE_SIZE = 2
 
 
+#: The error class of each ``kind`` a Worker's reply names.
+_KINDS: dict[str, type[WeeiError]] = {"gpu": GpuError, "model": ModelError, "usage": UsageError}
+
+
 def _error(exc: JsException) -> WeeiError | GpuError:
     reason = getattr(exc, "reason", None)
     kind = getattr(exc, "kind", None)
     detail = getattr(exc, "weeiMessage", None)
     message = str(detail) if not is_nullish(detail) else str(getattr(exc, "message", exc))
     if is_nullish(reason):
-        return WeeiError("worker-failed", f"training Worker failed: {message}")
-    reason = str(reason)
-    if kind == "gpu" and reason in REASONS:
-        return GpuError(reason, message)
-    if kind == "model":
-        return ModelError(reason, message)
-    if kind == "usage":
-        return UsageError(reason, message)
-    return WeeiError(reason, f"training Worker failed: {message}")
+        return WeeiError(WeeiReason.WORKER_FAILED, f"training Worker failed: {message}")
+    family = _KINDS.get(str(kind)) if not is_nullish(kind) else None
+    if family is not None and (member := member_of(family.reasons, str(reason))) is not None:
+        return family(member, message)
+    # The Worker's own refusals (worker-start-failed, internal-error) and any code outside its family
+    # keep their text; the code is ours to name.
+    member = member_of(WeeiError.reasons, str(reason))
+    return WeeiError(member or WeeiReason.WORKER_FAILED, f"training Worker failed: {message}" if member else
+                     f"training Worker failed ({str(reason)[:100]}): {message}")
 
 
 def _count(reply: Any, op: str) -> int:
@@ -159,7 +163,7 @@ class BrowserWorkerPool:
                   on_progress: ProgressSink | None = None, *, tag: str = "") -> WorkerResult:
         """Run ``task`` on Worker ``index`` after the tasks queued there. Raises WeeiError, TaskCancelled."""
         if task.op not in ("train", "evaluate"):
-            raise UsageError("invalid-request", f"unknown Worker task {task.op!r}")
+            raise UsageError(UsageReason.INVALID_REQUEST, f"unknown Worker task {task.op!r}")
         async with self._tasks.slot(index, tag) as entry:
             sink = None
             if on_progress is not None:
@@ -237,11 +241,11 @@ class BrowserWorkerPool:
             return await asyncio.wait_for(client.request(op, js_object(fields), js_object(options)), deadline)
         except asyncio.TimeoutError:
             self._drop(index, client)
-            raise ModelError("deadline-exceeded", f"{op} ran past its {deadline:g} s deadline: "
+            raise ModelError(ModelReason.DEADLINE_EXCEEDED, f"{op} ran past its {deadline:g} s deadline: "
                                                   "the Worker was stopped and is replaced") from None
         except JsException as exc:
             error = _error(exc)
-            if error.reason == "worker-failed" or error.reason == "worker-start-failed":
+            if error.reason in (WeeiReason.WORKER_FAILED, WeeiReason.WORKER_START_FAILED):
                 self._drop(index, client)
             self._loaded.pop(index, None)
             raise error from None

@@ -8,7 +8,7 @@ a ``fail(message)`` callback that raises the caller's own error type, so the
 message can name the field in that error's terms.
 
 ``Where`` is the usual ``fail``: a path in the document plus the error type
-and reason to raise there (``Where(ManifestError, "invalid-package",
+and reason to raise there (``Where(ManifestError, ManifestReason.INVALID_PACKAGE,
 "package").at("files")`` fails with ``package.files: <message>``). Its
 ``get``/``read`` take a field out of an object and check it in one step.
 
@@ -72,8 +72,8 @@ class Where:
     ``error(reason, f"{path}: {message}")``.
     """
 
-    error: Callable[[str, str], Exception]
-    reason: Any  # str, or a member of the family's reason enum
+    error: Callable[[Any, str], Exception]
+    reason: Any  # a member of the error family's reason enum
     path: str
 
     def __call__(self, message: str) -> NoReturn:

@@ -13,9 +13,7 @@ bit gives the first index. Everything runs in C inside CPython.
 
 from __future__ import annotations
 
-from .errors import WeeiError
-
-__all__ = ["first_non_finite", "check_float32"]
+__all__ = ["first_non_finite"]
 
 BytesLike = bytes | bytearray | memoryview
 
@@ -53,20 +51,3 @@ def first_non_finite(data: BytesLike) -> int | None:
     # Back to one byte per element (0 or 1): the first 1 is the first bad value.
     return both.to_bytes(len(high), "little").find(b"\x01")
 
-
-def check_float32(
-    data: BytesLike, what: str, error: type[WeeiError] = WeeiError, reason: str = "non-finite"
-) -> None:
-    """Check that ``data`` is whole, finite float32-le values.
-
-    Takes: the bytes, ``what`` to name them in the message (``"weights"``),
-    the error class and reason code to raise.
-    Raises: ``error(reason, ...)`` naming the first bad index, or
-    ``error("not-float32", ...)`` when the length is not a multiple of 4.
-    """
-    size = data.nbytes if isinstance(data, memoryview) else len(data)
-    if size % 4:
-        raise error("not-float32", f"{what}: {size} bytes is not a whole number of float32 values")
-    index = first_non_finite(data)
-    if index is not None:
-        raise error(reason, f"{what}: value {index} is not finite")

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping
 
-from .errors import ManifestError
+from .errors import ManifestError, ManifestReason
 
 __all__ = ["DEFAULT_MEMORY_CAP", "MAX_FILE_BYTES", "MAX_AUXILIARY_BYTES", "MAX_SHADER_ARCHIVE_BYTES", "MAX_METRICS", "MAX_METRIC_ID_CHARS",
            "max_bytes", "check_file_size", "check_selection_sizes"]
@@ -50,7 +50,7 @@ def check_file_size(kind: str, name: str, size: int) -> None:
     """Raises ManifestError ``file-too-large`` when a ``kind`` file of ``size`` bytes is over its limit."""
     limit = max_bytes(kind)
     if size > limit:
-        raise ManifestError("file-too-large", f"{name}: {size} bytes is over the {_label(limit)} limit of a {kind} file")
+        raise ManifestError(ManifestReason.FILE_TOO_LARGE, f"{name}: {size} bytes is over the {_label(limit)} limit of a {kind} file")
 
 
 def check_selection_sizes(files: Mapping[str, int], auxiliary_names: Iterable[str]) -> None:

@@ -29,7 +29,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Mapping, TypeVar
 
-from .errors import UsageError
+from .errors import UsageError, UsageReason
 
 __all__ = [
     "JobStatus", "PeerState", "AttemptStatus", "IllegalTransition",
@@ -78,7 +78,7 @@ class IllegalTransition(UsageError):
     """A machine was asked for a move its table does not list: a bug in the caller."""
 
     def __init__(self, role: str, state: str, event: str) -> None:
-        super().__init__("illegal-transition", f"{role} in state {str(state)!r} cannot handle event {event!r}")
+        super().__init__(UsageReason.ILLEGAL_TRANSITION, f"{role} in state {str(state)!r} cannot handle event {event!r}")
         self.role = role
         self.state = state
         self.event = event

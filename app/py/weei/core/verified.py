@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterator, Mapping
 
-from .errors import UsageError
+from .errors import UsageError, UsageReason
 
 __all__ = ["VerifiedBlobs", "sha256_hex", "is_verified"]
 
@@ -47,7 +47,7 @@ class VerifiedBlobs(Mapping[str, bytes]):
         """Hash every entry once. Raises UsageError (hash-mismatch) when one does not match its key."""
         for sha, data in blobs.items():
             if sha256_hex(data) != sha:
-                raise UsageError("hash-mismatch", f"artifact {sha[:16]}... does not match its SHA-256")
+                raise UsageError(UsageReason.HASH_MISMATCH, f"artifact {sha[:16]}... does not match its SHA-256")
         return cls(blobs)
 
     def __getitem__(self, sha: str) -> bytes:

@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 from ..api.controller import TrainingController
 from ..core.wire.commands import Send
-from ..core.errors import WeeiError
+from ..core.errors import WeeiError, WeeiReason
 from ..core.wire.messages import decode_message, encode_message
 from ..core.verified import VerifiedBlobs
 
@@ -89,7 +89,7 @@ class MemoryNetwork:
             refs = {ref.sha256: ref for ref in _attachments(message)}
             for sha, data in blobs.items():
                 if hashlib.sha256(data).hexdigest() != sha or (sha in refs and refs[sha].bytes != len(data)):
-                    raise WeeiError("hash-mismatch", f"an attachment from {src} does not match its hash or size")
+                    raise WeeiError(WeeiReason.HASH_MISMATCH, f"an attachment from {src} does not match its hash or size")
         except WeeiError as exc:
             self.refused.append(f"{src}->{peer}: {exc}")
             return

@@ -126,16 +126,16 @@ def package_inputs(package_dir: Path, data_dir: Path, validation: str | None) ->
     files its dataset manifest names, read from ``data_dir`` (the controller checks them against it).
     Raises: UsageError (no-manifest, bad-manifest, missing-data-file)."""
     from ..core._check import parse_json
-    from ..core.errors import UsageError
+    from ..core.errors import UsageError, UsageReason
 
     def bad(message: str) -> Any:
-        raise UsageError("bad-manifest", f"{package_dir / 'manifest.json'} {message}")
+        raise UsageError(UsageReason.BAD_MANIFEST, f"{package_dir / 'manifest.json'} {message}")
 
     try:
         manifest = (package_dir / "manifest.json").read_bytes()
         wasm = (package_dir / "model.wasm").read_bytes()
     except OSError as exc:
-        raise UsageError("no-manifest", f"{package_dir} is not a model package (manifest.json and model.wasm: "
+        raise UsageError(UsageReason.NO_MANIFEST, f"{package_dir} is not a model package (manifest.json and model.wasm: "
                                         f"weei model build or weei model import write them): {exc}") from None
     parsed = parse_json(manifest, bad)
     entries = parsed.get("inlineJson", {}).get("dataset-manifest.json") if isinstance(parsed, dict) else None
@@ -146,7 +146,7 @@ def package_inputs(package_dir: Path, data_dir: Path, validation: str | None) ->
     for e in entries:
         path = data_dir / Path(e["fileName"]).name  # a name, never a path out of the data folder
         if not path.is_file():
-            raise UsageError("missing-data-file", f"{path} is missing (the package's dataset manifest lists it)")
+            raise UsageError(UsageReason.MISSING_DATA_FILE, f"{path} is missing (the package's dataset manifest lists it)")
         files[e["fileName"]] = path.read_bytes()
     inputs: dict[str, Any] = {"wasm_name": "model.wasm", "wasm": wasm, "manifest": manifest, "files": files}
     if validation is not None:

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any, TextIO
 
-from ..core.errors import UsageError
+from ..core.errors import UsageError, UsageReason
 from .run import DemoJob, JobReport, run_job
 
 __all__ = ["DEFAULT_SETTINGS", "read_settings", "train_package"]
@@ -37,13 +37,13 @@ def read_settings(path: Path | None) -> dict[str, Any]:
         with path.open("rb") as f:
             data = f.read(_MAX_SETTINGS_BYTES + 1)
     except OSError as exc:
-        raise UsageError("bad-settings-file", f"cannot read {path}: {exc}") from None
+        raise UsageError(UsageReason.BAD_SETTINGS_FILE, f"cannot read {path}: {exc}") from None
     if len(data) > _MAX_SETTINGS_BYTES:
-        raise UsageError("bad-settings-file", f"{path} is over {_MAX_SETTINGS_BYTES} bytes")
+        raise UsageError(UsageReason.BAD_SETTINGS_FILE, f"{path} is over {_MAX_SETTINGS_BYTES} bytes")
     from ..core._check import parse_json
 
     def bad(message: str) -> Any:
-        raise UsageError("bad-settings-file", f"{path} {message}")
+        raise UsageError(UsageReason.BAD_SETTINGS_FILE, f"{path} {message}")
 
     value = parse_json(data, bad)
     if not isinstance(value, dict):
@@ -58,7 +58,7 @@ def train_package(package: Path, out: Path, *, stream: TextIO, data: Path | None
     Raises: UsageError (no-manifest, bad-manifest, missing-data-file, invalid-argument); the controller's
     errors for a package or settings it refuses; RuntimeError when the job pauses."""
     if not 1 <= peers <= 64:
-        raise UsageError("invalid-argument", f"--peers must be 1..64, not {peers}")
+        raise UsageError(UsageReason.INVALID_ARGUMENT, f"--peers must be 1..64, not {peers}")
     data_dir = data if data is not None else package / "data"
     validation = "validation.bin" if (data_dir / "validation.bin").is_file() else None
     try:

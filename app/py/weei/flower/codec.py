@@ -12,7 +12,7 @@ subnormals and +-max included.
 
 Everything decoded here came from another process: a wrong record type,
 dtype, shape or stype, a hash that does not match, or too many bytes is
-refused with a named :class:`~weei.core.errors.WeeiError`, never a crash.
+refused with a named :class:`~weei.flower.errors.FlowerError`, never a crash.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any, Mapping
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 
-from ..core.errors import WeeiError
+from .errors import FlowerError, FlowerReason
 from ..core.wire.messages import Message, decode_message, encode_message
 
 __all__ = ["Frame", "encode_frames", "decode_frames", "weights_to_array", "array_to_weights",
@@ -45,37 +45,37 @@ def _array(data: bytes, dtype: str) -> Array:
 
 def _check_array(array: Any, dtype: str, length: int | None, at: str) -> np.ndarray:
     if not isinstance(array, Array):
-        raise WeeiError("wrong-record", f"{at} is a {type(array).__name__}, not a Flower Array")
+        raise FlowerError(FlowerReason.WRONG_RECORD, f"{at} is a {type(array).__name__}, not a Flower Array")
     if array.stype != _STYPE:
-        raise WeeiError("wrong-stype", f"{at} has stype {array.stype!r}, expected {_STYPE!r}")
+        raise FlowerError(FlowerReason.WRONG_STYPE, f"{at} has stype {array.stype!r}, expected {_STYPE!r}")
     if array.dtype != np.dtype(dtype).name:
-        raise WeeiError("wrong-dtype", f"{at} has dtype {array.dtype!r}, expected {np.dtype(dtype).name!r}")
+        raise FlowerError(FlowerReason.WRONG_DTYPE, f"{at} has dtype {array.dtype!r}, expected {np.dtype(dtype).name!r}")
     shape = tuple(array.shape)
     if len(shape) != 1 or (length is not None and shape[0] != length):
-        raise WeeiError("wrong-shape", f"{at} has shape {shape}, expected ({'n' if length is None else length},)")
+        raise FlowerError(FlowerReason.WRONG_SHAPE, f"{at} has shape {shape}, expected ({'n' if length is None else length},)")
     if len(array.data) > MAX_RECORD_BYTES + 1024:
-        raise WeeiError("too-large", f"{at} holds {len(array.data)} bytes")
+        raise FlowerError(FlowerReason.TOO_LARGE, f"{at} holds {len(array.data)} bytes")
     try:
         value = array.numpy()
     except Exception as exc:  # numpy's loader raises several types on a malformed .npy payload
-        raise WeeiError("bad-array", f"{at} does not decode: {exc}") from None
+        raise FlowerError(FlowerReason.BAD_ARRAY, f"{at} does not decode: {exc}") from None
     # The header inside the data is the sender's too: it must agree with the metadata Flower shows.
     if value.dtype != np.dtype(dtype) or value.shape != shape:
-        raise WeeiError("wrong-dtype" if value.dtype != np.dtype(dtype) else "wrong-shape",
-                        f"{at}'s data is {value.dtype}{value.shape}, its record says {array.dtype}{shape}")
+        raise FlowerError(FlowerReason.WRONG_DTYPE if value.dtype != np.dtype(dtype) else FlowerReason.WRONG_SHAPE,
+                          f"{at}'s data is {value.dtype}{value.shape}, its record says {array.dtype}{shape}")
     return value
 
 
 def weights_to_array(weights: bytes) -> Array:
-    """Little-endian float32 bytes as a 1-D float32 Array; raises WeeiError("wrong-shape") on a partial float."""
+    """Little-endian float32 bytes as a 1-D float32 Array; raises FlowerError wrong-shape on a partial float."""
     if len(weights) % 4:
-        raise WeeiError("wrong-shape", f"{len(weights)} bytes are not whole float32 values")
+        raise FlowerError(FlowerReason.WRONG_SHAPE, f"{len(weights)} bytes are not whole float32 values")
     return _array(weights, "<f4")
 
 
 def array_to_weights(array: Any, count: int | None = None) -> bytes:
     """The little-endian float32 bytes of a 1-D float32 Array of ``count`` values (any count when None).
-    Raises WeeiError: wrong-record, wrong-stype, wrong-dtype, wrong-shape, bad-array, too-large."""
+    Raises FlowerError: wrong-record, wrong-stype, wrong-dtype, wrong-shape, bad-array, too-large."""
     return _check_array(array, "<f4", count, "the weights array").astype("<f4", copy=False).tobytes()
 
 
@@ -95,21 +95,21 @@ def encode_frames(frames: list[Frame], *, omit: frozenset[str] = frozenset()) ->
 
 def decode_frames(content: Any, held: Mapping[str, bytes] = {}) -> tuple[list[Frame], list[str]]:
     """The frames a RecordDict carries, with their attachments (from the record, else from ``held``), and
-    the SHA-256s of the attachments that are missing from both. Raises WeeiError on anything malformed."""
+    the SHA-256s of the attachments that are missing from both. Raises FlowerError on anything malformed."""
     if not isinstance(content, RecordDict):
-        raise WeeiError("wrong-record", "the message content is not a RecordDict")
+        raise FlowerError(FlowerReason.WRONG_RECORD, "the message content is not a RecordDict")
     blob_record = content.get("blobs", ArrayRecord())
     if not isinstance(blob_record, ArrayRecord):
-        raise WeeiError("wrong-record", "'blobs' is not an ArrayRecord")
+        raise FlowerError(FlowerReason.WRONG_RECORD, "'blobs' is not an ArrayRecord")
     blobs: dict[str, bytes] = {}
     total = 0
     for sha, array in blob_record.items():
         data = _check_array(array, "uint8", None, f"attachment {sha[:12]}").tobytes()
         total += len(data)
         if total > MAX_RECORD_BYTES:
-            raise WeeiError("too-large", f"the attachments exceed {MAX_RECORD_BYTES} bytes")
+            raise FlowerError(FlowerReason.TOO_LARGE, f"the attachments exceed {MAX_RECORD_BYTES} bytes")
         if hashlib.sha256(data).hexdigest() != sha:
-            raise WeeiError("hash-mismatch", f"attachment {sha[:12]} does not match its SHA-256")
+            raise FlowerError(FlowerReason.HASH_MISMATCH, f"attachment {sha[:12]} does not match its SHA-256")
         blobs[sha] = data
     frames: list[Frame] = []
     missing: list[str] = []
@@ -118,18 +118,18 @@ def decode_frames(content: Any, held: Mapping[str, bytes] = {}) -> tuple[list[Fr
         record = content[name]
         if not isinstance(record, ConfigRecord) or not isinstance(record.get("from"), str) \
                 or not isinstance(record.get("message"), str):
-            raise WeeiError("wrong-record", f"{name} is not a ConfigRecord of 'from' and 'message' text")
+            raise FlowerError(FlowerReason.WRONG_RECORD, f"{name} is not a ConfigRecord of 'from' and 'message' text")
         try:
             message = decode_message(json.loads(record["message"]))
         except ValueError as exc:
-            raise WeeiError("bad-json", f"{name}: {exc}") from None
+            raise FlowerError(FlowerReason.BAD_JSON, f"{name}: {exc}") from None
         attached: dict[str, bytes] = {}
         for ref in _attachments(message):
             data = blobs.get(ref.sha256, held.get(ref.sha256))
             if data is None:
                 missing.append(ref.sha256)
             elif len(data) != ref.bytes:
-                raise WeeiError("hash-mismatch", f"attachment {ref.sha256[:12]} is {len(data)} bytes, "
+                raise FlowerError(FlowerReason.HASH_MISMATCH, f"attachment {ref.sha256[:12]} is {len(data)} bytes, "
                                                  f"the message says {ref.bytes}")
             else:
                 attached[ref.sha256] = data

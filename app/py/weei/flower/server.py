@@ -26,6 +26,7 @@ from typing import Any, Callable, TextIO
 
 from ..api.controller import TrainingController
 from ..core.errors import WeeiError
+from .errors import FlowerError, FlowerReason
 from ..core.verified import VerifiedBlobs
 from ..core.wire.commands import Send
 from ..demo.run import DemoJob, models_dir, package_inputs, seeded_bytes
@@ -151,7 +152,7 @@ class _Pump:
         try:
             got, missing = decode_frames(content)
             if missing:
-                raise WeeiError("missing-attachment", f"{len(missing)} attachments are neither attached nor held")
+                raise FlowerError(FlowerReason.MISSING_ATTACHMENT, f"{len(missing)} attachments are neither attached nor held")
         except WeeiError as exc:
             await self._lose(peer, f"{peer}: {exc.reason}: {exc}")
             return

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import GpuError
+from .errors import GpuError, GpuReason
 
 __all__ = ["AdapterFacts", "SOFTWARE_NAMES", "is_software", "admit_adapter", "check_budget", "limit_key"]
 
@@ -66,15 +66,15 @@ def admit_adapter(
 ) -> None:
     """Raise ``GpuError`` when this adapter may not train for the preference and backend."""
     if preference == "auto" and is_software(facts):
-        raise GpuError("software-adapter", f"auto does not use the software adapter {facts.device or facts.vendor!r}")
+        raise GpuError(GpuReason.SOFTWARE_ADAPTER, f"auto does not use the software adapter {facts.device or facts.vendor!r}")
     have = set(features)
     for feature in required_features:
         if feature not in have:
-            raise GpuError("missing-feature", f"the adapter lacks the feature {feature!r}")
+            raise GpuError(GpuReason.MISSING_FEATURE, f"the adapter lacks the feature {feature!r}")
     for name, need in minimum_limits.items():
         got = limits.get(limit_key(name), limits.get(name))
         if not isinstance(got, int | float) or got < need:
-            raise GpuError("adapter-limits", f"the adapter's {name} is {got}, the backend needs {need}")
+            raise GpuError(GpuReason.ADAPTER_LIMITS, f"the adapter's {name} is {got}, the backend needs {need}")
 
 
 def check_budget(estimated_working_bytes: int, budget_mib: float) -> None:
@@ -82,6 +82,6 @@ def check_budget(estimated_working_bytes: int, budget_mib: float) -> None:
     budget = int(budget_mib * (1 << 20))
     if estimated_working_bytes > budget:
         raise GpuError(
-            "over-memory-budget",
+            GpuReason.OVER_MEMORY_BUDGET,
             f"the GPU backend needs {estimated_working_bytes} bytes, over the budget of {budget_mib} MiB",
         )

@@ -23,7 +23,7 @@ from typing import Any, NoReturn
 
 from ..core._check import parse_json
 from ..core.limits import MAX_SHADER_ARCHIVE_BYTES
-from .errors import GpuError
+from .errors import GpuError, GpuReason
 
 __all__ = [
     "ARCHIVE_FORMAT",
@@ -97,13 +97,13 @@ def entry_points_of(source: str) -> tuple[str, ...]:
 def check_descriptor(data: bytes, size: int, sha256: str) -> None:
     """The selected file is the package's own ``shaderArchive``."""
     if len(data) != size:
-        raise GpuError("archive-size-mismatch", f"the WGSL archive is {len(data)} bytes, the package says {size}")
+        raise GpuError(GpuReason.ARCHIVE_SIZE_MISMATCH, f"the WGSL archive is {len(data)} bytes, the package says {size}")
     if hashlib.sha256(data).hexdigest() != sha256:
-        raise GpuError("archive-hash-mismatch", "the WGSL archive's SHA-256 differs from the package's shaderArchive")
+        raise GpuError(GpuReason.ARCHIVE_HASH_MISMATCH, "the WGSL archive's SHA-256 differs from the package's shaderArchive")
 
 
 def _malformed(message: str) -> GpuError:
-    return GpuError("archive-malformed", f"WGSL archive: {message}")
+    return GpuError(GpuReason.ARCHIVE_MALFORMED, f"WGSL archive: {message}")
 
 
 def _refuse(message: str) -> NoReturn:
@@ -119,7 +119,7 @@ def parse_archive(data: bytes) -> ShaderArchive:
     if not isinstance(doc, dict):
         raise _malformed("not a JSON object")
     if doc.get("format") != ARCHIVE_FORMAT:
-        raise GpuError("archive-format", f"WGSL archive: format must be {ARCHIVE_FORMAT!r}, not {doc.get('format')!r}")
+        raise GpuError(GpuReason.ARCHIVE_FORMAT, f"WGSL archive: format must be {ARCHIVE_FORMAT!r}, not {doc.get('format')!r}")
     items = doc.get("modules")
     if not isinstance(items, list) or not 1 <= len(items) <= MAX_MODULES:
         raise _malformed(f"modules must be a list of 1 to {MAX_MODULES} modules")
@@ -132,7 +132,7 @@ def parse_archive(data: bytes) -> ShaderArchive:
         if not isinstance(name, str) or not _NAME.fullmatch(name):
             raise _malformed(f"{where}.name must be a file name ending in .wgsl")
         if any(m.name == name for m in modules):
-            raise GpuError("module-duplicate", f"WGSL archive: module {name!r} appears twice")
+            raise GpuError(GpuReason.MODULE_DUPLICATE, f"WGSL archive: module {name!r} appears twice")
         if not isinstance(sha, str) or not _HEX64.fullmatch(sha):
             raise _malformed(f"{name}: sha256 must be 64 lowercase hex digits")
         if not isinstance(source, str):
@@ -146,11 +146,11 @@ def parse_archive(data: bytes) -> ShaderArchive:
         except UnicodeEncodeError:  # a "\ud800" escape in the JSON: no UTF-8 text, so no SHA-256 to match
             raise _malformed(f"{name}: source is not Unicode text (a lone surrogate)") from None
         if hashlib.sha256(encoded).hexdigest() != sha:
-            raise GpuError("module-hash-mismatch", f"WGSL archive: module {name!r} does not match its SHA-256")
+            raise GpuError(GpuReason.MODULE_HASH_MISMATCH, f"WGSL archive: module {name!r} does not match its SHA-256")
         found = entry_points_of(source)
         missing = [e for e in eps if e not in found]
         if missing:
-            raise GpuError("module-entry-point-missing", f"WGSL archive: {name} has no @compute fn {missing[0]}")
+            raise GpuError(GpuReason.MODULE_ENTRY_POINT_MISSING, f"WGSL archive: {name} has no @compute fn {missing[0]}")
         modules.append(ShaderModule(name, sha, tuple(eps), source))
     return ShaderArchive(hashlib.sha256(data).hexdigest(), len(data), tuple(modules))
 
@@ -159,7 +159,7 @@ def require_modules(archive: ShaderArchive, names: Iterable[str]) -> None:
     """Every module a program names is in the archive."""
     for name in names:
         if archive.module(name) is None:
-            raise GpuError("module-missing", f"the WGSL archive has no module {name!r}")
+            raise GpuError(GpuReason.MODULE_MISSING, f"the WGSL archive has no module {name!r}")
 
 
 def dump_archive(archive: ShaderArchive) -> bytes:

@@ -26,7 +26,7 @@ from typing import Any
 
 from .adapter import AdapterFacts, admit_adapter
 from .archive import ShaderArchive
-from .errors import GpuError
+from .errors import GpuError, GpuReason
 from .program import (MAX_WORKGROUPS_PER_DISPATCH, Clear, Copy, DeviceLimits, DeviceProgram, Dispatch, PipelineSpec,
                       Step, check_upload)
 
@@ -39,7 +39,7 @@ PIECE_WORKGROUPS = MAX_WORKGROUPS_PER_DISPATCH
 
 
 @contextmanager
-def _device_errors(what: str, default: str = "gpu-error") -> Iterator[None]:
+def _device_errors(what: str, default: GpuReason = GpuReason.GPU_ERROR) -> Iterator[None]:
     """Map the API's exceptions (by class name: wgpu-py's and the shim's match) to reasons."""
     try:
         yield
@@ -49,9 +49,9 @@ def _device_errors(what: str, default: str = "gpu-error") -> Iterator[None]:
         kind = type(exc).__name__
         text = str(exc)
         if kind == "GPUOutOfMemoryError" or "out of memory" in text.lower():
-            reason = "out-of-memory"
+            reason = GpuReason.OUT_OF_MEMORY
         elif "lost" in text.lower():
-            reason = "device-lost"
+            reason = GpuReason.DEVICE_LOST
         else:
             reason = default
         raise GpuError(reason, f"{what}: {kind}: {text.strip()[:300]}") from None
@@ -79,15 +79,15 @@ class GpuDevice:
     ) -> GpuDevice:
         """Request an adapter and a device; ``auto`` refuses a software adapter."""
         if gpu is None:
-            raise GpuError("webgpu-unavailable", "this environment has no WebGPU")
-        with _device_errors("requestAdapter", "no-adapter"):
+            raise GpuError(GpuReason.WEBGPU_UNAVAILABLE, "this environment has no WebGPU")
+        with _device_errors("requestAdapter", GpuReason.NO_ADAPTER):
             adapter = gpu.request_adapter_sync(power_preference="high-performance")
         if adapter is None:
-            raise GpuError("no-adapter", "requestAdapter found no adapter")
+            raise GpuError(GpuReason.NO_ADAPTER, "requestAdapter found no adapter")
         info = dict(adapter.info)
         facts = AdapterFacts.from_info(info, bool(getattr(adapter, "is_fallback_adapter", False)))
         admit_adapter(facts, preference, adapter.features, dict(adapter.limits), required_features, minimum_limits or {})
-        with _device_errors("requestDevice", "device-failed"):
+        with _device_errors("requestDevice", GpuReason.DEVICE_FAILED):
             device = adapter.request_device_sync(required_features=list(required_features))
         return cls(adapter, device, facts)
 
@@ -101,11 +101,11 @@ class GpuDevice:
             key = (module.name, module.sha256)
             if key in self._modules:
                 continue
-            with _device_errors(f"compiling {module.name}", "module-compile-failed"):
+            with _device_errors(f"compiling {module.name}", GpuReason.MODULE_COMPILE_FAILED):
                 compiled = self.device.create_shader_module(code=module.source, label=module.name)
                 errors = [m for m in _compilation_messages(compiled) if _message_type(m) == "error"]
             if errors:
-                raise GpuError("module-compile-failed", f"{module.name}: {_message_text(errors[0])}")
+                raise GpuError(GpuReason.MODULE_COMPILE_FAILED, f"{module.name}: {_message_text(errors[0])}")
             self._modules[key] = compiled
         return (time.perf_counter() - start) * 1000.0
 
@@ -113,14 +113,14 @@ class GpuDevice:
         """The compute pipeline of ``spec`` (its module compiled first)."""
         module = archive.module(spec.module)
         if module is None:
-            raise GpuError("module-missing", f"the WGSL archive has no module {spec.module!r}")
+            raise GpuError(GpuReason.MODULE_MISSING, f"the WGSL archive has no module {spec.module!r}")
         key = (module.sha256, spec.module, spec.entry_point, spec.constants)
         if key not in self._pipelines:
             self.compile(archive, [spec.module])
             compute: dict[str, Any] = {"module": self._modules[(module.name, module.sha256)], "entry_point": spec.entry_point}
             if spec.constants:
                 compute["constants"] = dict(spec.constants)
-            with _device_errors(f"pipeline {spec.id}", "module-compile-failed"):
+            with _device_errors(f"pipeline {spec.id}", GpuReason.MODULE_COMPILE_FAILED):
                 self._pipelines[key] = self.device.create_compute_pipeline(layout="auto", compute=compute, label=spec.id)
         return self._pipelines[key]
 
@@ -220,7 +220,7 @@ class ProgramRun:
             elapsed = time.perf_counter() - start
             if elapsed > self._timeout:
                 self.stats.compute_s += elapsed
-                raise GpuError("gpu-timeout", f"a step ran {elapsed:.1f} s, past the limit of {self._timeout:g} s")
+                raise GpuError(GpuReason.GPU_TIMEOUT, f"a step ran {elapsed:.1f} s, past the limit of {self._timeout:g} s")
             self.check_deadline()
         self.stats.compute_s += time.perf_counter() - start
         self.stats.steps += 1
@@ -229,7 +229,7 @@ class ProgramRun:
     def check_deadline(self) -> None:
         """Raise ``gpu-timeout`` if the operation's deadline has passed."""
         if self.deadline is not None and time.monotonic() > self.deadline:
-            raise GpuError("gpu-timeout", f"the GPU work ran past its deadline after {self.stats.steps} steps "
+            raise GpuError(GpuReason.GPU_TIMEOUT, f"the GPU work ran past its deadline after {self.stats.steps} steps "
                                           f"({self.stats.pieces} submissions)")
 
     def _submit(self, piece: Sequence[Step], groups: Iterator[tuple[Any, Any]]) -> None:

@@ -14,7 +14,7 @@ import math
 import struct
 from dataclasses import dataclass
 
-from .errors import GpuError
+from .errors import GpuError, GpuReason
 
 __all__ = ["ATOL", "RTOL", "NUMERICAL_MODES", "GateResult", "compare_step", "require_pass"]
 
@@ -68,4 +68,4 @@ def compare_step(cpu: bytes, gpu: bytes, mode: str) -> GateResult:
 def require_pass(result: GateResult) -> None:
     """A device that fails the gate falls back to the CPU: 'gate-mismatch'."""
     if not result.passed:
-        raise GpuError("gate-mismatch", f"the GPU's first step differs from the CPU's: {result.detail}")
+        raise GpuError(GpuReason.GATE_MISMATCH, f"the GPU's first step differs from the CPU's: {result.detail}")

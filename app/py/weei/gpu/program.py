@@ -17,7 +17,7 @@ from typing import Any
 
 from ..core._check import _describe
 from .archive import ShaderArchive
-from .errors import GpuError
+from .errors import GpuError, GpuReason
 
 __all__ = [
     "PROGRAM_FORMAT",
@@ -142,7 +142,7 @@ class DeviceProgram:
 
 
 def _bad(path: str, message: str) -> GpuError:
-    return GpuError("program-invalid", f"device program: {path}: {message}")
+    return GpuError(GpuReason.PROGRAM_INVALID, f"device program: {path}: {message}")
 
 
 def _obj(value: Any, path: str, keys: tuple[str, ...], optional: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -214,9 +214,9 @@ def parse_program(
             raise _bad(f"{p}.id", f"duplicate pipeline {pid!r}")
         module = archive.module(q["module"]) if isinstance(q["module"], str) else None
         if module is None:
-            raise GpuError("module-missing", f"device program: {p}.module: the archive has no module {_named(q['module'])}")
+            raise GpuError(GpuReason.MODULE_MISSING, f"device program: {p}.module: the archive has no module {_named(q['module'])}")
         if q["entryPoint"] not in module.entry_points:
-            raise GpuError("entry-point-missing", f"device program: {p}: {module.name} has no entry point {_named(q['entryPoint'])}")
+            raise GpuError(GpuReason.ENTRY_POINT_MISSING, f"device program: {p}: {module.name} has no entry point {_named(q['entryPoint'])}")
         consts = q.get("constants", {})
         if not isinstance(consts, dict) or len(consts) > MAX_CONSTANTS:
             raise _bad(f"{p}.constants", f"must be an object of at most {MAX_CONSTANTS} numbers")
@@ -250,17 +250,17 @@ def parse_program(
             raise _bad(f"{p}.op", "must be 'dispatch', 'copy' or 'clear'")
     workgroups = sum(math.prod(step.workgroups) for step in steps if isinstance(step, Dispatch))
     if workgroups > MAX_WORKGROUPS_PER_STEP:
-        raise GpuError("program-over-workgroups", f"device program: one step dispatches {workgroups} workgroups, "
+        raise GpuError(GpuReason.PROGRAM_OVER_WORKGROUPS, f"device program: one step dispatches {workgroups} workgroups, "
                                                   f"over the limit of {MAX_WORKGROUPS_PER_STEP}")
 
     step_rb = _ranges(doc["stepReadback"], "stepReadback", buffers, 0)
     final_rb = _ranges(doc["finalReadback"], "finalReadback", buffers, 1)
     total = sum(b.bytes for b in buffers.values()) + sum(r.bytes for r in step_rb + final_rb)
     if total > budget_bytes:
-        raise GpuError("program-over-budget", f"device program: needs {total} bytes, over the GPU memory budget of {budget_bytes}")
+        raise GpuError(GpuReason.PROGRAM_OVER_BUDGET, f"device program: needs {total} bytes, over the GPU memory budget of {budget_bytes}")
     if total > estimated_working_bytes:
         raise GpuError(
-            "program-over-estimate",
+            GpuReason.PROGRAM_OVER_ESTIMATE,
             f"device program: needs {total} bytes, more than the backend's estimatedWorkingBytes {estimated_working_bytes}",
         )
     return DeviceProgram(tuple(buffers.values()), tuple(pipelines.values()), tuple(steps), step_rb, final_rb, total,
@@ -302,7 +302,7 @@ def _dispatch(
     top = min(limits.max_compute_workgroups_per_dimension, WEBGPU_MAX_WORKGROUPS_PER_DIMENSION)
     x, y, z = (_int(v, f"{p}.workgroups[{j}]", 1, top) for j, v in enumerate(wg))
     if x * y * z > MAX_WORKGROUPS_PER_DISPATCH:
-        raise GpuError("program-over-workgroups", f"device program: {p}.workgroups: {x} x {y} x {z} workgroups, "
+        raise GpuError(GpuReason.PROGRAM_OVER_WORKGROUPS, f"device program: {p}.workgroups: {x} x {y} x {z} workgroups, "
                                                   f"over the limit of {MAX_WORKGROUPS_PER_DISPATCH} per dispatch")
     return Dispatch(d["pipeline"], tuple(bindings), (x, y, z))
 
@@ -322,7 +322,7 @@ def check_upload(program: DeviceProgram, buffer_id: str, size: int) -> BufferSpe
     """A gpuNext batch upload: into a ``batch`` buffer, 4-byte multiple, fits."""
     buf = program.buffer(buffer_id)
     if buf is None or buf.init != "batch":
-        raise GpuError("upload-invalid", f"gpuNext: {buffer_id!r} is not a batch buffer of the program")
+        raise GpuError(GpuReason.UPLOAD_INVALID, f"gpuNext: {buffer_id!r} is not a batch buffer of the program")
     if size % 4 or size > buf.bytes:
-        raise GpuError("upload-invalid", f"gpuNext: {size} bytes for {buffer_id!r} ({buf.bytes} bytes, multiples of 4)")
+        raise GpuError(GpuReason.UPLOAD_INVALID, f"gpuNext: {size} bytes for {buffer_id!r} ({buf.bytes} bytes, multiples of 4)")
     return buf

@@ -21,7 +21,7 @@ from weei.runtime import ModelRuntime, TrainResult
 
 from .adapter import check_budget
 from .archive import ShaderArchive
-from .errors import GpuError
+from .errors import GpuError, GpuReason
 from .executor import GpuDevice, ProgramRun, RunStats
 from .gate import GateResult, compare_step
 from .program import parse_program
@@ -121,7 +121,7 @@ def train_on_gpu(
             if result.get("done") is True:
                 break
             if run.stats.steps >= max_steps:
-                raise GpuError("gpu-step-limit", f"gpuNext asked for more than {max_steps} steps")
+                raise GpuError(GpuReason.GPU_STEP_LIMIT, f"gpuNext asked for more than {max_steps} steps")
             run.upload(uploads)
             readback = run.run_steps()
         final = run.read(program.final_readback)

@@ -30,7 +30,7 @@ from weei.runtime import ModelRuntime
 
 from .adapter import check_budget
 from .archive import ShaderArchive
-from .errors import GpuError
+from .errors import GpuError, GpuReason
 from .executor import GpuDevice
 from .gate import GateResult, require_pass
 from .session import GpuBackendSpec, GpuWork, run_gate, train_on_gpu
@@ -97,7 +97,7 @@ class GpuTrainer:
             except GpuError:
                 raise
             except Exception as exc:  # the host's WebGPU failed in a way it does not name
-                raise GpuError("device-failed", f"{type(exc).__name__}: {exc}"[:500]) from exc
+                raise GpuError(GpuReason.DEVICE_FAILED, f"{type(exc).__name__}: {exc}"[:500]) from exc
             self._key = key
         device = self._device
         on_event("adapter", {"adapter": device.facts.as_diagnostics()})
@@ -124,7 +124,7 @@ class GpuTrainer:
             raise
         except Exception as exc:  # the host's WebGPU or the model's GPU operations: still the CPU's turn
             self._device = None
-            raise GpuError("gpu-error", f"{type(exc).__name__}: {exc}"[:500]) from exc
+            raise GpuError(GpuReason.GPU_ERROR, f"{type(exc).__name__}: {exc}"[:500]) from exc
         trained = result.train
         return GpuOutcome(trained.weights, dict(trained.metrics), trained.examples, trained.optimizer_steps,
                           result.stats.steps, result.training_ms, gate.detail)

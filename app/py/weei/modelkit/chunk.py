@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import UsageError
+from ..core.errors import UsageError, UsageReason
 from ..core.formats.jsonfmt import stringify
 from ..core.limits import check_file_size
 
@@ -67,23 +67,23 @@ def read_csv(path: Path) -> Records:
                 continue  # a header
             where = f"{path}:{line_no}"
             if len(cells) < 2:
-                raise UsageError("bad-record", f"{where}: a record needs at least one feature and a label")
+                raise UsageError(UsageReason.BAD_RECORD, f"{where}: a record needs at least one feature and a label")
             if width and len(cells) != width:
-                raise UsageError("bad-record", f"{where}: {len(cells)} columns, the first record has {width}")
+                raise UsageError(UsageReason.BAD_RECORD, f"{where}: {len(cells)} columns, the first record has {width}")
             width = width or len(cells)
             if any(v is None or not math.isfinite(v) for v in values):
-                raise UsageError("bad-record", f"{where}: every column must be a finite number")
+                raise UsageError(UsageReason.BAD_RECORD, f"{where}: every column must be a finite number")
             label = values[-1]
             assert label is not None
             if label != int(label) or not 0 <= label <= _LABEL_MAX:
-                raise UsageError("bad-record", f"{where}: the label (last column) must be a non-negative integer")
+                raise UsageError(UsageReason.BAD_RECORD, f"{where}: the label (last column) must be a non-negative integer")
             feats = [float(v) for v in values[:-1] if v is not None]
             if any(abs(v) > _FLOAT32_MAX for v in feats):
-                raise UsageError("bad-record", f"{where}: a feature does not fit a float32")
+                raise UsageError(UsageReason.BAD_RECORD, f"{where}: a feature does not fit a float32")
             features.append(feats)
             labels.append(int(label))
     if not labels:
-        raise UsageError("no-records", f"{path}: no records")
+        raise UsageError(UsageReason.NO_RECORDS, f"{path}: no records")
     return Records(width - 1, features, labels)
 
 
@@ -112,12 +112,12 @@ def chunk_file(path: Path, chunks: int, out: Path, *, validation: int = 0, seed:
     if seed is not None:
         random.Random(seed).shuffle(order)
     if validation < 0 or validation >= len(order):
-        raise UsageError("bad-chunk-count", f"--validation must leave training records: {validation} of {len(order)}")
+        raise UsageError(UsageReason.BAD_CHUNK_COUNT, f"--validation must leave training records: {validation} of {len(order)}")
     train = order[:len(order) - validation]
     if not 1 <= chunks <= len(train):
-        raise UsageError("bad-chunk-count", f"--chunks must be from 1 to the {len(train)} training records, not {chunks}")
+        raise UsageError(UsageReason.BAD_CHUNK_COUNT, f"--chunks must be from 1 to the {len(train)} training records, not {chunks}")
     if out.exists() and any(out.glob("training-*.bin")):
-        raise UsageError("output-not-empty", f"{out} holds training chunks already; choose an empty --out")
+        raise UsageError(UsageReason.OUTPUT_NOT_EMPTY, f"{out} holds training chunks already; choose an empty --out")
     out.mkdir(parents=True, exist_ok=True)
 
     def encode(idx: list[int]) -> bytes:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.formats.jsonfmt import stringify
-from ..onnx import OnnxError, Settings
+from ..onnx import OnnxError, Settings, OnnxReason
 
 __all__ = ["ONNX_NAME", "default_model_id", "import_package", "export_checkpoint"]
 
@@ -33,7 +33,7 @@ def default_model_id(file_name: str) -> str:
 def _read(path: Path, limit: int) -> bytes:
     size = path.stat().st_size
     if size > limit:  # refused before a byte is read (a 2 GB initializer never reaches memory)
-        raise OnnxError("onnx-too-large", f"{path}: {size} bytes, over the {limit} Weei imports")
+        raise OnnxError(OnnxReason.ONNX_TOO_LARGE, f"{path}: {size} bytes, over the {limit} Weei imports")
     return path.read_bytes()
 
 
@@ -67,7 +67,7 @@ def import_package(onnx_path: Path, settings: Settings, out: Path, data: Path | 
         for path in sorted(data.glob("training-*.bin")) + sorted(data.glob("validation.bin")):
             shutil.copyfile(path, data_dir / path.name)
     if not any(data_dir.glob("training-*.bin")):
-        raise OnnxError("no-data", f"{data_dir} has no training-*.bin chunks (weei data chunk writes them; "
+        raise OnnxError(OnnxReason.NO_DATA, f"{data_dir} has no training-*.bin chunks (weei data chunk writes them; "
                                    "give --data DIR)")
     facts = probe_model(wasm, data_dir, engine)
     manifest = model_manifest(wasm, facts)
@@ -99,12 +99,12 @@ def export_checkpoint(checkpoint: Path, package: Path, out: Path) -> int:
 
     source = package / ONNX_NAME
     if not source.is_file():
-        raise OnnxError("not-an-onnx-package", f"{package} has no {ONNX_NAME} (only imported ONNX packages export)")
+        raise OnnxError(OnnxReason.NOT_AN_ONNX_PACKAGE, f"{package} has no {ONNX_NAME} (only imported ONNX packages export)")
     manifest = json.loads((package / "manifest.json").read_text(encoding="utf-8"))
     ck = read_checkpoint(_read(checkpoint, 1 << 31))
     model_id = ck.metadata.model_info.id
     if model_id != manifest["execution"]["modelId"]:
-        raise OnnxError("checkpoint-mismatch", f"the checkpoint is of model {model_id!r}, the package of "
+        raise OnnxError(OnnxReason.CHECKPOINT_MISMATCH, f"the checkpoint is of model {model_id!r}, the package of "
                                                f"{manifest['execution']['modelId']!r}")
     out.write_bytes(export_onnx(_read(source, MAX_ONNX_BYTES), ck.weights))
     return len(ck.weights) // 4

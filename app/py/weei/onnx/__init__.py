@@ -12,12 +12,12 @@ from __future__ import annotations
 from importlib import resources
 
 from .compiler import OPERATORS, Compiled, Settings, compile_graph
-from .errors import OnnxError
+from .errors import OnnxError, OnnxReason
 from .export import export_onnx
 from .model import read_model
 from .wasm import attach_blob
 
-__all__ = ["OPERATORS", "OnnxError", "Settings", "Compiled", "runtime_module", "import_onnx", "export_onnx"]
+__all__ = ["OPERATORS", "OnnxError", "OnnxReason", "Settings", "Compiled", "runtime_module", "import_onnx", "export_onnx"]
 
 
 def runtime_module() -> bytes:

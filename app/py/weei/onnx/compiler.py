@@ -16,7 +16,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import OnnxError
+from .errors import OnnxError, OnnxReason
 from .model import FLOAT, MAX_ELEMENTS, Graph, Node, Tensor
 
 __all__ = ["LOSSES", "OPTIMIZERS", "FORMATS", "OPERATORS", "Settings", "Compiled", "compile_graph"]
@@ -96,7 +96,7 @@ def _broadcast(a: list[int], b: list[int], where: str) -> list[int]:
         elif x == 1:
             out.append(y)
         else:
-            raise OnnxError("bad-shape", f"{where}: shapes {a} and {b} do not broadcast")
+            raise OnnxError(OnnxReason.BAD_SHAPE, f"{where}: shapes {a} and {b} do not broadcast")
     return out
 
 
@@ -104,21 +104,21 @@ def _ints(node: Node, name: str, default: list[int]) -> list[int]:
     v = node.attrs.get(name, default)
     v = v if isinstance(v, list) else [v]
     if not all(isinstance(x, int) for x in v):
-        raise OnnxError("unsupported-attribute", f"{node.label()}: attribute {name!r} must be integers")
+        raise OnnxError(OnnxReason.UNSUPPORTED_ATTRIBUTE, f"{node.label()}: attribute {name!r} must be integers")
     return v
 
 
 def _int(node: Node, name: str, default: int) -> int:
     v = node.attrs.get(name, default)
     if not isinstance(v, int):
-        raise OnnxError("unsupported-attribute", f"{node.label()}: attribute {name!r} must be an integer")
+        raise OnnxError(OnnxReason.UNSUPPORTED_ATTRIBUTE, f"{node.label()}: attribute {name!r} must be an integer")
     return v
 
 
 def _float(node: Node, name: str, default: float) -> float:
     v = node.attrs.get(name, default)
     if not isinstance(v, (int, float)) or not math.isfinite(v):
-        raise OnnxError("unsupported-attribute", f"{node.label()}: attribute {name!r} must be a finite number")
+        raise OnnxError(OnnxReason.UNSUPPORTED_ATTRIBUTE, f"{node.label()}: attribute {name!r} must be a finite number")
     return float(v)
 
 
@@ -145,15 +145,15 @@ class _Builder:
     def shape(self, n: str, node: Node) -> list[int]:
         n = self.name(n)
         if n not in self.t:
-            raise OnnxError("bad-graph", f"{node.label()} reads {n!r}, which nothing produced before it")
+            raise OnnxError(OnnxReason.BAD_GRAPH, f"{node.label()} reads {n!r}, which nothing produced before it")
         return self.t[n].dims
 
     def out(self, node: Node, dims: list[int]) -> None:
         if len(dims) > MAX_DIMS:
-            raise OnnxError("bad-shape", f"{node.label()}: more than {MAX_DIMS} dimensions")
+            raise OnnxError(OnnxReason.BAD_SHAPE, f"{node.label()}: more than {MAX_DIMS} dimensions")
         k, _ = _prod(dims)
         if k > MAX_PER_EXAMPLE or any(d == 0 for d in dims):
-            raise OnnxError("bad-shape", f"{node.label()}: output of {dims} is empty or over {MAX_PER_EXAMPLE} values per example")
+            raise OnnxError(OnnxReason.BAD_SHAPE, f"{node.label()}: output of {dims} is empty or over {MAX_PER_EXAMPLE} values per example")
         self.t[node.outputs[0]] = _T(T_ACT, dims)
 
     def weight(self, n: str, node: Node, kind: int = T_PARAM) -> list[int]:
@@ -162,10 +162,10 @@ class _Builder:
         if init is None:
             return self.shape(n, node)
         if init.dtype != FLOAT:
-            raise OnnxError("unsupported-type", f"{node.label()}: initializer {n!r} is not float32")
+            raise OnnxError(OnnxReason.UNSUPPORTED_TYPE, f"{node.label()}: initializer {n!r} is not float32")
         have = self.t.get(n)
         if have is not None and have.kind != kind:
-            raise OnnxError("bad-graph", f"{node.label()}: initializer {n!r} is both trained and a running statistic")
+            raise OnnxError(OnnxReason.BAD_GRAPH, f"{node.label()}: initializer {n!r} is both trained and a running statistic")
         if have is None:
             self.t[n] = _T(kind, list(init.dims))
         return list(init.dims)
@@ -176,7 +176,7 @@ class _Builder:
             return self.int_values[n]
         init = self.g.initializers.get(n)
         if init is None:
-            raise OnnxError("unsupported-graph", f"{node.label()}: input {n!r} must be a constant (an initializer or Constant)")
+            raise OnnxError(OnnxReason.UNSUPPORTED_GRAPH, f"{node.label()}: input {n!r} must be a constant (an initializer or Constant)")
         return [int(v) for v in init.values]
 
     def emit(self, node: Node, inputs: list[str], ia: list[int] | None = None, fa: list[float] | None = None) -> None:
@@ -185,26 +185,26 @@ class _Builder:
     def run(self) -> Compiled:
         s = self.s
         if len(self.g.inputs) != 1:
-            raise OnnxError("unsupported-graph", f"the graph has {len(self.g.inputs)} inputs; Weei takes exactly one (the features)")
+            raise OnnxError(OnnxReason.UNSUPPORTED_GRAPH, f"the graph has {len(self.g.inputs)} inputs; Weei takes exactly one (the features)")
         in_name, in_dims = self.g.inputs[0]
         if len(in_dims) < 2 or any(not isinstance(d, int) or d <= 0 for d in in_dims[1:]):
-            raise OnnxError("bad-shape", f"input {in_name!r} has shape {in_dims}: Weei needs [batch, fixed dims...]")
+            raise OnnxError(OnnxReason.BAD_SHAPE, f"input {in_name!r} has shape {in_dims}: Weei needs [batch, fixed dims...]")
         dims = [-1, *[int(d) for d in in_dims[1:]]]
         features, _ = _prod(dims)
         if features > MAX_PER_EXAMPLE:
-            raise OnnxError("bad-shape", f"input {in_name!r} has {features} values per example, over {MAX_PER_EXAMPLE}")
+            raise OnnxError(OnnxReason.BAD_SHAPE, f"input {in_name!r} has {features} values per example, over {MAX_PER_EXAMPLE}")
         if s.data == "tokens" and len(dims) != 2:
-            raise OnnxError("bad-shape", f"input {in_name!r} has shape {in_dims}: token sequences are [batch, context]")
+            raise OnnxError(OnnxReason.BAD_SHAPE, f"input {in_name!r} has shape {in_dims}: token sequences are [batch, context]")
         if s.data == "digits" and features != 64:
-            raise OnnxError("bad-shape", f"weei-digits-v1 gives 64 pixels per example, the input {in_name!r} takes {features}")
+            raise OnnxError(OnnxReason.BAD_SHAPE, f"weei-digits-v1 gives 64 pixels per example, the input {in_name!r} takes {features}")
         self.t[in_name] = _T(T_INPUT, dims)
         for node in _topological(self.g):
             self.node(node)
         if len(self.g.outputs) < 1:
-            raise OnnxError("unsupported-graph", "the graph has no output")
+            raise OnnxError(OnnxReason.UNSUPPORTED_GRAPH, "the graph has no output")
         out_name = self.name(self.g.outputs[0])
         if out_name not in self.t or self.t[out_name].kind != T_ACT:
-            raise OnnxError("unsupported-graph", f"the output {out_name!r} is not computed from the input")
+            raise OnnxError(OnnxReason.UNSUPPORTED_GRAPH, f"the output {out_name!r} is not computed from the input")
         loss_name = out_name
         producer = next((n for n in self.nodes if n[2] == out_name), None)
         if s.loss != "mse" and producer is not None and producer[0] == OP_CODES["Softmax"]:
@@ -212,22 +212,22 @@ class _Builder:
         odims = self.t[out_name].dims
         per, batch = _prod(odims)
         if not batch or odims[0] != -1:
-            raise OnnxError("bad-shape", f"the output {out_name!r} has shape {odims}: Weei needs [batch, ...]")
+            raise OnnxError(OnnxReason.BAD_SHAPE, f"the output {out_name!r} has shape {odims}: Weei needs [batch, ...]")
         return self.finish(in_name, out_name, loss_name, features, per)
 
     def node(self, node: Node) -> None:
         op = node.op
         if op not in OPERATORS:
-            raise OnnxError("unsupported-operator", f"{op} used by {node.label()} is not supported "
+            raise OnnxError(OnnxReason.UNSUPPORTED_OPERATOR, f"{op} used by {node.label()} is not supported "
                                                     f"(supported: {', '.join(OPERATORS)})")
         if not node.outputs:
-            raise OnnxError("bad-graph", f"{node.label()} has no output")
+            raise OnnxError(OnnxReason.BAD_GRAPH, f"{node.label()} has no output")
         need = MIN_INPUTS.get(op, 1)
         if len(node.inputs) < need or not all(node.inputs[:need]):
-            raise OnnxError("bad-graph", f"{node.label()} has {len(node.inputs)} inputs; {op} needs {need}")
+            raise OnnxError(OnnxReason.BAD_GRAPH, f"{node.label()} has {len(node.inputs)} inputs; {op} needs {need}")
         for extra in node.outputs[1:]:
             if extra and any(extra in n.inputs for n in self.g.nodes) or extra in self.g.outputs:
-                raise OnnxError("unsupported-graph", f"{node.label()}: its output {extra!r} is used; Weei computes only the first")
+                raise OnnxError(OnnxReason.UNSUPPORTED_GRAPH, f"{node.label()}: its output {extra!r} is used; Weei computes only the first")
         if op == "Constant":
             value = node.attrs.get("value")
             if isinstance(value, Tensor):
@@ -240,10 +240,10 @@ class _Builder:
                 v = node.attrs.get("value_ints", node.attrs.get("value_int"))
                 vals, dims, dtype = (v if isinstance(v, list) else [v]), [], 7
             else:
-                raise OnnxError("unsupported-graph", f"{node.label()}: a Constant of this kind is not supported")
+                raise OnnxError(OnnxReason.UNSUPPORTED_GRAPH, f"{node.label()}: a Constant of this kind is not supported")
             if dtype == FLOAT:
                 if len(vals) > MAX_ELEMENTS:
-                    raise OnnxError("tensor-too-large", f"{node.label()}: too many values")
+                    raise OnnxError(OnnxReason.TENSOR_TOO_LARGE, f"{node.label()}: too many values")
                 self.t[node.outputs[0]] = _T(T_CONST, list(dims) or [1], len(self.consts))
                 self.consts += [float(v) for v in vals]
             else:
@@ -255,27 +255,27 @@ class _Builder:
             b = self.weight(node.inputs[1], node)
             if op == "MatMul":
                 if len(a) < 2 or len(b) < 2:
-                    raise OnnxError("bad-shape", f"{node.label()}: MatMul of rank-1 operands is not supported")
+                    raise OnnxError(OnnxReason.BAD_SHAPE, f"{node.label()}: MatMul of rank-1 operands is not supported")
                 if a[-1] != b[-2]:
-                    raise OnnxError("bad-shape", f"{node.label()}: {a} x {b} do not multiply")
+                    raise OnnxError(OnnxReason.BAD_SHAPE, f"{node.label()}: {a} x {b} do not multiply")
                 if len(b) > 2 and a[:-2] != b[:-2]:
-                    raise OnnxError("bad-shape", f"{node.label()}: batched MatMul needs equal leading dims, got {a} and {b}")
+                    raise OnnxError(OnnxReason.BAD_SHAPE, f"{node.label()}: batched MatMul needs equal leading dims, got {a} and {b}")
                 if b[-1] < 0 or b[-2] < 0 and len(b) == 2:
-                    raise OnnxError("bad-shape", f"{node.label()}: the right operand may not depend on the batch")
+                    raise OnnxError(OnnxReason.BAD_SHAPE, f"{node.label()}: the right operand may not depend on the batch")
                 self.out(node, [*a[:-1], b[-1]])
                 self.emit(node, node.inputs[:2])
             elif op == "Gemm":
                 ta, tb = _int(node, "transA", 0), _int(node, "transB", 0)
                 if len(a) != 2 or len(b) != 2:
-                    raise OnnxError("bad-shape", f"{node.label()}: Gemm takes 2-D operands")
+                    raise OnnxError(OnnxReason.BAD_SHAPE, f"{node.label()}: Gemm takes 2-D operands")
                 m, k = (a[1], a[0]) if ta else (a[0], a[1])
                 k2, n = (b[1], b[0]) if tb else (b[0], b[1])
                 if k != k2 or n < 0 or k < 0:
-                    raise OnnxError("bad-shape", f"{node.label()}: Gemm of {a} and {b} does not multiply")
+                    raise OnnxError(OnnxReason.BAD_SHAPE, f"{node.label()}: Gemm of {a} and {b} does not multiply")
                 if len(node.inputs) > 2 and node.inputs[2]:
                     c = self.weight(node.inputs[2], node)
                     if len(c) > 2 or _broadcast([m, n], c, node.label()) != [m, n] or (len(c) == 2 and c[0] not in (1, m)):
-                        raise OnnxError("bad-shape", f"{node.label()}: C of shape {c} does not broadcast to {[m, n]}")
+                        raise OnnxError(OnnxReason.BAD_SHAPE, f"{node.label()}: C of shape {c} does not broadcast to {[m, n]}")
                 self.out(node, [m, n])
                 self.emit(node, node.inputs[:3], [ta, tb], [_float(node, "alpha", 1.0), _float(node, "beta", 1.0)])
             else:
@@ -293,7 +293,7 @@ class _Builder:
             approx = node.attrs.get("approximate", "none")
             approx = approx.decode() if isinstance(approx, bytes) else approx
             if approx not in ("none", "tanh"):
-                raise OnnxError("unsupported-attribute", f"{node.label()}: approximate {approx!r} is not none or tanh")
+                raise OnnxError(OnnxReason.UNSUPPORTED_ATTRIBUTE, f"{node.label()}: approximate {approx!r} is not none or tanh")
             self.out(node, list(x))
             self.emit(node, node.inputs[:1], [int(approx == "tanh")])
         elif op == "LayerNormalization":
@@ -301,22 +301,22 @@ class _Builder:
             axis = _int(node, "axis", -1)
             axis = axis + r if axis < 0 else axis
             if not 0 <= axis < r or any(d < 0 for d in x[axis:]):
-                raise OnnxError("bad-shape", f"{node.label()}: axis {axis} of {x} must lie after the batch")
+                raise OnnxError(OnnxReason.BAD_SHAPE, f"{node.label()}: axis {axis} of {x} must lie after the batch")
             span, _ = _prod(x[axis:])
             for i in (1, 2):
                 if len(node.inputs) > i and node.inputs[i] and _prod(self.weight(node.inputs[i], node))[0] != span:
-                    raise OnnxError("bad-shape", f"{node.label()}: input {i} must have the normalized shape {x[axis:]}")
+                    raise OnnxError(OnnxReason.BAD_SHAPE, f"{node.label()}: input {i} must have the normalized shape {x[axis:]}")
             if len(node.inputs) < 2 or not node.inputs[1]:
-                raise OnnxError("bad-graph", f"{node.label()}: the scale is missing")
+                raise OnnxError(OnnxReason.BAD_GRAPH, f"{node.label()}: the scale is missing")
             self.out(node, list(x))
             self.emit(node, node.inputs[:3], [axis, span], [_float(node, "epsilon", 1e-5)])
         elif op == "Transpose":
             perm = _ints(node, "perm", list(range(len(x) - 1, -1, -1)))
             if sorted(perm) != list(range(len(x))):
-                raise OnnxError("bad-shape", f"{node.label()}: perm {perm} is not a permutation of {len(x)} dims")
+                raise OnnxError(OnnxReason.BAD_SHAPE, f"{node.label()}: perm {perm} is not a permutation of {len(x)} dims")
             out = [x[p] for p in perm]
             if sum(d < 0 for d in x) != 1 or out[0] >= 0:
-                raise OnnxError("unsupported-graph", f"{node.label()}: the batch must stay the first dimension")
+                raise OnnxError(OnnxReason.UNSUPPORTED_GRAPH, f"{node.label()}: the batch must stay the first dimension")
             self.out(node, out)
             self.emit(node, node.inputs[:1], perm)
         elif op == "LeakyRelu":
@@ -327,10 +327,10 @@ class _Builder:
             axis = _int(node, "axis", -1 if self.g.opset >= 13 else 1)
             axis = axis + r if axis < 0 else axis
             if not 0 <= axis < r:
-                raise OnnxError("bad-shape", f"{node.label()}: axis out of range")
+                raise OnnxError(OnnxReason.BAD_SHAPE, f"{node.label()}: axis out of range")
             span = [axis, axis + 1] if self.g.opset >= 13 else [axis, r]
             if any(d < 0 for d in x[span[0]:span[1]]):
-                raise OnnxError("unsupported-graph", f"{node.label()}: a softmax across the batch is not supported")
+                raise OnnxError(OnnxReason.UNSUPPORTED_GRAPH, f"{node.label()}: a softmax across the batch is not supported")
             self.out(node, list(x))
             self.emit(node, node.inputs[:1], span)
         elif op == "Flatten":
@@ -350,26 +350,26 @@ class _Builder:
                 elif n in self.t and self.t[n].kind == T_CONST:
                     ratio = self.consts[self.t[n].offset]
                 else:
-                    raise OnnxError("unsupported-graph", f"{node.label()}: the ratio must be a constant")
+                    raise OnnxError(OnnxReason.UNSUPPORTED_GRAPH, f"{node.label()}: the ratio must be a constant")
             if not 0.0 <= ratio < 1.0:
-                raise OnnxError("bad-graph", f"{node.label()}: ratio {ratio} is not in [0, 1)")
+                raise OnnxError(OnnxReason.BAD_GRAPH, f"{node.label()}: ratio {ratio} is not in [0, 1)")
             self.out(node, list(x))
             self.emit(node, node.inputs[:1], [], [ratio])
         elif op in ("Conv", "MaxPool", "AveragePool"):
             self.pool_like(node, x)
         elif op == "GlobalAveragePool":
             if len(x) != 4:
-                raise OnnxError("bad-shape", f"{node.label()}: only 2-D images (NCHW) are supported")
+                raise OnnxError(OnnxReason.BAD_SHAPE, f"{node.label()}: only 2-D images (NCHW) are supported")
             self.out(node, [x[0], x[1], 1, 1])
             self.emit(node, node.inputs[:1])
         elif op == "BatchNormalization":
             if len(x) < 2 or x[1] < 0:
-                raise OnnxError("bad-shape", f"{node.label()}: needs [N, C, ...]")
+                raise OnnxError(OnnxReason.BAD_SHAPE, f"{node.label()}: needs [N, C, ...]")
             for i, kind in ((1, T_PARAM), (2, T_PARAM), (3, T_STATE), (4, T_STATE)):
                 if self.weight(node.inputs[i], node, kind) != [x[1]]:
-                    raise OnnxError("bad-shape", f"{node.label()}: input {i} must have shape [{x[1]}]")
+                    raise OnnxError(OnnxReason.BAD_SHAPE, f"{node.label()}: input {i} must have shape [{x[1]}]")
                 if self.name(node.inputs[i]) not in self.g.initializers:
-                    raise OnnxError("unsupported-graph", f"{node.label()}: scale, bias and statistics must be initializers")
+                    raise OnnxError(OnnxReason.UNSUPPORTED_GRAPH, f"{node.label()}: scale, bias and statistics must be initializers")
             self.out(node, list(x))
             self.emit(node, node.inputs[:5], [], [_float(node, "epsilon", 1e-5), _float(node, "momentum", 0.9)])
 
@@ -377,7 +377,7 @@ class _Builder:
         """Concat and Gather, whose operands may be weights, constants or activations."""
         if node.op == "Gather":
             if _int(node, "axis", 0) != 0:
-                raise OnnxError("unsupported-attribute", f"{node.label()}: only axis 0 (embeddings) is supported")
+                raise OnnxError(OnnxReason.UNSUPPORTED_ATTRIBUTE, f"{node.label()}: only axis 0 (embeddings) is supported")
             table = self.weight(node.inputs[0], node)
             idx = self.name(node.inputs[1])
             if idx in self.int_values or (idx in self.g.initializers and self.g.initializers[idx].dtype != FLOAT):
@@ -387,57 +387,57 @@ class _Builder:
                 self.consts += [float(v) for v in values]
             ind = self.shape(idx, node)
             if not table or any(d < 0 for d in table):
-                raise OnnxError("bad-shape", f"{node.label()}: the table {table} must not depend on the batch")
+                raise OnnxError(OnnxReason.BAD_SHAPE, f"{node.label()}: the table {table} must not depend on the batch")
             self.out(node, [*ind, *table[1:]])
             self.emit(node, [node.inputs[0], idx])
             return
         if not 1 <= len(node.inputs) <= 5:
-            raise OnnxError("unsupported-graph", f"{node.label()}: Concat of {len(node.inputs)} inputs (1..5 are supported)")
+            raise OnnxError(OnnxReason.UNSUPPORTED_GRAPH, f"{node.label()}: Concat of {len(node.inputs)} inputs (1..5 are supported)")
         shapes = [self.weight(i, node) for i in node.inputs]
         r = len(shapes[0])
         axis = _int(node, "axis", 0)
         axis = axis + r if axis < 0 else axis
         if not 0 <= axis < r or any(len(d) != r or d[:axis] + d[axis + 1:] != shapes[0][:axis] + shapes[0][axis + 1:] for d in shapes) \
                 or any(d[axis] < 0 for d in shapes):
-            raise OnnxError("bad-shape", f"{node.label()}: shapes {shapes} do not concatenate on axis {axis} (not the batch)")
+            raise OnnxError(OnnxReason.BAD_SHAPE, f"{node.label()}: shapes {shapes} do not concatenate on axis {axis} (not the batch)")
         self.out(node, [*shapes[0][:axis], sum(d[axis] for d in shapes), *shapes[0][axis + 1:]])
         self.emit(node, node.inputs, [axis])
 
     def pool_like(self, node: Node, x: list[int]) -> None:
         op = node.op
         if len(x) != 4 or x[0] != -1 or any(d < 0 for d in x[1:]):
-            raise OnnxError("bad-shape", f"{node.label()}: only 2-D images [batch, C, H, W] are supported, got {x}")
+            raise OnnxError(OnnxReason.BAD_SHAPE, f"{node.label()}: only 2-D images [batch, C, H, W] are supported, got {x}")
         if node.attrs.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID"):
-            raise OnnxError("unsupported-attribute", f"{node.label()}: auto_pad {node.attrs['auto_pad']} is not supported (give pads)")
+            raise OnnxError(OnnxReason.UNSUPPORTED_ATTRIBUTE, f"{node.label()}: auto_pad {node.attrs['auto_pad']} is not supported (give pads)")
         if any(d != 1 for d in _ints(node, "dilations", [1, 1])):
-            raise OnnxError("unsupported-attribute", f"{node.label()}: dilations other than 1 are not supported")
+            raise OnnxError(OnnxReason.UNSUPPORTED_ATTRIBUTE, f"{node.label()}: dilations other than 1 are not supported")
         if op == "Conv":
             w = self.weight(node.inputs[1], node)
             if _int(node, "group", 1) != 1:
-                raise OnnxError("unsupported-attribute", f"{node.label()}: group other than 1 is not supported")
+                raise OnnxError(OnnxReason.UNSUPPORTED_ATTRIBUTE, f"{node.label()}: group other than 1 is not supported")
             if len(w) != 4 or w[1] != x[1]:
-                raise OnnxError("bad-shape", f"{node.label()}: weights {w} do not fit input {x}")
+                raise OnnxError(OnnxReason.BAD_SHAPE, f"{node.label()}: weights {w} do not fit input {x}")
             kernel = w[2:]
             if len(node.inputs) > 2 and node.inputs[2] and self.weight(node.inputs[2], node) != [w[0]]:
-                raise OnnxError("bad-shape", f"{node.label()}: bias must have shape [{w[0]}]")
+                raise OnnxError(OnnxReason.BAD_SHAPE, f"{node.label()}: bias must have shape [{w[0]}]")
             channels = w[0]
         else:
             kernel = _ints(node, "kernel_shape", [])
             channels = x[1]
             if _int(node, "storage_order", 0) != 0:
-                raise OnnxError("unsupported-attribute", f"{node.label()}: storage_order 1 is not supported")
+                raise OnnxError(OnnxReason.UNSUPPORTED_ATTRIBUTE, f"{node.label()}: storage_order 1 is not supported")
         if len(kernel) != 2:
-            raise OnnxError("bad-shape", f"{node.label()}: kernel_shape must have 2 values")
+            raise OnnxError(OnnxReason.BAD_SHAPE, f"{node.label()}: kernel_shape must have 2 values")
         strides = _ints(node, "strides", [1, 1])
         pads = _ints(node, "pads", [0, 0, 0, 0])
         if len(strides) != 2 or len(pads) != 4 or min(strides) < 1 or min(pads) < 0 or min(kernel) < 1:
-            raise OnnxError("bad-shape", f"{node.label()}: strides, pads or kernel out of range")
+            raise OnnxError(OnnxReason.BAD_SHAPE, f"{node.label()}: strides, pads or kernel out of range")
         ceil = _int(node, "ceil_mode", 0)
         size = []
         for i in range(2):
             span = x[2 + i] + pads[i] + pads[i + 2] - kernel[i]
             if span < 0:
-                raise OnnxError("bad-shape", f"{node.label()}: the kernel is larger than the padded input")
+                raise OnnxError(OnnxReason.BAD_SHAPE, f"{node.label()}: the kernel is larger than the padded input")
             o = (-(-span // strides[i]) if ceil else span // strides[i]) + 1
             if ceil and (o - 1) * strides[i] >= x[2 + i] + pads[i]:
                 o -= 1
@@ -459,18 +459,18 @@ class _Builder:
                     weights += [float(v) for v in self.g.initializers[n].values]
         n_params = sum(len(self.g.initializers[n].values) for n, t in self.t.items() if t.kind == T_PARAM)
         if not weights:
-            raise OnnxError("unsupported-graph", "the graph has no float initializers to train")
+            raise OnnxError(OnnxReason.UNSUPPORTED_GRAPH, "the graph has no float initializers to train")
         if len(weights) > MAX_ELEMENTS:
-            raise OnnxError("tensor-too-large", f"the graph has {len(weights)} weights, over {MAX_ELEMENTS}")
+            raise OnnxError(OnnxReason.TENSOR_TOO_LARGE, f"the graph has {len(weights)} weights, over {MAX_ELEMENTS}")
         names = list(self.t)
         ids = {n: i for i, n in enumerate(names)}
         classes = per if s.loss == "cross-entropy" else 0
         if s.loss == "cross-entropy" and per < 2:
-            raise OnnxError("bad-shape", f"cross-entropy needs at least 2 classes; the output {out_name!r} has {per} per example")
+            raise OnnxError(OnnxReason.BAD_SHAPE, f"cross-entropy needs at least 2 classes; the output {out_name!r} has {per} per example")
         if s.loss == "next-token":
             ldims = self.t[loss_name].dims
             if len(ldims) != 3 or ldims[1] != features or ldims[2] < 256:
-                raise OnnxError("bad-shape", f"next-token needs logits [batch, {features}, vocabulary of at least 256]; "
+                raise OnnxError(OnnxReason.BAD_SHAPE, f"next-token needs logits [batch, {features}, vocabulary of at least 256]; "
                                              f"{loss_name!r} has {ldims}")
             classes = ldims[2]
         metrics = [{"id": "loss", "label": "Loss", "direction": "minimize"}]
@@ -519,20 +519,20 @@ def _reshape(x: list[int], shape: list[int], node: Node) -> list[int]:
             out.append(x[i] if i < len(x) else 0)
         elif d == -1:
             if infer >= 0:
-                raise OnnxError("bad-shape", f"{node.label()}: two -1 in the shape")
+                raise OnnxError(OnnxReason.BAD_SHAPE, f"{node.label()}: two -1 in the shape")
             infer = i
             out.append(0)
         elif d > 0:
             out.append(d)
         else:
-            raise OnnxError("bad-shape", f"{node.label()}: dimension {d}")
+            raise OnnxError(OnnxReason.BAD_SHAPE, f"{node.label()}: dimension {d}")
     known, kbatch = _prod([d for i, d in enumerate(out) if i != infer])
     if infer >= 0:
         if known == 0 or total % known or (kbatch and not batch):
-            raise OnnxError("bad-shape", f"{node.label()}: cannot reshape {x} to {shape}")
+            raise OnnxError(OnnxReason.BAD_SHAPE, f"{node.label()}: cannot reshape {x} to {shape}")
         out[infer] = _enc(total // known, batch and not kbatch)
     elif (known, kbatch) != (total, batch):
-        raise OnnxError("bad-shape", f"{node.label()}: cannot reshape {x} to {shape} (the batch must stay a free dimension)")
+        raise OnnxError(OnnxReason.BAD_SHAPE, f"{node.label()}: cannot reshape {x} to {shape} (the batch must stay a free dimension)")
     return out
 
 
@@ -558,16 +558,16 @@ def _topological(graph: Graph) -> list[Node]:
                 ready.append(k)
     if len(order) != len(graph.nodes):
         stuck = next(n for i, n in enumerate(graph.nodes) if indegree[i] > 0)
-        raise OnnxError("graph-cycle", f"the graph has a cycle through {stuck.label()}")
+        raise OnnxError(OnnxReason.GRAPH_CYCLE, f"the graph has a cycle through {stuck.label()}")
     return order
 
 
 def compile_graph(graph: Graph, settings: Settings) -> Compiled:
     """The blob, ModelInfo and initial weights of ``graph``. Raises OnnxError."""
     if settings.loss not in LOSSES or settings.optimizer not in OPTIMIZERS or settings.data not in FORMATS:
-        raise OnnxError("bad-setting", f"loss {settings.loss!r}, optimizer {settings.optimizer!r} or data {settings.data!r} is unknown")
+        raise OnnxError(OnnxReason.BAD_SETTING, f"loss {settings.loss!r}, optimizer {settings.optimizer!r} or data {settings.data!r} is unknown")
     if (settings.loss == "next-token") != (settings.data == "tokens"):
-        raise OnnxError("bad-setting", "the next-token loss and the tokens data format go together")
+        raise OnnxError(OnnxReason.BAD_SETTING, "the next-token loss and the tokens data format go together")
     if not (math.isfinite(settings.lr) and settings.lr > 0) or not 1 <= settings.batch_size <= MAX_EXAMPLES:
-        raise OnnxError("bad-setting", "the learning rate must be a positive number and the batch size 1..10000")
+        raise OnnxError(OnnxReason.BAD_SETTING, "the learning rate must be a positive number and the batch size 1..10000")
     return _Builder(graph, settings).run()

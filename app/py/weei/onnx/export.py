@@ -11,7 +11,7 @@ from __future__ import annotations
 import struct
 
 from .compiler import Settings, compile_graph
-from .errors import OnnxError
+from .errors import OnnxError, OnnxReason
 from .model import read_model
 from .proto import Field, encode_fields, read_fields
 
@@ -30,7 +30,7 @@ def export_onnx(onnx: bytes, weights: bytes) -> bytes:
     # The layout depends on the graph alone, not on the training words.
     compiled = compile_graph(read_model(onnx), Settings(loss="mse", data="records"))
     if len(weights) != 4 * len(compiled.weights):
-        raise OnnxError("weight-size-mismatch", f"the checkpoint has {len(weights)} weight bytes, "
+        raise OnnxError(OnnxReason.WEIGHT_SIZE_MISMATCH, f"the checkpoint has {len(weights)} weight bytes, "
                                                 f"the graph {4 * len(compiled.weights)}")
     values = struct.unpack(f"<{len(weights) // 4}f", weights)
     model = read_fields(onnx)
@@ -53,5 +53,5 @@ def export_onnx(onnx: bytes, weights: bytes) -> bytes:
             value = encode_fields(graph)
         out.append((number, wire, value))
     if replaced != len(compiled.layout):
-        raise OnnxError("malformed-onnx", "the file's initializers do not match the graph's weights")
+        raise OnnxError(OnnxReason.MALFORMED_ONNX, "the file's initializers do not match the graph's weights")
     return encode_fields(out)

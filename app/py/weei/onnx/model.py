@@ -10,7 +10,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import OnnxError
+from .errors import OnnxError, OnnxReason
 from .proto import packed_floats, packed_varints, read_fields, signed64
 
 __all__ = ["MAX_ONNX_BYTES", "MAX_NODES", "MAX_ELEMENTS", "Tensor", "Node", "Graph", "read_model"]
@@ -55,11 +55,11 @@ class Graph:
 
 def _text(value: Any) -> str:
     if not isinstance(value, (memoryview, bytes)):
-        raise OnnxError("malformed-onnx", "a string field has the wrong wire type")
+        raise OnnxError(OnnxReason.MALFORMED_ONNX, "a string field has the wrong wire type")
     try:
         return bytes(value).decode("utf-8")
     except UnicodeDecodeError:
-        raise OnnxError("malformed-onnx", "a name is not UTF-8") from None
+        raise OnnxError(OnnxReason.MALFORMED_ONNX, "a name is not UTF-8") from None
 
 
 def _tensor(data: Any) -> Tensor:
@@ -83,29 +83,29 @@ def _tensor(data: Any) -> Tensor:
         elif number == 9:
             raw = value
         elif number in (13, 14) and (number == 13 or value == 1):
-            raise OnnxError("external-data", f"tensor {name or '(unnamed)'} keeps its data in an external file; "
+            raise OnnxError(OnnxReason.EXTERNAL_DATA, f"tensor {name or '(unnamed)'} keeps its data in an external file; "
                                              "save the model with its weights inside (onnx.save(..., save_as_external_data=False))")
     count = 1
     for d in dims:
         if d < 0:
-            raise OnnxError("bad-shape", f"tensor {name!r} has a negative dimension")
+            raise OnnxError(OnnxReason.BAD_SHAPE, f"tensor {name!r} has a negative dimension")
         count *= d
         if count > MAX_ELEMENTS:
-            raise OnnxError("tensor-too-large", f"tensor {name!r} has more than {MAX_ELEMENTS} elements")
+            raise OnnxError(OnnxReason.TENSOR_TOO_LARGE, f"tensor {name!r} has more than {MAX_ELEMENTS} elements")
     if dtype not in (FLOAT, INT32, INT64, DOUBLE):
-        raise OnnxError("unsupported-type", f"tensor {name!r} has ONNX data type {dtype}; Weei takes float32 and integer shapes")
+        raise OnnxError(OnnxReason.UNSUPPORTED_TYPE, f"tensor {name!r} has ONNX data type {dtype}; Weei takes float32 and integer shapes")
     values: list[Any]
     if raw is not None:
         size = {FLOAT: 4, INT32: 4, INT64: 8, DOUBLE: 8}[dtype]
         if len(raw) != count * size:
-            raise OnnxError("malformed-onnx", f"tensor {name!r}: raw_data has {len(raw)} bytes, its shape needs {count * size}")
+            raise OnnxError(OnnxReason.MALFORMED_ONNX, f"tensor {name!r}: raw_data has {len(raw)} bytes, its shape needs {count * size}")
         values = list(struct.unpack(f"<{count}{ {FLOAT: 'f', INT32: 'i', INT64: 'q', DOUBLE: 'd'}[dtype]}", raw))
     else:
         values = floats if dtype == FLOAT else ints
         if dtype == DOUBLE:
-            raise OnnxError("unsupported-type", f"tensor {name!r} is float64; export the model in float32")
+            raise OnnxError(OnnxReason.UNSUPPORTED_TYPE, f"tensor {name!r} is float64; export the model in float32")
         if len(values) != count:
-            raise OnnxError("malformed-onnx", f"tensor {name!r}: {len(values)} values, its shape needs {count}")
+            raise OnnxError(OnnxReason.MALFORMED_ONNX, f"tensor {name!r}: {len(values)} values, its shape needs {count}")
     return Tensor(name, dims, dtype, values)
 
 
@@ -119,7 +119,7 @@ def _attribute(data: Any) -> tuple[str, Any]:
             name = _text(v)
         elif number == 2:
             if wire != 5:
-                raise OnnxError("malformed-onnx", "a float attribute has the wrong wire type")
+                raise OnnxError(OnnxReason.MALFORMED_ONNX, "a float attribute has the wrong wire type")
             value = struct.unpack("<f", v)[0]
         elif number == 3:
             value = signed64(v)
@@ -128,7 +128,7 @@ def _attribute(data: Any) -> tuple[str, Any]:
         elif number == 5:
             value = _tensor(v)
         elif number == 6:
-            raise OnnxError("unsupported-operator", f"attribute {name!r} holds a subgraph (control flow is not supported)")
+            raise OnnxError(OnnxReason.UNSUPPORTED_OPERATOR, f"attribute {name!r} holds a subgraph (control flow is not supported)")
         elif number == 7:
             floats += packed_floats(v, wire)
         elif number == 8:
@@ -156,7 +156,7 @@ def _node(data: Any) -> Node:
             key, attr = _attribute(value)
             node.attrs[key] = attr
     if domain not in ("", "ai.onnx"):
-        raise OnnxError("unsupported-operator", f"{node.op} (domain {domain}) used by {node.label()} is not supported")
+        raise OnnxError(OnnxReason.UNSUPPORTED_OPERATOR, f"{node.op} (domain {domain}) used by {node.label()} is not supported")
     return node
 
 
@@ -186,7 +186,7 @@ def _value_info(data: Any) -> tuple[str, list[int | str]]:
 def read_model(data: bytes) -> Graph:
     """Parse an ONNX file. Raises OnnxError with a named reason."""
     if len(data) > MAX_ONNX_BYTES:
-        raise OnnxError("onnx-too-large", f"the file has {len(data)} bytes, over the {MAX_ONNX_BYTES} Weei imports")
+        raise OnnxError(OnnxReason.ONNX_TOO_LARGE, f"the file has {len(data)} bytes, over the {MAX_ONNX_BYTES} Weei imports")
     opset = None
     graph_bytes = None
     for number, _, value in read_fields(data):
@@ -200,14 +200,14 @@ def read_model(data: bytes) -> Graph:
         elif number == 7:
             graph_bytes = value
     if graph_bytes is None:
-        raise OnnxError("malformed-onnx", "the file has no graph (is it an ONNX model?)")
+        raise OnnxError(OnnxReason.MALFORMED_ONNX, "the file has no graph (is it an ONNX model?)")
     if opset is None or not OPSET_RANGE[0] <= opset <= OPSET_RANGE[1]:
-        raise OnnxError("unsupported-opset", f"opset {opset} of the default domain; Weei imports {OPSET_RANGE[0]}..{OPSET_RANGE[1]}")
+        raise OnnxError(OnnxReason.UNSUPPORTED_OPSET, f"opset {opset} of the default domain; Weei imports {OPSET_RANGE[0]}..{OPSET_RANGE[1]}")
     nodes: list[Node] = []
     inits: dict[str, Tensor] = {}
     inputs: list[tuple[str, list[int | str]]] = []
     outputs: list[str] = []
-    graph_fields = read_fields(graph_bytes, {1: (MAX_NODES, "too-many-nodes", f"the graph has more than {MAX_NODES} nodes")})
+    graph_fields = read_fields(graph_bytes, {1: (MAX_NODES, OnnxReason.TOO_MANY_NODES, f"the graph has more than {MAX_NODES} nodes")})
     for number, _, value in graph_fields:
         if number == 1:
             nodes.append(_node(value))
@@ -215,7 +215,7 @@ def read_model(data: bytes) -> Graph:
             t = _tensor(value)
             inits[t.name] = t
         elif number == 15:
-            raise OnnxError("unsupported-type", "sparse initializers are not supported")
+            raise OnnxError(OnnxReason.UNSUPPORTED_TYPE, "sparse initializers are not supported")
         elif number == 11:
             inputs.append(_value_info(value))
         elif number == 12:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-from .errors import OnnxError
+from .errors import OnnxError, OnnxReason
 
 __all__ = ["Field", "read_fields", "varint", "encode_varint", "encode_fields", "signed64"]
 
@@ -28,7 +28,7 @@ def varint(data: memoryview, pos: int) -> tuple[int, int]:
     result = shift = 0
     while True:
         if pos >= len(data):
-            raise OnnxError("malformed-onnx", "a varint runs past the end of its message")
+            raise OnnxError(OnnxReason.MALFORMED_ONNX, "a varint runs past the end of its message")
         byte = data[pos]
         pos += 1
         result |= (byte & 0x7F) << shift
@@ -36,22 +36,22 @@ def varint(data: memoryview, pos: int) -> tuple[int, int]:
             return result, pos
         shift += 7
         if shift > 63:
-            raise OnnxError("malformed-onnx", "a varint is longer than 10 bytes")
+            raise OnnxError(OnnxReason.MALFORMED_ONNX, "a varint is longer than 10 bytes")
 
 
 def signed64(value: int) -> int:
     if not isinstance(value, int):
-        raise OnnxError("malformed-onnx", "an integer field has the wrong wire type")
+        raise OnnxError(OnnxReason.MALFORMED_ONNX, "an integer field has the wrong wire type")
     return value - (1 << 64) if value >= 1 << 63 else value
 
 
-def read_fields(data: memoryview | bytes, limits: dict[int, tuple[int, str, str]] | None = None) -> list[Field]:
+def read_fields(data: memoryview | bytes, limits: dict[int, tuple[int, OnnxReason, str]] | None = None) -> list[Field]:
     """The fields of one message, in file order. ``limits`` maps a field number to
     (most occurrences, reason, message): one more is refused at once, so a file of
     a million nodes costs no more than the limit's worth of reading."""
     seen: dict[int, int] = {}
     if not isinstance(data, (memoryview, bytes)):
-        raise OnnxError("malformed-onnx", "a message field has the wrong wire type")
+        raise OnnxError(OnnxReason.MALFORMED_ONNX, "a message field has the wrong wire type")
     view = memoryview(data) if not isinstance(data, memoryview) else data
     fields: list[Field] = []
     pos, end = 0, len(view)
@@ -62,28 +62,28 @@ def read_fields(data: memoryview | bytes, limits: dict[int, tuple[int, str, str]
             value, pos = varint(view, pos)
         elif wire == 1:
             if pos + 8 > end:
-                raise OnnxError("malformed-onnx", "a fixed64 field runs past the end of its message")
+                raise OnnxError(OnnxReason.MALFORMED_ONNX, "a fixed64 field runs past the end of its message")
             value, pos = view[pos:pos + 8], pos + 8
         elif wire == 2:
             size, pos = varint(view, pos)
             if size > end - pos:
-                raise OnnxError("malformed-onnx", f"field {number} claims {size} bytes, {end - pos} are left")
+                raise OnnxError(OnnxReason.MALFORMED_ONNX, f"field {number} claims {size} bytes, {end - pos} are left")
             value, pos = view[pos:pos + size], pos + size
         elif wire == 5:
             if pos + 4 > end:
-                raise OnnxError("malformed-onnx", "a fixed32 field runs past the end of its message")
+                raise OnnxError(OnnxReason.MALFORMED_ONNX, "a fixed32 field runs past the end of its message")
             value, pos = view[pos:pos + 4], pos + 4
         else:
-            raise OnnxError("malformed-onnx", f"wire type {wire} (groups) is not ONNX")
+            raise OnnxError(OnnxReason.MALFORMED_ONNX, f"wire type {wire} (groups) is not ONNX")
         if number == 0:
-            raise OnnxError("malformed-onnx", "field number 0")
+            raise OnnxError(OnnxReason.MALFORMED_ONNX, "field number 0")
         fields.append((number, wire, value))
         if limits and number in limits:
             seen[number] = seen.get(number, 0) + 1
             if seen[number] > limits[number][0]:
                 raise OnnxError(limits[number][1], limits[number][2])
         if len(fields) > MAX_FIELDS:
-            raise OnnxError("onnx-too-large", f"a message has more than {MAX_FIELDS} fields")
+            raise OnnxError(OnnxReason.ONNX_TOO_LARGE, f"a message has more than {MAX_FIELDS} fields")
     return fields
 
 
@@ -103,7 +103,7 @@ def packed_floats(value: Any, wire: int) -> list[float]:
     if wire == 5:
         return [struct.unpack("<f", value)[0]]
     if len(value) % 4:
-        raise OnnxError("malformed-onnx", "packed floats are not a whole number of float32")
+        raise OnnxError(OnnxReason.MALFORMED_ONNX, "packed floats are not a whole number of float32")
     return list(struct.unpack(f"<{len(value) // 4}f", value))
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import struct
 
-from .errors import OnnxError
+from .errors import OnnxError, OnnxReason
 
 __all__ = ["SLOT_MAGIC", "attach_blob", "read_blob"]
 
@@ -68,7 +68,7 @@ def _enc_sleb(v: int) -> bytes:
 
 def _sections(wasm: bytes) -> list[tuple[int, bytes]]:
     if wasm[:8] != b"\0asm\1\0\0\0":
-        raise OnnxError("bad-runtime", "the graph runtime is not a WebAssembly module")
+        raise OnnxError(OnnxReason.BAD_RUNTIME, "the graph runtime is not a WebAssembly module")
     out, pos = [], 8
     while pos < len(wasm):
         sid = wasm[pos]
@@ -89,10 +89,10 @@ def _segments(body: bytes) -> list[tuple[int | None, bytes, int]]:
             if flags == 2:
                 _, pos = _uleb(body, pos)
             if body[pos] != 0x41:
-                raise OnnxError("bad-runtime", "a data segment's offset is not an i32.const")
+                raise OnnxError(OnnxReason.BAD_RUNTIME, "a data segment's offset is not an i32.const")
             offset, pos = _sleb(body, pos + 1)
             if body[pos] != 0x0B:
-                raise OnnxError("bad-runtime", "a data segment's offset expression is not one constant")
+                raise OnnxError(OnnxReason.BAD_RUNTIME, "a data segment's offset expression is not one constant")
             pos += 1
         size, pos = _uleb(body, pos)
         out.append((offset, body[pos:pos + size], pos))
@@ -110,14 +110,14 @@ def attach_blob(runtime: bytes, blob: bytes) -> bytes:
             count, pos = _uleb(body, 0)
             flags, pos = _uleb(body, pos)
             if count != 1 or flags not in (0, 1):
-                raise OnnxError("bad-runtime", "the runtime must have one 32-bit memory")
+                raise OnnxError(OnnxReason.BAD_RUNTIME, "the runtime must have one 32-bit memory")
             memory_pages, pos = _uleb(body, pos)
     if memory_pages is None:
-        raise OnnxError("bad-runtime", "the runtime has no memory section")
+        raise OnnxError(OnnxReason.BAD_RUNTIME, "the runtime has no memory section")
     address = memory_pages * PAGE
     end = address + len(blob)
     if end >= 1 << 31:
-        raise OnnxError("tensor-too-large", "the graph and its weights do not fit a 2 GiB memory")
+        raise OnnxError(OnnxReason.TENSOR_TOO_LARGE, "the graph and its weights do not fit a 2 GiB memory")
     pages = -(-end // PAGE)
     found = 0
     for sid, body in sections:
@@ -129,7 +129,7 @@ def attach_blob(runtime: bytes, blob: bytes) -> bytes:
             if flags == 1:
                 maximum, _ = _uleb(body, pos)
                 if maximum < pages:
-                    raise OnnxError("tensor-too-large", "the graph does not fit the runtime's maximum memory")
+                    raise OnnxError(OnnxReason.TENSOR_TOO_LARGE, "the graph does not fit the runtime's maximum memory")
                 limits = _enc_uleb(1) + _enc_uleb(pages) + _enc_uleb(maximum)
             body = _enc_uleb(1) + limits
         elif sid == DATA_SECTION:
@@ -148,7 +148,7 @@ def attach_blob(runtime: bytes, blob: bytes) -> bytes:
             body = _enc_uleb(count + 1)
         rebuilt.append((sid, body))
     if found != 1:
-        raise OnnxError("bad-runtime", f"the runtime's graph slot appears {found} times, expected once")
+        raise OnnxError(OnnxReason.BAD_RUNTIME, f"the runtime's graph slot appears {found} times, expected once")
     out = bytearray(runtime[:8])
     for sid, body in rebuilt:
         out += bytes([sid]) + _enc_uleb(len(body)) + body
@@ -167,4 +167,4 @@ def read_blob(wasm: bytes) -> bytes:
                     for offset, blob, _ in segments:
                         if offset == address and len(blob) == size and size:
                             return bytes(blob)
-    raise OnnxError("not-an-onnx-package", "the module is not an imported ONNX model (no graph blob)")
+    raise OnnxError(OnnxReason.NOT_AN_ONNX_PACKAGE, "the module is not an imported ONNX model (no graph blob)")

@@ -38,7 +38,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from weei.core.errors import ModelError, UsageError
+from weei.core.errors import ModelError, UsageError, ModelReason, UsageReason
 from weei.core.limits import MAX_FILE_BYTES
 from weei.runtime.sandbox import check_module_memory
 
@@ -80,7 +80,7 @@ def _u32(value: int | None, what: str) -> int:
     # Engines hand back i32 results as signed ints (JS does too); pointers
     # and lengths are unsigned.
     if not isinstance(value, int):
-        raise ModelError("invalid-result", f"{what} returned {value!r}, expected an i32")
+        raise ModelError(ModelReason.INVALID_RESULT, f"{what} returned {value!r}, expected an i32")
     return value & 0xFFFFFFFF
 
 
@@ -92,15 +92,15 @@ def _as_bytes_view(name: str, data: Any) -> memoryview:
     try:
         view = memoryview(data).cast("B")
     except TypeError as exc:
-        raise UsageError("invalid-argument", f"{name} must be contiguous bytes ({exc})") from None
+        raise UsageError(UsageReason.INVALID_ARGUMENT, f"{name} must be contiguous bytes ({exc})") from None
     if view.nbytes >= _U32_LIMIT:
-        raise UsageError("invalid-argument", f"{name} is {view.nbytes} bytes, over wasm32's 4 GiB")
+        raise UsageError(UsageReason.INVALID_ARGUMENT, f"{name} is {view.nbytes} bytes, over wasm32's 4 GiB")
     return view
 
 
 def _check_seed(name: str, seed: Any) -> str:
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < _U64_LIMIT:
-        raise UsageError("invalid-argument", f"{name} must be an unsigned 64-bit int, got {seed!r}")
+        raise UsageError(UsageReason.INVALID_ARGUMENT, f"{name} must be an unsigned 64-bit int, got {seed!r}")
     return str(seed)  # u64 travels as a decimal string: JSON numbers are doubles
 
 
@@ -144,34 +144,34 @@ class ModelRuntime:
         try:
             module = engine.compile(bytes(wasm_bytes))
         except CompileError as exc:
-            raise ModelError("invalid-module", f"load: not a valid WebAssembly module: {exc}") from None
+            raise ModelError(ModelReason.INVALID_MODULE, f"load: not a valid WebAssembly module: {exc}") from None
         for imp in module.imports:
             if (imp.module, imp.name) != _PROGRESS_IMPORT or imp.kind != "func":
                 raise ModelError(
-                    "forbidden-import",
+                    ModelReason.FORBIDDEN_IMPORT,
                     f"load: the module imports {imp.kind} {imp.module}.{imp.name}; "
                     "only the function weei.onProgress is allowed",
                 )
             if imp.signature is not None and imp.signature != ((_I32, _I32), ()):
                 raise ModelError(
-                    "forbidden-import",
+                    ModelReason.FORBIDDEN_IMPORT,
                     f"load: weei.onProgress is imported as {imp.signature}, expected (i32, i32) -> ()",
                 )
         exports = {exp.name: exp for exp in module.exports}
         missing = [name for name in REQUIRED_EXPORTS if name not in exports]
         if missing:
-            raise ModelError("missing-export", f"load: the module does not export {', '.join(missing)}")
+            raise ModelError(ModelReason.MISSING_EXPORT, f"load: the module does not export {', '.join(missing)}")
         if exports["memory"].kind != "memory":
-            raise ModelError("bad-export", f"load: 'memory' is a {exports['memory'].kind}, not a memory")
+            raise ModelError(ModelReason.BAD_EXPORT, f"load: 'memory' is a {exports['memory'].kind}, not a memory")
         for name, expected in _SIGNATURES.items():
             exp = exports.get(name)
             if exp is None:
                 continue
             if exp.kind != "func":
-                raise ModelError("bad-export", f"load: {name!r} is a {exp.kind}, not a function")
+                raise ModelError(ModelReason.BAD_EXPORT, f"load: {name!r} is a {exp.kind}, not a function")
             if exp.signature is not None and exp.signature != expected:
                 raise ModelError(
-                    "bad-export", f"load: {name!r} has signature {exp.signature}, expected {expected}"
+                    ModelReason.BAD_EXPORT, f"load: {name!r} has signature {exp.signature}, expected {expected}"
                 )
         limit = memory_limit_bytes if memory_limit_bytes is not None else getattr(engine, "memory_limit_bytes", None)
         if limit is not None:
@@ -187,7 +187,7 @@ class ModelRuntime:
         try:
             instance = module.instantiate(hook)
         except InstantiateError as exc:
-            raise ModelError("instantiate-failed", f"load: instantiation failed: {exc}") from None
+            raise ModelError(ModelReason.INSTANTIATE_FAILED, f"load: instantiation failed: {exc}") from None
         owner.append(cls(instance, on_progress))
         owner[0]._gpu_exports = all(op in exports for op in _OPTIONAL_OPERATIONS)
         return owner[0]
@@ -231,7 +231,7 @@ class ModelRuntime:
             # `type(...) is int`: JSON true would otherwise compare equal to 1.
             if type(version) is not int or version != ABI_VERSION:
                 raise ModelError(
-                    "unsupported-abi",
+                    ModelReason.UNSUPPORTED_ABI,
                     f"getModelInfo: abiVersion is {version!r}, this host speaks {ABI_VERSION}",
                 )
             self._info = info
@@ -247,7 +247,7 @@ class ModelRuntime:
         assert weights is not None
         if len(weights) == 0 or len(weights) % 4:
             raise ModelError(
-                "invalid-result",
+                ModelReason.INVALID_RESULT,
                 f"createInitialWeights: {len(weights)} bytes is not a non-empty float32 array",
             )
         self._weight_bytes = len(weights)
@@ -273,7 +273,7 @@ class ModelRuntime:
         """
         ids = list(slots)
         if not all(isinstance(slot_id, str) for slot_id in ids):
-            raise UsageError("invalid-argument", "auxiliary slot ids must be strings")
+            raise UsageError(UsageReason.INVALID_ARGUMENT, "auxiliary slot ids must be strings")
         views = [_as_bytes_view(f"slot {slot_id!r}", slots[slot_id]) for slot_id in ids]
 
         def payload(regions: list[dict[str, int]]) -> dict[str, Any]:
@@ -290,7 +290,7 @@ class ModelRuntime:
         Raises ``ModelError`` (for example the bytes are not that format).
         """
         if not isinstance(format, str):
-            raise UsageError("invalid-argument", f"format must be a string, got {format!r}")
+            raise UsageError(UsageReason.INVALID_ARGUMENT, f"format must be a string, got {format!r}")
         view = _as_bytes_view("data", data)
         result, _ = self._operation(
             "describeChunk", lambda r: {"format": format, "data": r[0]}, inputs=[view]
@@ -340,7 +340,7 @@ class ModelRuntime:
         """gpuBegin with train's input: (result JSON, its ``weights`` region,
         the experience unitCount or None for :meth:`gpu_end`)."""
         if not self._gpu_exports:
-            raise UsageError("no-gpu-operations", "gpuBegin: the module does not export gpuBegin/gpuNext/gpuEnd")
+            raise UsageError(UsageReason.NO_GPU_OPERATIONS, "gpuBegin: the module does not export gpuBegin/gpuNext/gpuEnd")
         payload, inputs, unit_count = self._train_input("gpuBegin", data, format, experience, seed, settings, step_limit)
         result, weights = self._operation("gpuBegin", lambda r: self._with_data(payload, r), inputs=inputs, output="weights")
         assert weights is not None
@@ -353,7 +353,7 @@ class ModelRuntime:
         result, _ = self._operation("gpuNext", lambda r: {"readback": r}, inputs=views)
         batch = result.get("batch", [])
         if not isinstance(batch, list) or not all(isinstance(i, dict) and isinstance(i.get("buffer"), str) for i in batch):
-            raise ModelError("invalid-result", "gpuNext: 'batch' must list {buffer, data} entries")
+            raise ModelError(ModelReason.INVALID_RESULT, "gpuNext: 'batch' must list {buffer, data} entries")
         # The regions stay valid until the next call into the module: copy them now.
         return result, [(i["buffer"], self._read_region("gpuNext", "data", i.get("data"))) for i in batch]
 
@@ -401,11 +401,11 @@ class ModelRuntime:
         if experience is None:
             payload["seed"] = _check_seed("seed", seed)
         if settings is not None and not isinstance(settings, Mapping):
-            raise UsageError("invalid-argument", f"{op}: settings must be a mapping, got {settings!r}")
+            raise UsageError(UsageReason.INVALID_ARGUMENT, f"{op}: settings must be a mapping, got {settings!r}")
         payload["settings"] = dict(settings) if settings is not None else {}
         if step_limit is not None:
             if isinstance(step_limit, bool) or not isinstance(step_limit, int) or not 1 <= step_limit < _U32_LIMIT:
-                raise UsageError("invalid-argument", f"{op}: step_limit must be a positive int")
+                raise UsageError(UsageReason.INVALID_ARGUMENT, f"{op}: step_limit must be a positive int")
             payload["stepLimit"] = step_limit
         # Training leaves the module's weights changed: the next call needs a loadModel.
         self._loaded = False
@@ -417,7 +417,7 @@ class ModelRuntime:
         assert weights is not None
         if len(weights) != self._weight_bytes:
             raise ModelError(
-                "weight-size-mismatch",
+                ModelReason.WEIGHT_SIZE_MISMATCH,
                 f"{op}: returned {len(weights)} bytes of weights, the model has {self._weight_bytes}",
             )
         metrics = field_metrics(op, result)
@@ -429,18 +429,18 @@ class ModelRuntime:
             assert completed is not None
             if completed > unit_count:
                 raise ModelError(
-                    "invalid-result", f"{op}: completedUnits {completed} exceeds unitCount {unit_count}"
+                    ModelReason.INVALID_RESULT, f"{op}: completedUnits {completed} exceeds unitCount {unit_count}"
                 )
         steps = field_count(op, result, "optimizerSteps", required=False)
         return TrainResult(weights, metrics, unique, completed, steps)
 
     def _require_loaded(self, op: str) -> None:
         if not self._loaded:
-            raise UsageError("model-not-loaded", f"{op}: call load_model first (each train needs a fresh one)")
+            raise UsageError(UsageReason.MODEL_NOT_LOADED, f"{op}: call load_model first (each train needs a fresh one)")
         # The cached info, not model_info()'s deep copy of it: this runs before every train and evaluate.
         if not self._aux_loaded and (self._info or self.model_info()).get("auxiliaryWeights"):
             raise UsageError(
-                "auxiliary-not-loaded",
+                UsageReason.AUXILIARY_NOT_LOADED,
                 f"{op}: the model declares auxiliary weights; call load_auxiliary after load_model",
             )
 
@@ -449,20 +449,20 @@ class ModelRuntime:
         op: str, data: Buffer | None, format: str | None, experience: tuple[int, int, int] | None
     ) -> tuple[dict[str, Any], list[memoryview], int | None]:
         if (data is None) == (experience is None):
-            raise UsageError("invalid-argument", f"{op}: pass exactly one of data or experience")
+            raise UsageError(UsageReason.INVALID_ARGUMENT, f"{op}: pass exactly one of data or experience")
         if experience is None:
             if not isinstance(format, str):
-                raise UsageError("invalid-argument", f"{op}: data needs a format string")
+                raise UsageError(UsageReason.INVALID_ARGUMENT, f"{op}: data needs a format string")
             return {"format": format}, [_as_bytes_view("data", data)], None
         if format is not None:
-            raise UsageError("invalid-argument", f"{op}: format applies to data only")
+            raise UsageError(UsageReason.INVALID_ARGUMENT, f"{op}: format applies to data only")
         try:
             unit_start, unit_count, seed = experience
         except (TypeError, ValueError):
-            raise UsageError("invalid-argument", f"{op}: experience is (unit_start, unit_count, seed)") from None
+            raise UsageError(UsageReason.INVALID_ARGUMENT, f"{op}: experience is (unit_start, unit_count, seed)") from None
         for name, value in (("unit_start", unit_start), ("unit_count", unit_count)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise UsageError("invalid-argument", f"{op}: {name} must be a non-negative int")
+                raise UsageError(UsageReason.INVALID_ARGUMENT, f"{op}: {name} must be a non-negative int")
         exp = {"unitStart": unit_start, "unitCount": unit_count, "seed": _check_seed("seed", seed)}
         return {"experience": exp}, [], unit_count
 
@@ -474,7 +474,7 @@ class ModelRuntime:
     @staticmethod
     def _check_ok(op: str, result: Mapping[str, Any]) -> None:
         if result.get("ok") is not True:
-            raise ModelError("invalid-result", f"{op}: expected {{\"ok\": true}}, got {json.dumps(result)[:200]}")
+            raise ModelError(ModelReason.INVALID_RESULT, f"{op}: expected {{\"ok\": true}}, got {json.dumps(result)[:200]}")
 
     def _operation(
         self,
@@ -487,9 +487,9 @@ class ModelRuntime:
         """Run one operation (steps 1-4 above); return the parsed result and,
         when ``output`` names a region field, a copy of that region."""
         if self._broken is not None:
-            raise ModelError("instance-broken", f"{op}: the instance is unusable ({self._broken}); load it again")
+            raise ModelError(ModelReason.INSTANCE_BROKEN, f"{op}: the instance is unusable ({self._broken}); load it again")
         if self._active_op is not None:
-            raise UsageError("reentrant-call", f"{op}: called while {self._active_op} runs")
+            raise UsageError(UsageReason.REENTRANT_CALL, f"{op}: called while {self._active_op} runs")
         allocated: list[int] = []
         failed = False
         self._active_op = op
@@ -500,7 +500,7 @@ class ModelRuntime:
             try:
                 text = json.dumps(body, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
             except (TypeError, ValueError) as exc:
-                raise UsageError("invalid-argument", f"{op}: input is not JSON-serialisable: {exc}") from None
+                raise UsageError(UsageReason.INVALID_ARGUMENT, f"{op}: input is not JSON-serialisable: {exc}") from None
             request = self._put(op, memoryview(text.encode("utf-8")), allocated)
             ptr = _u32(self._call(op, op, request["ptr"], request["bytes"]), op)
             last = self.progress.flush()  # the newest report not parsed yet: normally the final one
@@ -539,10 +539,10 @@ class ModelRuntime:
         except (DeadlineExceeded, Interrupted) as exc:
             # Stopped from outside or by its deadline: as unusable as after a trap, named by the reason.
             self._broken = f"{export} stopped ({exc.reason})"
-            raise ModelError(exc.reason, f"{op}: {exc}") from None
+            raise ModelError(ModelReason(exc.reason), f"{op}: {exc}") from None
         except EngineError as exc:
             self._broken = f"{export} trapped"
-            raise ModelError("trap", f"{op}: the module trapped in {export}: {exc}") from None
+            raise ModelError(ModelReason.TRAP, f"{op}: the module trapped in {export}: {exc}") from None
 
     def _put(self, op: str, view: memoryview, allocated: list[int]) -> dict[str, int]:
         size = view.nbytes
@@ -550,26 +550,26 @@ class ModelRuntime:
         # region still has a real address.
         ptr = _u32(self._call(op, "alloc", _i32(max(size, 1))), f"{op}: alloc")
         if ptr == 0:
-            raise ModelError("alloc-failed", f"{op}: alloc({size}) returned 0 (module out of memory)")
+            raise ModelError(ModelReason.ALLOC_FAILED, f"{op}: alloc({size}) returned 0 (module out of memory)")
         allocated.append(ptr)
         memory = self._instance.memory_size()
         if ptr + size > memory:
-            raise ModelError("region-out-of-bounds", f"{op}: alloc({size}) returned {ptr}, outside memory of {memory} bytes")
+            raise ModelError(ModelReason.REGION_OUT_OF_BOUNDS, f"{op}: alloc({size}) returned {ptr}, outside memory of {memory} bytes")
         self._instance.write(ptr, view)
         return {"ptr": ptr, "bytes": size}
 
     def _read(self, op: str, what: str, ptr: int, size: int) -> bytes:
         limit = _MAX_JSON_BYTES if what in ("result", "progress") else _MAX_REGION_BYTES
         if size > limit:  # refused before a byte is copied into the host
-            raise ModelError("result-too-large", f"{op}: {what} of {size} bytes is over the {limit:,}-byte limit")
+            raise ModelError(ModelReason.RESULT_TOO_LARGE, f"{op}: {what} of {size} bytes is over the {limit:,}-byte limit")
         memory = self._instance.memory_size()
         if ptr + size > memory or (ptr == 0 and size > 0):
-            raise ModelError("region-out-of-bounds", f"{op}: {what} at {ptr}+{size} is outside memory of {memory} bytes")
+            raise ModelError(ModelReason.REGION_OUT_OF_BOUNDS, f"{op}: {what} at {ptr}+{size} is outside memory of {memory} bytes")
         return self._instance.read(ptr, size)
 
     def _read_region(self, op: str, key: str, region: Any) -> bytes:
         if not isinstance(region, dict):
-            raise ModelError("invalid-result", f"{op}: {key!r} is not a region {{ptr, bytes}}")
+            raise ModelError(ModelReason.INVALID_RESULT, f"{op}: {key!r} is not a region {{ptr, bytes}}")
         ptr = field_count(op, region, "ptr")
         size = field_count(op, region, "bytes")
         assert ptr is not None and size is not None
@@ -580,7 +580,7 @@ class ModelRuntime:
         op = self._active_op or "(no operation)"
         try:
             if self._active_op is None:
-                raise ModelError("progress-invalid", "reported outside an operation")
+                raise ModelError(ModelReason.PROGRESS_INVALID, "reported outside an operation")
             raw = self._read(op, "progress", _u32(ptr, "onProgress"), _u32(size, "onProgress"))
         except ModelError as exc:
             self.progress.reject(op, exc)

@@ -23,7 +23,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from weei.core.errors import ModelError
+from weei.core.errors import ModelError, ModelReason
 
 from .results import TrainProgress, field_count, field_metrics, parse_result_json
 
@@ -82,7 +82,7 @@ class ProgressReports:
             metrics = field_metrics(op, report) if "metrics" in report else {}
             assert processed is not None and total is not None
             if processed > total:
-                raise ModelError("progress-invalid", f"processedExamples {processed} > totalExamples {total}")
+                raise ModelError(ModelReason.PROGRESS_INVALID, f"processedExamples {processed} > totalExamples {total}")
         except ModelError as exc:
             self.reject(op, exc)
             return None

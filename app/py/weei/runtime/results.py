@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from weei.core._check import parse_json
-from weei.core.errors import ModelError
+from weei.core.errors import ModelError, ModelReason
 
 __all__ = [
     "TrainProgress",
@@ -97,17 +97,17 @@ def parse_result_json(op: str, raw: bytes) -> dict[str, Any]:
         # Not UTF-8, not JSON (NaN and Infinity are not: a model that prints
         # them produced a non-finite number), or nested past MAX_JSON_DEPTH.
         snippet = raw[:80].decode("utf-8", "replace")
-        raise ModelError("malformed-result", f"{op}: result {message}: {snippet!r}")
+        raise ModelError(ModelReason.MALFORMED_RESULT, f"{op}: result {message}: {snippet!r}")
 
     value = parse_json(raw, malformed)
     if not isinstance(value, dict):
         raise ModelError(
-            "malformed-result", f"{op}: result is a JSON {type(value).__name__}, not an object"
+            ModelReason.MALFORMED_RESULT, f"{op}: result is a JSON {type(value).__name__}, not an object"
         )
     if "error" in value:
         reason = value["error"]
         text = reason if isinstance(reason, str) else json.dumps(reason)[:200]
-        raise ModelError("operation-failed", f"{op}: the model reported an error: {text}")
+        raise ModelError(ModelReason.OPERATION_FAILED, f"{op}: the model reported an error: {text}")
     return value
 
 
@@ -129,7 +129,7 @@ def field_count(op: str, result: Mapping[str, Any], key: str, *, required: bool 
     """
     if key not in result:
         if required:
-            raise ModelError("invalid-result", f"{op}: result lacks {key!r}")
+            raise ModelError(ModelReason.INVALID_RESULT, f"{op}: result lacks {key!r}")
         return None
     value = result[key]
     count: int | None = None
@@ -140,9 +140,9 @@ def field_count(op: str, result: Mapping[str, Any], key: str, *, required: bool 
     elif isinstance(value, float) and value.is_integer():
         count = int(value)
     if count is None:
-        raise ModelError("invalid-result", f"{op}: {key!r} is not an integer: {value!r}")
+        raise ModelError(ModelReason.INVALID_RESULT, f"{op}: {key!r} is not an integer: {value!r}")
     if count < 0:
-        raise ModelError("invalid-result", f"{op}: {key!r} is negative: {value!r}")
+        raise ModelError(ModelReason.INVALID_RESULT, f"{op}: {key!r} is negative: {value!r}")
     return count
 
 
@@ -153,16 +153,16 @@ def field_metrics(op: str, result: Mapping[str, Any], key: str = "metrics") -> d
     'non-finite-metric' for NaN or infinity (for example a ``1e999`` literal).
     """
     if key not in result:
-        raise ModelError("invalid-result", f"{op}: result lacks {key!r}")
+        raise ModelError(ModelReason.INVALID_RESULT, f"{op}: result lacks {key!r}")
     metrics = result[key]
     if not isinstance(metrics, dict):
-        raise ModelError("invalid-result", f"{op}: {key!r} is not an object")
+        raise ModelError(ModelReason.INVALID_RESULT, f"{op}: {key!r} is not an object")
     out: dict[str, float] = {}
     for name, value in metrics.items():
         number = _number(value)
         if number is None:
-            raise ModelError("invalid-result", f"{op}: metric {name!r} is not a number: {value!r}")
+            raise ModelError(ModelReason.INVALID_RESULT, f"{op}: metric {name!r} is not a number: {value!r}")
         if not math.isfinite(number):
-            raise ModelError("non-finite-metric", f"{op}: metric {name!r} is {number}")
+            raise ModelError(ModelReason.NON_FINITE_METRIC, f"{op}: metric {name!r} is {number}")
         out[name] = number
     return out

@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ..core.errors import ModelError
+from ..core.errors import ModelError, ModelReason
 from ..core.limits import DEFAULT_MEMORY_CAP
 
 __all__ = ["PAGE", "HEADROOM_BYTES", "DEADLINE_FACTOR", "DEADLINE_FLOOR_S",
@@ -59,7 +59,7 @@ def memory_limit(working_bytes: int | None, input_bytes: int, device_cap: int = 
         return cap
     need = max(0, int(working_bytes)) + max(0, int(input_bytes))
     if need > cap:
-        raise ModelError("memory-over-limit", f"the task needs {need:,} bytes of module memory "
+        raise ModelError(ModelReason.MEMORY_OVER_LIMIT, f"the task needs {need:,} bytes of module memory "
                                               f"(estimatedWorkingBytes and inputs), over this device's {cap:,}")
     want = need + max(HEADROOM_BYTES, need // 2)
     return min(cap, math.ceil(want / PAGE) * PAGE)
@@ -97,7 +97,7 @@ def _leb(data: bytes, pos: int, end: int) -> tuple[int, int]:
     value = shift = 0
     while True:
         if pos >= end or shift > 35:
-            raise ModelError("invalid-module", "load: a malformed LEB128 number in the module")
+            raise ModelError(ModelReason.INVALID_MODULE, "load: a malformed LEB128 number in the module")
         byte = data[pos]
         pos += 1
         value |= (byte & 0x7F) << shift
@@ -119,7 +119,7 @@ def _uleb(value: int) -> bytes:
 def _memory_section(wasm: bytes) -> tuple[int, int, int, int | None] | None:
     """(section start, section end, minimum pages, maximum pages or None) of the module's one memory."""
     if len(wasm) < 8 or wasm[:4] != b"\0asm":
-        raise ModelError("invalid-module", "load: not a WebAssembly binary (missing \\0asm magic)")
+        raise ModelError(ModelReason.INVALID_MODULE, "load: not a WebAssembly binary (missing \\0asm magic)")
     pos = 8
     while pos < len(wasm):
         start = pos
@@ -127,21 +127,21 @@ def _memory_section(wasm: bytes) -> tuple[int, int, int, int | None] | None:
         size, body = _leb(wasm, pos + 1, len(wasm))
         end = body + size
         if end > len(wasm):
-            raise ModelError("invalid-module", "load: a section runs past the end of the module")
+            raise ModelError(ModelReason.INVALID_MODULE, "load: a section runs past the end of the module")
         if section == 5:
             count, at = _leb(wasm, body, end)
             if count != 1 or at >= end:
-                raise ModelError("invalid-module", f"load: the module defines {count} memories; the ABI allows one")
+                raise ModelError(ModelReason.INVALID_MODULE, f"load: the module defines {count} memories; the ABI allows one")
             flags = wasm[at]
             if flags not in (0, 1):  # 2, 3: shared; 4 and up: memory64
-                raise ModelError("invalid-module", f"load: memory limits flags {flags:#x} are outside the ABI "
+                raise ModelError(ModelReason.INVALID_MODULE, f"load: memory limits flags {flags:#x} are outside the ABI "
                                                    "(shared memory and memory64 are refused)")
             minimum, at = _leb(wasm, at + 1, end)
             maximum = None
             if flags == 1:
                 maximum, at = _leb(wasm, at, end)
             if at != end:
-                raise ModelError("invalid-module", "load: the memory section has trailing bytes")
+                raise ModelError(ModelReason.INVALID_MODULE, "load: the memory section has trailing bytes")
             return start, end, minimum, maximum
         pos = end
     return None
@@ -161,7 +161,7 @@ def check_module_memory(wasm: bytes, limit_bytes: int) -> None:
     ModelError ``memory-over-limit``."""
     found = module_memory(wasm)
     if found is not None and found[0] * PAGE > limit_bytes:
-        raise ModelError("memory-over-limit", f"load: the module declares at least {found[0] * PAGE:,} bytes "
+        raise ModelError(ModelReason.MEMORY_OVER_LIMIT, f"load: the module declares at least {found[0] * PAGE:,} bytes "
                                               f"of memory, over the limit of {limit_bytes:,}")
 
 

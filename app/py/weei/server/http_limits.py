@@ -34,7 +34,7 @@ from typing import Any
 
 from aiohttp import web
 
-from ..core.errors import UsageError
+from ..core.errors import UsageError, UsageReason
 
 __all__ = ["ConnectionGate", "GatedSite", "HttpLimits"]
 
@@ -55,9 +55,9 @@ class HttpLimits:
 
     def __post_init__(self) -> None:
         if not self.header_timeout_s > 0:
-            raise UsageError("invalid-http-limits", "header_timeout_s must be positive")
+            raise UsageError(UsageReason.INVALID_HTTP_LIMITS, "header_timeout_s must be positive")
         if self.max_connections < 1 or self.max_connections_per_ip < 1:
-            raise UsageError("invalid-http-limits", "connection limits must be at least 1")
+            raise UsageError(UsageReason.INVALID_HTTP_LIMITS, "connection limits must be at least 1")
 
 
 def _refusal(status: int, title: str, reason: str) -> bytes:

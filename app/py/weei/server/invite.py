@@ -12,7 +12,7 @@ import os
 from collections.abc import Callable
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
-from ..core.errors import UsageError
+from ..core.errors import UsageError, UsageReason
 from ..core.wire.signaling_session import ROOM_KEY, new_room_key
 
 __all__ = ["Invite", "invite_url", "parse_invite", "fresh_key"]
@@ -44,9 +44,9 @@ def parse_invite(text: str, signal_path: str = "/signal") -> Invite:
         return Invite(text, None)
     parts = urlsplit(text)
     if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise UsageError("bad-invite", f"{text[:200]!r} is neither a room key nor an invite link http(s)://…#room=KEY")
+        raise UsageError(UsageReason.BAD_INVITE, f"{text[:200]!r} is neither a room key nor an invite link http(s)://…#room=KEY")
     keys = parse_qs(parts.fragment).get("room") or parse_qs(parts.query).get("room") or []
     if len(keys) != 1 or not ROOM_KEY.fullmatch(keys[0]):
-        raise UsageError("bad-invite", "the invite link has no room key (#room=KEY)")
+        raise UsageError(UsageReason.BAD_INVITE, "the invite link has no room key (#room=KEY)")
     scheme = "wss" if parts.scheme == "https" else "ws"
     return Invite(keys[0], urlunsplit((scheme, parts.netloc, signal_path, "", "")))

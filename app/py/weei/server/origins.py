@@ -33,7 +33,7 @@ from __future__ import annotations
 import ipaddress
 from urllib.parse import urlsplit
 
-from ..core.errors import UsageError
+from ..core.errors import UsageError, UsageReason
 
 __all__ = ["ANY_ORIGIN", "normalize_origin", "origin_allowed", "own_origins"]
 
@@ -50,11 +50,11 @@ def normalize_origin(text: str) -> str:
         parts = urlsplit(text.strip())
         port = parts.port
     except ValueError:
-        raise UsageError("invalid-origin", f"{text!r} is not an origin such as https://example.org") from None
+        raise UsageError(UsageReason.INVALID_ORIGIN, f"{text!r} is not an origin such as https://example.org") from None
     scheme = parts.scheme.lower()
     if (scheme not in ("http", "https") or not parts.hostname or parts.path not in ("", "/")
             or parts.query or parts.fragment or parts.username is not None or parts.password is not None):
-        raise UsageError("invalid-origin", f"{text!r} is not an origin such as https://example.org")
+        raise UsageError(UsageReason.INVALID_ORIGIN, f"{text!r} is not an origin such as https://example.org")
     host = parts.hostname.lower()
     if ":" in host:
         host = f"[{host}]"

@@ -64,7 +64,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Union
 
-from ..core.errors import UsageError
+from ..core.errors import UsageError, UsageReason
 from .signaling_rules import (ALLOWED, MAX_PEER_ID_CHARS, MAX_TOKEN_CHARS, MESSAGE_FIELDS, OUT_OF_PHASE, PROTOCOL_VERSION,
                               ROOM_CODE, UNBOUND, CloseCode, Limits, Phase, Reason, SignalingError, SignalKind,
                               TokenBucket, make_token, new_peer_id, parse_text_frame, refuse, utf8_len, validate_key,
@@ -175,7 +175,7 @@ class Hub:
         unix_clock: Callable[[], float] = time.time,
     ) -> None:
         if not isinstance(secret, bytes) or len(secret) < 16:
-            raise UsageError("invalid-signaling-secret", "the signaling secret must be at least 16 bytes")
+            raise UsageError(UsageReason.INVALID_SIGNALING_SECRET, "the signaling secret must be at least 16 bytes")
         self.limits = limits
         self.stats = Stats()
         self._secret = secret

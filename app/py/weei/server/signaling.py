@@ -46,7 +46,7 @@ from typing import Any
 
 from aiohttp import WSMsgType, web
 
-from ..core.errors import UsageError
+from ..core.errors import UsageError, UsageReason
 from .http_limits import HttpLimits
 from .origins import normalize_origin, origin_allowed
 from .rooms import Close, CloseCode, Hub, Limits, Output, Reason
@@ -87,20 +87,20 @@ class IceServer:
 
     def __post_init__(self) -> None:
         if isinstance(self.urls, str) or not self.urls:
-            raise UsageError("invalid-ice-server", "IceServer.urls must be a non-empty tuple of URLs")
+            raise UsageError(UsageReason.INVALID_ICE_SERVER, "IceServer.urls must be a non-empty tuple of URLs")
         for url in self.urls:
             if not isinstance(url, str) or not url.startswith(_ICE_SCHEMES):
-                raise UsageError("invalid-ice-server", f"ICE server URL {url!r} must start with stun:, stuns:, turn: or turns:")
+                raise UsageError(UsageReason.INVALID_ICE_SERVER, f"ICE server URL {url!r} must start with stun:, stuns:, turn: or turns:")
         turn = any(url.startswith(("turn:", "turns:")) for url in self.urls)
         fixed = self.username is not None or self.credential is not None
         if fixed and (self.username is None or self.credential is None):
-            raise UsageError("invalid-ice-server", "IceServer needs both username and credential, or neither")
+            raise UsageError(UsageReason.INVALID_ICE_SERVER, "IceServer needs both username and credential, or neither")
         if fixed and self.shared_secret is not None:
-            raise UsageError("invalid-ice-server", "IceServer takes fixed credentials or shared_secret, not both")
+            raise UsageError(UsageReason.INVALID_ICE_SERVER, "IceServer takes fixed credentials or shared_secret, not both")
         if turn and not fixed and self.shared_secret is None:
-            raise UsageError("invalid-ice-server", f"TURN server {self.urls[0]!r} needs credentials or shared_secret")
+            raise UsageError(UsageReason.INVALID_ICE_SERVER, f"TURN server {self.urls[0]!r} needs credentials or shared_secret")
         if self.ttl_s < 60:
-            raise UsageError("invalid-ice-server", "IceServer.ttl_s must be at least 60 seconds")
+            raise UsageError(UsageReason.INVALID_ICE_SERVER, "IceServer.ttl_s must be at least 60 seconds")
 
     @classmethod
     def parse(cls, text: str) -> IceServer:
@@ -113,7 +113,7 @@ class IceServer:
             return cls(urls, shared_secret=parts[1][len("secret:"):])
         if len(parts) == 3:
             return cls(urls, username=parts[1], credential=parts[2])
-        raise UsageError("invalid-ice-server", f"cannot read ICE server {text!r}")
+        raise UsageError(UsageReason.INVALID_ICE_SERVER, f"cannot read ICE server {text!r}")
 
     def describe(self, peer_id: str, unix_now: float) -> dict[str, Any]:
         """The ``RTCIceServer`` dictionary sent to ``peer_id``."""
@@ -166,14 +166,14 @@ class SignalingConfig:
 
     def __post_init__(self) -> None:
         if isinstance(self.allowed_origins, str):
-            raise UsageError("invalid-origin", "SignalingConfig.allowed_origins must be a tuple of origins")
+            raise UsageError(UsageReason.INVALID_ORIGIN, "SignalingConfig.allowed_origins must be a tuple of origins")
         object.__setattr__(self, "allowed_origins", tuple(normalize_origin(o) for o in self.allowed_origins))
         if self.secret is not None and (not isinstance(self.secret, bytes) or len(self.secret) < 16):
-            raise UsageError("invalid-signaling-secret", "SignalingConfig.secret must be at least 16 bytes")
+            raise UsageError(UsageReason.INVALID_SIGNALING_SECRET, "SignalingConfig.secret must be at least 16 bytes")
         if not self.path.startswith("/"):
-            raise UsageError("invalid-signaling-config", "SignalingConfig.path must start with '/'")
+            raise UsageError(UsageReason.INVALID_SIGNALING_CONFIG, "SignalingConfig.path must start with '/'")
         if self.max_outbound_frames < 1 or self.max_outbound_bytes < 1 or self.sweep_interval_s <= 0:
-            raise UsageError("invalid-signaling-config",
+            raise UsageError(UsageReason.INVALID_SIGNALING_CONFIG,
                              "max_outbound_frames, max_outbound_bytes and sweep_interval_s must be positive")
 
 
@@ -381,12 +381,12 @@ def parse_limits(items: list[str]) -> Limits:
         name, sep, text = item.partition("=")
         name = name.strip().replace("-", "_")
         if not sep or name not in kinds:
-            raise UsageError("invalid-signaling-limits",
+            raise UsageError(UsageReason.INVALID_SIGNALING_LIMITS,
                              f"--signal-limit {item!r}: expected NAME=VALUE with NAME one of {', '.join(kinds)}")
         try:
             changes[name] = int(text) if kinds[name] in ("int", int) else float(text)
         except ValueError:
-            raise UsageError("invalid-signaling-limits", f"--signal-limit {item!r}: {text!r} is not a "
+            raise UsageError(UsageReason.INVALID_SIGNALING_LIMITS, f"--signal-limit {item!r}: {text!r} is not a "
                              f"{'whole number' if kinds[name] in ('int', int) else 'number'}") from None
     return Limits(**changes)  # its own checks name a value out of range
 

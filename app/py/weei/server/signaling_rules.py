@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from ..core._check import parse_json
-from ..core.errors import UsageError, WeeiError
-from ..core.wire.signaling_session import ROOM_KEY, room_code
+from ..core.errors import UsageError, WeeiError, UsageReason
+from ..core.wire.signaling_session import ROOM_KEY, ClientReason, Reason, room_code
 
 __all__ = [
     "PROTOCOL_VERSION",
@@ -77,72 +77,6 @@ class Phase(enum.Enum):
     """In a room; may exchange signals with the other peers there."""
 
 
-class Reason(str, enum.Enum):
-    """Why a frame was refused or a connection closed (sent as the string)."""
-
-    FRAME_TOO_LARGE = "frame-too-large"
-    """A text frame above ``Limits.max_frame_bytes``."""
-    BINARY_FRAME = "binary-frame"
-    """The protocol is JSON text frames only."""
-    BAD_JSON = "bad-json"
-    """Not JSON, not a JSON object, too deeply nested, or NaN/Infinity."""
-    UNKNOWN_TYPE = "unknown-type"
-    """``type`` missing or not one of hello, join, signal, ping."""
-    BAD_MESSAGE = "bad-message"
-    """A field is missing, of the wrong type, or not part of the message."""
-    UNSUPPORTED_VERSION = "unsupported-version"
-    """``hello.version`` is not a protocol version this server speaks."""
-    HELLO_REQUIRED = "hello-required"
-    """``join``/``signal`` before ``hello``."""
-    ALREADY_WELCOMED = "already-welcomed"
-    """A second ``hello`` on the same connection."""
-    NOT_IN_ROOM = "not-in-room"
-    """``signal`` before ``join``."""
-    ALREADY_IN_ROOM = "already-in-room"
-    """A second ``join`` on the same connection (one room per connection)."""
-    BAD_ROOM = "bad-room"
-    """Room code empty, too long, or with characters outside [A-Za-z0-9_-]."""
-    ROOM_KEY_REQUIRED = "room-key-required"
-    """``join`` without ``key``: a room is entered with its key (the invite link's secret)."""
-    ROOM_REFUSED = "room-refused"
-    """The key is not the room's (the same answer whether or not the room exists)."""
-    RESUME_WRONG_ROOM = "resume-wrong-room"
-    """``hello`` resumed a peer ID with a token bound to another room than the one joined."""
-    JOIN_RATE_LIMITED = "join-rate-limited"
-    """Joins (or refused joins) from this IP address, or to the whole server, came too fast; nothing was checked."""
-    BYTES_RATE_LIMITED = "bytes-rate-limited"
-    """This IP address (or everyone together) sent more bytes than its budget; the frame was dropped."""
-    ROOM_FULL = "room-full"
-    """The room has ``Limits.max_peers_per_room`` peers already."""
-    TOO_MANY_ROOMS = "too-many-rooms"
-    """The server has ``Limits.max_rooms`` rooms already."""
-    UNKNOWN_PEER = "unknown-peer"
-    """``signal.to`` is not a peer in the sender's room."""
-    SELF_ADDRESSED = "self-addressed"
-    """``signal.to`` is the sender itself."""
-    BAD_KIND = "bad-kind"
-    """``signal.kind`` is not offer, answer or candidate."""
-    BAD_PAYLOAD = "bad-payload"
-    """The payload is not an SDP string / an RTCIceCandidateInit."""
-    PAYLOAD_TOO_LARGE = "payload-too-large"
-    """SDP above ``max_sdp_bytes`` or candidate above ``max_candidate_bytes``."""
-    RATE_LIMITED = "rate-limited"
-    """The connection's token bucket is empty; the frame was dropped."""
-    # Close reasons (sent as the WebSocket close reason).
-    TOO_MANY_ERRORS = "too-many-errors"
-    """Refused frames used up the connection's strikes."""
-    HANDSHAKE_TIMEOUT = "handshake-timeout"
-    """No ``hello`` + ``join`` within ``Limits.handshake_timeout_s``."""
-    IDLE_TIMEOUT = "idle-timeout"
-    """No frame at all for ``Limits.idle_timeout_s``."""
-    REPLACED = "replaced"
-    """A newer connection resumed this peer ID."""
-    SERVER_FULL = "server-full"
-    """The server has ``Limits.max_connections`` connections already."""
-    SLOW_CONSUMER = "slow-consumer"
-    """The peer does not read its frames; its outbound queue overflowed."""
-    SERVER_SHUTDOWN = "server-shutdown"
-    """The server is stopping."""
 
 
 class CloseCode(enum.IntEnum):
@@ -200,18 +134,20 @@ _CANDIDATEMESSAGE_FIELDS = frozenset({"candidate", "sdpMid", "sdpMLineIndex", "u
 class SignalingError(WeeiError):
     """A signaling frame was refused, or the server refused a client request.
 
-    ``reason`` is a :class:`Reason` value (a string); ``refused`` names the
-    message type when it was known.
+    ``reason`` is a :class:`Reason` value (a string), or a :class:`ClientReason`
+    on the client's side; ``refused`` names the message type when it was known.
     """
 
-    def __init__(self, reason: str, message: str, refused: str | None = None) -> None:
-        super().__init__(reason.value if isinstance(reason, Reason) else reason, message)
+    reasons = (Reason, ClientReason)
+
+    def __init__(self, reason: Reason | ClientReason, message: str, refused: str | None = None) -> None:
+        super().__init__(reason, message)
         self.refused = refused
 
 
 def refuse(reason: Reason, message: str) -> NoReturn:
     """Raise the ``SignalingError`` that refuses a frame for ``reason``."""
-    raise SignalingError(reason.value, message)
+    raise SignalingError(reason, message)
 
 
 @dataclass(frozen=True)
@@ -268,17 +204,17 @@ class Limits:
         for name in positive_ints:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise UsageError("invalid-signaling-limits", f"Limits.{name} must be a positive int, not {value!r}")
+                raise UsageError(UsageReason.INVALID_SIGNALING_LIMITS, f"Limits.{name} must be a positive int, not {value!r}")
         for name in ("rate", "strike_recovery_s", "handshake_timeout_s", "idle_timeout_s", "resume_ttl_s",
                      "join_rate", "probe_rate", "ip_bytes_rate", "total_join_rate", "total_bytes_rate"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 < value < math.inf):
-                raise UsageError("invalid-signaling-limits", f"Limits.{name} must be a positive number, not {value!r}")
+                raise UsageError(UsageReason.INVALID_SIGNALING_LIMITS, f"Limits.{name} must be a positive number, not {value!r}")
         if min(self.ip_bytes_burst, self.total_bytes_burst) < self.max_frame_bytes:
-            raise UsageError("invalid-signaling-limits",
+            raise UsageError(UsageReason.INVALID_SIGNALING_LIMITS,
                              "Limits.ip_bytes_burst and total_bytes_burst must hold at least one frame")
         if self.max_sdp_bytes >= self.max_frame_bytes or self.max_candidate_bytes >= self.max_frame_bytes:
-            raise UsageError("invalid-signaling-limits", "Limits.max_sdp_bytes and max_candidate_bytes must be "
+            raise UsageError(UsageReason.INVALID_SIGNALING_LIMITS, "Limits.max_sdp_bytes and max_candidate_bytes must be "
                              "below max_frame_bytes (the frame also carries the envelope)")
 
     def describe(self) -> dict[str, Any]:

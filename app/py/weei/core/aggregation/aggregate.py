@@ -71,6 +71,7 @@ from dataclasses import dataclass
 from typing import Union
 
 from weei.core.errors import AggregationError, ManifestError, SettingsError
+from weei.core.errors import AggregationReason, ModelInfoReason, SettingsReason
 from weei.core.aggregation.methods import METHODS, AggregationKernel, BytesLike, Method, Segment
 from weei.core.aggregation.robust import RobustReport, robust_average
 from weei.core.formats.modelinfo import ModelAggregation
@@ -111,11 +112,11 @@ class AggregationState:
     def __post_init__(self) -> None:
         row = METHODS.get(self.method) if isinstance(self.method, str) else None
         if row is None or not row.state_copies:
-            raise AggregationError("invalid-state", f"state of {self.method!r}, not a method that keeps state")
+            raise AggregationError(AggregationReason.INVALID_STATE, f"state of {self.method!r}, not a method that keeps state")
         if isinstance(self.step, bool) or not isinstance(self.step, int) or self.step < 0:
-            raise AggregationError("invalid-state", f"state step must be an int >= 0, got {self.step!r}")
+            raise AggregationError(AggregationReason.INVALID_STATE, f"state step must be an int >= 0, got {self.step!r}")
         if len(self.data) % 4:
-            raise AggregationError("invalid-state", "state data is not whole float32 values")
+            raise AggregationError(AggregationReason.INVALID_STATE, "state data is not whole float32 values")
 
 
 @dataclass(frozen=True)
@@ -145,25 +146,25 @@ def canonical_contributions(
     ``invalid-contribution`` (byte length differs from ``weight_bytes``).
     """
     if len(contributions) == 0:
-        raise AggregationError("empty-average", "no contributions to average: an empty average has no value")
+        raise AggregationError(AggregationReason.EMPTY_AVERAGE, "no contributions to average: an empty average has no value")
     try:
         ordered = sorted(contributions, key=lambda c: c[0])
     except TypeError as exc:
-        raise AggregationError("invalid-contribution", f"assignment ids are not mutually comparable: {exc}") from None
+        raise AggregationError(AggregationReason.INVALID_CONTRIBUTION, f"assignment ids are not mutually comparable: {exc}") from None
     total = 0
     for n, (aid, count, weights) in enumerate(ordered):
         if n and ordered[n - 1][0] == aid:
-            raise AggregationError("duplicate-contribution", f"assignment {aid!r} contributed twice")
+            raise AggregationError(AggregationReason.DUPLICATE_CONTRIBUTION, f"assignment {aid!r} contributed twice")
         if isinstance(count, bool) or not isinstance(count, int) or not 0 < count <= MAX_COUNT:
-            raise AggregationError("invalid-count", f"assignment {aid!r}: count must be an int in 1..2**53, got {count!r}")
+            raise AggregationError(AggregationReason.INVALID_COUNT, f"assignment {aid!r}: count must be an int in 1..2**53, got {count!r}")
         if _byte_len(weights) != weight_bytes:
             raise AggregationError(
-                "invalid-contribution",
+                AggregationReason.INVALID_CONTRIBUTION,
                 f"assignment {aid!r}: {_byte_len(weights)} weight bytes, expected {weight_bytes}",
             )
         total += count
     if total > MAX_COUNT:
-        raise AggregationError("invalid-count", f"total count {total} exceeds 2**53")
+        raise AggregationError(AggregationReason.INVALID_COUNT, f"total count {total} exceeds 2**53")
     return [c[2] for c in ordered], [c[1] for c in ordered]
 
 
@@ -174,7 +175,7 @@ def fedavg(kernel: AggregationKernel, contributions: Sequence[Contribution], wei
     :func:`canonical_contributions` does (an empty average is an error).
     """
     if weight_bytes % 4:
-        raise AggregationError("invalid-contribution", f"weight bytes {weight_bytes} is not a multiple of 4")
+        raise AggregationError(AggregationReason.INVALID_CONTRIBUTION, f"weight bytes {weight_bytes} is not a multiple of 4")
     updates, counts = canonical_contributions(contributions, weight_bytes)
     return kernel.weighted_average(updates, counts)
 
@@ -202,7 +203,7 @@ def trainable_segments(n_elems: int, average_only: Sequence[tuple[int, int]]) ->
     for offset, size in average_only:
         if offset + size > n_elems * 4:
             raise ManifestError(
-                "invalid-aggregation-info",
+                ModelInfoReason.INVALID_AGGREGATION_INFO,
                 f"aggregation.averageOnly range {offset}+{size} ends past the {n_elems * 4} weight bytes",
             )
         if size == 0:
@@ -245,7 +246,7 @@ def _state_data(state: AggregationState | None, method: Method, weight_bytes: in
         return bytes(size)
     if len(state.data) != size:
         raise AggregationError(
-            "invalid-state", f"{method.name} state has {len(state.data)} bytes, expected {size} for these weights"
+            AggregationReason.INVALID_STATE, f"{method.name} state has {len(state.data)} bytes, expected {size} for these weights"
         )
     return state.data
 
@@ -256,7 +257,7 @@ def check_finite(kernel: AggregationKernel, result: RoundAggregate) -> RoundAggr
     bad = kernel.first_non_finite(result.weights)
     if bad >= 0:
         raise AggregationError(
-            "non-finite-result",
+            AggregationReason.NON_FINITE_RESULT,
             f"weight {bad} of the aggregate is not finite; the previous checkpoint stays "
             "(lower serverLearningRate and retry)",
         )
@@ -264,7 +265,7 @@ def check_finite(kernel: AggregationKernel, result: RoundAggregate) -> RoundAggr
         bad = kernel.first_non_finite(result.state.data)
         if bad >= 0:
             raise AggregationError(
-                "non-finite-result", f"{result.state.method} state value {bad} is not finite; the previous checkpoint stays"
+                AggregationReason.NON_FINITE_RESULT, f"{result.state.method} state value {bad} is not finite; the previous checkpoint stays"
             )
     return result
 
@@ -299,7 +300,7 @@ def aggregate_round(
             "aggregation.method",
             f"the model does not allow {method.name!r} (its aggregation.methods: "
             f"{', '.join(sorted(model.methods or ())) or 'fedavg'}; fedavg is always allowed)",
-            reason="method-not-allowed",
+            reason=SettingsReason.METHOD_NOT_ALLOWED,
         )
     weight_bytes = _byte_len(start_weights)
     average, report = _average(kernel, start_weights, contributions, settings, weight_bytes)
@@ -326,7 +327,7 @@ def _average(
     if settings.norm_clip is None and settings.combine in (None, "mean"):
         return fedavg(kernel, contributions, weight_bytes), None
     if weight_bytes % 4:
-        raise AggregationError("invalid-contribution", f"weight bytes {weight_bytes} is not a multiple of 4")
+        raise AggregationError(AggregationReason.INVALID_CONTRIBUTION, f"weight bytes {weight_bytes} is not a multiple of 4")
     updates, counts = canonical_contributions(contributions, weight_bytes)
     ids = sorted(c[0] for c in contributions)  # comparable: canonical_contributions checked
     return robust_average(kernel, start, ids, updates, counts, settings.norm_clip, settings.combine or "mean",

@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, Union
 
-from ..errors import AggregationError
+from ..errors import AggregationError, AggregationReason
 
 __all__ = ["OUTLIER_MULTIPLE", "RobustKernel", "RobustReport", "median", "trim_count", "robust_average"]
 
@@ -87,7 +87,7 @@ def median(values: Sequence[float]) -> float:
 
     Raises AggregationError ``empty-average`` for no values."""
     if not values:
-        raise AggregationError("empty-average", "no delta norms: nothing to take the median of")
+        raise AggregationError(AggregationReason.EMPTY_AVERAGE, "no delta norms: nothing to take the median of")
     ordered = sorted(values)
     mid = len(ordered) // 2
     return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2.0
@@ -120,10 +120,10 @@ def robust_average(
     ``unknown-combine`` for a combine this module does not know.
     """
     if combine not in ("mean", "trimmedMean", "median"):
-        raise AggregationError("unknown-combine", f"combine {combine!r} is not mean, trimmedMean or median")
+        raise AggregationError(AggregationReason.UNKNOWN_COMBINE, f"combine {combine!r} is not mean, trimmedMean or median")
     norms = [math.sqrt(sq) for sq in kernel.delta_sq_norms(start, updates)]
     if not all(math.isfinite(n) for n in norms):
-        raise AggregationError("non-finite-norm", "a contribution's delta norm is not finite")
+        raise AggregationError(AggregationReason.NON_FINITE_NORM, "a contribution's delta norm is not finite")
     med = median(norms)
     multiple = OUTLIER_MULTIPLE if norm_clip is None else float(norm_clip)
     cap = multiple * med

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, NoReturn
 
 from .. import _check
-from ..errors import CheckpointError, ManifestError, SettingsError, WeeiError
+from ..errors import CheckpointError, ManifestError, SettingsError, WeeiError, CheckpointReason
 from ..floats import first_non_finite
 from .jsonfmt import stringify
 from ..aggregation.methods import METHODS
@@ -53,14 +53,14 @@ MAX_CHECKPOINT_FILE_BYTES = MAX_FILE_BYTES
 MAX_METADATA_BYTES = 1024 * 1024
 
 
-def _fail(reason: str, path: str) -> _check.Fail:
+def _fail(reason: CheckpointReason, path: str) -> _check.Fail:
     def fail(message: str) -> NoReturn:
         raise CheckpointError(reason, f"checkpoint metadata {path}: {message}")
 
     return fail
 
 
-def _field(obj: dict[str, Any], key: str, check: Callable[..., Any], path: str, reason: str = "invalid-metadata",
+def _field(obj: dict[str, Any], key: str, check: Callable[..., Any], path: str, reason: CheckpointReason = CheckpointReason.INVALID_METADATA,
            **options: Any) -> Any:
     """``obj[key]``, required and passed through the toolkit's ``check``; errors name ``path`` and ``reason``."""
     fail = _fail(reason, path)
@@ -68,12 +68,12 @@ def _field(obj: dict[str, Any], key: str, check: Callable[..., Any], path: str, 
 
 
 def _string_list(value: Any, path: str) -> list[str]:
-    items = _check.as_list(value, _fail("invalid-metadata", path))
+    items = _check.as_list(value, _fail(CheckpointReason.INVALID_METADATA, path))
     for item in items:
-        _check.as_str(item, _fail("invalid-metadata", path), nonempty=False)
+        _check.as_str(item, _fail(CheckpointReason.INVALID_METADATA, path), nonempty=False)
     dup = _check.first_duplicate(items)
     if dup is not None:
-        raise CheckpointError("duplicate-chunk-id", f"checkpoint metadata {path}: {dup!r} is listed twice")
+        raise CheckpointError(CheckpointReason.DUPLICATE_CHUNK_ID, f"checkpoint metadata {path}: {dup!r} is listed twice")
     return items
 
 
@@ -97,8 +97,8 @@ class CheckpointMetadata:
         Returns: the metadata. Raises: CheckpointError with a reason code.
         """
         if not isinstance(obj, dict):
-            raise CheckpointError("invalid-metadata", "checkpoint metadata: must be a JSON object")
-        _check.check_depth(obj, _fail("invalid-metadata", "document"))
+            raise CheckpointError(CheckpointReason.INVALID_METADATA, "checkpoint metadata: must be a JSON object")
+        _check.check_depth(obj, _fail(CheckpointReason.INVALID_METADATA, "document"))
         raw = copy.deepcopy(obj)
         return cls(raw, *_check_metadata(raw))
 
@@ -168,111 +168,111 @@ def _check_metadata(raw: dict[str, Any]) -> tuple[ModelInfo, TrainingSettings]:
     """
     version = raw.get("version")
     if not _check.is_integer(version) or version not in (1, 2):
-        raise CheckpointError("unsupported-version", f"checkpoint metadata version: must be 1 or 2, not {version!r}")
+        raise CheckpointError(CheckpointReason.UNSUPPORTED_VERSION, f"checkpoint metadata version: must be 1 or 2, not {version!r}")
     round_ = raw.get("round")
     if not _check.is_integer(round_) or round_ < 0:
-        raise CheckpointError("invalid-round", f"checkpoint metadata round: must be a whole number 0 or more, not {round_!r}")
+        raise CheckpointError(CheckpointReason.INVALID_ROUND, f"checkpoint metadata round: must be a whole number 0 or more, not {round_!r}")
     ck = _field(raw, "checkpoint", _check.as_object, "checkpoint")
     if ck.get("format") != "float32-le":
-        raise CheckpointError("unsupported-weight-format", f"checkpoint metadata checkpoint.format: must be 'float32-le', not {ck.get('format')!r}")
+        raise CheckpointError(CheckpointReason.UNSUPPORTED_WEIGHT_FORMAT, f"checkpoint metadata checkpoint.format: must be 'float32-le', not {ck.get('format')!r}")
     size = _field(ck, "bytes", _check.as_int, "checkpoint.bytes", minimum=4)
     if size % 4:
-        raise CheckpointError("invalid-metadata", f"checkpoint metadata checkpoint.bytes: {size} is not a whole number of float32 values")
+        raise CheckpointError(CheckpointReason.INVALID_METADATA, f"checkpoint metadata checkpoint.bytes: {size} is not a whole number of float32 values")
     _field(ck, "sha256", _check.as_sha256, "checkpoint.sha256")
     if ck.get("kind", "checkpoint") != "checkpoint":
-        raise CheckpointError("invalid-metadata", f"checkpoint metadata checkpoint.kind: must be 'checkpoint', not {ck.get('kind')!r}")
+        raise CheckpointError(CheckpointReason.INVALID_METADATA, f"checkpoint metadata checkpoint.kind: must be 'checkpoint', not {ck.get('kind')!r}")
     if "round" in ck and ck["round"] != round_:
-        raise CheckpointError("invalid-round", f"checkpoint metadata checkpoint.round {ck['round']!r} differs from round {round_}")
+        raise CheckpointError(CheckpointReason.INVALID_ROUND, f"checkpoint metadata checkpoint.round {ck['round']!r} differs from round {round_}")
     if "jobId" in raw:
-        _check.as_str(raw["jobId"], _fail("invalid-metadata", "jobId"))
+        _check.as_str(raw["jobId"], _fail(CheckpointReason.INVALID_METADATA, "jobId"))
     if "incomplete" in raw:
-        _check.as_bool(raw["incomplete"], _fail("invalid-metadata", "incomplete"))
+        _check.as_bool(raw["incomplete"], _fail(CheckpointReason.INVALID_METADATA, "incomplete"))
 
     state = raw.get("aggregationState")
     if version == 1 and state is not None:
-        raise CheckpointError("unexpected-aggregation-state", "checkpoint metadata aggregationState: version 1 has no aggregation state")
+        raise CheckpointError(CheckpointReason.UNEXPECTED_AGGREGATION_STATE, "checkpoint metadata aggregationState: version 1 has no aggregation state")
     if version == 2:
         if state is None:
-            raise CheckpointError("missing-aggregation-state", "checkpoint metadata aggregationState: version 2 needs it")
-        state = _check.as_object(state, _fail("invalid-aggregation-state", "aggregationState"))
+            raise CheckpointError(CheckpointReason.MISSING_AGGREGATION_STATE, "checkpoint metadata aggregationState: version 2 needs it")
+        state = _check.as_object(state, _fail(CheckpointReason.INVALID_AGGREGATION_STATE, "aggregationState"))
         method = state.get("method")
         row = METHODS.get(method) if isinstance(method, str) else None
         if row is None or not row.state_copies:
             stateful = ", ".join(m.name for m in METHODS.values() if m.state_copies)
-            raise CheckpointError("invalid-aggregation-state", f"checkpoint metadata aggregationState.method: must be one of {stateful}, not {method!r}")
-        _field(state, "step", _check.as_int, "aggregationState.step", "invalid-aggregation-state", minimum=1)
-        state_bytes = _field(state, "bytes", _check.as_int, "aggregationState.bytes", "invalid-aggregation-state", minimum=0)
+            raise CheckpointError(CheckpointReason.INVALID_AGGREGATION_STATE, f"checkpoint metadata aggregationState.method: must be one of {stateful}, not {method!r}")
+        _field(state, "step", _check.as_int, "aggregationState.step", CheckpointReason.INVALID_AGGREGATION_STATE, minimum=1)
+        state_bytes = _field(state, "bytes", _check.as_int, "aggregationState.bytes", CheckpointReason.INVALID_AGGREGATION_STATE, minimum=0)
         if state_bytes != row.state_copies * size:
             raise CheckpointError(
-                "state-size-mismatch",
+                CheckpointReason.STATE_SIZE_MISMATCH,
                 f"checkpoint metadata aggregationState.bytes: {state_bytes}, {method} needs {row.state_copies} x {size}",
             )
-        _field(state, "sha256", _check.as_sha256, "aggregationState.sha256", "invalid-aggregation-state")
+        _field(state, "sha256", _check.as_sha256, "aggregationState.sha256", CheckpointReason.INVALID_AGGREGATION_STATE)
 
     try:
-        info = ModelInfo.from_json(_check.require(raw, "modelInfo", _fail("invalid-model-info", "modelInfo")))
+        info = ModelInfo.from_json(_check.require(raw, "modelInfo", _fail(CheckpointReason.INVALID_MODEL_INFO, "modelInfo")))
         check_weight_size(info, size)
     except ManifestError as exc:
-        raise CheckpointError("invalid-model-info", f"checkpoint metadata modelInfo: {exc}") from exc
+        raise CheckpointError(CheckpointReason.INVALID_MODEL_INFO, f"checkpoint metadata modelInfo: {exc}") from exc
     try:
-        settings = TrainingSettings.from_json(_check.require(raw, "settings", _fail("invalid-settings", "settings")))
+        settings = TrainingSettings.from_json(_check.require(raw, "settings", _fail(CheckpointReason.INVALID_SETTINGS, "settings")))
     except SettingsError as exc:
-        raise CheckpointError("invalid-settings", f"checkpoint metadata {exc}") from exc
-    _check_metrics(_check.require(raw, "metrics", _fail("invalid-metrics", "metrics")))
+        raise CheckpointError(CheckpointReason.INVALID_SETTINGS, f"checkpoint metadata {exc}") from exc
+    _check_metrics(_check.require(raw, "metrics", _fail(CheckpointReason.INVALID_METRICS, "metrics")))
     _check_progress(raw)
     return info, settings
 
 
 def _check_metrics(value: Any) -> None:
-    metrics = _check.as_object(value, _fail("invalid-metrics", "metrics"))
-    values = _field(metrics, "values", _check.as_object, "metrics.values", "invalid-metrics")
+    metrics = _check.as_object(value, _fail(CheckpointReason.INVALID_METRICS, "metrics"))
+    values = _field(metrics, "values", _check.as_object, "metrics.values", CheckpointReason.INVALID_METRICS)
     for key, number in values.items():
-        _check.as_number(number, _fail("invalid-metrics", f"metrics.values.{key}"))
-    _field(metrics, "examplesProcessed", _check.as_int, "metrics.examplesProcessed", "invalid-metrics", minimum=0)
+        _check.as_number(number, _fail(CheckpointReason.INVALID_METRICS, f"metrics.values.{key}"))
+    _field(metrics, "examplesProcessed", _check.as_int, "metrics.examplesProcessed", CheckpointReason.INVALID_METRICS, minimum=0)
 
 
 def _check_progress(raw: dict[str, Any]) -> None:
     has_trained, has_remaining = "trainedChunkIds" in raw, "remainingChunkIds" in raw
     if has_trained != has_remaining:
-        raise CheckpointError("chunk-ids-unpaired", "checkpoint metadata: trainedChunkIds and remainingChunkIds come together")
+        raise CheckpointError(CheckpointReason.CHUNK_IDS_UNPAIRED, "checkpoint metadata: trainedChunkIds and remainingChunkIds come together")
     remaining: set[str] = set()
     if has_trained:
         trained = set(_string_list(raw["trainedChunkIds"], "trainedChunkIds"))
         remaining = set(_string_list(raw["remainingChunkIds"], "remainingChunkIds"))
         overlap = sorted(trained & remaining)
         if overlap:
-            raise CheckpointError("chunk-ids-overlap", f"checkpoint metadata: chunk {overlap[0]!r} is both trained and remaining")
+            raise CheckpointError(CheckpointReason.CHUNK_IDS_OVERLAP, f"checkpoint metadata: chunk {overlap[0]!r} is both trained and remaining")
     if "chunkOrder" in raw:
         _string_list(raw["chunkOrder"], "chunkOrder")
     if "remainingWorkItems" in raw:
-        items = _check.as_object(raw["remainingWorkItems"], _fail("invalid-metadata", "remainingWorkItems"))
+        items = _check.as_object(raw["remainingWorkItems"], _fail(CheckpointReason.INVALID_METADATA, "remainingWorkItems"))
         for key, item in items.items():
             if key not in remaining:
-                raise CheckpointError("work-item-not-remaining", f"checkpoint metadata remainingWorkItems: {key!r} is not in remainingChunkIds")
+                raise CheckpointError(CheckpointReason.WORK_ITEM_NOT_REMAINING, f"checkpoint metadata remainingWorkItems: {key!r} is not in remainingChunkIds")
             p = f"remainingWorkItems.{key}"
-            item = _check.as_object(item, _fail("invalid-metadata", p))
+            item = _check.as_object(item, _fail(CheckpointReason.INVALID_METADATA, p))
             _field(item, "partitionId", _check.as_str, f"{p}.partitionId")
             _field(item, "sourceChunkId", _check.as_str, f"{p}.sourceChunkId")
             _field(item, "recordStart", _check.as_int, f"{p}.recordStart", minimum=0)
             _field(item, "recordCount", _check.as_int, f"{p}.recordCount", minimum=1)
     if "experience" in raw:
-        exp = _check.as_object(raw["experience"], _fail("invalid-metadata", "experience"))
+        exp = _check.as_object(raw["experience"], _fail(CheckpointReason.INVALID_METADATA, "experience"))
         seed = _field(exp, "jobSeed", _check.as_str, "experience.jobSeed")
         # At most 20 digits before int(): 2**64-1 has 20, and int() of a long
         # digit string is quadratic (Python refuses over 4300 digits).
         if (len(seed) > 20 or not seed.isdigit() or not seed.isascii() or int(seed) >= 2**64
                 or (len(seed) > 1 and seed[0] == "0")):
-            raise CheckpointError("invalid-metadata", "checkpoint metadata experience.jobSeed: must be an unsigned 64-bit decimal")
+            raise CheckpointError(CheckpointReason.INVALID_METADATA, "checkpoint metadata experience.jobSeed: must be an unsigned 64-bit decimal")
         next_unit = _field(exp, "nextUnit", _check.as_int, "experience.nextUnit", minimum=0)
         if "retry" in exp:
             try:
                 parse_retry(exp["retry"], next_unit)
             except WeeiError as exc:
-                raise CheckpointError("invalid-metadata", f"checkpoint metadata {exc.message}") from None
+                raise CheckpointError(CheckpointReason.INVALID_METADATA, f"checkpoint metadata {exc.message}") from None
     if "auxiliaryWeights" in raw:
-        aux = _check.as_object(raw["auxiliaryWeights"], _fail("invalid-metadata", "auxiliaryWeights"))
+        aux = _check.as_object(raw["auxiliaryWeights"], _fail(CheckpointReason.INVALID_METADATA, "auxiliaryWeights"))
         for key, sha in aux.items():
-            _check.as_sha256(sha, _fail("invalid-metadata", f"auxiliaryWeights.{key}"))
+            _check.as_sha256(sha, _fail(CheckpointReason.INVALID_METADATA, f"auxiliaryWeights.{key}"))
 
 
 @dataclass(frozen=True)
@@ -294,16 +294,16 @@ def read_checkpoint(data: bytes | bytearray | memoryview) -> Checkpoint:
     view = memoryview(data).cast("B")
     total = view.nbytes
     if total > MAX_CHECKPOINT_FILE_BYTES:
-        raise CheckpointError("file-too-large", f"checkpoint: {total} bytes, at most {MAX_CHECKPOINT_FILE_BYTES} are accepted")
+        raise CheckpointError(CheckpointReason.FILE_TOO_LARGE, f"checkpoint: {total} bytes, at most {MAX_CHECKPOINT_FILE_BYTES} are accepted")
     if total < 4:
-        raise CheckpointError("truncated-header", f"checkpoint: {total} bytes, too short for the metadata length")
+        raise CheckpointError(CheckpointReason.TRUNCATED_HEADER, f"checkpoint: {total} bytes, too short for the metadata length")
     (meta_len,) = struct.unpack_from("<I", view, 0)
     if meta_len > MAX_METADATA_BYTES:
-        raise CheckpointError("metadata-too-large", f"checkpoint: metadata of {meta_len} bytes, at most {MAX_METADATA_BYTES}")
+        raise CheckpointError(CheckpointReason.METADATA_TOO_LARGE, f"checkpoint: metadata of {meta_len} bytes, at most {MAX_METADATA_BYTES}")
     if 4 + meta_len > total:
-        raise CheckpointError("truncated-metadata", f"checkpoint: metadata of {meta_len} bytes does not fit the {total}-byte file")
+        raise CheckpointError(CheckpointReason.TRUNCATED_METADATA, f"checkpoint: metadata of {meta_len} bytes does not fit the {total}-byte file")
     def not_json(message: str) -> NoReturn:
-        raise CheckpointError("invalid-metadata-json", f"checkpoint metadata: {message}")
+        raise CheckpointError(CheckpointReason.INVALID_METADATA_JSON, f"checkpoint metadata: {message}")
 
     obj = _check.parse_json(view[4 : 4 + meta_len], not_json)
     meta = CheckpointMetadata.from_json(obj)
@@ -314,25 +314,25 @@ def read_checkpoint(data: bytes | bytearray | memoryview) -> Checkpoint:
     state_size = 0 if state_info is None else int(state_info["bytes"])
     have = total - start
     if have < size:
-        raise CheckpointError("weights-length-mismatch", f"checkpoint: {have} bytes of weights, checkpoint.bytes says {size}")
+        raise CheckpointError(CheckpointReason.WEIGHTS_LENGTH_MISMATCH, f"checkpoint: {have} bytes of weights, checkpoint.bytes says {size}")
     if meta.version == 1 and have != size:
-        raise CheckpointError("weights-length-mismatch", f"checkpoint: {have} bytes after the metadata, checkpoint.bytes says {size}")
+        raise CheckpointError(CheckpointReason.WEIGHTS_LENGTH_MISMATCH, f"checkpoint: {have} bytes after the metadata, checkpoint.bytes says {size}")
     if meta.version == 2 and have - size != state_size:
-        raise CheckpointError("state-length-mismatch", f"checkpoint: {have - size} bytes of state, aggregationState.bytes says {state_size}")
+        raise CheckpointError(CheckpointReason.STATE_LENGTH_MISMATCH, f"checkpoint: {have - size} bytes of state, aggregationState.bytes says {state_size}")
     weights = view[start : start + size]
     index = first_non_finite(weights)
     if index is not None:
-        raise CheckpointError("weights-non-finite", f"checkpoint: weight {index} is not finite")
+        raise CheckpointError(CheckpointReason.WEIGHTS_NON_FINITE, f"checkpoint: weight {index} is not finite")
     if hashlib.sha256(weights).hexdigest() != meta.weight_sha256:
-        raise CheckpointError("weights-sha256-mismatch", "checkpoint: the weights' SHA-256 differs from checkpoint.sha256")
+        raise CheckpointError(CheckpointReason.WEIGHTS_SHA256_MISMATCH, "checkpoint: the weights' SHA-256 differs from checkpoint.sha256")
     state = None
     if state_info is not None:
         state_view = view[start + size : start + size + state_size]
         index = first_non_finite(state_view)
         if index is not None:
-            raise CheckpointError("state-non-finite", f"checkpoint: aggregation state value {index} is not finite")
+            raise CheckpointError(CheckpointReason.STATE_NON_FINITE, f"checkpoint: aggregation state value {index} is not finite")
         if hashlib.sha256(state_view).hexdigest() != state_info["sha256"]:
-            raise CheckpointError("state-sha256-mismatch", "checkpoint: the state's SHA-256 differs from aggregationState.sha256")
+            raise CheckpointError(CheckpointReason.STATE_SHA256_MISMATCH, "checkpoint: the state's SHA-256 differs from aggregationState.sha256")
         state = state_view.tobytes()
     return Checkpoint(meta, weights.tobytes(), state)
 
@@ -403,7 +403,7 @@ def prepare_checkpoint(
     meta = metadata.to_json() if isinstance(metadata, CheckpointMetadata) else dict(metadata) \
         if isinstance(metadata, dict) else metadata
     if not isinstance(meta, dict):
-        raise CheckpointError("invalid-metadata", "checkpoint metadata: must be a JSON object")
+        raise CheckpointError(CheckpointReason.INVALID_METADATA, "checkpoint metadata: must be a JSON object")
     w = weights if isinstance(weights, bytes) else memoryview(weights).cast("B").tobytes()
     # version first, as a reader skimming the file expects.
     meta = {"version": 1 if state is None else 2, **{k: v for k, v in meta.items() if k != "version"}}
@@ -429,10 +429,10 @@ def prepare_checkpoint(
     # the dict itself, not on a parse of ``text``: stringify refuses what
     # is not JSON, and NaN, which it writes as null, fails as_number either way.
     if len(text) > MAX_METADATA_BYTES:
-        raise CheckpointError("metadata-too-large", f"checkpoint: metadata of {len(text)} bytes, at most {MAX_METADATA_BYTES}")
-    _check.check_depth(meta, _fail("invalid-metadata", "document"))
+        raise CheckpointError(CheckpointReason.METADATA_TOO_LARGE, f"checkpoint: metadata of {len(text)} bytes, at most {MAX_METADATA_BYTES}")
+    _check.check_depth(meta, _fail(CheckpointReason.INVALID_METADATA, "document"))
     _check_metadata(meta)
-    labels = (("weight", "weights-non-finite"), ("aggregation state value", "state-non-finite"))
+    labels = (("weight", CheckpointReason.WEIGHTS_NON_FINITE), ("aggregation state value", CheckpointReason.STATE_NON_FINITE))
     for (what, reason), part in zip(labels, parts):
         if finite_checked:
             break
@@ -441,7 +441,7 @@ def prepare_checkpoint(
             raise CheckpointError(reason, f"checkpoint: {what} {index} is not finite")
     total = 4 + len(text) + sum(len(p) for p in parts)
     if total > MAX_CHECKPOINT_FILE_BYTES:
-        raise CheckpointError("file-too-large", f"checkpoint: {total} bytes, at most {MAX_CHECKPOINT_FILE_BYTES} are accepted")
+        raise CheckpointError(CheckpointReason.FILE_TOO_LARGE, f"checkpoint: {total} bytes, at most {MAX_CHECKPOINT_FILE_BYTES} are accepted")
     return CheckpointFile(meta, w, s)
 
 

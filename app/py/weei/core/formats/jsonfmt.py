@@ -27,7 +27,7 @@ import math
 import re
 from typing import Any, NamedTuple
 
-from ..errors import UsageError
+from ..errors import UsageError, UsageReason
 
 __all__ = ["stringify", "number_to_string", "descriptor", "inline_file", "Descriptor"]
 
@@ -125,7 +125,7 @@ def _ordered_items(obj: dict[Any, Any]) -> list[tuple[str, Any]]:
     named: list[tuple[str, Any]] = []
     for key, item in obj.items():
         if not isinstance(key, str):
-            raise UsageError("unsupported-json-key", f"JSON object keys must be strings, not {type(key).__name__}")
+            raise UsageError(UsageReason.UNSUPPORTED_JSON_KEY, f"JSON object keys must be strings, not {type(key).__name__}")
         if _INDEX.fullmatch(key) and int(key) <= _MAX_INDEX:
             indexed.append((int(key), key, item))
         else:
@@ -178,7 +178,7 @@ def _write(value: Any, indent: str, level: str, out: list[str]) -> None:
             _write(item, indent, inner, out)
         out.append("\n" + level + "}" if indent else "}")
     else:
-        raise UsageError("unsupported-json-type", f"cannot write {type(value).__name__} as JSON")
+        raise UsageError(UsageReason.UNSUPPORTED_JSON_TYPE, f"cannot write {type(value).__name__} as JSON")
 
 
 def stringify(value: Any, indent: int | None = None) -> str:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any, Union
 
 from .. import _check
@@ -68,11 +69,11 @@ HOST_RUNTIME_DELIVERY = "installed-in-host"
 BytesLike = Union[bytes, bytearray, memoryview]
 
 
-def _at(reason: str, path: str) -> _check.Where:
+def _at(reason: Enum, path: str) -> _check.Where:
     return _check.Where(ManifestError, reason, path)
 
 
-def _file_name(value: Any, path: str, reason: str) -> str:
+def _file_name(value: Any, path: str, reason: Enum) -> str:
     name = _check.as_str(value, _at(reason, path))
     if "/" in name or "\\" in name or "\x00" in name or name in (".", ".."):
         raise ManifestError(reason, f"{path}: {name!r} is not a plain file name")
@@ -255,7 +256,7 @@ class FileDescriptor:
         return (facts.name, facts.bytes, facts.sha256) == (self.file_name, self.bytes, self.sha256)
 
 
-def _descriptor(obj: Any, path: str, reason: str = ManifestReason.INVALID_PACKAGE) -> FileDescriptor:
+def _descriptor(obj: Any, path: str, reason: Enum = ManifestReason.INVALID_PACKAGE) -> FileDescriptor:
     obj = _check.as_object(obj, _at(reason, path))
     name = _file_name(_at(reason, path).get(obj, "fileName"), f"{path}.fileName", reason)
     size = _at(reason, path).read(obj, "bytes", _check.as_int, minimum=0)

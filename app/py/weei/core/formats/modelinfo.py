@@ -24,10 +24,11 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any, Literal
 
 from .. import _check
-from ..errors import ManifestError, ModelInfoReason, SettingsError
+from ..errors import ManifestError, ModelInfoReason, SettingsError, SettingsReason
 from ..limits import DEFAULT_MEMORY_CAP, MAX_AUXILIARY_BYTES, MAX_METRIC_ID_CHARS, MAX_METRICS
 from ..aggregation.methods import METHODS
 from .settings import TrainingSettings
@@ -54,7 +55,7 @@ MAX_AUXILIARY_SLOTS = 8
 MAX_AVERAGE_ONLY_RANGES = 4096
 
 
-def _at(reason: str, path: str) -> _check.Where:
+def _at(reason: Enum, path: str) -> _check.Where:
     return _check.Where(ManifestError, reason, path)
 
 
@@ -123,7 +124,7 @@ class AuxiliarySlot:
     raw: dict[str, Any]
 
 
-def parse_work_source(obj: Any, path: str = "workSource", reason: str = ModelInfoReason.INVALID_WORK_SOURCE) -> WorkSource:
+def parse_work_source(obj: Any, path: str = "workSource", reason: Enum = ModelInfoReason.INVALID_WORK_SOURCE) -> WorkSource:
     """Parse and check a workSource object.
 
     Takes: its JSON value; ``path``/``reason`` for the error.
@@ -157,7 +158,7 @@ def parse_work_source(obj: Any, path: str = "workSource", reason: str = ModelInf
 
 
 def parse_auxiliary_weights(
-    obj: Any, *, in_package: bool, path: str = "auxiliaryWeights", reason: str = ModelInfoReason.INVALID_AUXILIARY_WEIGHTS
+    obj: Any, *, in_package: bool, path: str = "auxiliaryWeights", reason: Enum = ModelInfoReason.INVALID_AUXILIARY_WEIGHTS
 ) -> tuple[AuxiliarySlot, ...]:
     """Parse and check an auxiliaryWeights list.
 
@@ -453,12 +454,12 @@ def check_settings_for_model(settings: TrainingSettings, info: ModelInfo) -> Non
         raise SettingsError(
             "aggregation.method",
             f"the model allows only {', '.join(info.allowed_methods)}, not {settings.aggregation.method}",
-            ModelInfoReason.METHOD_NOT_ALLOWED,
+            SettingsReason.METHOD_NOT_ALLOWED,
         )
     ws = info.work_source
     if ws is None:
         if settings.experience is not None:
-            raise SettingsError("experience", "is for experience models only; this model reads a dataset", ModelInfoReason.NOT_EXPERIENCE)
+            raise SettingsError("experience", "is for experience models only; this model reads a dataset", SettingsReason.NOT_EXPERIENCE)
         return
     if settings.experience is not None:
         units = settings.experience.units_per_assignment
@@ -466,7 +467,7 @@ def check_settings_for_model(settings: TrainingSettings, info: ModelInfo) -> Non
             raise SettingsError(
                 "experience.unitsPerAssignment",
                 f"must be from {ws.minimum_units} to {ws.maximum_units} for this model, not {units}",
-                ModelInfoReason.OUT_OF_RANGE,
+                SettingsReason.OUT_OF_RANGE,
             )
 
 
@@ -478,7 +479,7 @@ def effective_units_per_assignment(settings: TrainingSettings, info: ModelInfo) 
     """
     check_settings_for_model(settings, info)
     if info.work_source is None:
-        raise SettingsError("experience", "the model is not an experience model", ModelInfoReason.NOT_EXPERIENCE)
+        raise SettingsError("experience", "the model is not an experience model", SettingsReason.NOT_EXPERIENCE)
     if settings.experience is None:
         return info.work_source.default_units
     return settings.experience.units_per_assignment

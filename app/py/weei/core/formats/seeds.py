@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import Literal
 
-from ..errors import SettingsError, UsageError, WeeiError
+from ..errors import SettingsError, UsageError, WeeiError, SettingsReason, UsageReason, WeeiReason
 
 __all__ = [
     "ASSIGNMENT_SEED_TAG",
@@ -71,7 +71,7 @@ MAX_SEED = 2**64 - 1
 def _u64le(value: int, what: str) -> bytes:
     # Callers are our own code: a value outside u64 is a programming error.
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SEED:
-        raise UsageError("bad-seed", f"{what} must be an integer from 0 to 2**64-1, got {value!r}")
+        raise UsageError(UsageReason.BAD_SEED, f"{what} must be an integer from 0 to 2**64-1, got {value!r}")
     return value.to_bytes(8, "little")
 
 
@@ -87,10 +87,10 @@ def job_seed_from_bytes(random_bytes: bytes) -> int:
     ``bad-seed``) for any other length, since the host supplies the bytes.
     """
     if not isinstance(random_bytes, (bytes, bytearray, memoryview)):
-        raise UsageError("bad-seed", f"job seed source must be bytes, got {type(random_bytes).__name__}")
+        raise UsageError(UsageReason.BAD_SEED, f"job seed source must be bytes, got {type(random_bytes).__name__}")
     raw = bytes(random_bytes)
     if len(raw) != SEED_BYTES:
-        raise UsageError("bad-seed", f"job seed source must be {SEED_BYTES} bytes, got {len(raw)}")
+        raise UsageError(UsageReason.BAD_SEED, f"job seed source must be {SEED_BYTES} bytes, got {len(raw)}")
     return int.from_bytes(raw, "little")
 
 
@@ -112,15 +112,15 @@ def parse_seed(text: object) -> int:
     text comes from a file or a peer.
     """
     if not isinstance(text, str):
-        raise WeeiError("bad-seed", f"seed must be a decimal string, got {type(text).__name__}")
+        raise WeeiError(WeeiReason.BAD_SEED, f"seed must be a decimal string, got {type(text).__name__}")
     # isdigit() would accept other Unicode digits; only ASCII is canonical.
     if not (0 < len(text) <= 20 and all("0" <= c <= "9" for c in text)):
-        raise WeeiError("bad-seed", f"seed must be a decimal string of 1 to 20 digits, got {text[:40]!r}")
+        raise WeeiError(WeeiReason.BAD_SEED, f"seed must be a decimal string of 1 to 20 digits, got {text[:40]!r}")
     if len(text) > 1 and text[0] == "0":
-        raise WeeiError("bad-seed", f"seed must not have leading zeros, got {text!r}")
+        raise WeeiError(WeeiReason.BAD_SEED, f"seed must not have leading zeros, got {text!r}")
     value = int(text)
     if value > MAX_SEED:
-        raise WeeiError("bad-seed", f"seed must be at most 2**64-1, got {text}")
+        raise WeeiError(WeeiReason.BAD_SEED, f"seed must be at most 2**64-1, got {text}")
     return value
 
 
@@ -171,7 +171,7 @@ def split_assignment(job_seed: int, unit_start: int, unit_count: int, workers: i
     """
     for name, value in (("unit_count", unit_count), ("workers", workers)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise UsageError("bad-split", f"{name} must be an integer of at least 1, got {value!r}")
+            raise UsageError(UsageReason.BAD_SPLIT, f"{name} must be an integer of at least 1, got {value!r}")
     _u64le(unit_start, "unit start")
     _u64le(unit_start + unit_count - 1, "last unit index")
     used = min(workers, unit_count)
@@ -221,10 +221,10 @@ class ExperienceProgress:
         (``parse_retry``).
         """
         if not isinstance(value, dict) or not {"jobSeed", "nextUnit"} <= set(value) <= {"jobSeed", "nextUnit", "retry"}:
-            raise WeeiError("bad-experience", "experience must be an object with jobSeed, nextUnit and an optional retry")
+            raise WeeiError(WeeiReason.BAD_EXPERIENCE, "experience must be an object with jobSeed, nextUnit and an optional retry")
         next_unit = value["nextUnit"]
         if isinstance(next_unit, bool) or not isinstance(next_unit, int) or not 0 <= next_unit <= MAX_SEED:
-            raise WeeiError("bad-experience", f"experience.nextUnit must be an integer from 0, got {next_unit!r}")
+            raise WeeiError(WeeiReason.BAD_EXPERIENCE, f"experience.nextUnit must be an integer from 0, got {next_unit!r}")
         return cls(parse_seed(value["jobSeed"]), next_unit, parse_retry(value.get("retry", []), next_unit))
 
 
@@ -236,20 +236,20 @@ def parse_retry(value: object, next_unit: int) -> tuple[tuple[int, int], ...]:
     (``bad-experience``) otherwise, because the text comes from a file.
     """
     if not isinstance(value, list) or len(value) > MAX_RETRY_RANGES:
-        raise WeeiError("bad-experience", f"experience.retry must be an array of at most {MAX_RETRY_RANGES} ranges")
+        raise WeeiError(WeeiReason.BAD_EXPERIENCE, f"experience.retry must be an array of at most {MAX_RETRY_RANGES} ranges")
     ranges: list[tuple[int, int]] = []
     for i, item in enumerate(value):
         if not isinstance(item, dict) or set(item) != {"unitStart", "unitCount"}:
-            raise WeeiError("bad-experience", f"experience.retry[{i}] must be an object with unitStart and unitCount")
+            raise WeeiError(WeeiReason.BAD_EXPERIENCE, f"experience.retry[{i}] must be an object with unitStart and unitCount")
         start, count = item["unitStart"], item["unitCount"]
         if any(isinstance(v, bool) or not isinstance(v, int) for v in (start, count)) or start < 0 or count < 1 \
                 or start + count > next_unit:
-            raise WeeiError("bad-experience", f"experience.retry[{i}] must be units handed out before "
+            raise WeeiError(WeeiReason.BAD_EXPERIENCE, f"experience.retry[{i}] must be units handed out before "
                                               f"(from 0, at least one, below nextUnit {next_unit})")
         ranges.append((start, count))
     ordered = sorted(ranges)
     if any(a_start + a_count > b_start for (a_start, a_count), (b_start, _) in pairwise(ordered)):
-        raise WeeiError("bad-experience", "experience.retry ranges must not overlap")
+        raise WeeiError(WeeiReason.BAD_EXPERIENCE, "experience.retry ranges must not overlap")
     return tuple(ranges)
 
 
@@ -271,9 +271,9 @@ def continue_experience(
         return saved
     if dataset_mode == "new":
         if random_bytes is None:
-            raise UsageError("bad-seed", "datasetMode 'new' needs 8 random bytes for the new job seed")
+            raise UsageError(UsageReason.BAD_SEED, "datasetMode 'new' needs 8 random bytes for the new job seed")
         return ExperienceProgress(job_seed_from_bytes(random_bytes), 0)
-    raise UsageError("bad-dataset-mode", f"datasetMode must be 'resume' or 'new', got {dataset_mode!r}")
+    raise UsageError(UsageReason.BAD_DATASET_MODE, f"datasetMode must be 'resume' or 'new', got {dataset_mode!r}")
 
 
 def rounds_to_train(checkpoint_round: int, last_round: int) -> int:
@@ -286,13 +286,13 @@ def rounds_to_train(checkpoint_round: int, last_round: int) -> int:
     ``checkpoint_round``, since there would be nothing to train.
     """
     if isinstance(checkpoint_round, bool) or not isinstance(checkpoint_round, int) or checkpoint_round < 0:
-        raise UsageError("bad-round", f"checkpoint round must be an integer of at least 0, got {checkpoint_round!r}")
+        raise UsageError(UsageReason.BAD_ROUND, f"checkpoint round must be an integer of at least 0, got {checkpoint_round!r}")
     if isinstance(last_round, bool) or not isinstance(last_round, int):
         raise SettingsError("epochs", f"must be a whole number of rounds, got {last_round!r}")
     if last_round <= checkpoint_round:
         raise SettingsError(
             "epochs",
             f"is the last round of the job and must be above the checkpoint's round {checkpoint_round}, got {last_round}",
-            reason="epochs-not-above-checkpoint",
+            reason=SettingsReason.EPOCHS_NOT_ABOVE_CHECKPOINT,
         )
     return last_round - checkpoint_round

@@ -27,7 +27,7 @@ from typing import Any, Literal, NoReturn
 
 from .. import _check
 from ..aggregation.methods import METHODS, Method
-from ..errors import SettingsError
+from ..errors import SettingsError, SettingsReason
 
 __all__ = [
     "AggregationSettings",
@@ -59,14 +59,14 @@ def _failer(field_name: str) -> _check.Fail:
 
 def _unknown(prefix: str) -> _check.Fail:
     def fail(key: str) -> NoReturn:
-        raise SettingsError(prefix + key, "is not a known setting", "unknown-setting")
+        raise SettingsError(prefix + key, "is not a known setting", SettingsReason.UNKNOWN_SETTING)
 
     return fail
 
 
 def _count(obj: dict[str, Any], key: str, path: str) -> int:
     if key not in obj:
-        raise SettingsError(path, "is required", "missing-setting")
+        raise SettingsError(path, "is required", SettingsReason.MISSING_SETTING)
     return _check.as_int(obj[key], _failer(path), minimum=1)
 
 
@@ -84,8 +84,8 @@ def _method_row(method: object) -> Method:
 def _refuse_foreign_option(name: str, method: str) -> NoReturn:
     """A key that is not an option of ``method``: another method's, or nobody's."""
     if any(row.option(name) is not None for row in METHODS.values()):
-        raise SettingsError(f"aggregation.{name}", f"does not belong to method {method}", "option-not-for-method")
-    raise SettingsError(f"aggregation.{name}", "is not a known setting", "unknown-setting")
+        raise SettingsError(f"aggregation.{name}", f"does not belong to method {method}", SettingsReason.OPTION_NOT_FOR_METHOD)
+    raise SettingsError(f"aggregation.{name}", "is not a known setting", SettingsReason.UNKNOWN_SETTING)
 
 
 @dataclass(frozen=True)
@@ -124,7 +124,7 @@ class AggregationSettings:
             path = f"aggregation.{name}"
             number = _check.as_number(value, _failer(path))
             if not option.allows(number):
-                raise SettingsError(path, f"must be {option.range_text}, not {number}", "out-of-range")
+                raise SettingsError(path, f"must be {option.range_text}, not {number}", SettingsReason.OUT_OF_RANGE)
         object.__setattr__(self, "options", tuple((o.name, given[o.name]) for o in row.options if o.name in given))
         self._check_robust()
 
@@ -157,24 +157,24 @@ class AggregationSettings:
         if self.norm_clip is not None:
             number = _check.as_number(self.norm_clip, _failer("aggregation.normClip"))
             if not 1 <= number <= MAX_NORM_CLIP:
-                raise SettingsError("aggregation.normClip", f"must be from 1 to {MAX_NORM_CLIP:g}, not {number}", "out-of-range")
+                raise SettingsError("aggregation.normClip", f"must be from 1 to {MAX_NORM_CLIP:g}, not {number}", SettingsReason.OUT_OF_RANGE)
         if self.combine is not None:
             _check.as_choice(self.combine, _failer("aggregation.combine"), COMBINES)
         if self.trim is not None:
             if self.combine != "trimmedMean":
-                raise SettingsError("aggregation.trim", "belongs to combine \"trimmedMean\" only", "option-not-for-method")
+                raise SettingsError("aggregation.trim", "belongs to combine \"trimmedMean\" only", SettingsReason.OPTION_NOT_FOR_METHOD)
             number = _check.as_number(self.trim, _failer("aggregation.trim"))
             if not 0 < number < 0.5:
-                raise SettingsError("aggregation.trim", f"must be above 0 and below 0.5, not {number}", "out-of-range")
+                raise SettingsError("aggregation.trim", f"must be above 0 and below 0.5, not {number}", SettingsReason.OUT_OF_RANGE)
         if self.exclude_outliers_after is not None:
             path = "aggregation.excludeOutliersAfter"
             if self.norm_clip is None and self.combine is None:
                 raise SettingsError(path, "needs normClip or combine (outliers are found by robust aggregation)",
-                                    "option-not-for-method")
+                                    SettingsReason.OPTION_NOT_FOR_METHOD)
             _check.as_int(self.exclude_outliers_after, _failer(path), minimum=1)
             if self.exclude_outliers_after > MAX_EXCLUDE_AFTER:
                 raise SettingsError(path, f"must be from 1 to {MAX_EXCLUDE_AFTER}, not {self.exclude_outliers_after}",
-                                    "out-of-range")
+                                    SettingsReason.OUT_OF_RANGE)
 
     @classmethod
     def from_json(cls, obj: Any) -> AggregationSettings:
@@ -185,7 +185,7 @@ class AggregationSettings:
         """
         obj = _check.as_object(obj, _failer("aggregation"))
         if "method" not in obj:
-            raise SettingsError("aggregation.method", "is required", "missing-setting")
+            raise SettingsError("aggregation.method", "is required", SettingsReason.MISSING_SETTING)
         method = obj["method"]
         row = _method_row(method)
         options: list[tuple[str, float]] = []
@@ -238,7 +238,7 @@ class ValidationSchedule:
         _check.no_unknown_keys(obj, {"enabled", "unit", "every"}, _unknown("validationSchedule."))
         for key in ("enabled", "unit", "every"):
             if key not in obj:
-                raise SettingsError(f"validationSchedule.{key}", "is required", "missing-setting")
+                raise SettingsError(f"validationSchedule.{key}", "is required", SettingsReason.MISSING_SETTING)
         enabled = _check.as_bool(obj["enabled"], _failer("validationSchedule.enabled"))
         unit = obj["unit"]
         if unit not in ("round", "epoch"):
@@ -322,12 +322,12 @@ class TrainingSettings:
         Raises: SettingsError naming the field.
         """
         if not isinstance(obj, dict):
-            raise SettingsError("settings", "must be an object", "invalid-setting")
+            raise SettingsError("settings", "must be an object", SettingsReason.INVALID_SETTING)
         _check.no_unknown_keys(obj, _TOP_KEYS, _unknown(""))
         if "epochs" in obj and "rounds" in obj:
             epochs = _count(obj, "epochs", "epochs")
             if _count(obj, "rounds", "rounds") != epochs:
-                raise SettingsError("rounds", "differs from epochs; pass only epochs", "conflicting-setting")
+                raise SettingsError("rounds", "differs from epochs; pass only epochs", SettingsReason.CONFLICTING_SETTING)
         elif "rounds" in obj:
             epochs = _count(obj, "rounds", "rounds")
         else:
@@ -335,13 +335,13 @@ class TrainingSettings:
         local_epochs = _count(obj, "localEpochs", "localEpochs")
         batch_size = _count(obj, "batchSize", "batchSize")
         if "coordinatorParticipates" not in obj:
-            raise SettingsError("coordinatorParticipates", "is required", "missing-setting")
+            raise SettingsError("coordinatorParticipates", "is required", SettingsReason.MISSING_SETTING)
         participates = _check.as_bool(obj["coordinatorParticipates"], _failer("coordinatorParticipates"))
         learning_rate = None
         if "learningRate" in obj:
             learning_rate = _check.as_number(obj["learningRate"], _failer("learningRate"))
             if learning_rate <= 0:
-                raise SettingsError("learningRate", f"must be above 0, not {learning_rate}", "out-of-range")
+                raise SettingsError("learningRate", f"must be above 0, not {learning_rate}", SettingsReason.OUT_OF_RANGE)
         schedule = None
         if "validationSchedule" in obj:
             schedule = ValidationSchedule.from_json(obj["validationSchedule"])

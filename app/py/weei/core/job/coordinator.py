@@ -59,7 +59,7 @@ from . import progress
 from ..aggregation.aggregate import AggregationState
 from .attempts import Attempt, Received, RoundAttempts, check_update
 from ..wire.commands import Command, Log, Outbox, RoundPhase, RunValidation, SaveCheckpoint, Send
-from ..errors import UsageError, WeeiError
+from ..errors import UsageError, WeeiError, UsageReason
 from .spec import JobSpec
 from .participant import CHECKPOINTS_KEPT
 from ..wire.messages import (
@@ -171,7 +171,7 @@ class Coordinator:
             UsageError: an experience job without ``job_seed``, or weights of the wrong size.
         """
         if len(initial_weights) != spec.weight_bytes:
-            raise UsageError("wrong-weight-size", f"initial weights are {len(initial_weights)} bytes, "
+            raise UsageError(UsageReason.WRONG_WEIGHT_SIZE, f"initial weights are {len(initial_weights)} bytes, "
                                                   f"the model declares {spec.weight_bytes}")
         dataset, experience = progress.new_schedules(spec, job_seed)
         self = cls(spec, my_peer_id=my_peer_id, kernel=kernel, weights=bytes(initial_weights), round_=0, now=now,
@@ -255,12 +255,12 @@ class Coordinator:
     def check_invite(self, peer: str) -> None:
         """Raise the UsageError ``invite(peer)`` would raise; change nothing (the page answers invite() from it)."""
         if self.status == JobStatus.COMPLETED:
-            raise UsageError("job-completed", "the job is completed; continue from a checkpoint to train more")
+            raise UsageError(UsageReason.JOB_COMPLETED, "the job is completed; continue from a checkpoint to train more")
         if peer == self.my_peer_id:
-            raise UsageError("invite-self", "the coordinator cannot invite itself")
+            raise UsageError(UsageReason.INVITE_SELF, "the coordinator cannot invite itself")
         record = self.peers.get(peer)
         if record is not None and record.approved:  # a stopped or declined peer may be invited again
-            raise UsageError("already-participating", f"peer {peer} already takes part in this job")
+            raise UsageError(UsageReason.ALREADY_PARTICIPATING, f"peer {peer} already takes part in this job")
 
     def invite(self, peer: str, now: float) -> None:
         """Send an invitation: only descriptions, nothing is downloaded before acceptance."""
@@ -273,9 +273,9 @@ class Coordinator:
 
     def start(self, now: float) -> None:
         if self.status == JobStatus.COMPLETED:
-            raise UsageError("job-completed", "the job is completed; continue from a checkpoint to train more")
+            raise UsageError(UsageReason.JOB_COMPLETED, "the job is completed; continue from a checkpoint to train more")
         if self.status == JobStatus.RUNNING:
-            raise UsageError("already-running", "the job is already running")
+            raise UsageError(UsageReason.ALREADY_RUNNING, "the job is already running")
         self._job("start")
         self.error = None
         self._log("job.started", round=self.checkpoint_round + 1)
@@ -286,19 +286,19 @@ class Coordinator:
     def pause(self, now: float) -> None:
         """Stop handing out work; open attempts finish and the round closes as usual."""
         if self.status != JobStatus.RUNNING:
-            raise UsageError("not-running", f"the job is {self.status}, not running")
+            raise UsageError(UsageReason.NOT_RUNNING, f"the job is {self.status}, not running")
         self._job("pause")
         self._log("job.paused")
 
     def resume_running(self, now: float) -> None:
         if self.status != JobStatus.PAUSED:
-            raise UsageError("not-paused", f"the job is {self.status}, not paused")
+            raise UsageError(UsageReason.NOT_PAUSED, f"the job is {self.status}, not paused")
         self.start(now)
 
     def stop(self, now: float) -> None:
         """End the job now: open attempts are discarded; the last checkpoint is the result."""
         if self.status == JobStatus.COMPLETED:
-            raise UsageError("job-completed", "the job is already completed")
+            raise UsageError(UsageReason.JOB_COMPLETED, "the job is already completed")
         for attempt in self.attempts.open():
             self._end_attempt(attempt, "the job was stopped", now, failed=False, reassign=False)
         self.attempts.clear()
@@ -361,7 +361,7 @@ class Coordinator:
 
     def shuffle_chunks(self, seed: int, now: float) -> None:
         if self.dataset is None:
-            raise UsageError("not-a-dataset-job", "an experience job has no chunks to shuffle")
+            raise UsageError(UsageReason.NOT_A_DATASET_JOB, "an experience job has no chunks to shuffle")
         self.dataset.shuffle(seed)
         self._log("chunks.shuffled")
 

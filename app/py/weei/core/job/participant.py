@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..wire.commands import Command, LoadModule, Log, Send, Train
-from ..errors import UsageError
+from ..errors import UsageError, UsageReason
 from ..floats import first_non_finite
 from ..wire.messages import (
     ArtifactRef, Assign, AssignmentFailed, CheckpointNote, Deliver, Invitation, InvitationDecision, JobFinished, Leave,
@@ -239,19 +239,19 @@ class Participant:
     def decide(self, accepted: bool, now: float) -> None:
         """decideInvitation(jobId, accepted)."""
         if self.state != P.INVITED or self.invitation is None:
-            raise UsageError("no-invitation", "there is no invitation waiting for a decision")
+            raise UsageError(UsageReason.NO_INVITATION, "there is no invitation waiting for a decision")
         self._move("accept" if accepted else "decline")
         self._send(InvitationDecision(self.invitation.job_id, accepted))
 
     def pause_contribution(self, paused: bool, now: float) -> None:
         if self.job_id is None or not takes_part(self.state):
-            raise UsageError("not-participating", "pausing needs a job you take part in")
+            raise UsageError(UsageReason.NOT_PARTICIPATING, "pausing needs a job you take part in")
         self._paused = paused
         self._send(PauseContribution(self.job_id, paused))
 
     def leave(self, now: float) -> None:
         if self.job_id is None or not has_job(self.state):
-            raise UsageError("not-participating", "there is no job to leave")
+            raise UsageError(UsageReason.NOT_PARTICIPATING, "there is no job to leave")
         self._send(Leave(self.job_id))
         self.current = self.pending = None
         self._move("leave")

@@ -23,7 +23,7 @@ from typing import Any, Mapping
 from ..aggregation.aggregate import AggregationState
 from .attempts import Attempt
 from ..formats.checkpoint import Checkpoint, checkpoint_file_name
-from ..errors import ManifestError, UsageError
+from ..errors import ManifestError, UsageError, UsageReason
 from .spec import JobSpec
 from ..formats.manifest import check_recorded_auxiliary
 from .schedule import DatasetSchedule, ExperienceSchedule, UnitWork
@@ -54,13 +54,13 @@ def new_schedules(spec: JobSpec, job_seed: int | None, next_unit: int = 0, retry
     """
     if spec.is_experience:
         if job_seed is None:
-            raise UsageError("missing-job-seed", "an experience job needs a job seed")
+            raise UsageError(UsageReason.MISSING_JOB_SEED, "an experience job needs a job seed")
         source = spec.info.work_source
         assert source is not None  # is_experience: the model has a workSource
         units = spec.settings.experience.units_per_assignment if spec.settings.experience else source.default_units
         return None, ExperienceSchedule(units, next_unit, retry)
     if not spec.chunks:
-        raise UsageError("no-chunks", "a dataset job needs at least one chunk")
+        raise UsageError(UsageReason.NO_CHUNKS, "a dataset job needs at least one chunk")
     return DatasetSchedule([c.id for c in spec.chunks], planned_epochs=spec.settings.epochs), None
 
 
@@ -74,11 +74,11 @@ def restore(spec: JobSpec, checkpoint: Checkpoint, *, mode: str, new_job_seed: i
             experience job whose last round is not above the checkpoint's.
     """
     if mode not in ("new", "resume"):
-        raise UsageError("bad-dataset-mode", "datasetMode must be 'new' or 'resume'")
+        raise UsageError(UsageReason.BAD_DATASET_MODE, "datasetMode must be 'new' or 'resume'")
     meta = checkpoint.metadata.to_json()  # CheckpointMetadata: its checked JSON
     round_ = int(meta["round"])
     if len(checkpoint.weights) != spec.weight_bytes:
-        raise UsageError("wrong-weight-size", f"the checkpoint holds {len(checkpoint.weights)} bytes of weights, "
+        raise UsageError(UsageReason.WRONG_WEIGHT_SIZE, f"the checkpoint holds {len(checkpoint.weights)} bytes of weights, "
                                               f"the model creates {spec.weight_bytes}")
     # Reopening a saved (possibly completed) job is not a request to train more.
     if spec.is_experience and not reopening:
@@ -86,7 +86,7 @@ def restore(spec: JobSpec, checkpoint: Checkpoint, *, mode: str, new_job_seed: i
     try:  # "continuing from a checkpoint with other files is rejected"
         check_recorded_auxiliary(checkpoint.metadata.auxiliary_weights, spec.info.auxiliary_weights)
     except ManifestError as exc:
-        raise UsageError(exc.reason, exc.message) from exc
+        raise UsageError(UsageReason(exc.reason), exc.message) from exc
     job_seed: int | None = None
     next_unit = 0
     retry: tuple[UnitWork, ...] = ()
@@ -99,7 +99,7 @@ def restore(spec: JobSpec, checkpoint: Checkpoint, *, mode: str, new_job_seed: i
             retry = tuple(UnitWork(start, count) for start, count in saved.retry)
         else:
             if new_job_seed is None:
-                raise UsageError("missing-job-seed", "an experience job needs a job seed")
+                raise UsageError(UsageReason.MISSING_JOB_SEED, "an experience job needs a job seed")
             job_seed = new_job_seed
     dataset, experience = new_schedules(spec, job_seed, next_unit=next_unit, retry=retry)
     if dataset is not None and mode == "resume" and meta.get("remainingChunkIds") is not None:

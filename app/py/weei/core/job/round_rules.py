@@ -25,7 +25,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 from ..aggregation.aggregate import AggregationKernel, AggregationState, BytesLike, aggregate_round, weighted_mean
 from .attempts import Attempt, Received
 from ..wire.commands import RunValidation
-from ..errors import SettingsError, UsageError
+from ..errors import SettingsError, UsageError, SettingsReason, UsageReason
 from .spec import JobSpec
 from ..wire.messages import ArtifactRef, Assign, ChunkRef, UnitRange
 from ..formats.modelinfo import AuxiliarySlot, ModelInfo
@@ -120,7 +120,7 @@ def check_method(info: ModelInfo, settings: TrainingSettings) -> None:
     if method not in info.allowed_methods:
         raise SettingsError("aggregation.method", f"the model does not allow {method!r}; it allows "
                                                   f"{', '.join(info.allowed_methods)}",
-                            reason="method-not-allowed")
+                            reason=SettingsReason.METHOD_NOT_ALLOWED)
 
 
 def check_units(info: ModelInfo, units: int) -> None:
@@ -222,9 +222,9 @@ def check_can_validate(spec: JobSpec) -> None:
     """Raises UsageError when the job has nothing to validate with."""
     if spec.is_experience:
         if not spec.info.capabilities.get("evaluation"):
-            raise UsageError("no-evaluation", "this model does not declare the evaluation capability")
+            raise UsageError(UsageReason.NO_EVALUATION, "this model does not declare the evaluation capability")
     elif not spec.has_validation:
-        raise UsageError("no-validation-file", "this job has no validation file")
+        raise UsageError(UsageReason.NO_VALIDATION_FILE, "this job has no validation file")
 
 
 def validation_due(spec: JobSpec, round_: int, *, dataset_epoch: int | None, epoch_done: bool,

@@ -51,6 +51,7 @@ from typing import Any
 from ..wire.commands import Send
 from ..wire.framing import (ChannelBroken, FrameError, FrameReader, FrameWriter, MessageReceived, SendQueue,
                       referenced_artifacts)
+from ..wire.framing import FrameReason
 from .peerlink_commands import (AddCandidate, CloseLink, LinkCommand, CreateLink, Delivery, MakeAnswer, MakeOffer, Note,
                                 Pump, SendSignal, SetRemote, TransferRecord, Wake)
 from ..observe.transfers import TransferBook, TransferFailed, TransferProgress
@@ -314,7 +315,7 @@ class LinkManager:
         if link is None or link.reader is None:
             return []
         if isinstance(data, str):
-            events: list[Any] = [ChannelBroken(link.peer, FrameError("bad-frame", "a text message on the channel"))]
+            events: list[Any] = [ChannelBroken(link.peer, FrameError(FrameReason.BAD_FRAME, "a text message on the channel"))]
         else:
             self.bytes_received += len(data)
             events = link.reader.feed(data, now)

@@ -55,7 +55,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Mapping, NoReturn, TypeGuard
 
 from .._check import parse_json
-from ..errors import UsageError
+from ..errors import UsageError, UsageReason
 
 __all__ = [
     "FILE_SCHEMA_VERSION",
@@ -104,13 +104,13 @@ def iso8601(now_ms: float) -> str:
     time between the years 1 and 9999.
     """
     if isinstance(now_ms, bool) or not isinstance(now_ms, (int, float)) or not math.isfinite(now_ms):
-        raise UsageError("bad-time", f"time must be finite ms since the epoch, got {now_ms!r}")
+        raise UsageError(UsageReason.BAD_TIME, f"time must be finite ms since the epoch, got {now_ms!r}")
     ms = int(round(now_ms))
     try:
         # Integer arithmetic on a timedelta: no float rounding, no platform time_t limits.
         moment = _EPOCH + timedelta(milliseconds=ms)
     except OverflowError as error:
-        raise UsageError("bad-time", f"time {now_ms!r} is outside the years 1 to 9999") from error
+        raise UsageError(UsageReason.BAD_TIME, f"time {now_ms!r} is outside the years 1 to 9999") from error
     return f"{moment:%Y-%m-%dT%H:%M:%S}.{ms % 1000:03d}Z"
 
 
@@ -237,7 +237,7 @@ class DebugLog:
         name or a bad time.
         """
         if not isinstance(event, str) or not event:
-            raise UsageError("bad-event", f"event must be a non-empty string, got {event!r}")
+            raise UsageError(UsageReason.BAD_EVENT, f"event must be a non-empty string, got {event!r}")
         entry: dict[str, Any] = {"at": iso8601(now_ms), "event": event[:_MAX_NAME]}
         peer = self._peer_of(details)
         if peer is not None and not self._spend(peer, now_ms, entry):
@@ -329,7 +329,7 @@ class DebugLog:
         self._check_name(name)
         duration = finished_mono - started_mono
         if not _is_duration(duration):
-            raise UsageError("bad-duration", f"phase {name!r} of round {round_} ends before it starts")
+            raise UsageError(UsageReason.BAD_DURATION, f"phase {name!r} of round {round_} ends before it starts")
         if round_ != self._round:
             self._round = round_
             self.round_started(started_mono)
@@ -349,7 +349,7 @@ class DebugLog:
         """
         self._check_name(name)
         if name in self._running:
-            raise UsageError("phase-running", f"phase {name!r} is already running")
+            raise UsageError(UsageReason.PHASE_RUNNING, f"phase {name!r} is already running")
         if not self._running and self._in_round and self._last_phase_end is not None:
             self._idle_samples += 1
             self._idle_total_ms += max(0.0, now_mono - self._last_phase_end)
@@ -364,7 +364,7 @@ class DebugLog:
         """
         self._check_name(name)
         if name not in self._running:
-            raise UsageError("phase-not-running", f"phase {name!r} was not started")
+            raise UsageError(UsageReason.PHASE_NOT_RUNNING, f"phase {name!r} was not started")
         duration = max(0.0, now_mono - self._running.pop(name))
         if not self._running:
             self._last_phase_end = now_mono
@@ -379,7 +379,7 @@ class DebugLog:
         """
         self._check_name(name)
         if not _is_duration(duration_ms):
-            raise UsageError("bad-duration", f"duration of {name!r} must be finite and not negative, got {duration_ms!r}")
+            raise UsageError(UsageReason.BAD_DURATION, f"duration of {name!r} must be finite and not negative, got {duration_ms!r}")
         stats = self._phases.get(name)
         if stats is None and len(self._phases) < MAX_PHASES:
             stats = self._phases[name] = _PhaseStats()
@@ -464,7 +464,7 @@ class DebugLog:
 
     def _check_name(self, name: object) -> None:
         if not isinstance(name, str) or not 0 < len(name) <= _MAX_NAME:
-            raise UsageError("bad-phase", f"phase name must be a string of 1 to {_MAX_NAME} characters, got {name!r}")
+            raise UsageError(UsageReason.BAD_PHASE, f"phase name must be a string of 1 to {_MAX_NAME} characters, got {name!r}")
 
     def _load_events(self, events: Any) -> None:
         if not isinstance(events, list):

@@ -90,6 +90,8 @@ class Direction(str, Enum):
 class MessageError(WeeiError):
     """A peer sent a message that is not valid; ``reason`` says how."""
 
+    reasons = (MessageReason,)
+
 
 # A bad field fails as ``message.<field>: <problem>`` with reason bad-field.
 _AT = Where(MessageError, MessageReason.BAD_FIELD, "message")

@@ -41,11 +41,15 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any, NoReturn, Union
 
 from .._check import parse_json
 
 __all__ = [
+    "Reason",
+    "ClientReason",
+    "reason_of",
     "Welcome",
     "Peers",
     "Signal",
@@ -73,6 +77,95 @@ _SIGNAL_KINDS = ("offer", "answer", "candidate")
 #: Room keys travel in URL fragments: URL-safe characters only.
 ROOM_KEY = re.compile(r"[A-Za-z0-9_-]{1,128}")
 _ROOM_LABEL = b"weei-room/1\n"
+
+
+class Reason(str, Enum):
+    """Why a frame was refused or a connection closed (sent as the string)."""
+
+    FRAME_TOO_LARGE = "frame-too-large"
+    """A text frame above ``Limits.max_frame_bytes``."""
+    BINARY_FRAME = "binary-frame"
+    """The protocol is JSON text frames only."""
+    BAD_JSON = "bad-json"
+    """Not JSON, not a JSON object, too deeply nested, or NaN/Infinity."""
+    UNKNOWN_TYPE = "unknown-type"
+    """``type`` missing or not one of hello, join, signal, ping."""
+    BAD_MESSAGE = "bad-message"
+    """A field is missing, of the wrong type, or not part of the message."""
+    UNSUPPORTED_VERSION = "unsupported-version"
+    """``hello.version`` is not a protocol version this server speaks."""
+    HELLO_REQUIRED = "hello-required"
+    """``join``/``signal`` before ``hello``."""
+    ALREADY_WELCOMED = "already-welcomed"
+    """A second ``hello`` on the same connection."""
+    NOT_IN_ROOM = "not-in-room"
+    """``signal`` before ``join``."""
+    ALREADY_IN_ROOM = "already-in-room"
+    """A second ``join`` on the same connection (one room per connection)."""
+    BAD_ROOM = "bad-room"
+    """Room code empty, too long, or with characters outside [A-Za-z0-9_-]."""
+    ROOM_KEY_REQUIRED = "room-key-required"
+    """``join`` without ``key``: a room is entered with its key (the invite link's secret)."""
+    ROOM_REFUSED = "room-refused"
+    """The key is not the room's (the same answer whether or not the room exists)."""
+    RESUME_WRONG_ROOM = "resume-wrong-room"
+    """``hello`` resumed a peer ID with a token bound to another room than the one joined."""
+    JOIN_RATE_LIMITED = "join-rate-limited"
+    """Joins (or refused joins) from this IP address, or to the whole server, came too fast; nothing was checked."""
+    BYTES_RATE_LIMITED = "bytes-rate-limited"
+    """This IP address (or everyone together) sent more bytes than its budget; the frame was dropped."""
+    ROOM_FULL = "room-full"
+    """The room has ``Limits.max_peers_per_room`` peers already."""
+    TOO_MANY_ROOMS = "too-many-rooms"
+    """The server has ``Limits.max_rooms`` rooms already."""
+    UNKNOWN_PEER = "unknown-peer"
+    """``signal.to`` is not a peer in the sender's room."""
+    SELF_ADDRESSED = "self-addressed"
+    """``signal.to`` is the sender itself."""
+    BAD_KIND = "bad-kind"
+    """``signal.kind`` is not offer, answer or candidate."""
+    BAD_PAYLOAD = "bad-payload"
+    """The payload is not an SDP string / an RTCIceCandidateInit."""
+    PAYLOAD_TOO_LARGE = "payload-too-large"
+    """SDP above ``max_sdp_bytes`` or candidate above ``max_candidate_bytes``."""
+    RATE_LIMITED = "rate-limited"
+    """The connection's token bucket is empty; the frame was dropped."""
+    # Close reasons (sent as the WebSocket close reason).
+    TOO_MANY_ERRORS = "too-many-errors"
+    """Refused frames used up the connection's strikes."""
+    HANDSHAKE_TIMEOUT = "handshake-timeout"
+    """No ``hello`` + ``join`` within ``Limits.handshake_timeout_s``."""
+    IDLE_TIMEOUT = "idle-timeout"
+    """No frame at all for ``Limits.idle_timeout_s``."""
+    REPLACED = "replaced"
+    """A newer connection resumed this peer ID."""
+    SERVER_FULL = "server-full"
+    """The server has ``Limits.max_connections`` connections already."""
+    SLOW_CONSUMER = "slow-consumer"
+    """The peer does not read its frames; its outbound queue overflowed."""
+    SERVER_SHUTDOWN = "server-shutdown"
+    """The server is stopping."""
+
+
+class ClientReason(str, Enum):
+    """Why a signaling request failed on the client's side, where the server gave no code of :class:`Reason`."""
+
+    CLOSED = "closed"
+    """The socket closed while the request was open."""
+    DISCONNECTED = "disconnected"
+    """There was no open socket to send the request on."""
+    UNKNOWN_REFUSAL = "unknown-refusal"
+    """The server refused with a code this client does not know (the message keeps it)."""
+
+
+def reason_of(code: str) -> Reason | ClientReason:
+    """The member for a code a server sent (or ``closed``); an unknown code is ``unknown-refusal``."""
+    for family in (Reason, ClientReason):
+        try:
+            return family(code)
+        except ValueError:
+            pass
+    return ClientReason.UNKNOWN_REFUSAL
 
 
 def room_code(key: str) -> str:

@@ -18,9 +18,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..._check import Where
-from ...errors import UsageError
+from ...errors import UsageError, UsageReason
 from .records import (MAX_TEXT, SCHEMA_VERSION, SNAPSHOT_INTERVAL_MS, SPEED_WINDOW_MS, TIMED_STAGES, UNKNOWN,
-                      DiagnosticsReason, check_assignment, check_count, check_environment, check_execution, check_gpu,
+                      check_assignment, check_count, check_environment, check_execution, check_gpu,
                       check_model, check_text)
 from .stages import Stage, next_stage
 
@@ -29,13 +29,13 @@ __all__ = ["DiagnosticsRecorder"]
 # Progress reports can come thousands of times a second; keep the window bounded.
 _MAX_SPEED_SAMPLES = 512
 # The recorder's inputs come from our own adapter: a bad value is our bug, not a peer's.
-_OWN_INPUT = Where(UsageError, DiagnosticsReason.BAD_DIAGNOSTICS, "diagnostics")
+_OWN_INPUT = Where(UsageError, UsageReason.BAD_DIAGNOSTICS, "diagnostics")
 
 
 def _merge(current: Mapping[str, Any], changes: Mapping[str, Any], section: str) -> dict[str, Any]:
     unknown_keys = [k for k in changes if k not in current]
     if unknown_keys:
-        raise UsageError(DiagnosticsReason.BAD_DIAGNOSTICS, f"{section} has no field {unknown_keys[0]!r}")
+        raise UsageError(UsageReason.BAD_DIAGNOSTICS, f"{section} has no field {unknown_keys[0]!r}")
     return {**current, **changes}
 
 
@@ -146,7 +146,7 @@ class DiagnosticsRecorder:
     def join_job(self, job_id: str, now_mono: float) -> None:
         """Start periodic snapshots for ``job_id``; the first one is due at once."""
         if not isinstance(job_id, str) or not job_id:
-            raise UsageError(DiagnosticsReason.BAD_DIAGNOSTICS, f"job_id must be a non-empty string, got {job_id!r}")
+            raise UsageError(UsageReason.BAD_DIAGNOSTICS, f"job_id must be a non-empty string, got {job_id!r}")
         self._job_id = job_id
         self._assignment = None
         self._reset_assignment_figures()
@@ -174,10 +174,10 @@ class DiagnosticsRecorder:
         Raises ``UsageError`` without a job, if invalid, or for another job.
         """
         if self._job_id is None:
-            raise UsageError(DiagnosticsReason.NO_JOB, "start_assignment needs join_job first")
+            raise UsageError(UsageReason.NO_JOB, "start_assignment needs join_job first")
         record = check_assignment(dict(assignment), _OWN_INPUT.at("assignment"))
         if record["jobId"] != self._job_id:
-            raise UsageError(DiagnosticsReason.BAD_DIAGNOSTICS,
+            raise UsageError(UsageReason.BAD_DIAGNOSTICS,
                              f"assignment of job {record['jobId']!r} while in job {self._job_id!r}")
         self._assignment = record
         self._reset_assignment_figures()
@@ -200,7 +200,7 @@ class DiagnosticsRecorder:
         stage = next_stage(self._stage, event)
         if (stage is Stage.ERROR and stage is not self._stage) and error is None or \
                 error is not None and stage is not Stage.ERROR:
-            raise UsageError(DiagnosticsReason.BAD_DIAGNOSTICS, "an error message goes with stage 'error' and only with it")
+            raise UsageError(UsageReason.BAD_DIAGNOSTICS, "an error message goes with stage 'error' and only with it")
         if error is None:
             error = self._error if stage is self._stage else None  # staying in 'error' keeps its message
         else:

@@ -65,13 +65,13 @@ class DiagnosticsReason(str, Enum):
     """Why diagnostics were refused (the error keeps the string)."""
 
     BAD_DIAGNOSTICS = "bad-diagnostics"
-    """A snapshot, or a value given to the recorder, is not a valid record or field."""
-    NO_JOB = "no-job"
-    """The recorder was given an assignment before ``join_job``."""
+    """A peer's snapshot is not a valid record, or a field of it is malformed."""
 
 
 class DiagnosticsError(WeeiError):
     """A peer's diagnostics snapshot is malformed; the message names the field."""
+
+    reasons = (DiagnosticsReason,)
 
 
 #: Where a peer's snapshot fails: ``diagnostics.<field>: <problem>``.

@@ -17,7 +17,7 @@ from dataclasses import dataclass, fields, is_dataclass
 from enum import Enum, IntEnum
 from typing import Any, Union
 
-from ...errors import UsageError, WeeiError
+from ...errors import UsageError, WeeiError, UsageReason
 from ..messages import ArtifactRef, Message
 from ...observe.transfers import TransferDone, TransferFailed, TransferProgress
 
@@ -124,6 +124,8 @@ FATAL_REASONS = frozenset({FrameReason.BAD_FRAME.value, FrameReason.OVERSIZED_FR
 
 class FrameError(WeeiError):
     """A peer's frame (or a transfer it started) was refused; ``reason`` is one of ``REASONS``."""
+
+    reasons = (FrameReason,)
 
     @property
     def fatal(self) -> bool:
@@ -254,14 +256,14 @@ def parse_frame(frame: bytes | bytearray | memoryview, max_frame_bytes: int = HA
 
 def _header(ftype: FrameType, tid: int) -> bytes:
     if not 0 < tid <= MAX_TRANSFER_ID:
-        raise UsageError("bad-transfer-id", f"transfer id {tid} is outside 1..2**32-1")
+        raise UsageError(UsageReason.BAD_TRANSFER_ID, f"transfer id {tid} is outside 1..2**32-1")
     return _HEADER.pack(MAGIC, VERSION, ftype, 0, tid)
 
 
 def artifact_begin_frame(tid: int, kind: str, sha256: str, total: int) -> bytes:
     """The ARTIFACT_BEGIN frame. Raises ``UsageError`` for values the format cannot carry."""
     if kind not in ArtifactRef.KINDS or not 0 <= total < 2**64 or len(sha256) != 64:
-        raise UsageError("bad-frame-field", f"cannot frame artifact {kind!r} {sha256!r} of {total} bytes")
+        raise UsageError(UsageReason.BAD_FRAME_FIELD, f"cannot frame artifact {kind!r} {sha256!r} of {total} bytes")
     raw = kind.encode()
     return _header(FrameType.ARTIFACT_BEGIN, tid) + _ARTIFACT_BEGIN.pack(total, bytes.fromhex(sha256), len(raw)) + raw
 
@@ -269,7 +271,7 @@ def artifact_begin_frame(tid: int, kind: str, sha256: str, total: int) -> bytes:
 def message_begin_frame(tid: int, json_bytes: int, attachments: Sequence[tuple[str, int]]) -> bytes:
     """The MESSAGE_BEGIN frame. Raises ``UsageError`` for values the format cannot carry."""
     if not 0 <= json_bytes <= MAX_TRANSFER_ID or len(attachments) > 0xFFFF:
-        raise UsageError("bad-frame-field", "message or attachment list too large to frame")
+        raise UsageError(UsageReason.BAD_FRAME_FIELD, "message or attachment list too large to frame")
     refs = b"".join(_ATTACHMENT.pack(bytes.fromhex(sha), size) for sha, size in attachments)
     return _header(FrameType.MESSAGE_BEGIN, tid) + _MESSAGE_BEGIN.pack(json_bytes, len(attachments)) + refs
 
@@ -278,7 +280,7 @@ def data_frame(tid: int, offset: int, payload: bytes | bytearray | memoryview) -
     """The DATA frame carrying ``payload`` at ``offset`` (one copy of the payload)."""
     length = len(payload)
     if not 0 < length <= MAX_TRANSFER_ID or not 0 <= offset < 2**64:
-        raise UsageError("bad-frame-field", f"cannot frame {length} bytes at offset {offset}")
+        raise UsageError(UsageReason.BAD_FRAME_FIELD, f"cannot frame {length} bytes at offset {offset}")
     return _header(FrameType.DATA, tid) + _DATA.pack(offset, length) + payload
 
 

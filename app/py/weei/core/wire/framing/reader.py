@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from ..._check import parse_json
-from ...errors import UsageError, WeeiError
+from ...errors import UsageError, WeeiError, UsageReason
 from ...limits import MAX_AUXILIARY_BYTES, MAX_FILE_BYTES, max_bytes
 from ..messages import Message, decode_message
 from ...observe.transfers import RateMeter, TransferDone, TransferFailed, progress_of
@@ -56,10 +56,10 @@ class ReaderLimits:
 
     def __post_init__(self) -> None:
         if not MIN_FRAME_BYTES <= self.max_frame_bytes <= HARD_MAX_FRAME_BYTES:
-            raise UsageError("bad-limit", f"max_frame_bytes must be {MIN_FRAME_BYTES}..{HARD_MAX_FRAME_BYTES}")
+            raise UsageError(UsageReason.BAD_LIMIT, f"max_frame_bytes must be {MIN_FRAME_BYTES}..{HARD_MAX_FRAME_BYTES}")
         if min(self.max_artifact_bytes, self.max_auxiliary_bytes, self.max_message_bytes, self.max_transfers,
                self.max_buffered_bytes) < 1:
-            raise UsageError("bad-limit", "reader limits must be positive")
+            raise UsageError(UsageReason.BAD_LIMIT, "reader limits must be positive")
 
 
 @dataclass
@@ -251,7 +251,7 @@ class FrameReader:
             if held is not None and len(held.data) == size:
                 blobs[sha] = held.data
                 self._release(sha)
-        error: tuple[str, str, str | None] | None = None
+        error: tuple[FrameReason, str, str | None] | None = None
         for sha, size in t.attachments:
             if sha not in blobs:
                 error = (FrameReason.MISSING_ATTACHMENT, f"attachment {sha[:16]}... of {size} bytes has not arrived", sha)
@@ -299,10 +299,10 @@ class FrameReader:
         if len(self._finished) > _FINISHED_MEMORY:
             self._finished.popitem(last=False)
 
-    def _failed(self, t: _Incoming, reason: str, detail: str) -> TransferFailed:
+    def _failed(self, t: _Incoming, reason: FrameReason, detail: str) -> TransferFailed:
         return TransferFailed(self.peer_id, t.sha256, "receive", FrameError(reason, detail), t.tid)
 
-    def _drop(self, t: _Incoming, reason: str, detail: str, out: list[Event], *, begun: bool = True) -> None:
+    def _drop(self, t: _Incoming, reason: FrameReason, detail: str, out: list[Event], *, begun: bool = True) -> None:
         if begun:
             del self._active[t.tid]
             self._reserved -= t.total
@@ -335,7 +335,7 @@ class FrameReader:
                                       FrameError(FrameReason.STALLED, "no message claimed the artifact in time"), 0))
         return out
 
-    def close(self, reason: str = FrameReason.CHANNEL_CLOSED) -> list[Event]:
+    def close(self, reason: FrameReason = FrameReason.CHANNEL_CLOSED) -> list[Event]:
         """The channel is gone: fail every open transfer and free all buffers."""
         out: list[Event] = []
         for t in list(self._active.values()):

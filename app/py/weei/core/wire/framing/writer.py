@@ -13,7 +13,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
 
 from ..commands import Send
-from ...errors import UsageError
+from ...errors import UsageError, UsageReason
 from ..messages import ArtifactRef, Message, encode_message
 from ...observe.transfers import RateMeter, TransferDone, TransferFailed, TransferProgress, progress_of
 from .frames import (DATA_PAYLOAD_AT, DEFAULT_MAX_FRAME_BYTES, HARD_MAX_FRAME_BYTES, MAX_ATTACHMENTS,
@@ -47,7 +47,7 @@ class FrameWriter:
                  progress_interval_ms: float = DEFAULT_PROGRESS_INTERVAL_MS) -> None:
         """Raises ``UsageError`` if ``max_frame_bytes`` is outside MIN_FRAME_BYTES..HARD_MAX_FRAME_BYTES."""
         if not MIN_FRAME_BYTES <= max_frame_bytes <= HARD_MAX_FRAME_BYTES:
-            raise UsageError("bad-frame-size",
+            raise UsageError(UsageReason.BAD_FRAME_SIZE,
                              f"max_frame_bytes must be {MIN_FRAME_BYTES}..{HARD_MAX_FRAME_BYTES}, not {max_frame_bytes}")
         self.peer_id = peer_id
         self.job_id = job_id
@@ -87,18 +87,18 @@ class FrameWriter:
         for ref, data in attachments:
             view = memoryview(data).cast("B")
             if len(view) != ref.bytes:
-                raise UsageError("attachment-size", f"attachment {ref.sha256[:12]}: {len(view)} bytes, ref says {ref.bytes}")
+                raise UsageError(UsageReason.ATTACHMENT_SIZE, f"attachment {ref.sha256[:12]}: {len(view)} bytes, ref says {ref.bytes}")
             if ref.sha256 not in named:
-                raise UsageError("unreferenced-attachment", f"attachment {ref.sha256[:12]} is not named by the message")
+                raise UsageError(UsageReason.UNREFERENCED_ATTACHMENT, f"attachment {ref.sha256[:12]} is not named by the message")
             if ref.sha256 in peer_holds or ref.sha256 in seen:
                 continue
             seen.add(ref.sha256)
             parts.append((ref, view))
         if len(parts) > MAX_ATTACHMENTS:
-            raise UsageError("too-many-attachments", f"{len(parts)} attachments, at most {MAX_ATTACHMENTS}")
+            raise UsageError(UsageReason.TOO_MANY_ATTACHMENTS, f"{len(parts)} attachments, at most {MAX_ATTACHMENTS}")
         text = json.dumps(encode_message(message), separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
         if len(text) > DEFAULT_MAX_MESSAGE_BYTES:
-            raise UsageError("message-too-large", f"message JSON of {len(text)} bytes, at most {DEFAULT_MAX_MESSAGE_BYTES}")
+            raise UsageError(UsageReason.MESSAGE_TOO_LARGE, f"message JSON of {len(text)} bytes, at most {DEFAULT_MAX_MESSAGE_BYTES}")
         self._queue.append(_Outgoing(message, text, parts))
 
     def enqueue_send(self, send: Send, resolve: Callable[[str], bytes | bytearray | memoryview], *,
@@ -142,7 +142,7 @@ class FrameWriter:
         # Ids only grow: the reader refuses a begin frame that reuses one. 2**32
         # transfers on one channel would take years at WebRTC rates.
         if tid > MAX_TRANSFER_ID:
-            raise UsageError("transfer-ids-exhausted", "this channel has used every transfer id")
+            raise UsageError(UsageReason.TRANSFER_IDS_EXHAUSTED, "this channel has used every transfer id")
         self._next_id += 1
         return tid
 
@@ -262,7 +262,7 @@ class SendQueue:
     def __init__(self, writer: FrameWriter, *, high_water: int = 4 * 1024 * 1024, low_water: int = 1024 * 1024) -> None:
         """Raises ``UsageError`` unless 0 <= low_water < high_water <= 8 MiB (half the 16 MiB queue limit)."""
         if not 0 <= low_water < high_water <= 8 * 1024 * 1024:
-            raise UsageError("bad-watermarks", f"need 0 <= low ({low_water}) < high ({high_water}) <= 8 MiB")
+            raise UsageError(UsageReason.BAD_WATERMARKS, f"need 0 <= low ({low_water}) < high ({high_water}) <= 8 MiB")
         self.writer = writer
         self.high_water = high_water
         self.low_water = low_water
