@@ -90,7 +90,7 @@ class NodeHost:
             await self.controller.init()
             self.started = True
         for src, message, blobs in frames:
-            await self.controller.receive(src, message, VerifiedBlobs(blobs))
+            await self.controller.on_peer_message(src, message, VerifiedBlobs(blobs))
             await self._decide()
         while True:
             await self.controller.idle()

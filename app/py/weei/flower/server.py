@@ -158,7 +158,7 @@ class _Pump:
             return
         for src, message, blobs in got:
             # A node speaks for itself only: what it says came from `peer`, whatever its frame claims.
-            await self.coordinator.receive(peer, message, VerifiedBlobs(blobs))
+            await self.coordinator.on_peer_message(peer, message, VerifiedBlobs(blobs))
 
     async def _lose(self, peer: str, why: str) -> None:
         """A node that failed at Flower's level is a closed channel: the coordinator reassigns its work."""
