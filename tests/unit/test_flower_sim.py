@@ -7,6 +7,7 @@ import io
 from pathlib import Path
 
 import pytest
+import wasmtime
 
 pytest.importorskip("flwr")
 
@@ -37,3 +38,9 @@ def test_sim_every_node_trains_and_the_bytes_are_weei_demos(tmp_path: Path, monk
     sim = {p.name: p.read_bytes() for p in sorted((tmp_path / "sim").glob("*.weei-checkpoint"))}
     assert len(demo) >= 3 and demo.keys() == sim.keys()
     assert [n for n in demo if demo[n] != sim[n]] == []
+    # Ray's shutdown reset the process's SIGILL handler, and wasmtime's trap then killed the whole test run.
+    engine = wasmtime.Engine()
+    store = wasmtime.Store(engine)
+    trap = wasmtime.Instance(store, wasmtime.Module(engine, '(module (func (export "f") unreachable))'), [])
+    with pytest.raises(wasmtime.Trap):
+        trap.exports(store)["f"](store)

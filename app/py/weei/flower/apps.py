@@ -14,6 +14,7 @@ from typing import Any, Callable, TextIO
 from ..demo.run import DEMO_JOBS, DemoJob, models_dir
 from .client import NodeHosts, client_handler
 from .server import FlowerRun, drive
+from .signals import keep_fatal_signal_handlers
 
 __all__ = ["quiet_flower", "server_app", "client_app", "module_sha256", "simulate", "write_app", "job_for"]
 
@@ -94,9 +95,10 @@ def simulate(package_dir: Path, *, nodes: int, out: Path, stream: TextIO, settin
     job = job_for(package_dir, settings)
     accept = frozenset({module_sha256(job.package or package_dir)})
     runs: list[FlowerRun] = []
-    run_simulation(server_app(job, seed=seed, out=out, stream=stream, on_run=runs.append, min_nodes=nodes),
-                   client_app(accept),
-                   num_supernodes=nodes, backend_config=SIM_BACKEND)
+    with keep_fatal_signal_handlers():
+        run_simulation(server_app(job, seed=seed, out=out, stream=stream, on_run=runs.append, min_nodes=nodes),
+                       client_app(accept),
+                       num_supernodes=nodes, backend_config=SIM_BACKEND)
     if not runs:  # the ServerApp ended without a completed run
         raise RuntimeError(f"weei flower sim: the ServerApp did not complete {job.name} (see the log above)")
     return runs[0]
