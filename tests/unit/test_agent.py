@@ -386,7 +386,7 @@ def test_disk_storage_survives_a_restart(tmp_path: Path) -> None:
         assert await storage.collect_garbage() == 1
         # a damaged blob is an error, never wrong bytes
         await storage.put("artifacts", sha, blob)
-        (tmp_path / "blobs" / sha).write_bytes(b"x" + blob[1:])
+        (tmp_path / "blobs" / sha).write_bytes(bytes([blob[0] ^ 1]) + blob[1:])  # b"x" + ... was no change 1 time in 256
         with pytest.raises(StorageError):
             await storage.get("artifacts", sha)
 
