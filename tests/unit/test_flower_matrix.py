@@ -1,13 +1,18 @@
 """The issue's test matrix through the in-process fake grid (test_flower_grid.FakeGrid): CartPole's
-checkpoints are the in-process run's bytes, and every arrival order of four nodes' replies gives one result."""
+checkpoints are the in-process run's bytes, every arrival order of four nodes' replies gives one result,
+and a participant's faults are handled as over WebRTC (the in-process network), to the checkpoints' bytes."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 import io
 import itertools
+import struct
+import time
 from pathlib import Path
+from typing import Any, Callable
 
 import pytest
 
@@ -18,7 +23,10 @@ from test_flower_grid import FakeGrid, _files, _handler  # noqa: E402
 
 from weei.demo.run import DEMO_JOBS, run_job  # noqa: E402
 from weei.flower.client import NodeHosts  # noqa: E402
-from weei.flower.server import drive  # noqa: E402
+from weei.core.wire.messages import ArtifactRef, Update  # noqa: E402
+from weei.flower.client import node_peer  # noqa: E402
+from weei.flower.codec import decode_frames, encode_frames  # noqa: E402
+from weei.flower.server import FlowerRun, drive  # noqa: E402
 
 pytestmark = pytest.mark.flower
 
@@ -73,3 +81,139 @@ def test_every_arrival_order_of_four_replies_gives_one_result(tmp_path: Path, pe
     full = [r for r, peers in run.contributors.items() if len(peers) == 4]
     assert len(full) >= 3 and applied["n"] >= len(full)
     _same(order_reference, _files(tmp_path / "flower"), 4)
+
+
+# ---------------------------------------------------------------- faults: the same as over WebRTC
+
+FAULTS = ("raises", "wrong-count", "nan", "never-answers")
+FAULT_SETTINGS = {**DIGITS.settings, "epochs": 1}
+
+
+class Fault:
+    """One participant's fault, injected the same way on both paths: on the in-process network (peer-2,
+    what the coordinator hears over a data channel) and in a ClientApp wrapper on the fake grid (node 32,
+    the same participant: both are the second of three invited). It strikes the first update that
+    participant sends: a ClientApp that raises (Flower's error reply; over WebRTC the channel closes),
+    weights one float short, a NaN among the weights, or no reply ever (a hung participant: everything it
+    sends from then on is lost).
+
+    The coordinator's round deadline is 10 minutes of its clock: when the hung participant's attempts are
+    the only ones open, the coordinator's clock jumps past it (simulated time; nothing waits 10 minutes)."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self.struck = False
+        self.skew_ms = 0.0
+        self.jumps = 0
+        self.coordinator: Any = None
+        self.hung: str | None = None
+
+    def clock(self) -> float:
+        return time.time() * 1000.0 + self.skew_ms
+
+    def capture(self, make: Callable[..., Any]) -> Callable[..., Any]:
+        """Wraps a module's ``_controller``: the coordinator it makes runs on this fault's clock."""
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            controller = make(*args, **kwargs)
+            if controller.my_peer_id == "coordinator":
+                self.coordinator = controller
+                controller.clock = controller.session.clock = self.clock
+                asyncio.ensure_future(self._watch())
+            return controller
+        return wrapped
+
+    async def _watch(self) -> None:
+        while True:
+            await asyncio.sleep(0.005)
+            core = self.coordinator.coordinator
+            if self.hung is not None and core is not None and core.attempts.busy_peers() == {self.hung}:
+                self.skew_ms += core.round_timeout_ms + 1000.0
+                self.jumps += 1
+                self.coordinator.executor.arm_timer()
+
+    def spoil(self, update: Update, blobs: dict[str, bytes]) -> tuple[Update, dict[str, bytes]]:
+        weights = blobs[update.weights.sha256]
+        weights = weights[:-4] if self.kind == "wrong-count" else struct.pack("<I", 0x7FC00001) + weights[4:]
+        sha = hashlib.sha256(weights).hexdigest()
+        return dataclasses.replace(update, weights=ArtifactRef("update", sha, len(weights))), {sha: weights}
+
+    def rejected(self) -> list[tuple[int, str]]:
+        return [(r.round, r.reason.split(":")[0]) for r in self.coordinator.coordinator.rejected]
+
+
+def _in_process(fault: Fault, out: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import weei.demo.run as demo_run
+    from weei.demo.network import MemoryNetwork
+
+    post = MemoryNetwork.post
+
+    def faulty_post(network: MemoryNetwork, src: str, send: Any, blobs: Any) -> None:
+        if src == fault.hung:
+            return
+        if src == "peer-2" and isinstance(send.message, Update) and not fault.struck:
+            fault.struck = True
+            if fault.kind == "raises":
+                asyncio.ensure_future(network.disconnect(src))
+                return
+            if fault.kind == "never-answers":
+                fault.hung = src
+                return
+            message, blobs = fault.spoil(send.message, blobs)
+            send = dataclasses.replace(send, message=message)
+        post(network, src, send, blobs)
+
+    monkeypatch.setattr(MemoryNetwork, "post", faulty_post)
+    monkeypatch.setattr(demo_run, "_controller", fault.capture(demo_run._controller))
+    run_job(DIGITS, out, stream=io.StringIO(), settings=FAULT_SETTINGS, seed=5, flat=True)
+
+
+def _on_flower(fault: Fault, out: Path, monkeypatch: pytest.MonkeyPatch) -> FlowerRun:
+    import weei.flower.server as server
+    from flwr.app import Error
+
+    monkeypatch.setattr(server, "_controller", fault.capture(server._controller))
+    honest = NodeHosts()
+
+    def train(node_id: int, message: Message) -> Message | None:
+        """A ClientApp's train function with the fault (None: it never returns)."""
+        if fault.hung == node_peer(node_id):
+            return None
+        content = honest.handle(node_id, {"weei-accept": "*"}, message.content)
+        frames, _ = decode_frames(content)
+        if node_id != 32 or fault.struck or not any(isinstance(m, Update) for _, m, _ in frames):
+            return Message(content, reply_to=message)
+        fault.struck = True
+        if fault.kind == "raises":
+            raise RuntimeError("the model's train step failed")
+        if fault.kind == "never-answers":
+            fault.hung = node_peer(node_id)
+            return None
+        frames = [(src, *fault.spoil(m, b)) if isinstance(m, Update) else (src, m, b) for src, m, b in frames]
+        return Message(encode_frames(frames), reply_to=message)
+
+    def client_app(node_id: int, message: Message) -> Message | None:
+        """What Flower's runtime does around the ClientApp: an exception becomes an error reply."""
+        try:
+            return train(node_id, message)
+        except RuntimeError as exc:
+            return Message(Error(code=0, reason=f"ClientAppException: {exc}"), reply_to=message)
+
+    return asyncio.run(drive(FakeGrid([31, 32, 33], client_app), DIGITS, settings=FAULT_SETTINGS, seed=5, out=out))
+
+
+@pytest.mark.parametrize("kind", FAULTS)
+def test_faults_are_handled_as_over_webrtc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
+    """The same fault of the same participant at the same point: the coordinator rejects (or reassigns, or
+    waits out) the same way on Flower as on the in-process network, and every checkpoint has the same bytes."""
+    webrtc, flower = Fault(kind), Fault(kind)
+    _in_process(webrtc, tmp_path / "demo", monkeypatch)
+    monkeypatch.undo()
+    run = _on_flower(flower, tmp_path / "flower", monkeypatch)
+    assert webrtc.struck and flower.struck
+    expected = {"raises": [], "wrong-count": [(1, "wrong-size")], "nan": [(1, "non-finite-weights")],
+                "never-answers": []}[kind]
+    assert webrtc.rejected() == flower.rejected() == expected
+    assert webrtc.jumps == flower.jumps and (webrtc.jumps > 0) == (kind == "never-answers")
+    assert [f.split(":")[0] for f in run.failed_nodes] == (["node-32"] if kind == "raises" else [])
+    assert run.unanswered == (["node-32"] if kind == "never-answers" else [])
+    _same(_files(tmp_path / "demo"), _files(tmp_path / "flower"), 4)
