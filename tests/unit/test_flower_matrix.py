@@ -217,3 +217,38 @@ def test_faults_are_handled_as_over_webrtc(tmp_path: Path, monkeypatch: pytest.M
     assert [f.split(":")[0] for f in run.failed_nodes] == (["node-32"] if kind == "raises" else [])
     assert run.unanswered == (["node-32"] if kind == "never-answers" else [])
     _same(_files(tmp_path / "demo"), _files(tmp_path / "flower"), 4)
+
+
+# ---------------------------------------------------------------- resume
+
+RESUME = {
+    "digits-fedavgm": (DIGITS, {**DIGITS.settings, "epochs": 2, "aggregation": {"method": "fedavgm", "momentum": 0.5}}),
+    "cartpole": (CARTPOLE, {**CARTPOLE.settings, "epochs": 6}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(RESUME))
+def test_resume_from_checkpoint_k_equals_the_uninterrupted_run(tmp_path: Path, name: str) -> None:
+    """Continuing from checkpoint 3 (``continueFromCheckpoint`` with ``datasetMode: 'resume'``: weights,
+    FedAvgM's state, the dataset queue or the episode seeds) gives the uninterrupted run's checkpoints 3..N,
+    byte for byte: a Flower checkpoint on Flower, an in-process checkpoint on Flower, and a Flower checkpoint
+    in the in-process run."""
+    job, settings = RESUME[name]
+
+    def flower(out: str, resume: bytes | None = None) -> dict[str, bytes]:
+        asyncio.run(drive(FakeGrid([81, 82, 83], _handler(NodeHosts())), job, settings=settings, seed=8,
+                          out=tmp_path / out, resume=resume))
+        return _files(tmp_path / out)
+
+    def in_process(out: str, resume: bytes | None = None) -> dict[str, bytes]:
+        run_job(job, tmp_path / out, stream=io.StringIO(), settings=settings, seed=8, flat=True, resume=resume)
+        return _files(tmp_path / out)
+
+    whole_demo, whole_flower = in_process("demo"), flower("flower")
+    _same(whole_demo, whole_flower, 7)
+    names = sorted(whole_demo)
+    k = names[3]
+    tail = {n: whole_demo[n] for n in names[3:]}
+    _same(tail, flower("flower-from-flower", whole_flower[k]), 4)
+    _same(tail, flower("flower-from-demo", whole_demo[k]), 4)
+    _same(tail, in_process("demo-from-flower", whole_flower[k]), 4)
