@@ -186,14 +186,16 @@ class _Pump:
 
 async def drive(grid: Any, job: DemoJob, *, settings: dict[str, Any] | None = None, seed: int | None = None,
                 out: Path | None = None, stream: TextIO | None = None, timeout_s: float = 3600.0,
-                min_nodes: int = 1, nodes_wait_s: float = 120.0, resume: bytes | None = None) -> FlowerRun:
+                min_nodes: int = 1, nodes_wait_s: float = 120.0, resume: bytes | None = None,
+                execution_files: Mapping[str, bytes] | None = None) -> FlowerRun:
     """Run ``job`` to completion with Weei's coordinator, the grid's nodes as its participants.
 
     With ``seed`` the job id and initial weights are those of ``weei demo``'s run with that seed
     (:func:`weei.demo.run.seeded_bytes`). With ``resume`` (a ``.weei-checkpoint`` file's bytes, from this
     or any other Weei run of the package) the job continues from it as the widget's
     ``continueFromCheckpoint`` with ``datasetMode: 'resume'`` does: its weights, aggregation state, dataset
-    queue and seed. Each ``.weei-checkpoint`` goes into ``out``. Raises
+    queue and seed. ``execution_files`` are ``createJob``'s (the WGSL archive a node with ``weei-backend``
+    trains on its GPU with). Each ``.weei-checkpoint`` goes into ``out``. Raises
     RuntimeError when the job pauses or the deadline passes, or when fewer than ``min_nodes`` nodes have
     connected within ``nodes_wait_s`` (SuperNodes, simulated ones too, connect after the ServerApp starts:
     the nodes present at the start are the job's participants)."""
@@ -215,7 +217,8 @@ async def drive(grid: Any, job: DemoJob, *, settings: dict[str, Any] | None = No
     pump = _Pump(grid, transport, coordinator, run)
     await coordinator.init()
     package_dir = job.package or models_dir() / job.model
-    inputs = package_inputs(package_dir, job.data or package_dir / "data", job.validation)
+    inputs = {**package_inputs(package_dir, job.data or package_dir / "data", job.validation),
+              "execution_files": execution_files}
     if resume is None:
         job_id = await coordinator.create_job(**inputs, settings=settings or job.settings)
     else:
