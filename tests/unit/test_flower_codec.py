@@ -62,3 +62,60 @@ def test_frames_refused_by_name() -> None:
     with pytest.raises(WeeiError) as info:
         decode_frames(not_json)
     assert info.value.reason == "bad-json"
+
+
+# Bit patterns, not values: a float compare would call -0.0 == 0.0 and every NaN unequal.
+PATTERNS = [0x00000000, 0x80000000, 0x00000001, 0x80000001, 0x007FFFFF, 0x807FFFFF, 0x00800000, 0x7F7FFFFF,
+            0xFF7FFFFF, 0x7F800000, 0xFF800000, 0x7FC00001, 0xFFBFFFFF, 0x3F800000]
+
+
+def _update_frame(weights: bytes) -> tuple[str, object, dict[str, bytes]]:
+    import hashlib
+
+    from weei.core.wire.messages import ArtifactRef, Update
+
+    sha = hashlib.sha256(weights).hexdigest()
+    update = Update("job-1", 1, "as-1", "as-1-a1", "00" * 32, ArtifactRef("update", sha, len(weights)), {}, 1)
+    return "node-1", update, {sha: weights}
+
+
+def test_update_weights_survive_flowers_wire_bit_for_bit() -> None:
+    """An update's weights through the codec and Flower's own protobuf serialization (what a SuperNode's
+    reply becomes on the wire): -0.0, the smallest and largest subnormals, +-max, +-inf and NaN payloads
+    come back bit for bit. Refusing a NaN is the coordinator's (non-finite-weights), not the codec's."""
+    from flwr.common.serde import recorddict_from_proto, recorddict_to_proto
+    from flwr.proto.recorddict_pb2 import RecordDict as ProtoRecordDict
+
+    from weei.flower.codec import encode_frames
+
+    weights = struct.pack(f"<{len(PATTERNS)}I", *PATTERNS)
+    wire = recorddict_to_proto(encode_frames([_update_frame(weights)])).SerializeToString()
+    proto = ProtoRecordDict()
+    proto.ParseFromString(wire)
+    frames, missing = decode_frames(recorddict_from_proto(proto))
+    assert missing == [] and len(frames) == 1
+    (_, message, blobs), = frames
+    assert list(blobs.values()) == [weights] and message.weights.sha256 in blobs
+    assert array_to_weights(weights_to_array(weights), len(PATTERNS)) == weights
+
+
+@pytest.mark.parametrize(("array", "reason"), [
+    (Array(np.zeros(8, dtype="<f4")), "wrong-dtype"),
+    (Array(np.zeros(32, dtype="int8")), "wrong-dtype"),
+    (Array(np.zeros((4, 8), dtype="uint8")), "wrong-shape"),
+    (Array(np.zeros((), dtype="uint8")), "wrong-shape"),
+    (Array(dtype="uint8", shape=(32,), stype="torch.raw", data=b"\0" * 32), "wrong-stype"),
+    (Array(dtype="uint8", shape=(32,), stype="numpy.ndarray", data=Array(np.zeros(32, dtype="int8")).data),
+     "wrong-dtype"),
+    (Array(dtype="uint8", shape=(32,), stype="numpy.ndarray", data=Array(np.zeros(16, dtype="uint8")).data),
+     "wrong-shape"),
+])
+def test_attachments_of_another_kind_refused_by_name(array: Array, reason: str) -> None:
+    """An attachment is a 1-D uint8 numpy array: another dtype, shape or stype, in Flower's metadata or in
+    the .npy header inside it, is refused by name before its hash is even computed."""
+    from weei.flower.errors import FlowerError, FlowerReason
+
+    content = RecordDict({"blobs": ArrayRecord({"ab" * 32: array})})
+    with pytest.raises(WeeiError) as info:
+        decode_frames(content)
+    assert isinstance(info.value, FlowerError) and info.value.reason == FlowerReason(reason)

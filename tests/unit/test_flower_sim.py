@@ -44,3 +44,25 @@ def test_sim_every_node_trains_and_the_bytes_are_weei_demos(tmp_path: Path, monk
     trap = wasmtime.Instance(store, wasmtime.Module(engine, '(module (func (export "f") unreachable))'), [])
     with pytest.raises(wasmtime.Trap):
         trap.exports(store)["f"](store)
+
+
+def test_sim_resume_continues_an_in_process_checkpoint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """``weei flower sim --resume CHECKPOINT`` (run_simulation): the in-process run's checkpoint 4 continued
+    on 3 simulated nodes gives that run's checkpoints 4..N, byte for byte."""
+    import json
+
+    from weei.cli import main
+
+    monkeypatch.setenv("FLWR_TELEMETRY_ENABLED", "0")
+    settings = {**DIGITS.settings, "epochs": 2, "coordinatorParticipates": False}
+    run_job(DIGITS, tmp_path / "demo", stream=io.StringIO(), settings=settings, seed=7, flat=True)
+    demo = {p.name: p.read_bytes() for p in sorted((tmp_path / "demo").glob("*.weei-checkpoint"))}
+    names = sorted(demo)
+    (tmp_path / "settings.json").write_text(json.dumps(settings))
+    assert main(["flower", "sim", str(models_dir() / DIGITS.model), "--nodes", "3", "--seed", "7",
+                 "--settings", str(tmp_path / "settings.json"), "--resume", str(tmp_path / "demo" / names[4]),
+                 "--out", str(tmp_path / "sim")]) == 0
+    sim = {p.name: p.read_bytes() for p in sorted((tmp_path / "sim").glob("*.weei-checkpoint"))}
+    assert len(names) >= 8 and sorted(sim) == names[4:], capsys.readouterr().out[-2000:]
+    assert [n for n in sim if demo[n] != sim[n]] == []

@@ -37,6 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     sim.add_argument("--settings", type=Path, default=None, help="a JSON file of job settings (default: the demo's)")
     sim.add_argument("--seed", type=int, default=None, help="fix the job id and so every training seed")
     sim.add_argument("--out", type=Path, required=True, help="where to write the .weei-checkpoint files")
+    sim.add_argument("--resume", type=Path, default=None, metavar="CHECKPOINT",
+                     help="continue from a .weei-checkpoint (its weights, queue and seed)")
     flower_app = flower_commands.add_parser("app", help="write a Flower App folder that `flwr run DIR` runs")
     flower_app.add_argument("package", type=Path, help="the package folder")
     flower_app.add_argument("--out", type=Path, required=True, help="the app folder to write")
@@ -144,7 +146,8 @@ def _flower(args: argparse.Namespace) -> int:
               f"where it runs, see docs/flower.md)")
         return 0
     settings = json.loads(args.settings.read_text()) if args.settings else None
-    simulate(args.package, nodes=args.nodes, out=args.out, stream=sys.stdout, settings=settings, seed=args.seed)
+    simulate(args.package, nodes=args.nodes, out=args.out, stream=sys.stdout, settings=settings, seed=args.seed,
+             resume=args.resume.read_bytes() if args.resume else None)
     return 0
 
 

@@ -192,7 +192,7 @@ class _Table:
 
 
 async def _run_job(job: DemoJob, target: Path, stream: TextIO, settings: dict[str, Any] | None,
-                   seed: int | None) -> JobReport:
+                   seed: int | None, resume: bytes | None = None) -> JobReport:
     engine = WasmtimeEngine()
     network = MemoryNetwork()
     coordinator = _controller("coordinator", network, engine,
@@ -201,7 +201,12 @@ async def _run_job(job: DemoJob, target: Path, stream: TextIO, settings: dict[st
     try:
         for c in (coordinator, *others):
             await c.init()
-        job_id = await coordinator.create_job(**_package_inputs(job), settings=settings or job.settings)
+        if resume is None:
+            job_id = await coordinator.create_job(**_package_inputs(job), settings=settings or job.settings)
+        else:
+            job_id = await coordinator.continue_from_checkpoint(checkpoint=resume, **_package_inputs(job),
+                                                                settings=settings or job.settings,
+                                                                dataset_mode="resume")
         state = coordinator.get_state()["job"]
         info = state["info"]
         metric = info["metrics"][0]
@@ -253,14 +258,16 @@ async def _run_job(job: DemoJob, target: Path, stream: TextIO, settings: dict[st
 
 
 def run_job(job: DemoJob, out_dir: Path, *, stream: TextIO, settings: dict[str, Any] | None = None,
-            seed: int | None = None, flat: bool = False) -> JobReport:
+            seed: int | None = None, flat: bool = False, resume: bytes | None = None) -> JobReport:
     """Train one demo job to completion; returns its per-round report.
 
     With ``seed`` the job id and initial weights are a function of it (see
     :func:`seeded_bytes`); without, they are random. The checkpoints go to
-    ``out_dir/<job name>``, or into ``out_dir`` itself when ``flat``.
+    ``out_dir/<job name>``, or into ``out_dir`` itself when ``flat``. With ``resume`` (a
+    ``.weei-checkpoint`` file's bytes) the job continues from it (``continueFromCheckpoint``,
+    ``datasetMode: 'resume'``).
     """
-    return asyncio.run(_run_job(job, out_dir if flat else out_dir / job.name, stream, settings, seed))
+    return asyncio.run(_run_job(job, out_dir if flat else out_dir / job.name, stream, settings, seed, resume))
 
 
 def run_demo(out_dir: Path, *, stream: TextIO, jobs: tuple[DemoJob, ...] = DEMO_JOBS) -> int:

@@ -57,7 +57,7 @@ def client_app(accept: frozenset[str] = frozenset()) -> Any:
 
 def server_app(job: DemoJob | None = None, *, seed: int | None = None, out: Path | None = None,
                stream: TextIO | None = None, on_run: Callable[[FlowerRun], None] | None = None,
-               min_nodes: int = 1) -> Any:
+               min_nodes: int = 1, resume: bytes | None = None) -> Any:
     """A ServerApp running ``job`` (else the run config's ``package``/``settings``/``out``/``seed``);
     ``on_run`` gets what the run did."""
     from flwr.serverapp import ServerApp
@@ -71,7 +71,8 @@ def server_app(job: DemoJob | None = None, *, seed: int | None = None, out: Path
                                  json.loads(str(cfg["settings"])) if cfg.get("settings") else None)
         the_seed = seed if job is not None else (int(cfg["seed"]) if int(cfg.get("seed", -1)) >= 0 else None)
         the_out = out if job is not None else Path(str(cfg.get("out", "checkpoints")))
-        run = asyncio.run(drive(grid, the_job, seed=the_seed, out=the_out, stream=stream, min_nodes=min_nodes))
+        run = asyncio.run(drive(grid, the_job, seed=the_seed, out=the_out, stream=stream, min_nodes=min_nodes,
+                                resume=resume))
         if on_run is not None:
             on_run(run)
 
@@ -86,8 +87,9 @@ SIM_BACKEND: dict[str, Any] = {"init_args": {"num_cpus": 1}, "client_resources":
 
 
 def simulate(package_dir: Path, *, nodes: int, out: Path, stream: TextIO, settings: dict[str, Any] | None = None,
-             seed: int | None = None) -> FlowerRun:
-    """``weei flower sim``: the package's job on ``nodes`` simulated SuperNodes (Ray); what the run did."""
+             seed: int | None = None, resume: bytes | None = None) -> FlowerRun:
+    """``weei flower sim``: the package's job on ``nodes`` simulated SuperNodes (Ray), continued from the
+    ``.weei-checkpoint`` bytes ``resume`` when given; what the run did."""
     quiet_flower()
     from flwr.simulation import run_simulation
 
@@ -96,7 +98,8 @@ def simulate(package_dir: Path, *, nodes: int, out: Path, stream: TextIO, settin
     accept = frozenset({module_sha256(job.package or package_dir)})
     runs: list[FlowerRun] = []
     with keep_fatal_signal_handlers():
-        run_simulation(server_app(job, seed=seed, out=out, stream=stream, on_run=runs.append, min_nodes=nodes),
+        run_simulation(server_app(job, seed=seed, out=out, stream=stream, on_run=runs.append, min_nodes=nodes,
+                                  resume=resume),
                        client_app(accept),
                        num_supernodes=nodes, backend_config=SIM_BACKEND)
     if not runs:  # the ServerApp ended without a completed run

@@ -15,6 +15,13 @@ A node without ``weei-accept`` uses the app's own list: empty for a deployed
 app (it accepts nothing until its operator says so), the package's module
 SHA-256 for ``weei flower sim``, whose nodes are all the user's own and have
 no node config of their own.
+
+A node trains on its GPU as ``weei agent --backend`` does: node config
+``weei-backend`` (``auto``: a hardware GPU only, the default; ``cpu``;
+``gpu``: any adapter; ``hybrid``) is the controller's backend preference,
+wgpu-py's adapter is the device, and the job's WGSL archive runs only when
+its SHA-256 is in the accept-list too (else the job trains on the CPU,
+``archive-not-accepted``); the GPU backend's admission gate decides the rest.
 """
 
 from __future__ import annotations
@@ -73,21 +80,29 @@ class _Outbox:
 class NodeHost:
     """One SuperNode's participant."""
 
-    def __init__(self, node_id: int, accept: frozenset[str] | None, engine: WasmtimeEngine) -> None:
+    def __init__(self, node_id: int, accept: frozenset[str] | None, engine: WasmtimeEngine,
+                 backend: str = "auto") -> None:
         self.peer_id = node_peer(node_id)
         self.accept = accept
+        self.backend = backend
         self.outbox = _Outbox()
         self.refused: list[str] = []
         self.controller = TrainingController(
             my_peer_id=self.peer_id, storage=MemoryStorage(), kv=MemoryKeyValue(), pool=ThreadWorkerPool(engine, 1),
             kernel=_kernel(), engine=engine, clock=lambda: time.time() * 1000.0,
-            monotonic=lambda: time.monotonic() * 1000.0, random_bytes=os.urandom, transport=self.outbox)
+            monotonic=lambda: time.monotonic() * 1000.0, random_bytes=os.urandom, transport=self.outbox,
+            gpu=_wgpu() if backend != "cpu" else None, accept_archive=self.accepts)
         self.started = False
+
+    def accepts(self, sha256: str) -> bool:
+        """Whether this node runs what has ``sha256`` (a module, a WGSL archive): its accept-list."""
+        return self.accept is None or sha256.lower() in self.accept
 
     async def handle(self, frames: list[Frame]) -> list[Frame]:
         """Deliver the coordinator's frames; what this node sent back once idle."""
         if not self.started:
             await self.controller.init()
+            await self.controller.set_backend_preference(self.backend)
             self.started = True
         for src, message, blobs in frames:
             await self.controller.on_peer_message(src, message, VerifiedBlobs(blobs))
@@ -102,7 +117,7 @@ class NodeHost:
     async def _decide(self) -> None:
         for job_id, entry in list(self.controller.invitations.items()):
             sha = str(entry["invitation"]["module"].get("sha256", ""))
-            accepted = self.accept is None or sha in self.accept
+            accepted = self.accepts(sha)
             if not accepted:
                 self.refused.append(f"model-not-accepted: module {sha} is not in this node's weei-accept list")
             await self.controller.decide_invitation(job_id, accepted)
@@ -129,8 +144,9 @@ class NodeHosts:
         with self.lock:
             if node_id not in self.hosts:
                 accept = parse_accept(node_config["weei-accept"]) if "weei-accept" in node_config else self.accept
+                backend = str(node_config.get("weei-backend", "auto"))
                 self.hosts[node_id] = asyncio.run_coroutine_threadsafe(
-                    _make(node_id, accept, self.engine), self.loop).result()
+                    _make(node_id, accept, self.engine, backend), self.loop).result()
             return self.hosts[node_id]
 
     def handle(self, node_id: int, node_config: Mapping[str, Any], content: Any) -> Any:
@@ -152,8 +168,17 @@ class NodeHosts:
         return out
 
 
-async def _make(node_id: int, accept: frozenset[str] | None, engine: WasmtimeEngine) -> NodeHost:
-    return NodeHost(node_id, accept, engine)
+async def _make(node_id: int, accept: frozenset[str] | None, engine: WasmtimeEngine, backend: str) -> NodeHost:
+    return NodeHost(node_id, accept, engine, backend)
+
+
+def _wgpu() -> Any:
+    """wgpu-py's ``gpu`` object, or None where wgpu (or its native library) is missing (as the agent's)."""
+    try:
+        import wgpu
+    except Exception:  # not installed, or no wgpu-native for this platform
+        return None
+    return wgpu.gpu
 
 
 def _kernel() -> Any:

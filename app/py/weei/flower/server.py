@@ -8,7 +8,8 @@ second round loop. :class:`GridTransport` is its ``Transport`` port: a
 node's frames as one Flower message, pulls the replies and hands each frame
 to the coordinator as a message from that node. A node that answers with a
 Flower error is a closed channel (``peer_disconnected``); one that never
-answers is what the coordinator's deadlines are for.
+answers is what the coordinator's deadlines are for, and nothing waits for
+it past the round deadline.
 
 Attachments a node has acknowledged are not sent to it again (by SHA-256);
 a node that lost them asks (``weei.needs``) and gets them.
@@ -26,6 +27,7 @@ from typing import Any, Callable, TextIO
 
 from ..api.controller import TrainingController
 from ..core.errors import WeeiError
+from ..core.job.coordinator import DEFAULT_ROUND_TIMEOUT_MS
 from .errors import FlowerError, FlowerReason
 from ..core.verified import VerifiedBlobs
 from ..core.wire.commands import Send
@@ -72,6 +74,7 @@ class FlowerRun:
     failed_nodes: list[str] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)
     checkpoints: list[Path] = field(default_factory=list)
+    unanswered: list[str] = field(default_factory=list)  # the nodes whose last message got no reply by the end
     contributors: dict[int, list[str]] = field(default_factory=dict)  # round -> the peers whose updates it used
 
 
@@ -93,6 +96,7 @@ class _Pump:
         self.run = run
         self.in_flight: dict[str, tuple[str, frozenset[str]]] = {}  # message id -> (peer, attachments sent)
         self.frames: dict[str, list[Any]] = {}  # message id -> its frames, resent whole when a node lost some
+        self.pushed_at: dict[str, float] = {}  # message id -> when it went (the coordinator's clock, ms)
         self.round = 0
 
     def push(self) -> None:
@@ -119,9 +123,20 @@ class _Pump:
             return
         ids = list(self.grid.push_messages(messages))
         self.run.messages += len(ids)
+        now = self.coordinator.clock()
         for mid, (peer, sent, frames) in zip(ids, meta, strict=True):
             self.in_flight[mid] = (peer, sent)
             self.frames[mid] = frames
+            self.pushed_at[mid] = now
+
+    def awaited(self) -> list[str]:
+        """The messages in flight worth waiting for: those younger than the round deadline. A node silent for
+        longer has had its attempt ended by the coordinator's deadline, as over WebRTC; a reply that comes
+        later is still taken, but nothing waits for it (a hung ClientApp must not hold the ServerApp)."""
+        core = self.coordinator.coordinator
+        limit = core.round_timeout_ms if core is not None else DEFAULT_ROUND_TIMEOUT_MS
+        now = self.coordinator.clock()
+        return [mid for mid in self.in_flight if now - self.pushed_at[mid] < limit]
 
     async def pull(self) -> int:
         if not self.in_flight:
@@ -133,6 +148,7 @@ class _Pump:
                 continue
             peer, sent = self.in_flight.pop(mid)
             frames = self.frames.pop(mid, [])
+            self.pushed_at.pop(mid, None)
             self.run.replies += 1
             await self._reply(peer, sent, frames, reply)
         return len(replies)
@@ -170,11 +186,16 @@ class _Pump:
 
 async def drive(grid: Any, job: DemoJob, *, settings: dict[str, Any] | None = None, seed: int | None = None,
                 out: Path | None = None, stream: TextIO | None = None, timeout_s: float = 3600.0,
-                min_nodes: int = 1, nodes_wait_s: float = 120.0) -> FlowerRun:
+                min_nodes: int = 1, nodes_wait_s: float = 120.0, resume: bytes | None = None,
+                execution_files: Mapping[str, bytes] | None = None) -> FlowerRun:
     """Run ``job`` to completion with Weei's coordinator, the grid's nodes as its participants.
 
     With ``seed`` the job id and initial weights are those of ``weei demo``'s run with that seed
-    (:func:`weei.demo.run.seeded_bytes`). Each ``.weei-checkpoint`` goes into ``out``. Raises
+    (:func:`weei.demo.run.seeded_bytes`). With ``resume`` (a ``.weei-checkpoint`` file's bytes, from this
+    or any other Weei run of the package) the job continues from it as the widget's
+    ``continueFromCheckpoint`` with ``datasetMode: 'resume'`` does: its weights, aggregation state, dataset
+    queue and seed. ``execution_files`` are ``createJob``'s (the WGSL archive a node with ``weei-backend``
+    trains on its GPU with). Each ``.weei-checkpoint`` goes into ``out``. Raises
     RuntimeError when the job pauses or the deadline passes, or when fewer than ``min_nodes`` nodes have
     connected within ``nodes_wait_s`` (SuperNodes, simulated ones too, connect after the ServerApp starts:
     the nodes present at the start are the job's participants)."""
@@ -196,8 +217,13 @@ async def drive(grid: Any, job: DemoJob, *, settings: dict[str, Any] | None = No
     pump = _Pump(grid, transport, coordinator, run)
     await coordinator.init()
     package_dir = job.package or models_dir() / job.model
-    job_id = await coordinator.create_job(**package_inputs(package_dir, job.data or package_dir / "data",
-                                                            job.validation), settings=settings or job.settings)
+    inputs = {**package_inputs(package_dir, job.data or package_dir / "data", job.validation),
+              "execution_files": execution_files}
+    if resume is None:
+        job_id = await coordinator.create_job(**inputs, settings=settings or job.settings)
+    else:
+        job_id = await coordinator.continue_from_checkpoint(checkpoint=resume, **inputs,
+                                                            settings=settings or job.settings, dataset_mode="resume")
     state = coordinator.get_state()["job"]
     info = state["info"]
     table = None
@@ -223,7 +249,7 @@ async def drive(grid: Any, job: DemoJob, *, settings: dict[str, Any] | None = No
         while True:
             await coordinator.idle()
             pump.push()
-            if not pump.in_flight:
+            if not pump.awaited():
                 return
             if not await pump.pull():
                 await asyncio.sleep(POLL_S)
@@ -245,6 +271,7 @@ async def drive(grid: Any, job: DemoJob, *, settings: dict[str, Any] | None = No
     await settle()
     stop()
     on_state(coordinator.get_state())
+    run.unanswered = sorted(peer for peer, _ in pump.in_flight.values())
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         for key in await coordinator.storage.keys("checkpoints"):
@@ -255,5 +282,6 @@ async def drive(grid: Any, job: DemoJob, *, settings: dict[str, Any] | None = No
     if stream is not None:
         print(f"-- {job.name}: {len(run.checkpoints)} checkpoints in {out}; {run.messages} Flower messages, "
               f"{run.bytes_sent / 1e6:.1f} MB sent, {run.bytes_skipped / 1e6:.1f} MB not re-sent (held); "
-              f"failed nodes: {len(run.failed_nodes)}; refused: {len(run.refused)}", file=stream)
+              f"failed nodes: {len(run.failed_nodes)}; refused: {len(run.refused)}; "
+              f"unanswered: {len(run.unanswered)}", file=stream)
     return run
