@@ -2,8 +2,10 @@
 'use strict';
 const $ = (id) => document.getElementById(id);
 const embed = new URL('weei.js', location.href).href;
-$('embed').textContent = `<script src="${embed}"></` + 'script>\n'
+// The same two tags as README and `weei serve` print (weei.server.invite.embed_snippet), in this page's room.
+const snippet = (key) => `<script src="${embed}" data-room="${key}"></` + 'script>\n'
   + `<script>weeiReady.then((weei) => weei.widgetsApi.get('distributed-training').enable())</` + 'script>';
+$('embed').textContent = snippet('KEY');
 
 // A fresh room key: 16 random bytes in base64url (22 characters), as `weei serve` makes them.
 function freshKey() {
@@ -17,6 +19,7 @@ weeiReady.then((weei) => {
   $(room ? 'in-room' : 'no-room').classList.remove('hidden');
   if (room) {
     $('room-key').textContent = room.key;
+    $('embed').textContent = snippet(room.key);
     $('invite-link').value = room.invite;
     $('invite-link').addEventListener('focus', (e) => e.target.select());
     $('copy-invite').onclick = async () => {

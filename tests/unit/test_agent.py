@@ -11,6 +11,7 @@ import asyncio
 import hashlib
 import io
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -240,6 +241,11 @@ def test_agent_trains_digits_with_a_coordinator_over_webrtc(tmp_path: Path) -> N
                 env = agent.controller.get_state()["diagnostics"][agent.peer_id]["environment"]
                 assert env["browser"] == "agent" and "weei-agent" in env["browserVersion"]
                 assert f"accepted job {job_id}" in out.getvalue()
+                # One line per assignment it trained, and what it waits for (issue 24, item 16).
+                lines = re.findall(rf"job {job_id}: round (\d+) · chunk chunk-\d+ · (\d+) examples · \d+\.\d s · "
+                                   r"loss \S+ · update sent; waiting for the round's merge", out.getvalue())
+                assert len(lines) == len(updates) and all(int(n) > 0 for _, n in lines), out.getvalue()
+                assert "waiting for an invitation" in out.getvalue()
                 print(f"\n{len(updates)} updates from the agent, {len(coord.coordinator.checkpoints)} checkpoints, "
                       f"{len(received)} artifacts sent to it")
             finally:

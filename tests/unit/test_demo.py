@@ -22,9 +22,11 @@ def demo_out(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, int]:
 def test_demo_succeeds_and_prints_a_row_per_round(demo_out: tuple[Path, str, int]) -> None:
     out, text, code = demo_out
     assert code == 0, text
-    assert "OK: every job's final metric is better than its first" in text
+    assert "OK: every job's final metric is better than at round 0 (its initial weights)" in text
     assert "valid accuracy" in text and "eval episodeReturn" in text
     assert "rejected updates: 0" in text
+    # The summary compares with round 0, the initial weights (issue 24, item 16).
+    assert all(f"-- {name}: " in text for name in ("digits", "cartpole")) and text.count(": round 0 (initial weights) ") == 2, text
 
 
 def test_digits_writes_one_checkpoint_per_round_and_completes_three_epochs(demo_out: tuple[Path, str, int]) -> None:

@@ -50,17 +50,18 @@ def test_dataset_template_to_trained_job(tmp_path: Path, monkeypatch: pytest.Mon
     repo_models = _tree_digest(ROOT / "c" / "models", ROOT / "app" / "static" / "models")
     started = time.monotonic()
     folder = tmp_path / "blobs"
-    assert main(["model", "new", "blobs", "--dir", str(folder)]) == 0
-    assert {p.name for p in folder.iterdir()} == {"model.c", "README.md", "sdk", "weei-model.toml"}
+    assert main(["model", "new", str(folder)]) == 0
+    assert {p.name for p in folder.iterdir()} == {"model.c", "README.md", "sdk", "weei-model.toml", "sample.csv", "data"}
     assert (folder / "sdk" / "weei_sdk.h").read_bytes() == (ROOT / "c" / "sdk" / "weei_sdk.h").read_bytes()
+    shutil.rmtree(folder / "data")  # the sample's: this test brings its own records
     write_blobs(tmp_path / "records.csv")
     assert main(["data", "chunk", str(tmp_path / "records.csv"), "--chunks", "8", "--validation", "200",
                  "--seed", "1", "--out", str(folder / "data")]) == 0
     capsys.readouterr()
     assert main(["model", "build", str(folder)]) == 0
     out = capsys.readouterr().out
-    assert "dataset: 8 chunks, 1000 examples, validation.bin" in out and out.rstrip().endswith(
-        "(select model.wasm and manifest.json and the files of data/)")
+    assert "dataset: 8 chunks, 1000 examples, validation.bin" in out and out.splitlines()[-1].startswith(
+        f"OK: the package is ready to share: in the widget, choose the folder {folder} ")
     manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
     listed = json.loads((folder / "data" / "dataset-manifest.json").read_text(encoding="utf-8"))
     assert manifest["inlineJson"]["dataset-manifest.json"] == listed
@@ -87,7 +88,8 @@ def test_dataset_template_to_trained_job(tmp_path: Path, monkeypatch: pytest.Mon
 def test_experience_template_to_trained_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     folder = tmp_path / "picker"
-    assert main(["model", "new", "picker", "--kind", "experience", "--dir", str(folder)]) == 0
+    assert main(["model", "new", str(folder), "--kind", "experience"]) == 0
+    assert sorted(p.name for p in folder.iterdir()) == ["README.md", "model.c", "sdk", "weei-model.toml"]
     assert main(["model", "build", str(folder)]) == 0
     assert "experience model, 148 float32 weights" in capsys.readouterr().out
     manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
@@ -109,7 +111,8 @@ def test_experience_template_to_trained_job(tmp_path: Path, monkeypatch: pytest.
 
 def test_build_names_the_failing_check(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     folder = tmp_path / "blobs"
-    assert main(["model", "new", "blobs", "--dir", str(folder)]) == 0
+    assert main(["model", "new", str(folder)]) == 0
+    shutil.rmtree(folder / "data")
     write_blobs(tmp_path / "records.csv", n=300)
     assert main(["data", "chunk", str(tmp_path / "records.csv"), "--chunks", "3", "--out", str(folder / "data")]) == 0
     # a validation file with 3 features per record: describeChunk refuses it, so job creation would
@@ -136,7 +139,7 @@ def test_build_compiles_only_declared_sources_and_refuses_reading_this_machine(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A foreign model folder must not embed a file of the building machine in the shared module."""
     folder = tmp_path / "picker"
-    assert main(["model", "new", "picker", "--kind", "experience", "--dir", str(folder)]) == 0
+    assert main(["model", "new", str(folder), "--kind", "experience"]) == 0
     # Lying in the folder is not being compiled: this one would fail the build if it were.
     (folder / "extra.c").write_text('#error "an undeclared source was compiled"\n')
     capsys.readouterr()
@@ -170,11 +173,15 @@ def test_build_compiles_only_declared_sources_and_refuses_reading_this_machine(
 
 
 def test_model_new_refuses_bad_names_and_used_folders(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["model", "new", "My Model", "--dir", str(tmp_path / "a")]) == 1
-    assert not (tmp_path / "a").exists()
+    assert main(["model", "new", str(tmp_path / "a"), "--name", "My Model"]) == 1
+    assert main(["model", "new", str(tmp_path / "My Model")]) == 1
+    assert "name the folder so, or give --name" in capsys.readouterr().err
+    assert main(["model", "new", str(tmp_path / "a"), "--features", "0"]) == 1
+    assert main(["model", "new", str(tmp_path / "a"), "--classes", "1"]) == 1
+    assert not (tmp_path / "a").exists() and not (tmp_path / "My Model").exists()
     (tmp_path / "b").mkdir()
     (tmp_path / "b" / "mine.txt").write_text("keep")
-    assert main(["model", "new", "ok-name", "--dir", str(tmp_path / "b")]) == 1
+    assert main(["model", "new", str(tmp_path / "b"), "--name", "ok-name"]) == 1
     assert (tmp_path / "b" / "mine.txt").read_text() == "keep" and len(list((tmp_path / "b").iterdir())) == 1
     assert "not an empty directory" in capsys.readouterr().err
 
@@ -187,10 +194,12 @@ def test_data_chunk_layout_and_errors(tmp_path: Path, capsys: pytest.CaptureFixt
     assert [e["exampleCount"] for e in listed] == [2, 2]
     first = (tmp_path / "d" / "training-001.bin").read_bytes()
     assert first[:12] == b"WRC1" + struct.pack("<II", 2, 2)
-    assert struct.unpack("<ffI", first[12:24]) == (0.5, 1.5, 2)
     assert listed[0] == {"id": "chunk-001", "fileName": "training-001.bin", "bytes": len(first),
                          "sha256": hashlib.sha256(first).hexdigest(), "format": "weei-records-v1", "exampleCount": 2}
-    assert (tmp_path / "d" / "validation.bin").read_bytes()[12:] == struct.pack("<ffI", 7, 8, 1)
+    records = [struct.unpack("<ffI", data[12 + 12 * i:24 + 12 * i]) for name in
+               ("training-001.bin", "training-002.bin", "validation.bin")
+               for data in [(tmp_path / "d" / name).read_bytes()] for i in range(len(data[12:]) // 12)]
+    assert sorted(records) == [(-1, 2.25, 0), (0.5, 1.5, 2), (3, 4, 1), (5, 6, 7), (7, 8, 1)]
     # running again into the same folder would mix two datasets
     assert main(["data", "chunk", str(csv_path), "--chunks", "2", "--out", str(tmp_path / "d")]) == 1
     assert "[output-not-empty]" in capsys.readouterr().err
@@ -232,9 +241,9 @@ def test_model_new_and_build_from_an_installed_wheel(tmp_path: Path) -> None:
     script = (
         "import sys, weei; from weei.cli import main\n"
         f"assert weei.__file__.startswith({str(site)!r}), weei.__file__\n"
-        f"assert main(['model', 'new', 'blobs', '--dir', {str(folder)!r}]) == 0\n"
+        f"assert main(['model', 'new', {str(folder)!r}]) == 0\n"
         f"assert main(['data', 'chunk', {str(tmp_path / 'records.csv')!r}, '--chunks', '3', "
-        f"'--out', {str(folder / 'data')!r}]) == 0\n"
+        f"'--out', {str(tmp_path / 'data')!r}]) == 0\n"
         f"sys.exit(main(['model', 'build', {str(folder)!r}]))\n")
     # Only the installed copy on the path (run outside the checkout): the SDK must come from the wheel.
     proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True,
@@ -243,3 +252,59 @@ def test_model_new_and_build_from_an_installed_wheel(tmp_path: Path) -> None:
     assert "OK: the package is ready to share" in proc.stdout
     assert not (site / "weei" / "modelkit" / "sdk").is_symlink()
     assert (folder / "sdk" / "weei_sdk.h").read_bytes() == (ROOT / "c" / "sdk" / "weei_sdk.h").read_bytes()
+
+
+def _labels_of(path: Path) -> list[int]:
+    data = path.read_bytes()
+    count, features = struct.unpack("<II", data[4:12])
+    size = 4 * features + 4
+    return [struct.unpack("<I", data[12 + size * i + size - 4:12 + size * (i + 1)])[0] for i in range(count)]
+
+
+def test_data_chunk_shuffles_a_sorted_csv_by_default_and_says_how(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """A class-sorted CSV gave one-class chunks and a one-class validation file without --seed (issue 24)."""
+    csv_path = tmp_path / "sorted.csv"
+    csv_path.write_text("".join(f"{k},{k % 7},{k // 100}\n" for k in range(500)), encoding="utf-8")
+    assert main(["data", "chunk", str(csv_path), "--chunks", "5", "--validation", "50", "--out", str(tmp_path / "d")]) == 0
+    out, err = capsys.readouterr()
+    seed = int(out.split("shuffled with --seed ")[1].split()[0])
+    for k in range(1, 6):
+        labels = _labels_of(tmp_path / "d" / f"training-{k:03d}.bin")
+        assert len(set(labels)) > 1, (k, labels)
+        counts = " ".join(f"{label}:{labels.count(label)}" for label in sorted(set(labels)))
+        assert f"  training-{k:03d}.bin: 90 records, labels {counts}\n" in out
+    assert len(set(_labels_of(tmp_path / "d" / "validation.bin"))) > 1 and "warning" not in err
+    # The printed seed repeats the run byte for byte.
+    assert main(["data", "chunk", str(csv_path), "--chunks", "5", "--validation", "50", "--seed", str(seed),
+                 "--out", str(tmp_path / "again")]) == 0
+    assert all((tmp_path / "d" / name).read_bytes() == (tmp_path / "again" / name).read_bytes()
+               for name in ("training-001.bin", "training-005.bin", "validation.bin", "dataset-manifest.json"))
+    # A one-class validation file is written, and said.
+    csv_path.write_text("".join(f"{k},{int(k == 0)}\n" for k in range(40)), encoding="utf-8")
+    capsys.readouterr()
+    assert main(["data", "chunk", str(csv_path), "--chunks", "2", "--validation", "3", "--seed", "0",
+                 "--out", str(tmp_path / "one")]) == 0
+    held = _labels_of(tmp_path / "one" / "validation.bin")
+    err = capsys.readouterr().err
+    assert set(held) == {0} and "warning: every validation record has label 0" in err, (held, err)
+
+
+@pytest.mark.build
+def test_new_build_train_in_three_commands(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """weei model new PATH --features N --classes K; weei model build PATH; weei train PATH (issue 24)."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["model", "new", "models/wide", "--features", "7", "--classes", "5"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[-1] == "next: weei model build models/wide && weei train models/wide --out models/wide/run"
+    folder = tmp_path / "models" / "wide"
+    assert (folder / "sample.csv").read_text().splitlines()[0] == "f1,f2,f3,f4,f5,f6,f7,label"
+    assert main(["model", "build", "models/wide"]) == 0
+    out = capsys.readouterr().out
+    assert "model wide 1.0.0: dataset model, " in out and "dataset: 6 chunks, 480 examples, validation.bin" in out
+    manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["execution"]["weightBytes"] == (7 * 32 + 32 + 32 * 5 + 5) * 4
+    assert main(["train", "models/wide", "--peers", "2", "--seed", "3", "--out", "run"]) == 0
+    out = capsys.readouterr().out
+    assert "OK: the validation improved" in out and len(list((tmp_path / "run").glob("*.weei-checkpoint"))) >= 2

@@ -121,14 +121,18 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
 
     def ready(url: str) -> None:
-        from .server.invite import fresh_key, invite_url
+        from .server.invite import embed_snippet, fresh_key, invite_url
 
         print(f"Weei is serving {site_dir} at {url}", flush=True)
         # The server keeps no room list: any fresh key makes a room. The key is in the fragment.
-        print(f"Invite link of a new room (open it, share it): {invite_url(url, fresh_key())}", flush=True)
+        key = fresh_key()
+        print(f"Invite link of a new room (open it, share it): {invite_url(url, key)}", flush=True)
         print("  Open it here, and in another tab, browser or machine, to train together "
               "(the Weei window shows the room and copies the link).", flush=True)
-        print(f"Embed it with: <script src=\"{url}weei.js\"></script>", flush=True)
+        print("Embed the window in a page of yours, in the same room (a page of another origin needs "
+              "--allow-origin ORIGIN):", flush=True)
+        for line in embed_snippet(url, key).splitlines():
+            print(f"  {line}", flush=True)
 
     try:
         return run(site_dir, args.host, args.port, on_ready=ready, signaling=signaling, limits=limits,

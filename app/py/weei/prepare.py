@@ -14,7 +14,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from .core.errors import ManifestError, WeeiError, ManifestReason
+from .core.errors import ManifestError, ManifestReason, ModelError, ModelReason, WeeiError
 from .core.job.spec import ChunkInfo, GpuOffer, JobSpec, ModuleInfo
 from .core.limits import check_file_size, check_selection_sizes
 from .core.formats.manifest import (
@@ -165,7 +165,11 @@ def prepare_job(engine: Any, *, job_id: str, wasm_name: str, wasm: bytes, manife
         if info.is_experience:
             raise ManifestError(ManifestReason.VALIDATION_NOT_ALLOWED, f"{validation[0]}: a model with inputs 'none' takes no validation file")
         validation_format = chunks[0].format if chunks else info.data_formats[0].id
-        runtime.describe_chunk(validation_format, validation[1])
+        try:
+            runtime.describe_chunk(validation_format, validation[1])
+        except ModelError as exc:
+            raise ModelError(ModelReason(exc.reason), f"the validation file {validation[0]} is not {validation_format} "
+                                                      f"data of {info.id}: {exc.message}") from None
 
     wasm_sha = hashlib.sha256(wasm).hexdigest()
     artifacts = {wasm_sha: bytes(wasm)}

@@ -2,6 +2,7 @@
 // Methods of the window's Widget class (mixed into it by window.js): `this` is the Widget.
 
 import { h, append, fmtBytes, setDisabled, experienceOf, copyButton } from './dom.js';
+import { routeFolder, routeDataFiles, droppedEntries } from './folder.js';
 
 // The built-in reference packages are served next to the widget/ directory.
 const BASE = new URL('../', import.meta.url).href;
@@ -53,6 +54,9 @@ export class Setup {
     f.demoError = h('div', { class: 'error hidden', role: 'alert' });
 
     const files = h('div', { class: 'files' },
+      // What `weei model build` made, in one choice: module, manifest, data/ and validation.bin (folder.js).
+      fileInput('folder', 'Model folder', { webkitdirectory: true, multiple: true,
+        title: 'The folder weei model build made: model.wasm, manifest.json and data/ (or drop the folder on the window)' }),
       fileInput('wasm', 'Model module (.wasm)', { accept: '.wasm,application/wasm' }),
       fileInput('manifest', 'Manifest (.json)', { accept: '.json,application/json' }),
       fileInput('files', 'Dataset files (and auxiliary weights)', { multiple: true }),
@@ -141,9 +145,11 @@ export class Setup {
     f.choose = h('div', { class: 'choose' },
       h('div', { class: 'row' }, h('span', { class: 'small muted', text: 'Built-in demos:' }), f.demoDigits, f.demoCartpole, f.demoTransformer),
       f.selection, f.demoError, files, onnxBox);
-    f.settingsBox = h('details', { class: 'settings', open: true }, h('summary', { text: 'Settings' }), grid, f.robustHelp,
-      h('div', { class: 'row' }, f.create, f.apply), f.review, f.formError);
-    append(s.content, f.jobBox, f.choose, f.settingsBox);
+    f.settingsBox = h('details', { class: 'settings', open: true }, h('summary', { text: 'Settings' }), grid, f.robustHelp);
+    // The primary action stays outside the foldable settings: after a job the form folds away, and the
+    // next demo or package must still show Create job.
+    f.actions = h('div', { class: 'actions' }, h('div', { class: 'row' }, f.create, f.apply), f.review, f.formError);
+    append(s.content, f.jobBox, f.choose, f.settingsBox, f.actions);
 
     const demo = (button, id, defaults) => button.addEventListener('click', () => this.act(button, f.demoError, async () => {
       f.selection.textContent = `Loading the ${button.textContent}…`;
@@ -153,8 +159,9 @@ export class Setup {
       this.refresh();
       let pkg;
       try { pkg = await loadDemo(id); } finally { this.loadingDemo = false; }
-      for (const name of ['wasm', 'manifest', 'files', 'validation', 'checkpoint']) f[name].value = '';
+      for (const name of ['folder', 'wasm', 'manifest', 'files', 'validation', 'checkpoint']) f[name].value = '';
       this.selection = { ...pkg, label: button.textContent };
+      f.settingsBox.open = true;
       this.fillSettings(defaults, experienceOf(pkg.manifestJson));
       f.venabled.checked = Boolean(pkg.validation) || Boolean(experienceOf(pkg.manifestJson));
       this.describeSelection();
@@ -168,8 +175,54 @@ export class Setup {
     demo(f.demoTransformer, 'byte-transformer', { epochs: 1, localEpochs: 1, batchSize: 8, coordinatorParticipates: true,
       validationSchedule: { enabled: true, unit: 'round', every: 1 } });
 
+    const usePackage = (pkg, label) => {
+      for (const name of ['folder', 'wasm', 'manifest', 'files', 'validation']) if (f[name].files !== pkg.from) f[name].value = '';
+      Object.assign(this.selection, { wasm: pkg.wasm, manifest: pkg.manifest, manifestJson: pkg.manifestJson, files: pkg.files,
+        validation: pkg.validation, executionFiles: pkg.executionFiles, ignored: pkg.ignored, label });
+      f.settingsBox.open = true;
+      this.fillSettings(null, experienceOf(pkg.manifestJson));
+      f.venabled.checked = Boolean(pkg.validation) || Boolean(experienceOf(pkg.manifestJson));
+      this.describeSelection();
+    };
+    const useData = (chosen) => {
+      const routed = routeDataFiles(chosen, this.selection.manifestJson);
+      Object.assign(this.selection, { files: routed.files, ignored: routed.ignored, label: '' });
+      if (routed.validation) { this.selection.validation = routed.validation; f.venabled.checked = true; }
+      this.describeSelection();
+    };
+    const useEntries = async (entries, from, label) => {
+      const names = entries.map((e) => e.path.split('/').slice(-2).join('/'));
+      // A folder or files with a manifest.json are a package; data files alone are the dataset.
+      if (names.some((n) => n === 'manifest.json' || n.endsWith('/manifest.json'))) {
+        usePackage({ ...(await routeFolder(entries)), from }, label);
+      } else {
+        useData(entries.map((e) => e.file));
+      }
+    };
+    f.folder.addEventListener('change', () => this.act(null, f.demoError, async () => {
+      const chosen = [...f.folder.files];
+      if (!chosen.length) return;
+      const entries = chosen.map((file) => ({ file, path: file.webkitRelativePath || file.name }));
+      await useEntries(entries, f.folder.files, `folder ${entries[0].path.split('/')[0]}`);
+    }));
+    // Dropping the model folder (or its files) anywhere on the window chooses it as the picker would.
+    this.win.addEventListener('dragover', (e) => {
+      if (e.dataTransfer && [...e.dataTransfer.types].includes('Files')) { e.preventDefault(); e.dataTransfer.dropEffect = 'copy'; }
+    });
+    this.win.addEventListener('drop', (e) => {
+      if (!e.dataTransfer || ![...e.dataTransfer.types].includes('Files')) return;
+      e.preventDefault();
+      const dropped = e.dataTransfer;
+      const entries = droppedEntries(dropped); // read now: the DataTransfer empties after this event
+      this.act(null, f.demoError, async () => {
+        const all = await entries;
+        if (!all.length) return;
+        const top = all[0].path.includes('/') ? `folder ${all[0].path.split('/')[0]}` : 'dropped files';
+        await useEntries(all, null, top);
+      });
+    });
     f.wasm.addEventListener('change', () => { this.selection.wasm = f.wasm.files[0] || null; this.selection.label = ''; this.describeSelection(); });
-    f.files.addEventListener('change', () => { this.selection.files = [...f.files.files]; this.selection.label = ''; this.describeSelection(); });
+    f.files.addEventListener('change', () => useData([...f.files.files]));
     f.validation.addEventListener('change', () => { this.selection.validation = f.validation.files[0] || null; this.describeSelection(); });
     f.checkpoint.addEventListener('change', () => this.describeSelection());
     f.manifest.addEventListener('change', async () => {
@@ -216,7 +269,22 @@ export class Setup {
     control(f.start, () => this.api.start());
     control(f.pause, () => this.api.pause());
     control(f.resume, () => this.api.resume());
-    control(f.stop, () => this.api.stop());
+    // Stop ends the job for good: the first click asks, a second within 8 s stops.
+    f.stop.addEventListener('click', () => this.act(f.stop, f.controlError, async () => {
+      if (!this.stopAsked) {
+        this.stopAsked = true;
+        f.stop.textContent = 'Confirm stop';
+        f.controlError.textContent = 'Stop ends the job: its chunks stay untrained. Click Confirm stop to end it.';
+        f.controlError.classList.remove('hidden');
+        clearTimeout(this.stopTimer);
+        this.stopTimer = setTimeout(() => { this.stopAsked = false; f.stop.textContent = 'Stop'; f.controlError.classList.add('hidden'); }, 8000);
+        return;
+      }
+      clearTimeout(this.stopTimer);
+      this.stopAsked = false;
+      f.stop.textContent = 'Stop';
+      await this.api.stop();
+    }));
     control(f.shuffle, () => this.api.shuffleChunks());
     control(f.validate, () => this.api.runValidation());
     this.fillSettings(null, null);
@@ -266,6 +334,9 @@ export class Setup {
     if (exp) parts.push(`experience model (${exp.unit && exp.unit.label || 'units'}), no dataset`);
     else parts.push(`${sel.files.length} dataset file${sel.files.length === 1 ? '' : 's'} (${fmtBytes(sel.files.reduce((a, x) => a + x.size, 0))})`);
     if (sel.validation) parts.push(`validation ${sel.validation.name}`);
+    if (sel.ignored && sel.ignored.length) {
+      parts.push(`not used: ${sel.ignored.slice(0, 3).join(', ')}${sel.ignored.length > 3 ? ` and ${sel.ignored.length - 3} more` : ''}`);
+    }
     if (sel.executionFiles && sel.executionFiles.length) parts.push(`WGSL archive ${sel.executionFiles[0].name} (GPU)`);
     if (f.checkpoint.files[0]) parts.push(`from checkpoint ${f.checkpoint.files[0].name}`);
     f.selection.textContent = (sel.label ? `${sel.label}: ` : '') + parts.join(' · ');
@@ -396,6 +467,7 @@ export class Setup {
     f.create.classList.toggle('hidden', Boolean(active));
     f.jobBox.classList.toggle('hidden', !job);
     f.settingsBox.classList.toggle('hidden', Boolean(active && !coordinator));
+    f.actions.classList.toggle('hidden', Boolean(active && !coordinator));
     if (job) {
       const info = job.info || {};
       const bits = [`${info.name || info.id || 'model'}${info.version ? ' ' + info.version : ''}`,

@@ -65,7 +65,7 @@ button {
 }
 button:hover:not(:disabled) { background: var(--btn-hover); }
 button:focus-visible, input:focus-visible, select:focus-visible, .chart:focus-visible, .tablewrap:focus-visible { outline: 2px solid var(--focus); outline-offset: 1px; }
-button:disabled { opacity: .45; cursor: default; }
+button:disabled { opacity: .45; cursor: not-allowed; filter: grayscale(1); }
 button.primary { background: var(--primary); border-color: var(--primary); color: #fff; }
 button.primary:hover:not(:disabled) { background: var(--primary-hover); }
 button.danger { color: var(--danger); border-color: var(--danger-border); }

@@ -45,6 +45,25 @@ __all__ = ["AgentOptions", "Agent", "agent_environment", "default_data_dir", "ad
 _TOKEN_KEY = "weei.agent.signalingToken:"
 # Participant states passed every round: not worth a line each ('assigned' marks each round).
 _QUIET_STATES = frozenset({"training", "updateReady", "resultReceived"})
+#: What the agent waits for in a participant state, said with the state.
+_WAITS_FOR = {
+    "approved": "waiting for the model module from the coordinator",
+    "modelLoaded": "waiting for an assignment (the coordinator starts the job, or hands out the next round)",
+    "assigned": "waiting for the assignment's files",
+    "disconnected": "waiting for the coordinator to reconnect",
+    "stopped": "waiting for the next invitation",
+}
+
+
+def assignment_line(trained: dict[str, Any]) -> str:
+    """One line per trained assignment: round, chunk, examples, time, loss (or the first metric)."""
+    metrics = trained.get("metrics") or {}
+    name = "loss" if "loss" in metrics else next(iter(metrics), None)
+    work = f"chunk {trained['chunkId']}" if trained.get("chunkId") else "episodes"
+    metric = f" · {name} {metrics[name]:.4g}" if name is not None else ""
+    return (f"round {trained['round']} · {work} · {trained['examples']} examples · {trained['ms'] / 1000:.1f} s{metric}"
+            " · update sent; waiting for the round's merge")
+
 
 
 def default_data_dir() -> Path:
@@ -120,6 +139,7 @@ class Agent:
         self._last_state: tuple[Any, ...] | None = None
         self._last_error: str | None = None
         self._peers: tuple[str, ...] = ()
+        self._said_trained: str | None = None  # the attempt whose line was printed last
 
     @property
     def peer_id(self) -> str | None:
@@ -150,7 +170,7 @@ class Agent:
             my_peer_id=welcome.peer_id, storage=self.storage, kv=self.kv,
             pool=ThreadWorkerPool(engine, device_limit=opts.workers), kernel=NativeKernel(), engine=engine,
             clock=lambda: time.time() * 1000.0, monotonic=lambda: time.monotonic() * 1000.0,
-            random_bytes=os.urandom, transport=self.transport, environment=agent_environment(), gpu=_wgpu(),
+            random_bytes=os.urandom, transport=self.transport, environment=agent_environment(), gpu=_wgpu(Path(opts.data_dir)),
             room_key=opts.room, accept_archive=self._accept_archive)
         await controller.init()
         if opts.workers is not None:
@@ -166,7 +186,7 @@ class Agent:
         if signaling.token is not None:
             self.kv.set(token_key, signaling.token)  # bound to this room now
         self.say(f"peer {welcome.peer_id} joined room {room_code(opts.room)} on {opts.server} "
-                 f"({len(peers) - 1} other peer(s); data in {opts.data_dir})")
+                 f"({len(peers) - 1} other peer(s); data in {opts.data_dir}); waiting for an invitation")
         if not self.policy.accept_models and not self.policy.interactive:
             self.say("no --accept-model or --interactive: every invitation will be refused")
         elif self.policy.accept_models and not self.policy.trust.anyone and not self.policy.interactive:
@@ -288,7 +308,12 @@ class Agent:
         if key != self._last_state:
             self._last_state = key
             if participant.state not in _QUIET_STATES:
-                self.say(f"job {participant.job_id}: {participant.state}")
+                waits = _WAITS_FOR.get(participant.state)
+                self.say(f"job {participant.job_id}: {participant.state}" + (f"; {waits}" if waits else ""))
+        trained = controller.session.last_trained if controller is not None else None
+        if trained is not None and trained["attemptId"] != self._said_trained:
+            self._said_trained = trained["attemptId"]
+            self.say(f"job {participant.job_id}: {assignment_line(trained)}")
         error = state.get("error")
         if error and error != self._last_error:
             self.say(f"error: {error}")
@@ -436,8 +461,15 @@ class _suppress_all:
         return kind is not None and issubclass(kind, BaseException) and not issubclass(kind, KeyboardInterrupt)
 
 
-def _wgpu() -> Any:
+def _wgpu(data_dir: Path) -> Any:
     """wgpu-py's ``gpu`` object, or None where wgpu (or its native library) is missing."""
+    if not os.environ.get("XDG_RUNTIME_DIR"):
+        # The Vulkan loader's Wayland surface support prints "error: XDG_RUNTIME_DIR is invalid or not set"
+        # on every adapter request of a headless machine; a private empty directory makes it find no
+        # display quietly (the agent draws nothing).
+        runtime = data_dir / "runtime"
+        runtime.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.environ["XDG_RUNTIME_DIR"] = str(runtime)
     try:
         import wgpu
     except Exception:  # not installed, or no wgpu-native for this platform

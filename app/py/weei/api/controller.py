@@ -29,11 +29,11 @@ from typing import Any, Awaitable, Callable, Mapping, NoReturn, TypeVar
 
 from ..core import _check
 from ..core.aggregation.aggregate import AggregationKernel
-from ..core.formats.checkpoint import checkpoint_summary, read_checkpoint
+from ..core.formats.checkpoint import checkpoint_summary, describe, read_checkpoint
 from ..core.job.coordinator import Coordinator
 from ..core.observe.debuglog import DebugLog
 from ..core.observe.diagnostics import DiagnosticsRecorder
-from ..core.errors import CheckpointError, ManifestError, UsageError, WeeiError
+from ..core.errors import CheckpointError, ManifestError, ModelError, UsageError, WeeiError
 from ..core.errors import CheckpointReason, ManifestReason, UsageReason
 from ..core.job.spec import JobSpec
 from ..core.limits import max_bytes
@@ -233,7 +233,13 @@ class TrainingController:
                                    random_bytes=self.random_bytes(16), validation=validation,
                                    execution_files=execution_files)
             # The module decides compatibility: its loadModel (and loadAuxiliary) must take the weights.
-            prepared.load_checkpoint(read.weights)
+            try:
+                prepared.load_checkpoint(read.weights)
+            except ModelError as exc:
+                info = prepared.spec.info
+                raise CheckpointError(CheckpointReason.OTHER_MODEL, (
+                    f"this checkpoint is {describe(read.metadata)} ({len(read.weights)} bytes of weights); the chosen "
+                    f"model {info.id} {info.version} does not load it: {exc.message}")) from None
             async with _NewJobScope(self):
                 coordinator = Coordinator.continue_from(prepared.spec, read, mode=dataset_mode, my_peer_id=s.my_peer_id,
                                                  kernel=self.kernel, now=self.clock(),

@@ -372,6 +372,11 @@ class Executor:
             if outcome.optimizer_steps is not None:
                 s.recorder.optimizer_steps_taken(outcome.optimizer_steps)
             s.recorder.on("trained", s.monotonic())
+            s.last_trained = {"attemptId": assign.attempt_id, "round": assign.round,
+                              "chunkId": assign.chunk.id if assign.chunk is not None else None,
+                              "examples": outcome.count, "ms": max(0.0, s.clock() - now),
+                              "metrics": {k: v for k, v in list(outcome.metrics.items())[:8]}}
+            s.record("assignment.trained", s.last_trained)
             participant.training_finished(assign.attempt_id, outcome, s.clock())
         s.live.drop(s.my_peer_id)
         s.recorder.update_execution({"activeWorkers": 0})

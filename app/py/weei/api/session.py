@@ -63,6 +63,8 @@ class Session:
     # Model id -> this device's last measured training speed (records/s): reviewSettings estimates a new job with it.
     measured: dict[str, float] = field(default_factory=dict)
     relay: RelayNode | None = None  # this device's part in relaying checkpoints to the job's other participants
+    # This device's last trained assignment (the debug log's assignment.trained): what `weei agent` prints.
+    last_trained: dict[str, Any] | None = None
 
     def record(self, event: str, details: Mapping[str, Any] | None = None) -> None:
         """Add an event to the debug log, stamped now."""

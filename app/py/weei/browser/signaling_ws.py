@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import js  # type: ignore[import-not-found]
-from pyodide.ffi import create_proxy  # type: ignore[import-not-found]
+from pyodide.ffi import create_proxy, to_js  # type: ignore[import-not-found]
 
 from weei.core.errors import WeeiError
 from weei.core.wire.signaling_session import (PING, Answer, ClientReason, Closed, Peers, Reason, ServerError, SessionView,
@@ -167,7 +167,17 @@ class BrowserSignaling(SessionView):
     async def connect(self, timeout: float = 15.0) -> Welcome:
         """Open the socket and say hello (with the saved token). Raises SignalingRefused/TimeoutError."""
         self._closing = False
-        welcome: Welcome = await self._dial(timeout)
+        try:
+            welcome: Welcome = await self._dial(timeout)
+        except SignalingRefused as exc:
+            # A socket refused before its upgrade closes with no reason a page can read (1006, ""): ask why.
+            if exc.reason == ClientReason.CLOSED and await self._origin_refused():
+                page = str(js.location.origin)
+                server = str(js.URL.new(self.url).host)
+                raise SignalingRefused(ClientReason.ORIGIN_NOT_ALLOWED, (
+                    f"the Weei server {server} does not let pages of {page} use its signaling (origin-not-allowed); "
+                    f"its operator allows them with: weei serve --allow-origin {page}")) from None
+            raise
         if self._pinger is None:
             self._pinger = asyncio.ensure_future(self._ping_loop())
         return welcome
@@ -256,6 +266,20 @@ class BrowserSignaling(SessionView):
         sock.ws.onclose = guarded(on_close)
         sock.ws.onerror = guarded(lambda _e: None)  # a close event always follows
         return await asyncio.wait_for(asyncio.shield(waiter), timeout)
+
+    async def _origin_refused(self, timeout: float = 5.0) -> bool:
+        """Whether the signaling URL, asked over HTTP, answers ``403 origin-not-allowed`` to this page (the
+        server's error responses carry ``Access-Control-Allow-Origin: *``, so the page may read them)."""
+        url = js.URL.new(self.url)
+        url.protocol = "https:" if url.protocol == "wss:" else "http:"
+        try:
+            response = await asyncio.wait_for(js.fetch(str(url.href), to_js({"cache": "no-store"})), timeout)
+            if int(response.status) != 403:
+                return False
+            body = await asyncio.wait_for(response.text(), timeout)
+        except Exception:  # unreachable, or not our server: the socket's own error stands
+            return False
+        return str(body)[:100].strip() == "origin-not-allowed"
 
     def _send(self, text: str) -> bool:
         sock = self._sock

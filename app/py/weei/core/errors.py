@@ -491,6 +491,9 @@ class CheckpointReason(str, Enum):
     """The state's SHA-256 differs from the metadata."""
     INVALID_MODEL_INFO = "invalid-model-info"
     """The recorded model info is malformed."""
+    OTHER_MODEL = "checkpoint-of-another-model"
+    """The checkpoint's weights do not load into the chosen model: it was written by another model (or
+    another version of it); the message names the checkpoint's model and round."""
     INVALID_SETTINGS = "invalid-settings"
     """The recorded settings are malformed."""
     INVALID_METRICS = "invalid-metrics"

@@ -7,7 +7,7 @@ coordinator creates the job from the reference package, invites the
 others, they accept, and the job runs to completion. A per-round table is
 printed as checkpoints are validated, the .weei-checkpoint files are
 written to ``out/<job>/``, and the run fails when the final validation (or
-evaluation) metric is not better than the first.
+evaluation) metric is not better than round 0's (the initial weights, validated before Start).
 """
 
 from __future__ import annotations
@@ -76,11 +76,36 @@ class JobReport:
 
     @property
     def improved(self) -> bool:
-        values = self.values()
-        if len(values) < 2:
-            return False
-        first, last = values[0], values[-1]
-        return last < first if self.direction == "minimize" else last > first
+        return improved(self.rounds, self.metric, self.direction)
+
+    def summary(self) -> str:
+        return metric_summary(self.rounds, self.metric, self.direction)
+
+
+def _validated(rounds: list[dict[str, Any]], metric: str) -> list[tuple[int, float]]:
+    return [(r["round"], r["validation"][metric]) for r in rounds if metric in r.get("validation", {})]
+
+
+def improved(rounds: list[dict[str, Any]], metric: str, direction: str) -> bool:
+    """Whether the last validated round beats the first one validated: round 0, the initial weights, when
+    it was validated (the demo validates it before Start)."""
+    values = _validated(rounds, metric)
+    if len(values) < 2:
+        return False
+    (_, first), (_, last) = values[0], values[-1]
+    return last < first if direction == "minimize" else last > first
+
+
+def metric_summary(rounds: list[dict[str, Any]], metric: str, direction: str) -> str:
+    """'accuracy (maximize): round 0 (initial weights) 0.0943 -> round 12 0.9461, best 0.9495 at round 10'."""
+    values = _validated(rounds, metric)
+    if not values:
+        return f"{metric} ({direction}): not validated"
+    (r0, v0), (rn, vn) = values[0], values[-1]
+    start = f"round {r0} (initial weights)" if r0 == 0 else f"round {r0}"
+    best = (min if direction == "minimize" else max)(values, key=lambda rv: rv[1])
+    tail = f", best {best[1]:.4f} at round {best[0]}" if best[1] != vn else ""
+    return f"{metric} ({direction}): {start} {v0:.4f} -> round {rn} {vn:.4f}{tail}"
 
 
 def seeded_bytes(seed: int) -> Callable[[int], bytes]:
@@ -247,10 +272,7 @@ async def _run_job(job: DemoJob, target: Path, stream: TextIO, settings: dict[st
             entry = await coordinator.storage.get("checkpoints", key)
             (target / entry["summary"]["artifact"]["fileName"]).write_bytes(entry["file"])
             files += 1
-        values = report.values()
-        moved = f"{values[0]:.4f} -> {values[-1]:.4f}" if values else "not validated"
-        print(f"-- {job.name}: {files} checkpoints in {target}; {metric['id']} ({metric['direction']}) "
-              f"{moved}; rejected updates: {report.rejected}; "
+        print(f"-- {job.name}: {files} checkpoints in {target}; {report.summary()}; rejected updates: {report.rejected}; "
               f"{network.bytes_moved / 1e6:.1f} MB moved between peers", file=stream)
         return report
     finally:
@@ -271,7 +293,7 @@ def run_job(job: DemoJob, out_dir: Path, *, stream: TextIO, settings: dict[str, 
 
 
 def run_demo(out_dir: Path, *, stream: TextIO, jobs: tuple[DemoJob, ...] = DEMO_JOBS) -> int:
-    """Run every demo job; 0 when each final metric beat its first, else 1."""
+    """Run every demo job; 0 when each final metric beat round 0's, else 1."""
     failed = []
     for job in jobs:
         report = run_job(job, out_dir, stream=stream)
@@ -280,5 +302,5 @@ def run_demo(out_dir: Path, *, stream: TextIO, jobs: tuple[DemoJob, ...] = DEMO_
     if failed:
         print(f"FAILED: the final metric did not improve for {', '.join(failed)}", file=stream)
         return 1
-    print("OK: every job's final metric is better than its first", file=stream)
+    print("OK: every job's final metric is better than at round 0 (its initial weights)", file=stream)
     return 0

@@ -193,6 +193,9 @@ def run_build(folder: Path, stream: Any, errors: Any) -> int:
         return 1
     for line in report.lines():
         print(line, file=stream)
+    from .commands import invoked_as
+
     files = "model.wasm and manifest.json" + ("" if "workSource" in report.info else " and the files of data/")
-    print(f"OK: the package is ready to share (select {files})", file=stream)
+    print(f"OK: the package is ready to share: in the widget, choose the folder {folder} (Model folder, or drop "
+          f"it on the window) or select {files}; to train here: {invoked_as()} train {folder} --out run", file=stream)
     return 0

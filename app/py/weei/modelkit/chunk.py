@@ -11,6 +11,10 @@ template reads): ``training-001.bin`` ... ``training-NNN.bin``, each
 float32-le features and a u32-le label; an optional ``validation.bin`` in
 the same format; ``dataset-manifest.json``, the spec's dataset manifest of
 the chunks (the same entries ``weei model build`` puts inline).
+
+The records are shuffled before they are dealt (a CSV sorted by class would
+otherwise give one-class chunks and a one-class validation file); the seed
+is drawn when none is given and reported, so a run can be repeated.
 """
 
 from __future__ import annotations
@@ -19,8 +23,10 @@ import csv
 import hashlib
 import math
 import random
+import secrets
 import struct
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +34,7 @@ from ..core.errors import UsageError, UsageReason
 from ..core.formats.jsonfmt import stringify
 from ..core.limits import check_file_size
 
-__all__ = ["RECORDS_FORMAT", "MAGIC", "Records", "read_csv", "encode_records", "chunk_file"]
+__all__ = ["RECORDS_FORMAT", "MAGIC", "Records", "read_csv", "encode_records", "ChunkReport", "histogram", "chunk_file"]
 
 RECORDS_FORMAT = "weei-records-v1"
 MAGIC = b"WRC1"
@@ -96,12 +102,30 @@ def encode_records(feature_count: int, features: list[list[float]], labels: list
     return bytes(out)
 
 
-def chunk_file(path: Path, chunks: int, out: Path, *, validation: int = 0, seed: int | None = None) -> list[dict[str, Any]]:
-    """Write the chunks, validation.bin and dataset-manifest.json; return the manifest.
+@dataclass(frozen=True)
+class ChunkReport:
+    """What :func:`chunk_file` wrote: the manifest, the shuffle's seed and the labels of each file."""
 
-    ``validation`` records (taken after the optional shuffle by ``seed``,
-    from the end) go to validation.bin; the rest are dealt in order into
-    ``chunks`` chunks of sizes differing by at most one.
+    manifest: list[dict[str, Any]]
+    seed: int
+    #: label -> record count, one per chunk in manifest order
+    chunk_labels: list[dict[int, int]]
+    #: label -> record count of validation.bin (empty without one)
+    validation_labels: dict[int, int] = field(default_factory=dict)
+
+
+def histogram(labels: list[int]) -> dict[int, int]:
+    """label -> count, by label."""
+    return dict(sorted(Counter(labels).items()))
+
+
+def chunk_file(path: Path, chunks: int, out: Path, *, validation: int = 0, seed: int | None = None) -> ChunkReport:
+    """Write the chunks, validation.bin and dataset-manifest.json; return what was written.
+
+    The records are shuffled by ``seed`` (one drawn at random when None,
+    and reported); then ``validation`` records from the end go to
+    validation.bin and the rest are dealt in order into ``chunks`` chunks
+    of sizes differing by at most one.
 
     Raises: UsageError ('bad-record', 'no-records', 'bad-chunk-count',
     'output-not-empty'); ManifestError 'file-too-large' for a chunk over
@@ -109,8 +133,9 @@ def chunk_file(path: Path, chunks: int, out: Path, *, validation: int = 0, seed:
     """
     records = read_csv(path)
     order = list(range(len(records.labels)))
-    if seed is not None:
-        random.Random(seed).shuffle(order)
+    if seed is None:
+        seed = secrets.randbelow(2**31)
+    random.Random(seed).shuffle(order)
     if validation < 0 or validation >= len(order):
         raise UsageError(UsageReason.BAD_CHUNK_COUNT, f"--validation must leave training records: {validation} of {len(order)}")
     train = order[:len(order) - validation]
@@ -124,6 +149,7 @@ def chunk_file(path: Path, chunks: int, out: Path, *, validation: int = 0, seed:
         return encode_records(records.feature_count, [records.features[i] for i in idx], [records.labels[i] for i in idx])
 
     manifest = []
+    chunk_labels = []
     base, extra = divmod(len(train), chunks)
     start = 0
     for k in range(chunks):
@@ -134,10 +160,12 @@ def chunk_file(path: Path, chunks: int, out: Path, *, validation: int = 0, seed:
         (out / name).write_bytes(data)
         manifest.append({"id": f"chunk-{k + 1:03d}", "fileName": name, "bytes": len(data),
                          "sha256": hashlib.sha256(data).hexdigest(), "format": RECORDS_FORMAT, "exampleCount": size})
+        chunk_labels.append(histogram([records.labels[i] for i in train[start:start + size]]))
         start += size
-    if validation:
-        data = encode(order[len(order) - validation:])
+    held = order[len(order) - validation:] if validation else []
+    if held:
+        data = encode(held)
         check_file_size("validation", "validation.bin", len(data))
         (out / "validation.bin").write_bytes(data)
     (out / "dataset-manifest.json").write_text(stringify(manifest, 2) + "\n", encoding="utf-8")
-    return manifest
+    return ChunkReport(manifest, seed, chunk_labels, histogram([records.labels[i] for i in held]))

@@ -15,7 +15,7 @@ from urllib.parse import parse_qs, urlsplit, urlunsplit
 from ..core.errors import UsageError, UsageReason
 from ..core.wire.signaling_session import ROOM_KEY, new_room_key
 
-__all__ = ["Invite", "invite_url", "parse_invite", "fresh_key"]
+__all__ = ["Invite", "embed_snippet", "invite_url", "parse_invite", "fresh_key"]
 
 
 def fresh_key(random_bytes: Callable[[int], bytes] = os.urandom) -> str:
@@ -27,6 +27,14 @@ def invite_url(page_url: str, key: str) -> str:
     """The invite link of room ``key`` on the page at ``page_url``."""
     parts = urlsplit(page_url)
     return urlunsplit((parts.scheme, parts.netloc, parts.path or "/", parts.query, f"room={key}"))
+
+
+def embed_snippet(site_url: str, key: str) -> str:
+    """The two tags that embed Weei's window in any page, in room ``key`` (README, the landing page and
+    ``weei serve`` show this very text; landing.js builds the same in the browser)."""
+    base = site_url if site_url.endswith("/") else site_url + "/"
+    return (f'<script src="{base}weei.js" data-room="{key}"></script>\n'
+            "<script>weeiReady.then((weei) => weei.widgetsApi.get('distributed-training').enable())</script>")
 
 
 class Invite:

@@ -66,6 +66,9 @@ __all__ = [
 
 log = logging.getLogger("weei.signaling")
 
+#: Origins whose first refusal is said on the console, by name; later ones are only counted and logged at info.
+_MAX_ORIGINS_SAID = 64
+
 _ICE_SCHEMES = ("stun:", "stuns:", "turn:", "turns:")
 
 
@@ -244,6 +247,7 @@ class Signaling:
         self._closing = False
         self._allowed_origins = frozenset(config.allowed_origins)
         self.refused_origins = 0
+        self._refused_said: set[str] = set()
 
     def _ice_servers(self, peer_id: str) -> list[dict[str, Any]]:
         unix_now = self.config.unix_clock()
@@ -272,13 +276,27 @@ class Signaling:
             if self.config.relay_log is not None:
                 self.config.relay_log(RelayRecord(self.hub.peer_id(item.conn), item.frame, text))
 
+    def _say_refused(self, origin: str | None) -> None:
+        """Tell the operator once per origin (for the first origins only: strangers cannot grow the set)
+        which pages were refused, and the flag that would allow them."""
+        key = (origin or "")[:200]
+        if key in self._refused_said or len(self._refused_said) >= _MAX_ORIGINS_SAID:
+            log.info("signaling: refused a socket from origin %.100r", origin)
+            return
+        self._refused_said.add(key)
+        try:
+            remedy = f"; to allow them: weei serve --allow-origin {normalize_origin(key)}"
+        except UsageError:
+            remedy = ""  # "null" or malformed: no flag allows it but --allow-origin '*'
+        log.warning("signaling: refused pages of origin %.100r (not an allowed origin)%s", origin, remedy)
+
     async def handle(self, request: web.Request) -> web.StreamResponse:
         """The WebSocket handler."""
         sockname = request.transport.get_extra_info("sockname") if request.transport is not None else None
         local = (str(sockname[0]), int(sockname[1])) if isinstance(sockname, tuple) and len(sockname) >= 2 else None
         if not origin_allowed(request.headers.get("Origin"), local, self._allowed_origins):
             self.refused_origins += 1
-            log.info("signaling: refused a socket from origin %.100r", request.headers.get("Origin"))
+            self._say_refused(request.headers.get("Origin"))
             raise web.HTTPForbidden(text="origin-not-allowed")
         limits = self.config.limits
         # aiohttp's own cap is a backstop (it closes with 1009); frames up to

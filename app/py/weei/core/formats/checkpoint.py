@@ -40,6 +40,7 @@ __all__ = [
     "checkpoint_file_name",
     "checkpoint_summary",
     "read_checkpoint",
+    "describe",
     "write_checkpoint",
     "prepare_checkpoint",
     "CheckpointFile",
@@ -284,6 +285,21 @@ class Checkpoint:
     state: bytes | None
 
 
+def _not_a_checkpoint(view: memoryview) -> str:
+    """What to add to a header error when the file does not start as a checkpoint does (a u32 length, then
+    the metadata's '{'): what it starts with, so a person sees which file they chose."""
+    if view.nbytes > 4 and view[4] == ord("{"):
+        return ""  # it looks like a checkpoint: damaged, not foreign
+    head = bytes(view[:16])
+    return f" (this is not a .weei-checkpoint file: it starts with {head!r}{'…' if view.nbytes > 16 else ''})"
+
+
+def describe(meta: CheckpointMetadata) -> str:
+    """'digits-mlp 1.0.0 round 12': the model and round a checkpoint holds, in a person's words."""
+    info = meta.model_info
+    return f"{info.id} {info.version} round {meta.round}"
+
+
 def read_checkpoint(data: bytes | bytearray | memoryview) -> Checkpoint:
     """Read and check a .weei-checkpoint file.
 
@@ -299,11 +315,14 @@ def read_checkpoint(data: bytes | bytearray | memoryview) -> Checkpoint:
         raise CheckpointError(CheckpointReason.TRUNCATED_HEADER, f"checkpoint: {total} bytes, too short for the metadata length")
     (meta_len,) = struct.unpack_from("<I", view, 0)
     if meta_len > MAX_METADATA_BYTES:
-        raise CheckpointError(CheckpointReason.METADATA_TOO_LARGE, f"checkpoint: metadata of {meta_len} bytes, at most {MAX_METADATA_BYTES}")
+        raise CheckpointError(CheckpointReason.METADATA_TOO_LARGE, f"checkpoint: metadata of {meta_len} bytes, at most "
+                                                                   f"{MAX_METADATA_BYTES}{_not_a_checkpoint(view)}")
     if 4 + meta_len > total:
-        raise CheckpointError(CheckpointReason.TRUNCATED_METADATA, f"checkpoint: metadata of {meta_len} bytes does not fit the {total}-byte file")
+        raise CheckpointError(CheckpointReason.TRUNCATED_METADATA, f"checkpoint: metadata of {meta_len} bytes does not fit "
+                                                                   f"the {total}-byte file"
+                                                                   + (_not_a_checkpoint(view) or ": the file is cut short"))
     def not_json(message: str) -> NoReturn:
-        raise CheckpointError(CheckpointReason.INVALID_METADATA_JSON, f"checkpoint metadata: {message}")
+        raise CheckpointError(CheckpointReason.INVALID_METADATA_JSON, f"checkpoint metadata: {message}{_not_a_checkpoint(view)}")
 
     obj = _check.parse_json(view[4 : 4 + meta_len], not_json)
     meta = CheckpointMetadata.from_json(obj)
@@ -314,7 +333,9 @@ def read_checkpoint(data: bytes | bytearray | memoryview) -> Checkpoint:
     state_size = 0 if state_info is None else int(state_info["bytes"])
     have = total - start
     if have < size:
-        raise CheckpointError(CheckpointReason.WEIGHTS_LENGTH_MISMATCH, f"checkpoint: {have} bytes of weights, checkpoint.bytes says {size}")
+        raise CheckpointError(CheckpointReason.WEIGHTS_LENGTH_MISMATCH, f"checkpoint: {have} bytes of weights, checkpoint.bytes "
+                                                                        f"says {size}: the file of {describe(meta)} is cut "
+                                                                        "short (a download or copy that did not finish?)")
     if meta.version == 1 and have != size:
         raise CheckpointError(CheckpointReason.WEIGHTS_LENGTH_MISMATCH, f"checkpoint: {have} bytes after the metadata, checkpoint.bytes says {size}")
     if meta.version == 2 and have - size != state_size:

@@ -156,6 +156,10 @@ class ClientReason(str, Enum):
     """There was no open socket to send the request on."""
     UNKNOWN_REFUSAL = "unknown-refusal"
     """The server refused with a code this client does not know (the message keeps it)."""
+    ORIGIN_NOT_ALLOWED = "origin-not-allowed"
+    """The server answered the socket's upgrade with ``403 origin-not-allowed``: this page's origin is not
+    one it allows (``weei serve --allow-origin``). A browser hides the answer from the socket; the page
+    learns it by asking the same URL over HTTP."""
 
 
 def reason_of(code: str) -> Reason | ClientReason:

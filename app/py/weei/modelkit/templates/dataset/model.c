@@ -1,7 +1,8 @@
 /* @NAME@: a dataset model made with `weei model new` (docs/models.md).
  *
- * A classifier FEATURES -> HIDDEN ReLU -> CLASSES softmax. Edit the three
- * numbers below to fit your data, or replace the network: what Weei needs
+ * A classifier FEATURES -> HIDDEN ReLU -> CLASSES softmax (`weei model new
+ * --features N --classes K` sets the first and last). Edit the numbers below
+ * to fit your data, or replace the network: what Weei needs
  * is the seven model_* operations and a weight array of float32 values.
  *
  * Weights (float32-le, N_PARAMS values): W1[FEATURES][HIDDEN], b1[HIDDEN],
@@ -17,9 +18,9 @@
  */
 #include "sdk/weei_sdk.h"
 
-#define FEATURES 4
+#define FEATURES @FEATURES@
 #define HIDDEN 32
-#define CLASSES 3
+#define CLASSES @CLASSES@
 
 #define N_W1 (FEATURES * HIDDEN)
 #define N_B1 HIDDEN
