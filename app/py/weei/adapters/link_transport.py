@@ -58,7 +58,7 @@ class _LinkGone(Exception):
 
 class Receiver(Protocol):
     """Who gets what arrives: a TrainingController, or anything shaped like one (``peer_connected`` and
-    ``transfer_failed(peer, reason)`` optional)."""
+    ``transfer_failed(peer, reason, artifact)`` optional)."""
 
     async def on_peer_message(self, peer: str, message: Message, blobs: Mapping[str, bytes]) -> None: ...
 
@@ -372,7 +372,7 @@ class LinkTransport:
             elif item.kind == "transfer-failed":
                 hook = getattr(receiver, "transfer_failed", None)  # optional for a receiver
                 if hook is not None:
-                    await hook(item.peer, item.reason)
+                    await hook(item.peer, item.reason, item.artifact)
             elif item.kind == "connected":
                 hook = getattr(receiver, "peer_connected", None)  # optional for a receiver
                 if hook is not None:

@@ -244,9 +244,9 @@ class Agent:
         if self.controller is not None:
             await self.controller.peer_connected(peer)
 
-    async def transfer_failed(self, peer: str, reason: str) -> None:
+    async def transfer_failed(self, peer: str, reason: str, artifact: str = "") -> None:
         if self.controller is not None:
-            await self.controller.transfer_failed(peer, reason)
+            await self.controller.transfer_failed(peer, reason, artifact)
 
     async def _decide(self, job_id: str) -> None:
         controller = self.controller

@@ -454,9 +454,10 @@ class TrainingController:
     async def peer_disconnected(self, peer: str) -> None:
         await self.peer_events.peer_disconnected(peer)
 
-    async def transfer_failed(self, peer: str, reason: str) -> None:
-        """The frame reader refused an artifact from ``peer`` (``reason``, e.g. ``hash-mismatch``)."""
-        await self.peer_events.transfer_failed(peer, reason)
+    async def transfer_failed(self, peer: str, reason: str, artifact: str = "") -> None:
+        """The frame reader refused an artifact from ``peer`` (``reason``, e.g. ``hash-mismatch``; ``artifact``:
+        its SHA-256)."""
+        await self.peer_events.transfer_failed(peer, reason, artifact)
 
     # ---------------------------------------------------------------- helpers
 

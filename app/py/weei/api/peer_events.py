@@ -253,12 +253,16 @@ class PeerEvents:
         await self.store.delete_setting(PARTICIPATION_KEY)
         self.executor.view.notify()
 
-    async def transfer_failed(self, peer: str, reason: str) -> None:
+    async def transfer_failed(self, peer: str, reason: str, artifact: str = "") -> None:
         """The frame reader refused an artifact from ``peer``: a relay that sent it a bad piece is reported to
-        the coordinator now (its children go direct), not when the relay's deadline passes."""
-        if self.session.relay is not None:
-            self.session.relay.transfer_failed(peer, reason)
-            await self.executor.drain()
+        the coordinator now (its children go direct), not when the relay's deadline passes; a message of our
+        coordinator that named an artifact we lack (``missing-attachment``) makes us ask for it."""
+        s = self.session
+        if s.relay is not None:
+            s.relay.transfer_failed(peer, reason)
+        if reason == "missing-attachment" and artifact and s.participant is not None:
+            s.participant.artifact_missing(peer, artifact, s.clock())
+        await self.executor.drain()
 
     async def peer_disconnected(self, peer: str) -> None:
         s = self.session

@@ -26,14 +26,8 @@ __all__ = ["Residency", "assign_refs"]
 
 
 def assign_refs(assign: Assign) -> set[str]:
-    """The artifacts an assignment names: the weights it trains from, its auxiliary weights, its chunk,
-    the WGSL archive it brought."""
-    refs = {assign.checkpoint.sha256, *(ref.sha256 for ref in assign.auxiliary.values())}
-    if assign.chunk is not None:
-        refs.add(assign.chunk.data.sha256)
-    if assign.shader_archive is not None:
-        refs.add(assign.shader_archive.sha256)
-    return refs
+    """The artifacts an assignment names (``Assign.artifacts``)."""
+    return assign.artifacts()
 
 
 class Residency:

@@ -16,7 +16,13 @@ its relayed checkpoint, and closes to an outcome. An attempt ends with a
 valid update, or without one (``_end_attempt``: disconnect, deadline,
 rejected update, model error); then its work goes back, to an idle
 participant at once when there is one, otherwise to the front of the queue
-for the next round. A round closes when every attempt has an outcome, or at
+for the next round. An attempt of a remote participant also ends when no
+word of it (``trainingStarted``, ``progress``) came for ``stall_timeout_ms``
+(``STALL_TIMEOUT_MS``): its work is reassigned at once and its peer's record
+says it is stuck and why (``stuck``), as it does when the participant reports
+with ``artifactMissing`` that a message named an artifact it lacks; then the
+assignment is sent again with that artifact (at most ``MAX_RESENDS`` times).
+A round closes when every attempt has an outcome, or at
 its deadline (``_close_round``): it turns *closing* (``transitioning``; the
 host's ``closing_sink`` hears of it before the averaging starts), the pure
 ``round_rules.close_round`` aggregates its valid updates under the round's
@@ -63,7 +69,7 @@ from ..errors import UsageError, WeeiError, UsageReason
 from .spec import JobSpec
 from .participant import CHECKPOINTS_KEPT
 from ..wire.messages import (
-    ArtifactRef, AssignmentFailed, CheckpointNote, Deliver, DiagnosticsReport, Invitation, InvitationDecision,
+    ArtifactMissing, ArtifactRef, Assign, AssignmentFailed, CheckpointNote, Deliver, DiagnosticsReport, Invitation, InvitationDecision,
     JobFinished, Leave, Message, ModuleStatus, PauseContribution, Progress, RelayDone, TrainingStarted, Update,
     UpdateReceipt,
 )
@@ -77,12 +83,18 @@ from .round_rules import (
 from .schedule import DatasetSchedule, ExperienceSchedule
 from ..formats.seeds import assignment_seed, rounds_to_train
 from ..formats.settings import TrainingSettings
-from ..states import JOB_TRANSITIONS, JobStatus, PeerState, is_working, move
+from ..states import JOB_TRANSITIONS, AttemptStatus, JobStatus, PeerState, is_working, move
 
 __all__ = ["Coordinator", "RejectedUpdate", "DEFAULT_ROUND_TIMEOUT_MS", "JOIN_GRACE_MS", "MAX_EMPTY_ROUNDS",
-           "REPEATED_OUTLIER_ROUNDS"]
+           "REPEATED_OUTLIER_ROUNDS", "STALL_TIMEOUT_MS", "MAX_RESENDS"]
 
 DEFAULT_ROUND_TIMEOUT_MS = 10 * 60 * 1000
+# A remote attempt with no word of it (trainingStarted, progress) for this long is stalled: its work goes to
+# another participant. Loading a module, receiving a checkpoint and compiling shaders fit well inside it.
+STALL_TIMEOUT_MS = 3 * 60 * 1000
+# Times one assignment is sent again to a participant that says it lacks an artifact the Assign named: a
+# participant cannot make the coordinator send the same bytes without end.
+MAX_RESENDS = 2
 # After start(), participants still loading the module get this long to be
 # ready, so the first round is not trained by whoever happened to be first.
 JOIN_GRACE_MS = 10_000
@@ -123,6 +135,7 @@ class Coordinator:
         self.my_peer_id = my_peer_id
         self.kernel = kernel
         self.round_timeout_ms = round_timeout_ms
+        self.stall_timeout_ms: float = STALL_TIMEOUT_MS
         self.status = JobStatus.READY
         self.error: str | None = None
         self.incomplete = False
@@ -244,11 +257,29 @@ class Coordinator:
         if self.broadcast is not None:
             self.broadcast.handle_timer(now)
             self._commands.extend(self.broadcast.take_commands())
+        stalled = self.attempts.stalled(now)
+        for attempt in stalled:
+            self._stalled(attempt, now)
         late = self.attempts.late(now)
         for attempt in late:
             self._end_attempt(attempt, "missed the round deadline", now, failed=False, reassign=False)
         if late:
             self._close_round(now)
+        elif stalled:
+            self._maybe_close_round(now)
+
+    def _stalled(self, attempt: Attempt, now: float) -> None:
+        """No word of ``attempt`` for the stall timeout: its peer is stuck; the work goes to another peer."""
+        quiet_s = round((now - (attempt.heard_at if attempt.heard_at is not None else attempt.started_at)) / 1000)
+        phase = "loading (the assignment or an artifact it names never arrived, or the module hangs)" \
+            if attempt.status is AttemptStatus.LOADING else "training"
+        reason = f"no word for {quiet_s} s while {phase}"
+        record = self.peers.get(attempt.peer)
+        if record is not None:
+            record.stuck = {"since": attempt.heard_at or attempt.started_at, "reason": reason}
+            record.held = set()  # whatever it lacks comes with its next assignment
+        self._log("assignment.stalled", peer=attempt.peer, attempt=attempt.attempt_id, reason=reason)
+        self._end_attempt(attempt, f"stalled: {reason}", now, failed=False, reassign=True)
 
     # ---------------------------------------------------------- user commands
 
@@ -448,6 +479,8 @@ class Coordinator:
             attempt = self.attempts.open_one(message.attempt_id)
             if attempt is not None and attempt.peer == peer:
                 attempt.move("started")
+                self.attempts.heard(attempt, now, self.stall_timeout_ms)
+                record.stuck = None
                 if record.can("training_started"):
                     record.move("training_started")
         elif isinstance(message, Update):
@@ -481,6 +514,10 @@ class Coordinator:
                 self._log("message.ignored", peer=peer, reason="stale-attempt", type=message.TYPE)
             elif self.progress_sink is not None and not self.progress_sink(peer, message, now):
                 self._log("message.ignored", peer=peer, reason="stale-progress", type=message.TYPE)
+            else:
+                self.attempts.heard(attempt, now, self.stall_timeout_ms)
+        elif isinstance(message, ArtifactMissing):
+            self._on_artifact_missing(peer, record, message.artifact, now)
         else:
             self._log("message.ignored", peer=peer, reason="unexpected-type", type=message.TYPE)
 
@@ -610,12 +647,22 @@ class Coordinator:
             seed = assignment_seed(self.job_seed, units.start)
             assignment_id = f"r{number}-u{units.start}"
             chunk_id = None
-        attempt = round_.attempts.new(peer, number, assignment_id, chunk_id, units, seed, now, self.round_timeout_ms)
+        quiet = None if peer == self.my_peer_id else self.stall_timeout_ms
+        attempt = round_.attempts.new(peer, number, assignment_id, chunk_id, units, seed, now, self.round_timeout_ms,
+                                      quiet)
         record = self.peers[peer]
         record.move("assign")
+        return [self._assign_send(round_, attempt, record),
+                Log("assignment.sent", {"peer": peer, "round": number, "attempt": attempt.attempt_id})]
+
+    def _assign_send(self, round_: Round, attempt: Attempt, record: PeerRecord, *, again: bool = False) -> Send:
+        """The Assign of ``attempt``, with the artifacts ``record`` does not hold attached. ``again``: the
+        first one was refused on arrival, and with it everything attached to it."""
         checkpoint_ref = ArtifactRef("checkpoint", self.weights_sha256, len(self.weights))
         assign, attachments = make_assign(round_.spec, attempt, checkpoint_ref, self.checkpoint_hashes,
                                           self.job_seed, shader_archive=record.wants_shader_archive)
+        if again:
+            record.held -= {a.sha256 for a in attachments}
         needed: list[ArtifactRef] = []
         for a in attachments:
             # Once per version: the checkpoint and a snapshot may be the same bytes.
@@ -623,8 +670,35 @@ class Coordinator:
                 needed.append(a)
                 if a.kind != "chunk":
                     record.held.add(a.sha256)
-        return [Send(peer, assign, tuple(needed)),
-                Log("assignment.sent", {"peer": peer, "round": number, "attempt": attempt.attempt_id})]
+        return Send(attempt.peer, assign, tuple(needed))
+
+    def _on_artifact_missing(self, peer: str, record: PeerRecord, artifact: str, now: float) -> None:
+        """``peer``'s frame reader refused a message of ours that named ``artifact`` as held: it is not.
+        Its open assignment that names it goes again with it attached (bounded); later ones attach it anyway."""
+        record.held.discard(artifact)
+        round_ = self.round
+        for attempt in self.attempts.open_of(peer):
+            if round_ is None or attempt.round != round_.number or attempt.status is not AttemptStatus.LOADING:
+                continue
+            checkpoint_ref = ArtifactRef("checkpoint", self.weights_sha256, len(self.weights))
+            assign, _ = make_assign(round_.spec, attempt, checkpoint_ref, self.checkpoint_hashes, self.job_seed,
+                                    shader_archive=record.wants_shader_archive)
+            if artifact not in assign.artifacts():
+                continue
+            self.attempts.heard(attempt, now, self.stall_timeout_ms)
+            if attempt.resends >= MAX_RESENDS:
+                record.stuck = {"since": now, "reason": f"still lacks artifact {artifact[:12]}… after "
+                                                        f"{MAX_RESENDS} resends"}
+                self._end_attempt(attempt, f"lacks artifact {artifact[:12]}… after {MAX_RESENDS} resends", now,
+                                  failed=False, reassign=True)
+                self._maybe_close_round(now)
+                return
+            attempt.resends += 1
+            record.stuck = {"since": now, "reason": f"lacked artifact {artifact[:12]}…; sent again"}
+            self._commands.append(self._assign_send(round_, attempt, record, again=True))
+            self._log("assignment.resent", peer=peer, attempt=attempt.attempt_id, artifact=artifact)
+            return
+        self._log("artifact.missing", peer=peer, artifact=artifact)
 
     def _end_attempt(self, attempt: Attempt, error: str, now: float, *, failed: bool, reassign: bool) -> None:
         """End an attempt without a valid update; its work goes back (first in line).
@@ -665,6 +739,7 @@ class Coordinator:
             self._maybe_close_round(now)
             return
         assert attempt is not None
+        record.stuck = None
         self.attempts.accept(attempt, update, bytes(blobs[update.weights.sha256]))
         if record.can("update_received"):
             record.move("update_received")

@@ -40,6 +40,8 @@ class PeerRecord:
     outliers: int = 0
     # aggregation.excludeOutliersAfter: excluded from the job (no assignment, its updates refused).
     excluded: bool = False
+    # Why its last assignment made no progress ({"since": ms, "reason": text}); None once it makes progress.
+    stuck: dict[str, Any] | None = None
 
     @property
     def approved(self) -> bool:
@@ -69,6 +71,8 @@ class PeerRecord:
             out["robust"] = {"outlierRounds": self.outlier_rounds, "outliers": self.outliers}
         if self.excluded:
             out["excluded"] = True
+        if self.stuck is not None:
+            out["stuck"] = dict(self.stuck)
         return out
 
     def robust_state(self) -> dict[str, Any] | None:
