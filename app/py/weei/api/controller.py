@@ -105,6 +105,7 @@ class TrainingController:
         self.view = StateView(self.session, self.store, self.backend)
         self.executor = Executor(self.session, self.store, self.backend, kv, self.view)
         self.peer_events = PeerEvents(self.session, self.store, self.executor, room_key, random_bytes)
+        self.peer_events.replace_finished = self._put_finished_job_away
         self.kv = kv
 
     # What hosts read (the agent, the transports' dedupe, the demo network).
@@ -543,6 +544,18 @@ class TrainingController:
         s.book.set_job(None)
         self.executor.job_cleared()
         self._set_backend_job(None)
+
+    async def _put_finished_job_away(self) -> None:
+        """An accepted invitation replaces this device's finished job: it leaves the window, stays in Saved jobs."""
+        s = self.session
+        job_id = s.coordinator.spec.job_id if s.coordinator is not None else \
+            s.participant.job_id if s.participant is not None else None
+        if s.coordinator is not None:
+            await self.executor.save_job_record(active=False)
+        else:
+            await self.store.delete_setting(PARTICIPATION_KEY)
+        s.record("job.replaced", {"jobId": job_id})
+        self._clear_job()
 
     async def _reopen(self, job_id: str, *, restart: bool) -> None:
         s = self.session

@@ -17,6 +17,7 @@ from ..core.job.invitations import PendingInvitations
 from ..core.observe.live_progress import LiveProgress
 from ..core.job.participant import Participant
 from ..core.links.relay import RelayNode
+from ..core.states import JobStatus, PeerState
 from .ports import Transport
 
 __all__ = ["Session", "DeviceSettings"]
@@ -63,6 +64,14 @@ class Session:
     # Model id -> this device's last measured training speed (records/s): reviewSettings estimates a new job with it.
     measured: dict[str, float] = field(default_factory=dict)
     relay: RelayNode | None = None  # this device's part in relaying checkpoints to the job's other participants
+
+    def finished_job(self) -> str | None:
+        """The finished job this device still shows (coordinated to the end, or taken part in until its end):
+        accepting an invitation replaces it."""
+        if self.coordinator is not None:
+            return self.coordinator.spec.job_id if self.coordinator.status is JobStatus.COMPLETED else None
+        p = self.participant
+        return p.job_id if p is not None and p.state is PeerState.STOPPED else None
 
     def record(self, event: str, details: Mapping[str, Any] | None = None) -> None:
         """Add an event to the debug log, stamped now."""

@@ -89,7 +89,7 @@ class StateView:
             "transitioning": s.saving > 0 or (coordinator is not None and coordinator.transitioning),
             "evaluating": s.evaluating > 0,
             "peers": s.transport.peers() if s.transport is not None else [],
-            "invitations": [[job_id, json.loads(json.dumps(inv))] for job_id, inv in s.invitations.entries().items()],
+            "invitations": [[job_id, self._invitation(inv)] for job_id, inv in s.invitations.entries().items()],
             "progress": s.live.progress_json(),
             "liveMetrics": s.live.live_metrics_json(),
             **self._transfers(),
@@ -145,6 +145,15 @@ class StateView:
                 "localWorkers": self._local_workers(info=info, settings=settings),
             }
         return state
+
+    def _invitation(self, entry: dict[str, Any]) -> dict[str, Any]:
+        """An invitation as ``state.invitations`` shows it; ``replacesFinishedJob``: accepting it puts this
+        device's finished job away (to Saved jobs)."""
+        out: dict[str, Any] = json.loads(json.dumps(entry))
+        replaced = self.session.finished_job()
+        if replaced is not None:
+            out["replacesFinishedJob"] = replaced
+        return out
 
     def _transfers(self) -> dict[str, Any]:
         transport = self.session.transport

@@ -22,6 +22,9 @@ word of it (``trainingStarted``, ``progress``) came for ``stall_timeout_ms``
 says it is stuck and why (``stuck``), as it does when the participant reports
 with ``artifactMissing`` that a message named an artifact it lacks; then the
 assignment is sent again with that artifact (at most ``MAX_RESENDS`` times).
+An invitation with no answer for ``INVITATION_TTL_MS`` expires: the peer's
+record says so (``declined``) and it can be invited again; a declining peer's
+reason (it is busy with another job, say) is kept there too.
 A round closes when every attempt has an outcome, or at
 its deadline (``_close_round``): it turns *closing* (``transitioning``; the
 host's ``closing_sink`` hears of it before the averaging starts), the pure
@@ -73,6 +76,7 @@ from ..wire.messages import (
     JobFinished, Leave, Message, ModuleStatus, PauseContribution, Progress, RelayDone, TrainingStarted, Update,
     UpdateReceipt,
 )
+from .invitations import INVITATION_TTL_MS
 from .peers import PeerRecord, available, eligible, loading
 from ..links.relay import Broadcast, Relays
 from .round import Round, RoundClosed, RoundEmpty, RoundFailed
@@ -86,7 +90,7 @@ from ..formats.settings import TrainingSettings
 from ..states import JOB_TRANSITIONS, AttemptStatus, JobStatus, PeerState, is_working, move
 
 __all__ = ["Coordinator", "RejectedUpdate", "DEFAULT_ROUND_TIMEOUT_MS", "JOIN_GRACE_MS", "MAX_EMPTY_ROUNDS",
-           "REPEATED_OUTLIER_ROUNDS", "STALL_TIMEOUT_MS", "MAX_RESENDS"]
+           "REPEATED_OUTLIER_ROUNDS", "STALL_TIMEOUT_MS", "MAX_RESENDS", "INVITATION_TTL_MS"]
 
 DEFAULT_ROUND_TIMEOUT_MS = 10 * 60 * 1000
 # A remote attempt with no word of it (trainingStarted, progress) for this long is stalled: its work goes to
@@ -95,6 +99,7 @@ STALL_TIMEOUT_MS = 3 * 60 * 1000
 # Times one assignment is sent again to a participant that says it lacks an artifact the Assign named: a
 # participant cannot make the coordinator send the same bytes without end.
 MAX_RESENDS = 2
+
 # After start(), participants still loading the module get this long to be
 # ready, so the first round is not trained by whoever happened to be first.
 JOIN_GRACE_MS = 10_000
@@ -159,6 +164,7 @@ class Coordinator:
         self.last_contributors: list[str] = []
         self._saved_incomplete = False
         self._grace_until: float | None = None
+        self._invited_at: dict[str, float] = {}  # peers whose invitation waits for an answer, and since when
         self._commands = Outbox()
         self.diagnostics_sink: Callable[[str, dict[str, Any], float], None] | None = None
         # The host's monotonic clock (ms), read only to time phases for the debug log.
@@ -245,12 +251,22 @@ class Coordinator:
     def next_timer(self) -> float | None:
         """When ``handle_timer`` must next be called (ms since epoch), or None."""
         times = [t for t in (self.attempts.next_deadline(), self._grace_until) if t is not None]
+        if self._invited_at:
+            times.append(min(self._invited_at.values()) + INVITATION_TTL_MS)
         relay_due = self.broadcast.next_timer() if self.broadcast is not None else None
         if relay_due is not None:
             times.append(relay_due)
         return min(times) if times else None
 
     def handle_timer(self, now: float) -> None:
+        for peer in [p for p, at in self._invited_at.items() if at + INVITATION_TTL_MS <= now]:
+            del self._invited_at[peer]
+            record = self.peers[peer]
+            if record.state == PeerState.INVITED:
+                record.move("decline")
+                record.expired = True
+                record.declined = f"no answer in {INVITATION_TTL_MS // 60_000} min: the invitation expired"
+                self._log("invitation.expired", peer=peer)
         if self._grace_until is not None and now >= self._grace_until:
             self._grace_until = None
             self._maybe_open_round(now)
@@ -298,6 +314,7 @@ class Coordinator:
         self.check_invite(peer)
         record = self.peers[peer] = PeerRecord()  # a new invitation starts a new record
         record.move("invite")
+        self._invited_at[peer] = now
         self._send(peer, Invitation(self.spec.job_id, self.my_peer_id, self.spec.info.raw,
                                     self.spec.module.descriptor(), self.spec.data_bytes, self.spec.settings.to_json()))
         self._log("invitation.sent", peer=peer)
@@ -540,12 +557,19 @@ class Coordinator:
     # ------------------------------------------------------- participant flow
 
     def _on_decision(self, peer: str, record: PeerRecord, message: InvitationDecision, now: float) -> None:
+        if message.accepted and record.state == PeerState.DECLINED and record.expired \
+                and self.status != JobStatus.COMPLETED:
+            # Accepted just as it expired here (the two clocks differ): the peer waits for its module.
+            record = self.peers[peer] = PeerRecord()
+            record.move("invite")
         if record.state != PeerState.INVITED:
             self._log("message.ignored", peer=peer, reason="no-pending-invitation", type=message.TYPE)
             return
+        self._invited_at.pop(peer, None)
         if not message.accepted:
             record.move("decline")
-            self._log("invitation.declined", peer=peer)
+            record.declined = message.reason or "declined"
+            self._log("invitation.declined", peer=peer, reason=record.declined)
             return
         record.move("accept")
         self._log("invitation.accepted", peer=peer)

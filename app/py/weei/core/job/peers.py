@@ -40,6 +40,9 @@ class PeerRecord:
     outliers: int = 0
     # aggregation.excludeOutliersAfter: excluded from the job (no assignment, its updates refused).
     excluded: bool = False
+    # Why it said no to the invitation, or that the invitation expired (None: it did not decline).
+    declined: str | None = None
+    expired: bool = False  # its invitation expired unanswered (the Coordinator's INVITATION_TTL_MS)
     # Why its last assignment made no progress ({"since": ms, "reason": text}); None once it makes progress.
     stuck: dict[str, Any] | None = None
 
@@ -73,6 +76,8 @@ class PeerRecord:
             out["excluded"] = True
         if self.stuck is not None:
             out["stuck"] = dict(self.stuck)
+        if self.declined is not None and self.state == PeerState.DECLINED:
+            out["declined"] = self.declined
         return out
 
     def robust_state(self) -> dict[str, Any] | None:
