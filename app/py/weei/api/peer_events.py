@@ -43,8 +43,9 @@ class PeerEvents:
         # What this device proves the room key with when it coordinates, and asks a coordinator to prove
         # before it accepts (core/links/room_proof.py): derived from the key, never the key itself.
         self._proof_key = proof_key(room_key) if room_key else None
-        self.room_check = RoomCheck(self._proof_key, session.my_peer_id, self._send, session.record,
-                                    random_bytes, monotonic=session.monotonic) if self._proof_key is not None else None
+        self._random_bytes = random_bytes
+        self.room_check: RoomCheck | None = None
+        self.renamed()
         # A participation restored in a keyed room re-proves its coordinator (core/job/restored_proof.py):
         # the gate, the participant it was made for, and the challenge in flight.
         self._restored: tuple[RestoredProof, Participant] | None = None
@@ -55,6 +56,12 @@ class PeerEvents:
         #: Puts this device's finished job away (it stays in Saved jobs) before an accepted invitation replaces it.
         self.replace_finished: Callable[[], Awaitable[None]] | None = None
         executor.holds_back = self._holds_outgoing
+
+    def renamed(self) -> None:
+        """This device's peer ID is ``session.my_peer_id`` (again): proofs name it."""
+        s = self.session
+        self.room_check = RoomCheck(self._proof_key, s.my_peer_id, self._send, s.record, self._random_bytes,
+                                    monotonic=s.monotonic) if self._proof_key is not None else None
 
     def _gate(self) -> RestoredProof | None:
         """The open gate of the current participation, if it was restored in a keyed room."""

@@ -64,6 +64,9 @@ class Session:
     # Model id -> this device's last measured training speed (records/s): reviewSettings estimates a new job with it.
     measured: dict[str, float] = field(default_factory=dict)
     relay: RelayNode | None = None  # this device's part in relaying checkpoints to the job's other participants
+    # The peer ID signaling gave this device after its job began (the job's peers know ``my_peer_id``): shown at
+    # once, taken on when the job is cleared (issue 24).
+    renamed_to: str | None = None
 
     def finished_job(self) -> str | None:
         """The finished job this device still shows (coordinated to the end, or taken part in until its end):

@@ -82,7 +82,7 @@ class StateView:
         device = s.device
         state: dict[str, Any] = {
             "ready": True,
-            "myPeerId": s.my_peer_id,
+            "myPeerId": s.renamed_to or s.my_peer_id,
             "busy": s.busy > 0,
             "preparing": s.preparing,
             # The spec: averaging updates into a checkpoint, from a round's last update until the file is written.
@@ -107,6 +107,11 @@ class StateView:
         }
         if s.error:
             state["error"] = s.error
+        if s.renamed_to is not None:
+            state["peerIdChanged"] = {"from": s.my_peer_id, "to": s.renamed_to}
+            state.setdefault("error", f"this tab's peer ID changed from {s.my_peer_id} to {s.renamed_to} (the "
+                             "Weei server restarted with another secret): this job's peers knew the old one; leave "
+                             "the job and invite them again")
         participant = s.participant
         if coordinator is not None:
             job = coordinator.view(now)
@@ -144,6 +149,9 @@ class StateView:
                 "hasModuleFile": bool(module) and module["sha256"] in self.store.artifacts,
                 "localWorkers": self._local_workers(info=info, settings=settings),
             }
+            if participant.state is PeerState.DISCONNECTED:
+                # The job is not known to run while its coordinator is away: say so, and since when.
+                state["job"]["coordinatorOffline"] = {"since": participant.offline_since}
         return state
 
     def _invitation(self, entry: dict[str, Any]) -> dict[str, Any]:

@@ -449,6 +449,10 @@ class Coordinator:
         if record is None:
             return
         record.connected = True
+        if record.missed_end:
+            record.missed_end = False
+            self._send(peer, JobFinished(self.spec.job_id, self.incomplete))
+            self._log("job.finished-told", peer=peer)
         if record.state == PeerState.DISCONNECTED:
             rejoins = record.rejoins
             record.move("rejoin" if rejoins else "reconnect")
@@ -933,6 +937,8 @@ class Coordinator:
         for peer, record in self.peers.items():
             if record.approved and record.connected:
                 self._send(peer, JobFinished(self.spec.job_id, self.incomplete))
+            elif record.approved and peer != self.my_peer_id:
+                record.missed_end = True  # told when its channel opens again (peer_connected)
             if record.approved:
                 # JobFinished stops the participant; training more needs a new invitation.
                 record.move("finish")

@@ -89,6 +89,8 @@ class Participant:
         self.checkpoints: dict[int, dict[str, Any]] = {}  # round -> CheckpointSummary (CheckpointNote)
         self._training_since: float | None = None  # when the current attempt started training
         self._asked: dict[str, float] = {}  # missing artifact -> when it was last asked for
+        # When our coordinator's channel closed (None: connected, or restored before this device heard from it).
+        self.offline_since: float | None = None
         self._commands: list[Command] = []
 
     @property
@@ -391,11 +393,14 @@ class Participant:
     def disconnected(self, now: float) -> None:
         if self.job_id is not None and takes_part(self.state):
             self.current = self.pending = None
+            if self.state != P.DISCONNECTED:
+                self.offline_since = now
             self._move("disconnected")
 
     def reconnected(self, now: float) -> None:
         """Back online: the coordinator delivers the module again and we catch up."""
         if self.state == P.DISCONNECTED:
+            self.offline_since = None
             self._move("reconnected")
 
     # ------------------------------------------------------------------ view
