@@ -153,11 +153,12 @@ export class Peers {
       return [h('h3', { text: 'Participants' }),
         !parts.length ? h('p', { class: 'small muted', text: 'Nobody yet.' }) : h('div', { class: 'tablewrap' }, h('table', { class: 'participants' },
           h('thead', {}, h('tr', {}, ['Peer', 'State', 'Connected', 'Approved', 'Paused'].map((t) => h('th', { text: t })))),
-          h('tbody', {}, parts.map(([peer, p]) => { const finished = job.status === 'completed' && p.state === 'stopped'; return h('tr', {},
+          h('tbody', {}, parts.map(([peer, p]) => { const finished = job.status === 'completed' && p.state === 'stopped' && !p.missedEnd; return h('tr', {},
             h('td', { class: 'mono', title: peer, text: peer === state.myPeerId ? 'this browser' : peer.slice(0, 16) }),
             // A member of a finished job is 'stopped' in the spec's terms: said as success, not as a red stop.
             h('td', {}, h('span', { class: `chip ${finished ? 'completed' : p.state}`, text: finished ? 'finished' : p.state, title: p.state }),
               p.excluded ? h('span', { class: 'chip error', text: 'excluded', title: 'an outlier round after round (aggregation.excludeOutliersAfter)' }) : null,
+              p.missedEnd ? h('div', { class: 'small muted', 'data-field': 'missedEnd', text: 'offline at the end: told when it reconnects' }) : null,
               p.stuck ? h('div', { class: 'small error', 'data-field': 'stuck', text: `stuck: ${p.stuck.reason}` }) : null,
               p.declined && p.state === 'declined' ? h('div', { class: 'small muted', text: p.declined }) : null),
             h('td', { text: p.connected ? 'yes' : 'no' }), h('td', { text: p.approved || finished ? 'yes' : 'no' }),
