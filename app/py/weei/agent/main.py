@@ -161,6 +161,7 @@ class Agent:
             controller.peer_events.room_check.listeners.append(self._on_room_proof)
         controller.peer_events.on_release = self._keep  # held until a restored coordinator proved the key
         self.transport.attach(self, has=controller.holds, job_of=controller.job_with)
+        self.transport.on_peer_id = controller.peer_id_changed
         controller.subscribe(self._on_state)
         peers = await self.transport.join(opts.room)
         if signaling.token is not None:

@@ -59,9 +59,11 @@ class PeerEvents:
 
     def renamed(self) -> None:
         """This device's peer ID is ``session.my_peer_id`` (again): proofs name it."""
-        s = self.session
+        s, old = self.session, self.room_check
         self.room_check = RoomCheck(self._proof_key, s.my_peer_id, self._send, s.record, self._random_bytes,
                                     monotonic=s.monotonic) if self._proof_key is not None else None
+        if old is not None and self.room_check is not None:  # whoever listens to proofs goes on listening
+            self.room_check.listeners.extend(old.listeners)
 
     def _gate(self) -> RestoredProof | None:
         """The open gate of the current participation, if it was restored in a keyed room."""
