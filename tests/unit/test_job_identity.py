@@ -5,6 +5,7 @@ end, and a tab whose peer ID changed shows the new one."""
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import stat
 from pathlib import Path
@@ -116,3 +117,39 @@ def test_a_tab_given_a_new_peer_id_shows_it_and_takes_it_on_once_its_job_is_left
         assert busy.my_peer_id == "new-b" and "peerIdChanged" not in busy.get_state()
 
     on_network(main)
+
+
+def test_a_transport_told_another_id_after_a_server_restart_reports_it() -> None:
+    """The server restarts with another secret: the transport reconnects, signaling names a new peer ID, and the
+    receiver hears it (``on_peer_id``), so the window does not go on showing the old one."""
+    pytest.importorskip("aiortc")
+    from aiohttp.test_utils import TestServer, unused_port
+
+    from weei.agent.signaling_client import SignalingClient
+    from weei.agent.transport import AgentTransport
+    from weei.server.signaling import SignalingConfig, create_signaling_app
+
+    async def scenario() -> None:
+        port = unused_port()
+        server = TestServer(create_signaling_app(SignalingConfig(secret=b"a" * 32)), host="127.0.0.1", port=port)
+        await server.start_server()
+        told: list[str] = []
+        transport = AgentTransport(SignalingClient(str(server.make_url("/signal"))))
+        transport.on_peer_id = told.append
+        try:
+            first = (await transport.connect()).peer_id
+            await transport.join("room-" + os.urandom(4).hex())
+            await server.close()
+            server = TestServer(create_signaling_app(SignalingConfig(secret=b"b" * 32)), host="127.0.0.1",
+                                port=port)
+            await server.start_server()
+            for _ in range(200):
+                if told:
+                    break
+                await asyncio.sleep(0.05)
+            assert len(told) == 1 and told[0] != first and transport.peer_id == told[0]
+        finally:
+            await transport.close()
+            await server.close()
+
+    asyncio.run(scenario())
