@@ -15,6 +15,10 @@ assignment seed. Hooks make a peer misbehave:
 * ``behaviour[peer](assign, start_weights, default)`` returns a
   ``TrainOutcome`` (sent through the participant), an error string
   (``training_failed``) or ``HANG`` (never answers);
+* a message to a participant that names an artifact neither attached nor in
+  the participant's store is refused, as the frame reader refuses it
+  (``missing-attachment``), and kept in ``refused``; the participant hears of
+  it as its host tells it (``Participant.artifact_missing``);
 * ``tamper[peer](message, blobs)`` rewrites what the peer puts on the wire
   to the coordinator and returns a list of ``(message, blobs)`` (empty: the
   message is lost; two items: duplicated).
@@ -35,6 +39,7 @@ from typing import Any, Callable
 import numpy as np
 
 from weei.core.formats.checkpoint import Checkpoint, read_checkpoint
+from weei.core.wire.framing.frames import referenced_artifacts
 from weei.core.wire.commands import LoadModule, Log, RoundPhase, RunValidation, SaveCheckpoint, Send, Train
 from weei.core.job.coordinator import Coordinator
 from weei.core.job.spec import ChunkInfo, JobSpec, ModuleInfo
@@ -221,6 +226,7 @@ class Sim:
     hung: list[tuple[str, Assign]] = field(default_factory=list)
     deliveries: list[Delivery] = field(default_factory=list)
     lost: list[tuple[str, str, Message]] = field(default_factory=list)
+    refused: list[tuple[str, str, Message, str]] = field(default_factory=list)  # (src, dst, message, missing sha)
     saved: list[SaveCheckpoint] = field(default_factory=list)
     validations: list[RunValidation] = field(default_factory=list)
     logs: list[tuple[str, Log]] = field(default_factory=list)
@@ -438,6 +444,12 @@ class Sim:
             assert sha(data) == ref.sha256 and len(data) == ref.bytes, f"attachment {ref} does not match its bytes"
             blobs[ref.sha256] = data
         if to_participant:
+            missing = [ref.sha256 for ref in referenced_artifacts(message)
+                       if ref.sha256 not in blobs and ref.sha256 not in self.stores[dst]]
+            if missing:
+                self.refused.append((src, dst, message, missing[0]))
+                self.participants[dst].artifact_missing(src, missing[0], self.now)
+                return
             self.stores[dst].update(blobs)
             self.deliveries.append(Delivery(src, dst, message, send.attachments, self.now))
             self.participants[dst].on_message(src, message, self.now)

@@ -4,14 +4,18 @@ pending one never hides another (core/job/invitations.py, api/peer_events.py).""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
-from test_controller import DIGITS_SETTINGS, networked, on_network, package
+import pytest
+from sim import Sim, dataset_spec
+from test_controller import DIGITS_SETTINGS, networked, on_network, package, run_until_done
 
 from weei.api import TrainingController
 from weei.core.wire.commands import Send
-from weei.core.job.invitations import MAX_PENDING, PendingInvitations
-from weei.core.wire.messages import Invitation
+from weei.core.errors import UsageError
+from weei.core.job.invitations import INVITATION_TTL_MS, MAX_PENDING, PendingInvitations
+from weei.core.wire.messages import Deliver, Invitation
 from weei.demo.network import MemoryNetwork
 from weei.runtime.wasmtime_engine import WasmtimeEngine
 
@@ -100,3 +104,114 @@ def test_the_pending_list_is_bounded_one_per_coordinator_and_names_every_drop() 
     assert pending.get("job-late").sender == "late"  # type: ignore[union-attr]
     assert pending.offer("c9", invitation("job-9", "c1"), now=102)[0]["reason"] == "coordinator-mismatch"
     assert "job-9" not in pending and len(pending) == MAX_PENDING
+
+
+# ---------------------------------------------- issue 24, item 3: invitations never vanish
+
+
+def test_a_peer_whose_job_finished_shows_the_invitation_and_accepting_replaces_that_job() -> None:
+    async def main(network: MemoryNetwork, engine: WasmtimeEngine) -> None:
+        old, new = networked(network, engine, "old"), networked(network, engine, "new")
+        for c in (old, new):
+            await c.init()
+        finished = await old.create_job(**package("digits-mlp"), settings={**DIGITS_SETTINGS, "epochs": 1})
+        await old.start()
+        await run_until_done(old)
+        assert old.get_state()["job"]["status"] == "completed"
+        job_id = await new.create_job(**package("digits-mlp"), settings={**DIGITS_SETTINGS, "epochs": 1})
+        new.invite("old")
+        await network.settle()
+        # Before: dropped unseen ("busy with another job" in the debug log only); the inviter waited for ever.
+        shown = dict(old.get_state()["invitations"])
+        assert list(shown) == [job_id] and shown[job_id]["replacesFinishedJob"] == finished
+        await old.decide_invitation(job_id, True)
+        await network.settle()
+        assert old.coordinator is None and old.participant is not None and old.participant.job_id == job_id
+        saved = {j["id"]: j for j in old.get_state()["savedJobs"]}
+        assert saved[finished]["status"] == "completed"  # put away, not lost
+        assert new.get_state()["job"]["participants"]["old"]["approved"] is True
+        await new.start()
+        await run_until_done(new)
+        await network.settle()
+        assert old.get_state()["job"]["status"] == "completed" and old.get_state()["job"]["id"] == job_id
+        assert any(c["artifact"]["round"] >= 1 for c in new.get_state()["job"]["checkpoints"])
+
+    on_network(main)
+
+
+def test_a_busy_peer_declines_at_once_says_why_and_can_be_invited_again() -> None:
+    async def main(network: MemoryNetwork, engine: WasmtimeEngine) -> None:
+        busy, inviter = networked(network, engine, "busy"), networked(network, engine, "inviter")
+        for c in (busy, inviter):
+            await c.init()
+        own = await busy.create_job(**package("digits-mlp"), settings={**DIGITS_SETTINGS, "epochs": 1})
+        job_id = await inviter.create_job(**package("digits-mlp"), settings={**DIGITS_SETTINGS, "epochs": 1})
+        inviter.invite("busy")
+        await network.settle()
+        record = inviter.get_state()["job"]["participants"]["busy"]
+        assert record["state"] == "declined" and record["declined"] == f"busy: it coordinates job {own}, ready"
+        assert busy.get_state()["invitations"] == []
+        assert events(busy, "invitation.declined")[0]["reason"].startswith("busy: it coordinates job")
+        # Once it is free, the same job invites it again and it is shown.
+        await busy.leave()
+        inviter.invite("busy")
+        await network.settle()
+        assert [j for j, _ in busy.get_state()["invitations"]] == [job_id]
+        assert inviter.get_state()["job"]["participants"]["busy"]["state"] == "invited"
+
+    on_network(main)
+
+
+def test_an_invitation_nobody_answers_expires_on_both_sides_and_the_inviter_hears_why() -> None:
+    async def main(network: MemoryNetwork, engine: WasmtimeEngine) -> None:
+        clock = [time.time() * 1000]
+        coordinator = networked(network, engine, "coord")
+        helper = networked(network, engine, "helper", clock=lambda: clock[0])
+        for c in (coordinator, helper):
+            await c.init()
+        job_id = await coordinator.create_job(**package("digits-mlp"), settings={**DIGITS_SETTINGS, "epochs": 1})
+        coordinator.invite("helper")
+        await network.settle()
+        assert [j for j, _ in helper.get_state()["invitations"]] == [job_id]
+        clock[0] += INVITATION_TTL_MS
+        with pytest.raises(UsageError) as err:
+            await helper.decide_invitation(job_id, True)
+        assert err.value.reason == "no-invitation" and "expired" in err.value.message
+        await network.settle()
+        assert helper.get_state()["invitations"] == []
+        record = coordinator.get_state()["job"]["participants"]["helper"]
+        assert record["state"] == "declined" and record["declined"].endswith("the invitation expired")
+        coordinator.invite("helper")  # and it may invite again
+        await network.settle()
+        assert [j for j, _ in helper.get_state()["invitations"]] == [job_id]
+
+    on_network(main)
+
+
+def test_the_coordinator_expires_an_unanswered_invitation_and_a_late_acceptance_still_counts() -> None:
+    spec, store = dataset_spec(2)
+    sim = Sim.create(spec, store)
+    sim.add_peer("p1")
+    sim.coordinator.invite("p1", sim.now)
+    sim.pump()
+    sim.advance(INVITATION_TTL_MS - 1)
+    assert sim.coordinator.view(sim.now)["participants"]["p1"]["state"] == "invited"
+    sim.advance(1)
+    record = sim.coordinator.view(sim.now)["participants"]["p1"]
+    assert record == {"connected": True, "approved": False, "state": "declined",
+                      "declined": "no answer in 10 min: the invitation expired"}
+    sim.coordinator.check_invite("p1")  # may be invited again
+    # The participant's clock ran a little behind: its acceptance arrives now, and counts.
+    sim.participants["p1"].decide(True, sim.now)
+    sim.pump()
+    assert sim.coordinator.view(sim.now)["participants"]["p1"]["approved"] is True
+    assert sim.messages(Deliver, dst="p1")
+
+
+def test_pending_invitations_expire_after_their_time() -> None:
+    pending = PendingInvitations()
+    pending.offer("c1", invitation("job-1", "c1"), now=0)
+    pending.offer("c2", invitation("job-2", "c2"), now=1000)
+    assert pending.expire(INVITATION_TTL_MS - 1) == []
+    assert [p.invitation.job_id for p in pending.expire(INVITATION_TTL_MS)] == ["job-1"]
+    assert list(pending.entries()) == ["job-2"]

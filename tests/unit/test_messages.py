@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from weei.core.wire.messages import (
-    _TYPES, ArtifactRef, Assign, AssignmentFailed, CheckpointNote, ChunkRef, Deliver, DiagnosticsReport, Direction, Invitation,
+    _TYPES, ArtifactMissing, ArtifactRef, Assign, AssignmentFailed, CheckpointNote, ChunkRef, Deliver, DiagnosticsReport, Direction, Invitation,
     InvitationDecision, JobFinished, Leave, MessageError, MessageReason, ModuleStatus, PauseContribution,
     Piece, Progress, RelayDone, RelayPiece, RelayPlan, RoomChallenge, RoomProof, TrainingStarted, UnitRange, Update,
     UpdateReceipt, decode_message, encode_message,
@@ -70,6 +70,9 @@ SAMPLES = [
     RoomChallenge("job-1", H3),
     RoomProof("job-1", H2),
     RoomProof("job-1"),
+    # A participant asks for an artifact a message named as held (issue 24); a decline says why.
+    ArtifactMissing("job-1", H2),
+    InvitationDecision("job-1", False, "this peer coordinates job job-2"),
 ]
 
 
@@ -82,7 +85,7 @@ def test_each_type_knows_its_direction() -> None:
     to_participant = {"invitation", "deliver", "assign", "updateReceipt", "jobFinished", "checkpoint", "relayPlan",
                       "relayPiece", "roomProof"}
     to_coordinator = {"invitationDecision", "moduleStatus", "trainingStarted", "update", "assignmentFailed",
-                      "pauseContribution", "leave", "diagnostics", "progress", "relayDone", "roomChallenge"}
+                      "pauseContribution", "leave", "diagnostics", "progress", "relayDone", "roomChallenge", "artifactMissing"}
     assert to_participant | to_coordinator == set(_TYPES)
     for kind, cls in _TYPES.items():
         want = Direction.TO_PARTICIPANT if kind in to_participant else Direction.TO_COORDINATOR

@@ -121,7 +121,8 @@ export class Peers {
 
     // Connected peers with Invite buttons: rebuilt only when who can be invited changes.
     const why = inviteBlocked(job);
-    this.section('peers.list', [peers, coordinator, Object.keys(participants), why], () => {
+    const inviteKey = Object.entries(participants).map(([peer, p]) => [peer, p.state, p.approved, p.declined || '']);
+    this.section('peers.list', [peers, coordinator, inviteKey, why], () => {
       const errorEl = h('div', { class: 'error hidden', role: 'alert' });
       const out = [h('h3', { text: 'Connected peers' })];
       if (!peers.length) {
@@ -132,10 +133,15 @@ export class Peers {
         out.push(h('p', { class: 'small muted', 'data-field': 'inviteHint', text: why }));
       }
       for (const peer of peers) {
-        const invite = h('button', { type: 'button', text: participants[peer] ? 'Invited' : 'Invite', disabled: !coordinator || Boolean(participants[peer]),
-          title: participants[peer] ? 'Already in this job' : (why || `Offer this job to ${peer}`) });
+        // Only a peer that takes part cannot be invited: an unanswered, declined or expired invitation can be sent again.
+        const p = participants[peer];
+        const invite = h('button', { type: 'button', name: 'invite', text: p && p.approved ? 'In this job' : p ? 'Invite again' : 'Invite',
+          disabled: !coordinator || Boolean(p && p.approved),
+          title: p && p.approved ? 'Already in this job' : (why || `Offer this job to ${peer}`) });
         invite.addEventListener('click', () => this.act(invite, errorEl, () => this.api.invite(peer)));
-        out.push(h('div', { class: 'row' }, h('span', { class: 'mono', text: peer }), invite));
+        const said = p && p.state === 'invited' ? 'invited, waiting for an answer' : p && p.declined ? `declined: ${p.declined}` : '';
+        out.push(h('div', { class: 'row', 'data-peer': peer }, h('span', { class: 'mono', text: peer }),
+          said ? h('span', { class: 'small muted', 'data-field': 'inviteAnswer', text: said }) : null, invite));
       }
       out.push(errorEl);
       return out;
@@ -147,11 +153,14 @@ export class Peers {
       return [h('h3', { text: 'Participants' }),
         !parts.length ? h('p', { class: 'small muted', text: 'Nobody yet.' }) : h('div', { class: 'tablewrap' }, h('table', { class: 'participants' },
           h('thead', {}, h('tr', {}, ['Peer', 'State', 'Connected', 'Approved', 'Paused'].map((t) => h('th', { text: t })))),
-          h('tbody', {}, parts.map(([peer, p]) => { const finished = job.status === 'completed' && p.state === 'stopped'; return h('tr', {},
+          h('tbody', {}, parts.map(([peer, p]) => { const finished = job.status === 'completed' && p.state === 'stopped' && !p.missedEnd; return h('tr', {},
             h('td', { class: 'mono', title: peer, text: peer === state.myPeerId ? 'this browser' : peer.slice(0, 16) }),
             // A member of a finished job is 'stopped' in the spec's terms: said as success, not as a red stop.
             h('td', {}, h('span', { class: `chip ${finished ? 'completed' : p.state}`, text: finished ? 'finished' : p.state, title: p.state }),
-              p.excluded ? h('span', { class: 'chip error', text: 'excluded', title: 'an outlier round after round (aggregation.excludeOutliersAfter)' }) : null),
+              p.excluded ? h('span', { class: 'chip error', text: 'excluded', title: 'an outlier round after round (aggregation.excludeOutliersAfter)' }) : null,
+              p.missedEnd ? h('div', { class: 'small muted', 'data-field': 'missedEnd', text: 'offline at the end: told when it reconnects' }) : null,
+              p.stuck ? h('div', { class: 'small error', 'data-field': 'stuck', text: `stuck: ${p.stuck.reason}` }) : null,
+              p.declined && p.state === 'declined' ? h('div', { class: 'small muted', text: p.declined }) : null),
             h('td', { text: p.connected ? 'yes' : 'no' }), h('td', { text: p.approved || finished ? 'yes' : 'no' }),
             h('td', { text: p.paused ? 'yes' : 'no' })); }))))];
     }, d.partsBox);
@@ -192,6 +201,8 @@ export class Peers {
         h('dt', { text: 'Data' }), h('dd', { text: exp ? 'none: the model plays episodes' : fmtBytes(inv.dataBytes) }),
         h('dt', { text: 'Settings' }), h('dd', { text: settingsText }),
         h('dt', { text: 'Job' }), h('dd', { class: 'mono', text: jobId })),
+      entry && entry.replacesFinishedJob ? h('p', { class: 'small', 'data-field': 'replaces',
+        text: `Accepting replaces your finished job ${entry.replacesFinishedJob} in this window (it stays in Saved jobs).` }) : null,
       h('p', { class: 'small muted', text: 'Nothing is downloaded before you accept. Only use models you trust: the module runs in your browser.' }),
       h('div', { class: 'row' }, accept, decline));
   }

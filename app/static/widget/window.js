@@ -271,7 +271,10 @@ class Widget {
     const state = this.state;
     if (!state) return;
     const job = state.job || null;
-    const status = job ? `${job.role === 'participant' ? 'participant' : 'coordinator'} · ${job.status}`
+    // A participant whose coordinator is away does not know the job runs: it says since when it is away.
+    const away = job && job.coordinatorOffline;
+    const status = away ? `participant · coordinator offline${away.since ? ` since ${new Date(away.since).toLocaleTimeString()}` : ''}`
+      : job ? `${job.role === 'participant' ? 'participant' : 'coordinator'} · ${job.status}`
       : this.starting ? 'Starting Weei…' : 'no job';
     if (status !== this.status.textContent) this.live.textContent = `Weei: ${status}`;
     this.status.textContent = status;

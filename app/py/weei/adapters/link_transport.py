@@ -58,7 +58,7 @@ class _LinkGone(Exception):
 
 class Receiver(Protocol):
     """Who gets what arrives: a TrainingController, or anything shaped like one (``peer_connected`` and
-    ``transfer_failed(peer, reason)`` optional)."""
+    ``transfer_failed(peer, reason, artifact)`` optional)."""
 
     async def on_peer_message(self, peer: str, message: Message, blobs: Mapping[str, bytes]) -> None: ...
 
@@ -79,6 +79,9 @@ class LinkTransport:
                  on_change: Callable[[], None] | None = None) -> None:
         self.signaling = signaling
         self.on_change = on_change
+        #: Told the new peer ID when a later welcome names another one than the first (the server's secret
+        #: changed, or another tab resumed ours): the receiver must not go on showing the old one.
+        self.on_peer_id: Callable[[str], None] | None = None
         self.links = LinkManager(connect_timeout_ms=connect_timeout_s * 1000.0)
         self.connect_timeout_s = connect_timeout_s
         self._receiver: Any = None
@@ -166,7 +169,11 @@ class LinkTransport:
 
     def _welcomed(self, welcome: Welcome | None) -> None:
         if welcome is not None:
+            previous = self.links.peer_id
             self._apply(self.links.welcomed(welcome.peer_id, welcome.ice_servers, now_ms()))
+            if previous is not None and previous != welcome.peer_id and self.on_peer_id is not None:
+                self.logger.warning("signaling gave this peer a new ID: %s (was %s)", welcome.peer_id, previous)
+                self.on_peer_id(welcome.peer_id)
 
     def _listen(self) -> None:
         self._spawn(self._events())
@@ -372,7 +379,7 @@ class LinkTransport:
             elif item.kind == "transfer-failed":
                 hook = getattr(receiver, "transfer_failed", None)  # optional for a receiver
                 if hook is not None:
-                    await hook(item.peer, item.reason)
+                    await hook(item.peer, item.reason, item.artifact)
             elif item.kind == "connected":
                 hook = getattr(receiver, "peer_connected", None)  # optional for a receiver
                 if hook is not None:

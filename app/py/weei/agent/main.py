@@ -181,6 +181,7 @@ class Agent:
             controller.peer_events.room_check.listeners.append(self._on_room_proof)
         controller.peer_events.on_release = self._keep  # held until a restored coordinator proved the key
         self.transport.attach(self, has=controller.holds, job_of=controller.job_with)
+        self.transport.on_peer_id = controller.peer_id_changed
         controller.subscribe(self._on_state)
         peers = await self.transport.join(opts.room)
         if signaling.token is not None:
@@ -264,9 +265,9 @@ class Agent:
         if self.controller is not None:
             await self.controller.peer_connected(peer)
 
-    async def transfer_failed(self, peer: str, reason: str) -> None:
+    async def transfer_failed(self, peer: str, reason: str, artifact: str = "") -> None:
         if self.controller is not None:
-            await self.controller.transfer_failed(peer, reason)
+            await self.controller.transfer_failed(peer, reason, artifact)
 
     async def _decide(self, job_id: str) -> None:
         controller = self.controller

@@ -105,6 +105,7 @@ class TrainingController:
         self.view = StateView(self.session, self.store, self.backend)
         self.executor = Executor(self.session, self.store, self.backend, kv, self.view)
         self.peer_events = PeerEvents(self.session, self.store, self.executor, room_key, random_bytes)
+        self.peer_events.replace_finished = self._put_finished_job_away
         self.kv = kv
 
     # What hosts read (the agent, the transports' dedupe, the demo network).
@@ -460,9 +461,30 @@ class TrainingController:
     async def peer_disconnected(self, peer: str) -> None:
         await self.peer_events.peer_disconnected(peer)
 
-    async def transfer_failed(self, peer: str, reason: str) -> None:
-        """The frame reader refused an artifact from ``peer`` (``reason``, e.g. ``hash-mismatch``)."""
-        await self.peer_events.transfer_failed(peer, reason)
+    def peer_id_changed(self, peer_id: str) -> None:
+        """Signaling gave this device another peer ID (the server restarted with another secret): without a
+        job it is taken on now; a job's peers know the old one, so it is shown at once and taken on when the
+        job is left."""
+        s = self.session
+        if peer_id == s.my_peer_id and s.renamed_to is None:
+            return
+        s.record("peer.id-changed", {"from": s.my_peer_id, "to": peer_id})
+        s.renamed_to = peer_id
+        if s.coordinator is None and s.participant is None:
+            self._take_new_peer_id()
+        self.view.notify()
+
+    def _take_new_peer_id(self) -> None:
+        s = self.session
+        if s.renamed_to is not None:
+            s.my_peer_id, s.renamed_to = s.renamed_to, None
+            s.debug_log.own_peer = s.my_peer_id
+            self.peer_events.renamed()
+
+    async def transfer_failed(self, peer: str, reason: str, artifact: str = "") -> None:
+        """The frame reader refused an artifact from ``peer`` (``reason``, e.g. ``hash-mismatch``; ``artifact``:
+        its SHA-256)."""
+        await self.peer_events.transfer_failed(peer, reason, artifact)
 
     # ---------------------------------------------------------------- helpers
 
@@ -548,6 +570,19 @@ class TrainingController:
         s.book.set_job(None)
         self.executor.job_cleared()
         self._set_backend_job(None)
+        self._take_new_peer_id()
+
+    async def _put_finished_job_away(self) -> None:
+        """An accepted invitation replaces this device's finished job: it leaves the window, stays in Saved jobs."""
+        s = self.session
+        job_id = s.coordinator.spec.job_id if s.coordinator is not None else \
+            s.participant.job_id if s.participant is not None else None
+        if s.coordinator is not None:
+            await self.executor.save_job_record(active=False)
+        else:
+            await self.store.delete_setting(PARTICIPATION_KEY)
+        s.record("job.replaced", {"jobId": job_id})
+        self._clear_job()
 
     async def _reopen(self, job_id: str, *, restart: bool) -> None:
         s = self.session

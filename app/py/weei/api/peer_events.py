@@ -1,5 +1,12 @@
 """What other peers do to this device: their messages, their channels opening and closing, and this
-device's answer to their invitations."""
+device's answer to their invitations.
+
+An invitation is always either shown or answered: a device whose job is
+finished (coordinated or taken part in) shows it, and accepting replaces the
+finished job (it stays in Saved jobs); a device busy with a running job
+declines it at once and says why; one nobody answers expires
+(``INVITATION_TTL_MS``) and the inviter hears so.
+"""
 
 from __future__ import annotations
 
@@ -14,8 +21,9 @@ from ..core.wire.messages import (Direction, Invitation, InvitationDecision, Mes
 from ..core.job.participant import Participant
 from ..core.links.relay import RelayNode
 from ..core.job.restored_proof import Hold, RestoredProof
+from ..core.job.invitations import INVITATION_TTL_MS
 from ..core.links.room_proof import ProofVerdict, answer_challenge, proof_key
-from ..core.states import PeerState, is_free
+from ..core.states import JobStatus, PeerState, is_free
 from .executor import Executor
 from .job_store import PARTICIPATION_KEY, JobStore
 from .room_check import RoomCheck, refusal_text
@@ -35,8 +43,9 @@ class PeerEvents:
         # What this device proves the room key with when it coordinates, and asks a coordinator to prove
         # before it accepts (core/links/room_proof.py): derived from the key, never the key itself.
         self._proof_key = proof_key(room_key) if room_key else None
-        self.room_check = RoomCheck(self._proof_key, session.my_peer_id, self._send, session.record,
-                                    random_bytes, monotonic=session.monotonic) if self._proof_key is not None else None
+        self._random_bytes = random_bytes
+        self.room_check: RoomCheck | None = None
+        self.renamed()
         # A participation restored in a keyed room re-proves its coordinator (core/job/restored_proof.py):
         # the gate, the participant it was made for, and the challenge in flight.
         self._restored: tuple[RestoredProof, Participant] | None = None
@@ -44,7 +53,17 @@ class PeerEvents:
         #: Called with each message the gate held and its sender, before it is handled (the agent keeps its
         #: files on disk).
         self.on_release: Callable[[str, Message, Mapping[str, bytes]], Awaitable[None]] | None = None
+        #: Puts this device's finished job away (it stays in Saved jobs) before an accepted invitation replaces it.
+        self.replace_finished: Callable[[], Awaitable[None]] | None = None
         executor.holds_back = self._holds_outgoing
+
+    def renamed(self) -> None:
+        """This device's peer ID is ``session.my_peer_id`` (again): proofs name it."""
+        s, old = self.session, self.room_check
+        self.room_check = RoomCheck(self._proof_key, s.my_peer_id, self._send, s.record, self._random_bytes,
+                                    monotonic=s.monotonic) if self._proof_key is not None else None
+        if old is not None and self.room_check is not None:  # whoever listens to proofs goes on listening
+            self.room_check.listeners.extend(old.listeners)
 
     def _gate(self) -> RestoredProof | None:
         """The open gate of the current participation, if it was restored in a keyed room."""
@@ -82,9 +101,14 @@ class PeerEvents:
         now = self.session.clock()
         for sha in self.store.remember(blobs):
             s.record("artifact.refused", {"from": peer, "sha256": sha, "reason": "hash-mismatch"})
+        self.expire_invitations()
         if isinstance(message, Invitation):
-            if self._busy():
-                s.record("invitation.ignored", {"from": peer, "reason": "busy with another job"})
+            busy = self._busy()
+            if busy is not None:
+                # Declined at once, with the reason: the inviter's window says it and may invite again later.
+                self.executor.send(Send(peer, InvitationDecision(message.job_id, False, busy)))
+                s.record("invitation.declined", {"from": peer, "jobId": message.job_id[:64], "reason": busy})
+                await self.executor.drain()
                 return
             # Kept in a bounded list, one per coordinator; one naming another coordinator is refused.
             for note in s.invitations.offer(peer, message, now):
@@ -127,9 +151,11 @@ class PeerEvents:
         is declined, and the refusal is raised (UsageError, reason ``room-proof-*``): no compute for it.
         """
         s = self.session
+        self.expire_invitations()
         pending = s.invitations.get(job_id)
         if pending is None:
-            raise UsageError(UsageReason.NO_INVITATION, f"there is no pending invitation for job {job_id}")
+            raise UsageError(UsageReason.NO_INVITATION, f"there is no pending invitation for job {job_id} "
+                                                        "(it may have expired)")
         self._check_free(accepted)
         refusal = None
         if accepted and self.room_check is not None:
@@ -143,13 +169,16 @@ class PeerEvents:
                 accepted = False
         s.invitations.take(job_id)
         if accepted:
+            if s.finished_job() is not None and self.replace_finished is not None:
+                await self.replace_finished()
             participant = Participant(s.my_peer_id)
             participant.on_message(pending.sender, pending.invitation, now())
             participant.decide(True, now())
             s.participant = participant
             # This device takes part in one job: its coordinator hears yes, every other one hears no.
             for other in s.invitations.clear():
-                self.executor.send(Send(other.sender, InvitationDecision(other.invitation.job_id, False)))
+                self.executor.send(Send(other.sender, InvitationDecision(other.invitation.job_id, False,
+                                                                         "it accepted another job")))
                 s.record("invitation.dropped", {"jobId": other.invitation.job_id, "from": other.sender,
                                                 "reason": "accepted-another"})
             # Kept so a restarted agent or a reloaded page takes part again when the coordinator is back.
@@ -162,14 +191,27 @@ class PeerEvents:
         if refusal is not None:
             raise refusal
 
-    def _busy(self) -> bool:
-        """This device coordinates a job or takes part in one: no invitation is shown or accepted."""
+    def _busy(self) -> str | None:
+        """Why no invitation is shown or accepted now: this device coordinates a job that is not finished, or
+        takes part in one. None when it is free (a finished job does not count: accepting replaces it)."""
         s = self.session
-        return s.coordinator is not None or (s.participant is not None and not is_free(s.participant.state))
+        if s.coordinator is not None and s.coordinator.status is not JobStatus.COMPLETED:
+            return f"busy: it coordinates job {s.coordinator.spec.job_id}, {s.coordinator.status}"
+        if s.participant is not None and not is_free(s.participant.state):
+            return f"busy: it takes part in job {s.participant.job_id}"
+        return None
 
     def _check_free(self, accepting: bool) -> None:
-        if accepting and self._busy():
+        if accepting and self._busy() is not None:
             raise UsageError(UsageReason.JOB_ACTIVE, "leave the current job before accepting another")
+
+    def expire_invitations(self) -> None:
+        """Forget the invitations nobody answered in ``INVITATION_TTL_MS``, and tell their coordinators."""
+        s = self.session
+        for stale in s.invitations.expire(s.clock()):
+            reason = f"no answer in {INVITATION_TTL_MS // 60_000} min: the invitation expired"
+            self.executor.send(Send(stale.sender, InvitationDecision(stale.invitation.job_id, False, reason)))
+            s.record("invitation.expired", {"jobId": stale.invitation.job_id, "from": stale.sender})
 
     def _send(self, send: Send) -> None:
         if self.session.transport is not None:
@@ -253,12 +295,16 @@ class PeerEvents:
         await self.store.delete_setting(PARTICIPATION_KEY)
         self.executor.view.notify()
 
-    async def transfer_failed(self, peer: str, reason: str) -> None:
+    async def transfer_failed(self, peer: str, reason: str, artifact: str = "") -> None:
         """The frame reader refused an artifact from ``peer``: a relay that sent it a bad piece is reported to
-        the coordinator now (its children go direct), not when the relay's deadline passes."""
-        if self.session.relay is not None:
-            self.session.relay.transfer_failed(peer, reason)
-            await self.executor.drain()
+        the coordinator now (its children go direct), not when the relay's deadline passes; a message of our
+        coordinator that named an artifact we lack (``missing-attachment``) makes us ask for it."""
+        s = self.session
+        if s.relay is not None:
+            s.relay.transfer_failed(peer, reason)
+        if reason == "missing-attachment" and artifact and s.participant is not None:
+            s.participant.artifact_missing(peer, artifact, s.clock())
+        await self.executor.drain()
 
     async def peer_disconnected(self, peer: str) -> None:
         s = self.session

@@ -7,6 +7,11 @@ artifacts of its current and pending assignments and the weights it was
 sent in the last rounds: the coordinator does not send again what it sent
 this device, and a snapshot slot may name them. A task that was handed
 artifacts pins them until it has read them. Everything else is evicted.
+
+The assignments remembered are one job's: round numbers of another job say
+nothing about this one (a second job in the same tab starts again at round 1,
+and measured against the first job's round 20 its round-1 artifacts, the WGSL
+archive among them, would be evicted while the coordinator counts them held).
 """
 
 from __future__ import annotations
@@ -21,14 +26,8 @@ __all__ = ["Residency", "assign_refs"]
 
 
 def assign_refs(assign: Assign) -> set[str]:
-    """The artifacts an assignment names: the weights it trains from, its auxiliary weights, its chunk,
-    the WGSL archive it brought."""
-    refs = {assign.checkpoint.sha256, *(ref.sha256 for ref in assign.auxiliary.values())}
-    if assign.chunk is not None:
-        refs.add(assign.chunk.data.sha256)
-    if assign.shader_archive is not None:
-        refs.add(assign.shader_archive.sha256)
-    return refs
+    """The artifacts an assignment names (``Assign.artifacts``)."""
+    return assign.artifacts()
 
 
 class Residency:
@@ -38,10 +37,14 @@ class Residency:
         self.module_refs: set[str] = set()  # the module this device's participant loaded, and its auxiliary files
         self.assigned: dict[int, set[str]] = {}  # round -> artifacts this device's assignments named
         self.pinned: dict[str, int] = {}  # artifacts a task was handed and has not read yet
+        self.job_id: str | None = None  # the job whose assignments ``assigned`` holds
 
     def assignment_taken(self, assign: Assign) -> set[str]:
         """Note a Train command's artifacts and pin them until the task read them; returns the pinned set."""
         refs = assign_refs(assign)
+        if assign.job_id != self.job_id:
+            self.assigned.clear()
+            self.job_id = assign.job_id
         self.assigned.setdefault(assign.round, set()).update(refs)
         self.pin(refs)
         return refs
@@ -61,6 +64,7 @@ class Residency:
     def forget_job(self) -> None:
         self.module_refs = set()
         self.assigned.clear()
+        self.job_id = None
 
     def referenced(self, session: Session) -> set[str]:
         """The artifacts to keep in memory now."""
@@ -78,6 +82,8 @@ class Residency:
             keep |= set(coordinator.snapshot_checkpoints().values())
         participant = session.participant
         if participant is not None and participant.job_id is not None:
+            if participant.job_id != self.job_id:  # another job's assignments: nothing this job may name
+                self.assigned.clear()
             keep |= self.module_refs
             if session.relay is not None:  # a relayed checkpoint, until the Assign naming it comes
                 keep |= session.relay.kept

@@ -17,6 +17,7 @@ from ..core.job.invitations import PendingInvitations
 from ..core.observe.live_progress import LiveProgress
 from ..core.job.participant import Participant
 from ..core.links.relay import RelayNode
+from ..core.states import JobStatus, PeerState
 from .ports import Transport
 
 __all__ = ["Session", "DeviceSettings"]
@@ -65,6 +66,18 @@ class Session:
     relay: RelayNode | None = None  # this device's part in relaying checkpoints to the job's other participants
     # This device's last trained assignment (the debug log's assignment.trained): what `weei agent` prints.
     last_trained: dict[str, Any] | None = None
+
+    # The peer ID signaling gave this device after its job began (the job's peers know ``my_peer_id``): shown at
+    # once, taken on when the job is cleared (issue 24).
+    renamed_to: str | None = None
+
+    def finished_job(self) -> str | None:
+        """The finished job this device still shows (coordinated to the end, or taken part in until its end):
+        accepting an invitation replaces it."""
+        if self.coordinator is not None:
+            return self.coordinator.spec.job_id if self.coordinator.status is JobStatus.COMPLETED else None
+        p = self.participant
+        return p.job_id if p is not None and p.state is PeerState.STOPPED else None
 
     def record(self, event: str, details: Mapping[str, Any] | None = None) -> None:
         """Add an event to the debug log, stamped now."""

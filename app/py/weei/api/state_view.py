@@ -82,14 +82,14 @@ class StateView:
         device = s.device
         state: dict[str, Any] = {
             "ready": True,
-            "myPeerId": s.my_peer_id,
+            "myPeerId": s.renamed_to or s.my_peer_id,
             "busy": s.busy > 0,
             "preparing": s.preparing,
             # The spec: averaging updates into a checkpoint, from a round's last update until the file is written.
             "transitioning": s.saving > 0 or (coordinator is not None and coordinator.transitioning),
             "evaluating": s.evaluating > 0,
             "peers": s.transport.peers() if s.transport is not None else [],
-            "invitations": [[job_id, json.loads(json.dumps(inv))] for job_id, inv in s.invitations.entries().items()],
+            "invitations": [[job_id, self._invitation(inv)] for job_id, inv in s.invitations.entries().items()],
             "progress": s.live.progress_json(),
             "liveMetrics": s.live.live_metrics_json(),
             **self._transfers(),
@@ -107,6 +107,11 @@ class StateView:
         }
         if s.error:
             state["error"] = s.error
+        if s.renamed_to is not None:
+            state["peerIdChanged"] = {"from": s.my_peer_id, "to": s.renamed_to}
+            state.setdefault("error", f"this tab's peer ID changed from {s.my_peer_id} to {s.renamed_to} (the "
+                             "Weei server restarted with another secret): this job's peers knew the old one; leave "
+                             "the job and invite them again")
         participant = s.participant
         if coordinator is not None:
             job = coordinator.view(now)
@@ -144,7 +149,19 @@ class StateView:
                 "hasModuleFile": bool(module) and module["sha256"] in self.store.artifacts,
                 "localWorkers": self._local_workers(info=info, settings=settings),
             }
+            if participant.state is PeerState.DISCONNECTED:
+                # The job is not known to run while its coordinator is away: say so, and since when.
+                state["job"]["coordinatorOffline"] = {"since": participant.offline_since}
         return state
+
+    def _invitation(self, entry: dict[str, Any]) -> dict[str, Any]:
+        """An invitation as ``state.invitations`` shows it; ``replacesFinishedJob``: accepting it puts this
+        device's finished job away (to Saved jobs)."""
+        out: dict[str, Any] = json.loads(json.dumps(entry))
+        replaced = self.session.finished_job()
+        if replaced is not None:
+            out["replacesFinishedJob"] = replaced
+        return out
 
     def _transfers(self) -> dict[str, Any]:
         transport = self.session.transport

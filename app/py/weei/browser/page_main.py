@@ -48,7 +48,7 @@ from .idb import DB_NAME, IndexedDBStorage
 from .local_storage import LocalStorageKeyValue
 from .page_api import PageApi
 from .rtc import BrowserTransport
-from .signaling_ws import BrowserSignaling, signal_url
+from .signaling_ws import BrowserSignaling, KeyValueTokens, signal_url
 from .worker_main import js_object
 from .workers import BrowserWorkerPool, WorkerGpuHost
 
@@ -143,11 +143,12 @@ class PageSession:
         performance = js.performance
         engine = PageEngine()
         room = str(hooks.room) if not is_nullish(getattr(hooks, "room", None)) and str(hooks.room) else None
-        transport, peer_id = await self._connect(room)
+        kv = LocalStorageKeyValue(prefix=f"{namespace}:" if namespace else "")
+        transport, peer_id = await self._connect(room, kv)
         pool = BrowserWorkerPool(hooks.createWorker, deadlines_ms=from_js_value(getattr(hooks, "taskDeadlinesMs", None)))
         # webgpu.gpu only says whether the page has WebGPU: GPU assignments train in a Worker, on its navigator.gpu.
         controller = TrainingController(
-            my_peer_id=peer_id, storage=storage, kv=LocalStorageKeyValue(prefix=f"{namespace}:" if namespace else ""), pool=pool,
+            my_peer_id=peer_id, storage=storage, kv=kv, pool=pool,
             kernel=kernel, engine=engine,
             clock=lambda: float(date_now()), monotonic=lambda: float(performance.now()),
             random_bytes=random_bytes, transport=transport, environment=environment(), gpu=webgpu.gpu,
@@ -155,6 +156,7 @@ class PageSession:
         await controller.init()
         if transport is not None and room is not None:
             transport.on_change = controller.changed
+            transport.on_peer_id = controller.peer_id_changed
             transport.attach(controller, has=controller.holds, job_of=controller.job_with)
             await transport.start(room)
         on_state, on_mirror = hooks.onState, hooks.onMirror
@@ -163,13 +165,14 @@ class PageSession:
         self.seconds = {"kernelAndStorage": t1 - t0, "init": time.perf_counter() - t1}
         return self.api
 
-    async def _connect(self, room: str | None) -> tuple[BrowserTransport | None, str]:
+    async def _connect(self, room: str | None, kv: LocalStorageKeyValue) -> tuple[BrowserTransport | None, str]:
         """With a room (its key in the invite link's ``#room=KEY``), peers meet through the Weei
         server's signaling and the signaling server's peer ID is ours; without one, this browser
-        trains alone under a local ID."""
+        trains alone under a local ID. The resume token is kept in ``kv`` (this tab's storage namespace),
+        so the tab closed and opened again is the peer its saved job and that job's participants know."""
         if room is None:
             return None, _peer_id()
-        signaling = BrowserSignaling(signal_url(self.base_url), room=room)
+        signaling = BrowserSignaling(signal_url(self.base_url), room=room, tokens=KeyValueTokens(kv))
         welcome = await signaling.connect()
         return BrowserTransport(signaling), welcome.peer_id
 

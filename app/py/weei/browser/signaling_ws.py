@@ -14,15 +14,19 @@ destroyed. Server frames become events on an asyncio queue
 * :class:`Signal` for relayed offers, answers and candidates;
 * :class:`ServerError` for refused frames; :class:`Closed` when a socket closes.
 
-:meth:`connect` says ``hello`` with the resume token kept in
-``sessionStorage`` (a reload keeps the peer ID; a new tab gets a new one) and
+:meth:`connect` says ``hello`` with the resume token kept in a
+:class:`TokenStore`: the page keeps it with its job, in the tab's storage
+namespace of ``localStorage`` (``page_main``), so a reload and a closed and
+reopened tab keep the peer ID their saved job and its participants know
+(issue 24); the default, ``sessionStorage``, keeps it for a reload only. It
 returns the welcome; :meth:`join` joins a room and returns its first peer
 list. After the socket closes (a server restart, a network hiccup) the client
 reconnects by itself after 1, 2, 4 … (at most 30) seconds, with the token,
 and joins the same room again; the ``Peers`` of that join tells the
 transport who is there now. A ``4001 replaced`` close means another tab
-resumed our ID (a duplicated tab copies ``sessionStorage``): the token is
-dropped and the reconnection takes a fresh ID rather than fight over it.
+resumed our ID (a duplicated tab copies ``sessionStorage``; two open tabs
+never share a storage namespace): the token is dropped and the reconnection
+takes a fresh ID rather than fight over it.
 A pinger sends the app-level ``ping`` every ``limits.idleTimeout / 3``
 seconds (pages cannot send WebSocket pings).
 
@@ -51,6 +55,7 @@ __all__ = [
     "SignalingRefused",
     "TokenStore",
     "SessionStorageTokens",
+    "KeyValueTokens",
     "Welcome",
     "Peers",
     "Signal",
@@ -98,6 +103,24 @@ class SessionStorageTokens:
                 js.sessionStorage.removeItem(key)
             else:
                 js.sessionStorage.setItem(key, value)
+
+
+class KeyValueTokens:
+    """A :class:`TokenStore` over the controller's KeyValue (``LocalStorageKeyValue`` under the tab's namespace):
+    the token outlives the tab, as the job saved beside it in the namespace's IndexedDB does."""
+
+    def __init__(self, kv: Any) -> None:
+        self.kv = kv
+
+    def get(self, key: str) -> str | None:
+        value = self.kv.get(key)
+        return value if isinstance(value, str) and value else None
+
+    def set(self, key: str, value: str | None) -> None:
+        if value is None:
+            self.kv.remove(key)
+        else:
+            self.kv.set(key, value)
 
 
 def signal_url(base_url: str, path: str = "/signal") -> str:

@@ -383,12 +383,41 @@ def create_signaling_app(config: SignalingConfig) -> web.Application:
 
 
 def read_secret(args: argparse.Namespace) -> bytes | None:
-    """The resume-token secret from ``--secret-file``, else ``$WEEI_SIGNAL_SECRET``, else None (random)."""
+    """The resume-token secret from ``--secret-file``, else ``$WEEI_SIGNAL_SECRET``, else the one this machine
+    keeps (:func:`kept_secret`), else None (random for this start)."""
     if args.secret_file:
         with open(args.secret_file, "rb") as handle:
             return handle.read().strip()
     text = os.environ.get("WEEI_SIGNAL_SECRET")
-    return text.encode() if text else None
+    return text.encode() if text else kept_secret()
+
+
+def kept_secret() -> bytes | None:
+    """``$XDG_STATE_HOME/weei/signal-secret`` (``~/.local/state/...``), made once (32 random bytes, hex, mode
+    0600): a restart keeps every peer's ID, so a tab's saved job and its participants still find each other
+    (issue 24). None, with a warning, where it cannot be read or written: IDs are then new at each start."""
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    path = os.path.join(base, "weei", "signal-secret")
+    try:
+        with open(path, "rb") as handle:
+            kept = handle.read().strip()
+        if len(kept) >= 32:
+            return kept
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        log.warning("signaling secret %s unreadable (%s): peer IDs change at each start", path, exc)
+        return None
+    try:
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        made = os.urandom(32).hex().encode()
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(made)
+        return made
+    except OSError as exc:
+        log.warning("signaling secret %s not written (%s): peer IDs change at each start", path, exc)
+        return None
 
 
 def parse_limits(items: list[str]) -> Limits:
@@ -416,7 +445,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "'turn:turn.example.org:3478|secret:SHARED' for coturn's REST credentials")
     parser.add_argument("--secret-file", default=None,
                         help="signaling resume-token secret, so peers keep their IDs across restarts "
-                             "(else $WEEI_SIGNAL_SECRET, else random per start)")
+                             "(else $WEEI_SIGNAL_SECRET, else one kept in $XDG_STATE_HOME/weei/signal-secret)")
     parser.add_argument("--allow-origin", action="append", default=[], metavar="URL",
                         help="a web origin (https://host[:port]) whose pages may use the signaling socket besides "
                              "this server's own (repeatable; '*': any)")

@@ -11,6 +11,13 @@ an attempt no longer open (late, stale, duplicate, off-policy) is recognised
 by :func:`check_update` and discarded, never averaged. An attempt's status
 moves only along ``ATTEMPT_TRANSITIONS`` (``core/states.py``). Nothing here
 sends, logs or gives work back: the coordinator does that.
+
+Besides the round's deadline, an attempt of a remote participant has a
+*quiet* deadline (``quiet_until``): no word of it (``trainingStarted``,
+``progress``) for that long and it is stalled (:meth:`RoundAttempts.stalled`),
+so a participant that hangs (an artifact it lacks, a frozen tab) costs minutes,
+not the round (issue 24). The coordinator's own participant has none: its
+host runs it.
 """
 
 from __future__ import annotations
@@ -43,6 +50,14 @@ class Attempt:
     deadline: float
     status: AttemptStatus = AttemptStatus.LOADING
     error: str | None = None
+    quiet_until: float | None = None  # stalled past this without word of it (None: no such deadline)
+    heard_at: float | None = None  # the last word of it (None: none since it was handed out)
+    resends: int = 0  # times its Assign was sent again because the participant lacked an artifact it named
+
+    @property
+    def due(self) -> float:
+        """When the coordinator must next look at this attempt: its quiet deadline or the round's."""
+        return self.deadline if self.quiet_until is None else min(self.deadline, self.quiet_until)
 
     @property
     def open(self) -> bool:
@@ -64,6 +79,8 @@ class Attempt:
             out["units"] = {"start": self.units.start, "count": self.units.count}
         if self.error:
             out["error"] = self.error
+        if self.heard_at is not None:
+            out["heardAt"] = self.heard_at
         return out
 
 
@@ -91,15 +108,22 @@ class RoundAttempts:
     _deadlines: list[tuple[float, str]] = field(default_factory=list, repr=False)
 
     def new(self, peer: str, round_: int, assignment_id: str, chunk_id: str | None, units: UnitWork | None,
-            seed: int, now: float, timeout_ms: float) -> Attempt:
-        """A fresh open attempt of ``round_`` for ``peer``."""
+            seed: int, now: float, timeout_ms: float, quiet_ms: float | None = None) -> Attempt:
+        """A fresh open attempt of ``round_`` for ``peer``; stalled after ``quiet_ms`` without word of it."""
         self.issued += 1
         attempt = Attempt(peer, round_, assignment_id, f"{assignment_id}-a{self.issued}", chunk_id, units, seed, now,
-                          now + timeout_ms)
+                          now + timeout_ms, quiet_until=now + quiet_ms if quiet_ms is not None else None)
         self.current.append(attempt)
         self._open[attempt.attempt_id] = attempt
-        heapq.heappush(self._deadlines, (attempt.deadline, attempt.attempt_id))
+        heapq.heappush(self._deadlines, (attempt.due, attempt.attempt_id))
         return attempt
+
+    def heard(self, attempt: Attempt, now: float, quiet_ms: float) -> None:
+        """Word of ``attempt`` came: its quiet deadline moves to ``now + quiet_ms``."""
+        attempt.heard_at = now
+        if attempt.quiet_until is not None:
+            attempt.quiet_until = now + quiet_ms
+            heapq.heappush(self._deadlines, (attempt.due, attempt.attempt_id))
 
     def open(self) -> list[Attempt]:
         return list(self._open.values())
@@ -130,12 +154,18 @@ class RoundAttempts:
     def next_deadline(self) -> float | None:
         """The earliest deadline of an open attempt, or None (amortized O(log n): the host asks after every event)."""
         heap = self._deadlines
-        while heap and heap[0][1] not in self._open:
+        # An entry is current while its attempt is open and still due then (word of it moves the quiet deadline).
+        while heap and (heap[0][1] not in self._open or self._open[heap[0][1]].due != heap[0][0]):
             heapq.heappop(heap)
         return heap[0][0] if heap else None
 
     def late(self, now: float) -> list[Attempt]:
         return [a for a in self._open.values() if a.deadline <= now]
+
+    def stalled(self, now: float) -> list[Attempt]:
+        """Open attempts past their quiet deadline (and not their round's)."""
+        return [a for a in self._open.values()
+                if a.quiet_until is not None and a.quiet_until <= now < a.deadline]
 
     def stop(self, attempt: Attempt, error: str) -> None:
         attempt.move("stopped")

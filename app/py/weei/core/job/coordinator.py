@@ -16,7 +16,16 @@ its relayed checkpoint, and closes to an outcome. An attempt ends with a
 valid update, or without one (``_end_attempt``: disconnect, deadline,
 rejected update, model error); then its work goes back, to an idle
 participant at once when there is one, otherwise to the front of the queue
-for the next round. A round closes when every attempt has an outcome, or at
+for the next round. An attempt of a remote participant also ends when no
+word of it (``trainingStarted``, ``progress``) came for ``stall_timeout_ms``
+(``STALL_TIMEOUT_MS``): its work is reassigned at once and its peer's record
+says it is stuck and why (``stuck``), as it does when the participant reports
+with ``artifactMissing`` that a message named an artifact it lacks; then the
+assignment is sent again with that artifact (at most ``MAX_RESENDS`` times).
+An invitation with no answer for ``INVITATION_TTL_MS`` expires: the peer's
+record says so (``declined``) and it can be invited again; a declining peer's
+reason (it is busy with another job, say) is kept there too.
+A round closes when every attempt has an outcome, or at
 its deadline (``_close_round``): it turns *closing* (``transitioning``; the
 host's ``closing_sink`` hears of it before the averaging starts), the pure
 ``round_rules.close_round`` aggregates its valid updates under the round's
@@ -63,10 +72,11 @@ from ..errors import UsageError, WeeiError, UsageReason
 from .spec import JobSpec
 from .participant import CHECKPOINTS_KEPT
 from ..wire.messages import (
-    ArtifactRef, AssignmentFailed, CheckpointNote, Deliver, DiagnosticsReport, Invitation, InvitationDecision,
+    ArtifactMissing, ArtifactRef, Assign, AssignmentFailed, CheckpointNote, Deliver, DiagnosticsReport, Invitation, InvitationDecision,
     JobFinished, Leave, Message, ModuleStatus, PauseContribution, Progress, RelayDone, TrainingStarted, Update,
     UpdateReceipt,
 )
+from .invitations import INVITATION_TTL_MS
 from .peers import PeerRecord, available, eligible, loading
 from ..links.relay import Broadcast, Relays
 from .round import Round, RoundClosed, RoundEmpty, RoundFailed
@@ -77,12 +87,19 @@ from .round_rules import (
 from .schedule import DatasetSchedule, ExperienceSchedule
 from ..formats.seeds import assignment_seed, rounds_to_train
 from ..formats.settings import TrainingSettings
-from ..states import JOB_TRANSITIONS, JobStatus, PeerState, is_working, move
+from ..states import JOB_TRANSITIONS, AttemptStatus, JobStatus, PeerState, is_working, move
 
 __all__ = ["Coordinator", "RejectedUpdate", "DEFAULT_ROUND_TIMEOUT_MS", "JOIN_GRACE_MS", "MAX_EMPTY_ROUNDS",
-           "REPEATED_OUTLIER_ROUNDS"]
+           "REPEATED_OUTLIER_ROUNDS", "STALL_TIMEOUT_MS", "MAX_RESENDS", "INVITATION_TTL_MS"]
 
 DEFAULT_ROUND_TIMEOUT_MS = 10 * 60 * 1000
+# A remote attempt with no word of it (trainingStarted, progress) for this long is stalled: its work goes to
+# another participant. Loading a module, receiving a checkpoint and compiling shaders fit well inside it.
+STALL_TIMEOUT_MS = 3 * 60 * 1000
+# Times one assignment is sent again to a participant that says it lacks an artifact the Assign named: a
+# participant cannot make the coordinator send the same bytes without end.
+MAX_RESENDS = 2
+
 # After start(), participants still loading the module get this long to be
 # ready, so the first round is not trained by whoever happened to be first.
 JOIN_GRACE_MS = 10_000
@@ -123,6 +140,7 @@ class Coordinator:
         self.my_peer_id = my_peer_id
         self.kernel = kernel
         self.round_timeout_ms = round_timeout_ms
+        self.stall_timeout_ms: float = STALL_TIMEOUT_MS
         self.status = JobStatus.READY
         self.error: str | None = None
         self.incomplete = False
@@ -146,6 +164,7 @@ class Coordinator:
         self.last_contributors: list[str] = []
         self._saved_incomplete = False
         self._grace_until: float | None = None
+        self._invited_at: dict[str, float] = {}  # peers whose invitation waits for an answer, and since when
         self._commands = Outbox()
         self.diagnostics_sink: Callable[[str, dict[str, Any], float], None] | None = None
         # The host's monotonic clock (ms), read only to time phases for the debug log.
@@ -232,23 +251,51 @@ class Coordinator:
     def next_timer(self) -> float | None:
         """When ``handle_timer`` must next be called (ms since epoch), or None."""
         times = [t for t in (self.attempts.next_deadline(), self._grace_until) if t is not None]
+        if self._invited_at:
+            times.append(min(self._invited_at.values()) + INVITATION_TTL_MS)
         relay_due = self.broadcast.next_timer() if self.broadcast is not None else None
         if relay_due is not None:
             times.append(relay_due)
         return min(times) if times else None
 
     def handle_timer(self, now: float) -> None:
+        for peer in [p for p, at in self._invited_at.items() if at + INVITATION_TTL_MS <= now]:
+            del self._invited_at[peer]
+            record = self.peers[peer]
+            if record.state == PeerState.INVITED:
+                record.move("decline")
+                record.expired = True
+                record.declined = f"no answer in {INVITATION_TTL_MS // 60_000} min: the invitation expired"
+                self._log("invitation.expired", peer=peer)
         if self._grace_until is not None and now >= self._grace_until:
             self._grace_until = None
             self._maybe_open_round(now)
         if self.broadcast is not None:
             self.broadcast.handle_timer(now)
             self._commands.extend(self.broadcast.take_commands())
+        stalled = self.attempts.stalled(now)
+        for attempt in stalled:
+            self._stalled(attempt, now)
         late = self.attempts.late(now)
         for attempt in late:
             self._end_attempt(attempt, "missed the round deadline", now, failed=False, reassign=False)
         if late:
             self._close_round(now)
+        elif stalled:
+            self._maybe_close_round(now)
+
+    def _stalled(self, attempt: Attempt, now: float) -> None:
+        """No word of ``attempt`` for the stall timeout: its peer is stuck; the work goes to another peer."""
+        quiet_s = round((now - (attempt.heard_at if attempt.heard_at is not None else attempt.started_at)) / 1000)
+        phase = "loading (the assignment or an artifact it names never arrived, or the module hangs)" \
+            if attempt.status is AttemptStatus.LOADING else "training"
+        reason = f"no word for {quiet_s} s while {phase}"
+        record = self.peers.get(attempt.peer)
+        if record is not None:
+            record.stuck = {"since": attempt.heard_at or attempt.started_at, "reason": reason}
+            record.held = set()  # whatever it lacks comes with its next assignment
+        self._log("assignment.stalled", peer=attempt.peer, attempt=attempt.attempt_id, reason=reason)
+        self._end_attempt(attempt, f"stalled: {reason}", now, failed=False, reassign=True)
 
     # ---------------------------------------------------------- user commands
 
@@ -267,6 +314,7 @@ class Coordinator:
         self.check_invite(peer)
         record = self.peers[peer] = PeerRecord()  # a new invitation starts a new record
         record.move("invite")
+        self._invited_at[peer] = now
         self._send(peer, Invitation(self.spec.job_id, self.my_peer_id, self.spec.info.raw,
                                     self.spec.module.descriptor(), self.spec.data_bytes, self.spec.settings.to_json()))
         self._log("invitation.sent", peer=peer)
@@ -401,6 +449,10 @@ class Coordinator:
         if record is None:
             return
         record.connected = True
+        if record.missed_end:
+            record.missed_end = False
+            self._send(peer, JobFinished(self.spec.job_id, self.incomplete))
+            self._log("job.finished-told", peer=peer)
         if record.state == PeerState.DISCONNECTED:
             rejoins = record.rejoins
             record.move("rejoin" if rejoins else "reconnect")
@@ -448,6 +500,8 @@ class Coordinator:
             attempt = self.attempts.open_one(message.attempt_id)
             if attempt is not None and attempt.peer == peer:
                 attempt.move("started")
+                self.attempts.heard(attempt, now, self.stall_timeout_ms)
+                record.stuck = None
                 if record.can("training_started"):
                     record.move("training_started")
         elif isinstance(message, Update):
@@ -481,6 +535,10 @@ class Coordinator:
                 self._log("message.ignored", peer=peer, reason="stale-attempt", type=message.TYPE)
             elif self.progress_sink is not None and not self.progress_sink(peer, message, now):
                 self._log("message.ignored", peer=peer, reason="stale-progress", type=message.TYPE)
+            else:
+                self.attempts.heard(attempt, now, self.stall_timeout_ms)
+        elif isinstance(message, ArtifactMissing):
+            self._on_artifact_missing(peer, record, message.artifact, now)
         else:
             self._log("message.ignored", peer=peer, reason="unexpected-type", type=message.TYPE)
 
@@ -503,12 +561,19 @@ class Coordinator:
     # ------------------------------------------------------- participant flow
 
     def _on_decision(self, peer: str, record: PeerRecord, message: InvitationDecision, now: float) -> None:
+        if message.accepted and record.state == PeerState.DECLINED and record.expired \
+                and self.status != JobStatus.COMPLETED:
+            # Accepted just as it expired here (the two clocks differ): the peer waits for its module.
+            record = self.peers[peer] = PeerRecord()
+            record.move("invite")
         if record.state != PeerState.INVITED:
             self._log("message.ignored", peer=peer, reason="no-pending-invitation", type=message.TYPE)
             return
+        self._invited_at.pop(peer, None)
         if not message.accepted:
             record.move("decline")
-            self._log("invitation.declined", peer=peer)
+            record.declined = message.reason or "declined"
+            self._log("invitation.declined", peer=peer, reason=record.declined)
             return
         record.move("accept")
         self._log("invitation.accepted", peer=peer)
@@ -610,12 +675,22 @@ class Coordinator:
             seed = assignment_seed(self.job_seed, units.start)
             assignment_id = f"r{number}-u{units.start}"
             chunk_id = None
-        attempt = round_.attempts.new(peer, number, assignment_id, chunk_id, units, seed, now, self.round_timeout_ms)
+        quiet = None if peer == self.my_peer_id else self.stall_timeout_ms
+        attempt = round_.attempts.new(peer, number, assignment_id, chunk_id, units, seed, now, self.round_timeout_ms,
+                                      quiet)
         record = self.peers[peer]
         record.move("assign")
+        return [self._assign_send(round_, attempt, record),
+                Log("assignment.sent", {"peer": peer, "round": number, "attempt": attempt.attempt_id})]
+
+    def _assign_send(self, round_: Round, attempt: Attempt, record: PeerRecord, *, again: bool = False) -> Send:
+        """The Assign of ``attempt``, with the artifacts ``record`` does not hold attached. ``again``: the
+        first one was refused on arrival, and with it everything attached to it."""
         checkpoint_ref = ArtifactRef("checkpoint", self.weights_sha256, len(self.weights))
         assign, attachments = make_assign(round_.spec, attempt, checkpoint_ref, self.checkpoint_hashes,
                                           self.job_seed, shader_archive=record.wants_shader_archive)
+        if again:
+            record.held -= {a.sha256 for a in attachments}
         needed: list[ArtifactRef] = []
         for a in attachments:
             # Once per version: the checkpoint and a snapshot may be the same bytes.
@@ -623,8 +698,35 @@ class Coordinator:
                 needed.append(a)
                 if a.kind != "chunk":
                     record.held.add(a.sha256)
-        return [Send(peer, assign, tuple(needed)),
-                Log("assignment.sent", {"peer": peer, "round": number, "attempt": attempt.attempt_id})]
+        return Send(attempt.peer, assign, tuple(needed))
+
+    def _on_artifact_missing(self, peer: str, record: PeerRecord, artifact: str, now: float) -> None:
+        """``peer``'s frame reader refused a message of ours that named ``artifact`` as held: it is not.
+        Its open assignment that names it goes again with it attached (bounded); later ones attach it anyway."""
+        record.held.discard(artifact)
+        round_ = self.round
+        for attempt in self.attempts.open_of(peer):
+            if round_ is None or attempt.round != round_.number or attempt.status is not AttemptStatus.LOADING:
+                continue
+            checkpoint_ref = ArtifactRef("checkpoint", self.weights_sha256, len(self.weights))
+            assign, _ = make_assign(round_.spec, attempt, checkpoint_ref, self.checkpoint_hashes, self.job_seed,
+                                    shader_archive=record.wants_shader_archive)
+            if artifact not in assign.artifacts():
+                continue
+            self.attempts.heard(attempt, now, self.stall_timeout_ms)
+            if attempt.resends >= MAX_RESENDS:
+                record.stuck = {"since": now, "reason": f"still lacks artifact {artifact[:12]}… after "
+                                                        f"{MAX_RESENDS} resends"}
+                self._end_attempt(attempt, f"lacks artifact {artifact[:12]}… after {MAX_RESENDS} resends", now,
+                                  failed=False, reassign=True)
+                self._maybe_close_round(now)
+                return
+            attempt.resends += 1
+            record.stuck = {"since": now, "reason": f"lacked artifact {artifact[:12]}…; sent again"}
+            self._commands.append(self._assign_send(round_, attempt, record, again=True))
+            self._log("assignment.resent", peer=peer, attempt=attempt.attempt_id, artifact=artifact)
+            return
+        self._log("artifact.missing", peer=peer, artifact=artifact)
 
     def _end_attempt(self, attempt: Attempt, error: str, now: float, *, failed: bool, reassign: bool) -> None:
         """End an attempt without a valid update; its work goes back (first in line).
@@ -665,6 +767,7 @@ class Coordinator:
             self._maybe_close_round(now)
             return
         assert attempt is not None
+        record.stuck = None
         self.attempts.accept(attempt, update, bytes(blobs[update.weights.sha256]))
         if record.can("update_received"):
             record.move("update_received")
@@ -834,6 +937,8 @@ class Coordinator:
         for peer, record in self.peers.items():
             if record.approved and record.connected:
                 self._send(peer, JobFinished(self.spec.job_id, self.incomplete))
+            elif record.approved and peer != self.my_peer_id:
+                record.missed_end = True  # told when its channel opens again (peer_connected)
             if record.approved:
                 # JobFinished stops the participant; training more needs a new invitation.
                 record.move("finish")

@@ -9,7 +9,9 @@ from the same coordinator replaces its older one (``replaced``), at most
 :data:`MAX_PENDING` are kept and the oldest goes when one more comes
 (``too-many-pending``), and a job id already pending from another
 coordinator is refused (``job-pending-elsewhere``: a peer that learnt the id
-cannot take over another coordinator's card). Every refusal and drop is
+cannot take over another coordinator's card). An invitation older than
+:data:`INVITATION_TTL_MS` is stale (:meth:`PendingInvitations.expire`): its
+coordinator stops waiting for it then too. Every refusal and drop is
 returned by name for the debug log.
 """
 
@@ -20,9 +22,11 @@ from typing import Any, Iterator
 
 from ..wire.messages import Invitation
 
-__all__ = ["MAX_PENDING", "Pending", "PendingInvitations"]
+__all__ = ["MAX_PENDING", "INVITATION_TTL_MS", "Pending", "PendingInvitations"]
 
 MAX_PENDING = 8
+# An invitation nobody answered in this long is stale: both sides forget it and the inviter may invite again.
+INVITATION_TTL_MS = 10 * 60 * 1000
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,13 @@ class PendingInvitations:
             notes.append(note("invitation.dropped", oldest.invitation.job_id, oldest.sender, "too-many-pending"))
         self._by_job[job_id] = Pending(sender, invitation, now)
         return notes
+
+    def expire(self, now: float) -> list[Pending]:
+        """Remove and return the invitations older than ``INVITATION_TTL_MS``, oldest first."""
+        stale = [p for p in self._by_job.values() if now - p.received_at >= INVITATION_TTL_MS]
+        for p in stale:
+            del self._by_job[p.invitation.job_id]
+        return stale
 
     def get(self, job_id: str) -> Pending | None:
         return self._by_job.get(job_id)

@@ -15,6 +15,12 @@ The legal moves are the table ``PARTICIPANT_TRANSITIONS`` of
 assignment that arrives while another one trains waits (only the newest is
 kept: an older one is stale by then), so a participant never runs two at
 once.
+
+A message from the coordinator that names an artifact this device neither
+was sent nor holds is refused by the frame reader before it gets here; the
+host tells :meth:`Participant.artifact_missing`, which asks the coordinator
+for it (``artifactMissing``, at most once per artifact every
+``ASK_AGAIN_MS``), so such a refusal never leaves the job waiting in silence.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from ..wire.commands import Command, LoadModule, Log, Send, Train
 from ..errors import UsageError, UsageReason
 from ..floats import first_non_finite
 from ..wire.messages import (
-    ArtifactRef, Assign, AssignmentFailed, CheckpointNote, Deliver, Invitation, InvitationDecision, JobFinished, Leave,
+    ArtifactMissing, ArtifactRef, Assign, AssignmentFailed, CheckpointNote, Deliver, Invitation, InvitationDecision, JobFinished, Leave,
     Message,
     ModuleStatus, PauseContribution, Progress, TrainingStarted, Update, UpdateReceipt,
 )
@@ -38,12 +44,16 @@ from ..states import (
     takes_part,
 )
 
-__all__ = ["Participant", "TrainOutcome", "CHECKPOINTS_KEPT"]
+__all__ = ["Participant", "TrainOutcome", "CHECKPOINTS_KEPT", "ASK_AGAIN_MS"]
 
 P = PeerState
 
 #: Checkpoint summaries a participant keeps for its window (the newest rounds; each is a few hundred bytes).
 CHECKPOINTS_KEPT = 1000
+
+#: How soon the same missing artifact is asked for again (the coordinator's answer may be on its way).
+ASK_AGAIN_MS = 10_000
+_ASKS_KEPT = 64  # missing artifacts remembered (a coordinator's assignment names a handful)
 
 
 @dataclass(frozen=True)
@@ -78,6 +88,9 @@ class Participant:
         self._throttle = ProgressThrottle()
         self.checkpoints: dict[int, dict[str, Any]] = {}  # round -> CheckpointSummary (CheckpointNote)
         self._training_since: float | None = None  # when the current attempt started training
+        self._asked: dict[str, float] = {}  # missing artifact -> when it was last asked for
+        # When our coordinator's channel closed (None: connected, or restored before this device heard from it).
+        self.offline_since: float | None = None
         self._commands: list[Command] = []
 
     @property
@@ -197,7 +210,23 @@ class Participant:
                 return f"auxiliary file {slot_id!r} is not the one the model declares (SHA-256 differs)"
         return None
 
+    def artifact_missing(self, sender: str, sha256: str, now: float) -> None:
+        """The frame reader refused a message from ``sender`` naming artifact ``sha256``, which this device
+        neither was sent nor holds: ask our coordinator to send it."""
+        if sender != self.coordinator or self.job_id is None or not takes_part(self.state):
+            return
+        last = self._asked.get(sha256)
+        if last is not None and now - last < ASK_AGAIN_MS:
+            return
+        self._asked[sha256] = now
+        while len(self._asked) > _ASKS_KEPT:
+            del self._asked[next(iter(self._asked))]
+        self._log("artifact.missing", artifact=sha256)
+        self._send(ArtifactMissing(self.job_id, sha256))
+
     def _on_assign(self, assign: Assign) -> None:
+        if any(a is not None and a.attempt_id == assign.attempt_id for a in (self.current, self.pending)):
+            return  # sent again after we asked for an artifact another message named: we have this one
         if is_working(self.state) and self.current is not None:
             self.pending = assign  # the newest assignment waits for the one running
             return
@@ -364,11 +393,14 @@ class Participant:
     def disconnected(self, now: float) -> None:
         if self.job_id is not None and takes_part(self.state):
             self.current = self.pending = None
+            if self.state != P.DISCONNECTED:
+                self.offline_since = now
             self._move("disconnected")
 
     def reconnected(self, now: float) -> None:
         """Back online: the coordinator delivers the module again and we catch up."""
         if self.state == P.DISCONNECTED:
+            self.offline_since = None
             self._move("reconnected")
 
     # ------------------------------------------------------------------ view

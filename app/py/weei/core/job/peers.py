@@ -40,6 +40,13 @@ class PeerRecord:
     outliers: int = 0
     # aggregation.excludeOutliersAfter: excluded from the job (no assignment, its updates refused).
     excluded: bool = False
+    # Why it said no to the invitation, or that the invitation expired (None: it did not decline).
+    declined: str | None = None
+    expired: bool = False  # its invitation expired unanswered (the Coordinator's INVITATION_TTL_MS)
+    # The job finished while its channel was closed: it has not been told (it is, when it reconnects).
+    missed_end: bool = False
+    # Why its last assignment made no progress ({"since": ms, "reason": text}); None once it makes progress.
+    stuck: dict[str, Any] | None = None
 
     @property
     def approved(self) -> bool:
@@ -69,6 +76,12 @@ class PeerRecord:
             out["robust"] = {"outlierRounds": self.outlier_rounds, "outliers": self.outliers}
         if self.excluded:
             out["excluded"] = True
+        if self.stuck is not None:
+            out["stuck"] = dict(self.stuck)
+        if self.missed_end:
+            out["missedEnd"] = True
+        if self.declined is not None and self.state == PeerState.DECLINED:
+            out["declined"] = self.declined
         return out
 
     def robust_state(self) -> dict[str, Any] | None:

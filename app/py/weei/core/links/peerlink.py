@@ -435,7 +435,8 @@ class LinkManager:
                 self.book.apply(event)
             if (isinstance(event, TransferFailed) and event.artifact_id is not None and event.direction == "receive"
                     and not self.closing):
-                self._deliver(Delivery(event.peer_id, "transfer-failed", reason=event.reason))
+                self._deliver(Delivery(event.peer_id, "transfer-failed", reason=event.reason,
+                                       artifact=event.artifact_id))
 
     def _error(self, key: str, error: Any) -> None:
         self.errors[key] = f"{error.reason}: {error.message}"

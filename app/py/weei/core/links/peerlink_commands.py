@@ -117,13 +117,15 @@ LinkCommand = Union[CreateLink, MakeOffer, SetRemote, MakeAnswer, AddCandidate, 
 class Delivery:
     """One item for the receiver: ``connected``, a complete ``message`` (attachments verified), ``disconnected``,
     or ``transfer-failed``: the reader refused an artifact from ``peer`` (``reason``), so whoever waits for
-    it from that peer (a relayed checkpoint's piece) need not wait for its deadline."""
+    it from that peer (a relayed checkpoint's piece) need not wait for its deadline; ``artifact`` is its SHA-256
+    (for ``missing-attachment``: the one a message named as held and this device lacks)."""
 
     peer: str
     kind: Literal["connected", "message", "disconnected", "transfer-failed"]
     message: Message | None = None
     blobs: Mapping[str, bytes] = field(default_factory=dict)
     reason: str = ""
+    artifact: str = ""
 
 
 @dataclass(frozen=True)

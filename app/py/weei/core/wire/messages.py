@@ -39,6 +39,7 @@ __all__ = [
     "TrainingStarted",
     "Update",
     "AssignmentFailed",
+    "ArtifactMissing",
     "UpdateReceipt",
     "PauseContribution",
     "Leave",
@@ -316,10 +317,17 @@ class InvitationDecision(_Message):
     DIRECTION: ClassVar[Direction] = Direction.TO_COORDINATOR
     job_id: str
     accepted: bool
+    # Why a peer said no without a person deciding (it coordinates or takes part in a job, the
+    # invitation expired, an agent's policy): the inviter's window says it (issue 24, item 3).
+    reason: str | None = None
 
     @classmethod
     def _parse(cls, obj: dict[str, Any]) -> InvitationDecision:
-        return cls(_str(obj, "jobId"), _bool(obj, "accepted"))
+        accepted = _bool(obj, "accepted")
+        reason = _str(obj, "reason", optional=True, limit=MAX_TEXT)
+        if accepted and reason is not None:
+            _AT.at("reason")("is only for a declined invitation")
+        return cls(_str(obj, "jobId"), accepted, reason)
 
 
 @dataclass(frozen=True)
@@ -420,6 +428,16 @@ class Assign(_Message):
             _auxiliary(obj), archive,
         )
 
+    def artifacts(self) -> set[str]:
+        """The SHA-256 of every artifact it names: the weights it trains from, its auxiliary weights,
+        its chunk, the WGSL archive it brings."""
+        refs = {self.checkpoint.sha256, *(ref.sha256 for ref in self.auxiliary.values())}
+        if self.chunk is not None:
+            refs.add(self.chunk.data.sha256)
+        if self.shader_archive is not None:
+            refs.add(self.shader_archive.sha256)
+        return refs
+
     def _body(self) -> dict[str, Any]:
         body = super()._body()
         body["seed"] = str(self.seed)
@@ -476,6 +494,21 @@ class AssignmentFailed(_Message):
     @classmethod
     def _parse(cls, obj: dict[str, Any]) -> AssignmentFailed:
         return cls(_str(obj, "jobId"), _str(obj, "attemptId"), _str(obj, "error", limit=MAX_TEXT))
+
+
+@dataclass(frozen=True)
+class ArtifactMissing(_Message):
+    """The frame reader refused a message from this participant's coordinator because it named
+    ``artifact`` as held when it is not (evicted, or never arrived): send it again."""
+
+    TYPE: ClassVar[str] = "artifactMissing"
+    DIRECTION: ClassVar[Direction] = Direction.TO_COORDINATOR
+    job_id: str
+    artifact: str
+
+    @classmethod
+    def _parse(cls, obj: dict[str, Any]) -> ArtifactMissing:
+        return cls(_str(obj, "jobId"), _sha(obj, "artifact"))
 
 
 @dataclass(frozen=True)
@@ -764,7 +797,7 @@ class RoomProof(_Message):
 
 Message = (
     Invitation | InvitationDecision | Deliver | ModuleStatus | Assign | TrainingStarted | Update | AssignmentFailed
-    | UpdateReceipt | PauseContribution | Leave | JobFinished | DiagnosticsReport | Progress | CheckpointNote
+    | ArtifactMissing | UpdateReceipt | PauseContribution | Leave | JobFinished | DiagnosticsReport | Progress | CheckpointNote
     | RelayPlan | RelayPiece | RelayDone | RoomChallenge | RoomProof
 )
 
@@ -772,7 +805,7 @@ Message = (
 _TYPES: dict[str, Any] = {
     cls.TYPE: cls
     for cls in (Invitation, InvitationDecision, Deliver, ModuleStatus, Assign, TrainingStarted, Update, AssignmentFailed,
-                UpdateReceipt, PauseContribution, Leave, JobFinished, DiagnosticsReport, Progress, CheckpointNote,
+                ArtifactMissing, UpdateReceipt, PauseContribution, Leave, JobFinished, DiagnosticsReport, Progress, CheckpointNote,
                 RelayPlan, RelayPiece, RelayDone, RoomChallenge, RoomProof)
 }
 

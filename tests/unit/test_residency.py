@@ -1,0 +1,57 @@
+"""Which artifacts a participant keeps in memory across two jobs in a row (issue 24, item 1)."""
+
+from __future__ import annotations
+
+from sim import sha
+
+from weei.api.residency import Residency
+from weei.api.session import Session
+from weei.core.job.participant import Participant
+from weei.core.observe.debuglog import DebugLog
+from weei.core.observe.diagnostics import DiagnosticsRecorder
+from weei.core.wire.messages import ArtifactRef, Assign, ChunkRef
+
+ARCHIVE = ArtifactRef("wgsl", sha(b"job B's WGSL archive"), 20)
+
+
+def session_in(job_id: str) -> Session:
+    s = Session(my_peer_id="p1", clock=lambda: 0.0, monotonic=lambda: 0.0, transport=None,
+                debug_log=DebugLog.from_json(None, 0.0, own_peer="p1"), recorder=DiagnosticsRecorder(sequence_base=0))
+    s.participant = Participant.local("p1", job_id)  # a participant of ``job_id``; how it joined does not matter here
+    return s
+
+
+def assign(job_id: str, round_: int, *, archive: ArtifactRef | None = None) -> Assign:
+    weights = f"{job_id} checkpoint {round_ - 1}".encode()
+    chunk = f"{job_id} chunk {round_}".encode()
+    return Assign(job_id, round_, f"r{round_}-c0", f"r{round_}-c0-a{round_}",
+                  ArtifactRef("checkpoint", sha(weights), len(weights)), {}, 7,
+                  ChunkRef("c0", "f32-rows", 8, ArtifactRef("chunk", sha(chunk), len(chunk))), shader_archive=archive)
+
+
+def test_a_second_job_keeps_its_first_rounds_artifacts_whatever_rounds_the_first_job_reached() -> None:
+    residency = Residency()
+    first = session_in("job-A")
+    for round_ in range(1, 21):  # the first job ran 20 rounds in this tab
+        residency.unpin(residency.assignment_taken(assign("job-A", round_)))
+        residency.referenced(first)
+    # Accepting the next invitation replaces the finished participation (no Leave, no forget_job).
+    second = session_in("job-B")
+    residency.unpin(residency.assignment_taken(assign("job-B", 1, archive=ARCHIVE)))
+    kept = residency.referenced(second)
+    # The coordinator sent the archive once, with round 1, and names it as held from round 2 on.
+    assert ARCHIVE.sha256 in kept
+    residency.unpin(residency.assignment_taken(assign("job-B", 2)))
+    assert ARCHIVE.sha256 in residency.referenced(second)
+    # Nothing of the first job is kept for the second.
+    assert not any(sha(f"job-A checkpoint {r}".encode()) in kept for r in range(20))
+
+
+def test_the_remembered_window_still_slides_within_one_job() -> None:
+    residency = Residency()
+    s = session_in("job-B")
+    residency.unpin(residency.assignment_taken(assign("job-B", 1, archive=ARCHIVE)))
+    for round_ in range(2, 8):
+        residency.unpin(residency.assignment_taken(assign("job-B", round_)))
+    kept = residency.referenced(s)
+    assert sha(b"job-B chunk 1") not in kept and sha(b"job-B chunk 7") in kept
