@@ -41,7 +41,7 @@ def _fewer_chunks(target: Path, chunks: int) -> Path:
     return target
 
 
-def _received(deployment: LocalDeployment, state: Path, node_id: int) -> int:
+def _received(state: Path, node_id: int) -> int:
     log = state / f"node-{node_id}" / "participant.log"
     return log.read_text().count("received a message") if log.is_file() else 0
 
@@ -73,7 +73,7 @@ def test_deployment_tls_node_keys_accept_lists_and_a_node_killed_mid_job(tmp_pat
         # Node c is killed (SuperNode, SuperExec, ClientApp and its resident participant at once) while it holds
         # a message past the invitation and validation: the coordinator is waiting for its answer.
         deadline = time.monotonic() + 180
-        while _received(d, state, registered["c"]) < 3 and run.poll() is None and time.monotonic() < deadline:
+        while _received(state, registered["c"]) < 3 and run.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
         assert run.poll() is None, "the job ended before node c got work"
         d.kill_node("c")
