@@ -9,12 +9,16 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Any, Callable, TextIO
+from typing import TYPE_CHECKING, Any, Callable, TextIO
 
-from ..demo.run import DEMO_JOBS, DemoJob, models_dir
-from .client import NodeHosts, client_handler
-from .server import FlowerRun, drive
-from .signals import keep_fatal_signal_handlers
+if TYPE_CHECKING:
+    from ..demo.run import DemoJob
+    from .client import NodeHosts
+    from .server import FlowerRun
+
+# The coordinator's and the participant's modules (wasmtime, numpy, the controller) are imported where they
+# are used: a deployed node's ClientApp is a fresh process per message that only forwards to the node's
+# resident participant (weei.flower.resident), and each second of imports there is a second of every round.
 
 __all__ = ["quiet_flower", "server_app", "client_app", "module_sha256", "simulate", "write_app", "job_for"]
 
@@ -28,6 +32,8 @@ def quiet_flower() -> None:
 
 def job_for(package_dir: Path, settings: dict[str, Any] | None = None) -> DemoJob:
     """The package's demo job (by model name, ``weei demo``'s), else a digits-like job on its data."""
+    from ..demo.run import DEMO_JOBS, DemoJob
+
     name = package_dir.resolve().name
     base = next((j for j in DEMO_JOBS if j.model == name), DEMO_JOBS[0])
     validation = base.validation if (package_dir / "data" / str(base.validation)).is_file() else None
@@ -36,6 +42,8 @@ def job_for(package_dir: Path, settings: dict[str, Any] | None = None) -> DemoJo
 
 
 def _hosts(accept: frozenset[str]) -> NodeHosts:
+    from .client import NodeHosts
+
     if accept not in _HOSTS:
         _HOSTS[accept] = NodeHosts(accept)
     return _HOSTS[accept]
@@ -46,12 +54,24 @@ def module_sha256(package_dir: Path) -> str:
     return hashlib.sha256((package_dir / "model.wasm").read_bytes()).hexdigest()
 
 
-def client_app(accept: frozenset[str] = frozenset()) -> Any:
-    """The ClientApp; ``accept`` is the accept-list of a node whose config has no ``weei-accept``."""
+def client_app(accept: frozenset[str] = frozenset(), *, resident: bool = False) -> Any:
+    """The ClientApp; ``accept`` is the accept-list of a node whose config has no ``weei-accept``. With
+    ``resident`` each message goes to the node's resident participant process (a deployment, where every
+    message is a fresh ClientApp process: weei.flower.resident), else to participants in this process."""
+    from flwr.app import Message
     from flwr.clientapp import ClientApp
 
     app = ClientApp()
-    app.train()(client_handler(lambda: _hosts(accept)))
+    if resident:
+        from .resident import forward
+
+        @app.train()
+        def train(message: Any, context: Any) -> Any:
+            return Message(forward(context.node_id, context.node_config, message.content), reply_to=message)
+    else:
+        from .client import client_handler
+
+        app.train()(client_handler(lambda: _hosts(accept)))
     return app
 
 
@@ -62,6 +82,8 @@ def server_app(job: DemoJob | None = None, *, seed: int | None = None, out: Path
     ``on_run`` gets what the run did."""
     from flwr.serverapp import ServerApp
 
+    from .server import drive
+
     app = ServerApp()
 
     @app.main()
@@ -71,7 +93,8 @@ def server_app(job: DemoJob | None = None, *, seed: int | None = None, out: Path
                                  json.loads(str(cfg["settings"])) if cfg.get("settings") else None)
         the_seed = seed if job is not None else (int(cfg["seed"]) if int(cfg.get("seed", -1)) >= 0 else None)
         the_out = out if job is not None else Path(str(cfg.get("out", "checkpoints")))
-        run = asyncio.run(drive(grid, the_job, seed=the_seed, out=the_out, stream=stream, min_nodes=min_nodes,
+        nodes = int(cfg.get("nodes", min_nodes)) if job is None else min_nodes
+        run = asyncio.run(drive(grid, the_job, seed=the_seed, out=the_out, stream=stream, min_nodes=nodes,
                                 resume=resume))
         if on_run is not None:
             on_run(run)
@@ -92,6 +115,8 @@ def simulate(package_dir: Path, *, nodes: int, out: Path, stream: TextIO, settin
     ``.weei-checkpoint`` bytes ``resume`` when given; what the run did."""
     quiet_flower()
     from flwr.simulation import run_simulation
+
+    from .signals import keep_fatal_signal_handlers
 
     # The simulated nodes are the user's own and have no node config: they accept the module the user ran.
     job = job_for(package_dir, settings)
@@ -135,23 +160,20 @@ package = "{package}"
 settings = ""
 seed = -1
 out = "{out}"
-
-[tool.flwr.federations]
-default = "local-simulation"
-
-[tool.flwr.federations.local-simulation]
-options.num-supernodes = 4
+# the job starts once this many SuperNodes are connected (those present then are its participants)
+nodes = 1
 """
 
 _APP = '''"""The Weei job as a Flower App (written by `weei flower app`)."""
 import os
+import sys
 
 os.environ["FLWR_TELEMETRY_ENABLED"] = "0"  # no telemetry from Weei's apps
 
 from weei.flower.apps import client_app, server_app  # noqa: E402
 
-server = server_app()
-client = client_app()
+server = server_app(stream=sys.stdout)  # a row per checkpoint, as `weei demo` prints (`flwr run --stream`)
+client = client_app(resident=True)
 '''
 
 

@@ -30,6 +30,10 @@ class FlowerReason(str, Enum):
     """A message's text is not one of Weei's wire messages."""
     MISSING_ATTACHMENT = "missing-attachment"
     """A message names attachments that are neither attached nor held by the node."""
+    UNSAFE_STATE_DIR = "unsafe-state-dir"
+    """A node's state directory (``weei-state-dir``) is not this user's own, closed to others (0700)."""
+    RESIDENT_FAILED = "resident-failed"
+    """A node's resident participant did not start, or failed to answer a message."""
 
 
 class FlowerError(WeeiError):

@@ -31,6 +31,7 @@ from ..core.job.coordinator import DEFAULT_ROUND_TIMEOUT_MS
 from .errors import FlowerError, FlowerReason
 from ..core.verified import VerifiedBlobs
 from ..core.wire.commands import Send
+from ..core.wire.messages import CheckpointNote, UpdateReceipt
 from ..demo.run import DemoJob, models_dir, package_inputs, seeded_bytes
 from ..host.memory_storage import MemoryKeyValue, MemoryStorage
 from ..host.worker_pool import ThreadWorkerPool
@@ -41,7 +42,12 @@ from .codec import NEEDS_KEY, decode_frames, encode_frames
 __all__ = ["GridTransport", "FlowerRun", "drive", "MESSAGE_TYPE"]
 
 MESSAGE_TYPE = "train"
+_UNANSWERED = (UpdateReceipt, CheckpointNote)
+# Polling backs off from POLL_S to POLL_MAX_S while nothing arrives: in a deployment each pull is a request
+# to the SuperLink, and 200 a second of them took a core from the nodes' training on a small machine; a
+# deployed node answers in seconds anyway (its SuperNode polls every 3 s), a simulated one in milliseconds.
 POLL_S = 0.005
+POLL_MAX_S = 0.2
 
 
 class GridTransport:
@@ -98,14 +104,26 @@ class _Pump:
         self.frames: dict[str, list[Any]] = {}  # message id -> its frames, resent whole when a node lost some
         self.pushed_at: dict[str, float] = {}  # message id -> when it went (the coordinator's clock, ms)
         self.round = 0
+        self.idle_s = POLL_S
 
-    def push(self) -> None:
+    async def wait(self) -> None:
+        """Nothing arrived: sleep, longer each time in a row."""
+        await asyncio.sleep(self.idle_s)
+        self.idle_s = min(POLL_MAX_S, self.idle_s * 2)
+
+    def push(self, flush: bool = False) -> None:
         from flwr.app import Message
 
         # One message in flight per node: a node's frames must arrive in the order the coordinator sent
         # them, and Flower does not order two messages to one node (a simulation may even run them in two
         # processes at once). What waits goes with the next message, after the reply.
+        # Frames that ask nothing of a node (an update's receipt, a checkpoint note) wait for the next frame
+        # that does (its next assignment), or the end (``flush``): sent alone they cost a deployed node a
+        # Flower round trip of seconds each round (its SuperNode polls every 3 s and starts a process per
+        # message) for a reply with nothing in it.
         busy = {peer for peer, _ in self.in_flight.values()}
+        busy |= {peer for peer, sends in self.transport.outbox.items()
+                 if not flush and all(isinstance(s.message, _UNANSWERED) for s, _ in sends)}
         outgoing = {p: v for p, v in self.transport.outbox.items() if p not in busy}
         self.transport.outbox = {p: v for p, v in self.transport.outbox.items() if p in busy}
         messages, meta = [], []
@@ -142,6 +160,8 @@ class _Pump:
         if not self.in_flight:
             return 0
         replies = list(await asyncio.to_thread(self.grid.pull_messages, list(self.in_flight)))
+        if replies:
+            self.idle_s = POLL_S
         for reply in replies:
             mid = reply.metadata.reply_to_message_id
             if mid not in self.in_flight:
@@ -241,35 +261,49 @@ async def drive(grid: Any, job: DemoJob, *, settings: dict[str, Any] | None = No
         if table is not None:
             table.update(s, contributors)
 
-    stop = coordinator.subscribe(on_state)
+    # Not coordinator.subscribe(on_state): a subscriber gets a full state snapshot at every change, i.e. per
+    # message, and a snapshot copies every peer's diagnostics, so at N nodes a round cost O(N^2) copying
+    # (half of an in-process run's time at 10 peers, profiled). A snapshot when the checkpoint round moves is
+    # enough for the table and the contributors.
+    seen = {"round": -1}
+
+    def progress() -> None:
+        core = coordinator.coordinator
+        if core is not None and core.checkpoint_round != seen["round"]:
+            seen["round"] = core.checkpoint_round
+            on_state(coordinator.get_state())
+
     for peer in transport.peers():
         coordinator.invite(peer)
 
-    async def settle() -> None:
+    async def settle(flush: bool = False) -> None:
         while True:
             await coordinator.idle()
-            pump.push()
+            pump.push(flush)
             if not pump.awaited():
                 return
             if not await pump.pull():
-                await asyncio.sleep(POLL_S)
+                await pump.wait()
+            progress()
 
     await settle()
     await coordinator.run_validation()
     await settle()
     await coordinator.start()
     deadline = time.monotonic() + timeout_s
-    while coordinator.get_state()["job"]["status"] != "completed":
-        status = coordinator.get_state()["job"]["status"]
+    # The core's status, not get_state(): a full state snapshot (diagnostics copied whole) each turn of this
+    # loop was most of the ServerApp's time per message at 100 nodes and more.
+    while (status := str(coordinator.coordinator.status if coordinator.coordinator is not None
+                         else coordinator.get_state()["job"]["status"])) != "completed":
         if status == "paused" or time.monotonic() > deadline:
             raise RuntimeError(f"{job.name}: the job is {status}: {coordinator.get_state().get('error')}")
         await coordinator.idle()
         pump.round = coordinator.coordinator.checkpoint_round if coordinator.coordinator else 0
         pump.push()
         if not await pump.pull():
-            await asyncio.sleep(POLL_S)
-    await settle()
-    stop()
+            await pump.wait()
+        progress()
+    await settle(flush=True)
     on_state(coordinator.get_state())
     run.unanswered = sorted(peer for peer, _ in pump.in_flight.values())
     if out is not None:
@@ -284,4 +318,6 @@ async def drive(grid: Any, job: DemoJob, *, settings: dict[str, Any] | None = No
               f"{run.bytes_sent / 1e6:.1f} MB sent, {run.bytes_skipped / 1e6:.1f} MB not re-sent (held); "
               f"failed nodes: {len(run.failed_nodes)}; refused: {len(run.refused)}; "
               f"unanswered: {len(run.unanswered)}", file=stream)
+        for line in run.failed_nodes + run.refused:
+            print(f"-- {line}", file=stream)
     return run
