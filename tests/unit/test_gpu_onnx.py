@@ -1,0 +1,191 @@
+"""Imported ONNX graphs on a real Vulkan device (lavapipe here and in CI;
+docs/gpu.md, "Imported ONNX graphs"): the graph runtime's gpuBegin emits a
+device program over wgsl/, an imported MLP (Gemm, Relu, softmax
+cross-entropy; SGD, Adam, AdamW) and a graph of the elementwise operators
+(MatMul, Add/Sub/Mul/Div with broadcasting, Tanh, Sigmoid, LeakyRelu,
+Flatten) train on the device, pass the admission gate against the CPU
+runtime and end a whole chunk with the CPU's weights; a graph with an
+operator that has no kernel falls back by name (graph-not-on-gpu), and the
+importer ships a GPU backend only with a graph that has a program.
+
+Skipped only when no Vulkan adapter exists (make installs lavapipe:
+apt mesa-vulkan-drivers libvulkan1).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+wgpu = pytest.importorskip("wgpu")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+from weei.gpu import GpuError, parse_archive  # noqa: E402
+from weei.gpu.executor import GpuDevice  # noqa: E402
+from weei.gpu.gate import ATOL, RTOL  # noqa: E402
+from weei.gpu.session import GpuBackendSpec, GpuWork, run_gate, train_on_gpu  # noqa: E402
+from weei.onnx import Settings, import_onnx  # noqa: E402
+from weei.onnx.gpu import gpu_archive, kernels  # noqa: E402
+from weei.runtime import ModelRuntime, WasmtimeEngine  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+DIGITS = ROOT / "app" / "static" / "models" / "digits-mlp" / "data"
+CHUNK = (DIGITS / "training-001.bin").read_bytes()
+FORMAT = "weei-digits-v1"
+BACKEND = GpuBackendSpec("gpu-webgpu", 64 << 20, "fp32-standard")
+
+
+def _vulkan_adapter() -> object | None:
+    try:
+        adapter = wgpu.gpu.request_adapter_sync(power_preference="high-performance")
+    except Exception:  # no Vulkan loader or driver at all
+        return None
+    return adapter if adapter is not None and adapter.info.get("backend_type") == "Vulkan" else None
+
+
+pytestmark = pytest.mark.skipif(
+    _vulkan_adapter() is None,
+    reason="no Vulkan adapter (install lavapipe: apt mesa-vulkan-drivers libvulkan1, as make does)",
+)
+
+
+@pytest.fixture(scope="module")
+def device() -> GpuDevice:
+    return GpuDevice.open(wgpu.gpu, preference="gpu")
+
+
+def _model(nodes: list, inits: dict[str, np.ndarray], out: str, classes: int = 10) -> bytes:
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 64])],
+                              [helper.make_tensor_value_info(out, TensorProto.FLOAT, ["N", classes])],
+                              [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+def _mlp(rng: np.random.Generator) -> bytes:
+    inits = {"W1": rng.standard_normal((64, 32)).astype(np.float32) * 0.2, "b1": np.zeros(32, np.float32),
+             "W2": rng.standard_normal((32, 10)).astype(np.float32) * 0.2, "b2": np.zeros(10, np.float32)}
+    nodes = [helper.make_node("Gemm", ["x", "W1", "b1"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("Gemm", ["r", "W2", "b2"], ["logits"]), helper.make_node("Softmax", ["logits"], ["y"])]
+    return _model(nodes, inits, "y")
+
+
+def _elementwise(rng: np.random.Generator) -> bytes:
+    """Every elementwise operator with a kernel, broadcasting weights and constants over the batch."""
+    inits = {"W1": rng.standard_normal((64, 16)).astype(np.float32) * 0.2, "b1": rng.standard_normal(16).astype(np.float32) * 0.1,
+             "s": (1.0 + 0.1 * rng.standard_normal((1, 16))).astype(np.float32), "c": np.array(0.25, np.float32),
+             "d": (1.5 + 0.1 * rng.standard_normal(16)).astype(np.float32),
+             "W2": rng.standard_normal((16, 10)).astype(np.float32) * 0.3, "b2": np.zeros(10, np.float32)}
+    nodes = [helper.make_node("MatMul", ["x", "W1"], ["m"]), helper.make_node("Add", ["m", "b1"], ["a"]),
+             helper.make_node("Tanh", ["a"], ["t"]), helper.make_node("Mul", ["t", "s"], ["u"]),
+             helper.make_node("Sub", ["u", "c"], ["v"]), helper.make_node("Sigmoid", ["v"], ["g"]),
+             helper.make_node("Div", ["g", "d"], ["q"]), helper.make_node("Sub", ["q", "a"], ["e"]),
+             helper.make_node("LeakyRelu", ["e"], ["l"], alpha=0.1), helper.make_node("Flatten", ["l"], ["f"]),
+             helper.make_node("MatMul", ["f", "W2"], ["z"]), helper.make_node("Add", ["z", "b2"], ["logits"])]
+    return _model(nodes, inits, "logits")
+
+
+def _runtime(model: bytes, optimizer: str = "adam", loss: str = "cross-entropy") -> ModelRuntime:
+    wasm, _ = import_onnx(model, Settings(loss=loss, optimizer=optimizer, lr=0.01, batch_size=16, data="digits", model_id="g"))
+    return ModelRuntime.load(wasm, WasmtimeEngine())
+
+
+def _archive(runtime: ModelRuntime, weights: bytes, work: GpuWork):
+    runtime.load_model(weights)
+    begun, _, _ = runtime.gpu_begin(**work.inputs())
+    assert "unsupported" not in begun, begun.get("unsupported")
+    modules = {p["module"] for p in begun["program"]["pipelines"]}
+    source = kernels()
+    assert source is not None
+    return parse_archive(gpu_archive(modules, source))
+
+
+def _compare(cpu: bytes, gpu: bytes) -> tuple[float, float]:
+    a, b = np.frombuffer(cpu, np.float32), np.frombuffer(gpu, np.float32)
+    assert a.shape == b.shape and np.isfinite(b).all()
+    diff = np.abs(a.astype(np.float64) - b)
+    assert (diff <= ATOL + RTOL * np.abs(a)).all(), diff.max()
+    return float(diff.max()), float((a.view(np.uint32) == b.view(np.uint32)).mean())
+
+
+def _train_both(runtime: ModelRuntime, device: GpuDevice, work: GpuWork) -> None:
+    weights = runtime.create_initial_weights(0)
+    archive = _archive(runtime, weights, work)
+    device.compile(archive)
+    gate, cpu_step, gpu_step = run_gate(runtime, device, archive, BACKEND, weights, work, budget_mib=256)
+    assert gate.passed, gate.detail
+    runtime.load_model(weights)
+    cpu = runtime.train(**work.inputs())
+    runtime.load_model(weights)
+    gpu = train_on_gpu(runtime, device, archive, BACKEND, work, budget_mib=256).train
+    # 100 examples in batches of 16 (the last holds 4), each local epoch shuffled
+    assert gpu.optimizer_steps == cpu.optimizer_steps == 7 * int(work.settings.get("localEpochs", 1))
+    assert gpu.examples == cpu.examples
+    for key in cpu.metrics:
+        assert gpu.metrics[key] == pytest.approx(cpu.metrics[key], rel=1e-6, abs=1e-7)
+    worst, same = _compare(cpu.weights, gpu.weights)
+    print(f"gate: {gate.detail}; whole chunk: max |gpu - cpu| {worst:.3g}, {same:.1%} of weights bit-identical")
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam", "adamw"])
+def test_an_imported_mlp_trains_on_the_gpu_as_on_the_cpu(device: GpuDevice, optimizer: str) -> None:
+    runtime = _runtime(_mlp(np.random.default_rng(1)), optimizer)
+    _train_both(runtime, device, GpuWork(data=CHUNK, format=FORMAT, seed=5, settings={"localEpochs": 2}))
+
+
+def test_matmul_and_broadcasting_elementwise_operators_on_the_gpu(device: GpuDevice) -> None:
+    runtime = _runtime(_elementwise(np.random.default_rng(2)))
+    _train_both(runtime, device, GpuWork(data=CHUNK, format=FORMAT, seed=6, settings={}))
+
+
+def _refused(device: GpuDevice, runtime: ModelRuntime, *words: str) -> None:
+    weights = runtime.create_initial_weights(0)
+    archive = parse_archive(kernels() or b"")
+    with pytest.raises(GpuError) as info:
+        run_gate(runtime, device, archive, BACKEND, weights, GpuWork(data=CHUNK, format=FORMAT, seed=1), budget_mib=256)
+    assert info.value.reason == "graph-not-on-gpu"
+    for word in words:
+        assert word in str(info.value), str(info.value)
+
+
+def test_a_graph_with_an_operator_without_a_kernel_falls_back_by_name(device: GpuDevice) -> None:
+    rng = np.random.default_rng(3)
+    conv = _model([helper.make_node("Reshape", ["x", "shape"], ["img"]),
+                   helper.make_node("Conv", ["img", "K", "kb"], ["c"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+                   helper.make_node("Flatten", ["c"], ["f"]), helper.make_node("Gemm", ["f", "F", "fb"], ["y"])],
+                  {"shape": np.array([-1, 1, 8, 8], np.int64), "K": rng.standard_normal((2, 1, 3, 3)).astype(np.float32),
+                   "kb": np.zeros(2, np.float32), "F": rng.standard_normal((128, 10)).astype(np.float32) * 0.1,
+                   "fb": np.zeros(10, np.float32)}, "y")
+    _refused(device, _runtime(conv), "Conv", "node 1")
+    # a Gemm that is not a dense layer (transB) and the mse loss are named too
+    gemm_t = _model([helper.make_node("Gemm", ["x", "W", "b"], ["y"], transB=1)],
+                    {"W": rng.standard_normal((10, 64)).astype(np.float32), "b": np.zeros(10, np.float32)}, "y")
+    _refused(device, _runtime(gemm_t), "dense Gemm", "node 0")
+    _refused(device, _runtime(_mlp(rng), loss="mse"), "mse")
+
+
+def test_the_importer_ships_a_gpu_backend_only_with_a_device_program(tmp_path: Path) -> None:
+    from weei.modelkit.onnx_package import import_package
+
+    rng = np.random.default_rng(4)
+    settings = Settings(loss="cross-entropy", optimizer="adam", lr=0.01, batch_size=16, data="digits", model_id="g")
+    (tmp_path / "mlp.onnx").write_bytes(_mlp(rng))
+    report = import_package(tmp_path / "mlp.onnx", settings, tmp_path / "mlp", DIGITS)
+    manifest = json.loads((tmp_path / "mlp" / "manifest.json").read_text())
+    gpu = [b for b in manifest["execution"]["backends"] if b["kind"] == "gpu"]
+    assert [b["id"] for b in gpu] == ["gpu-webgpu"]
+    archive = parse_archive((tmp_path / "mlp" / "model.wgsl.json").read_bytes())
+    assert sorted(m.name for m in archive.modules) == report["gpu"] == \
+        ["matmul.wgsl", "onnx.wgsl", "optimizer.wgsl", "reduce.wgsl", "softmax_xent.wgsl"]
+
+    (tmp_path / "tanh.onnx").write_bytes(_model([helper.make_node("Gemm", ["x", "W", "b"], ["y"], transB=1)],
+                                                {"W": rng.standard_normal((10, 64)).astype(np.float32),
+                                                 "b": np.zeros(10, np.float32)}, "y"))
+    report = import_package(tmp_path / "tanh.onnx", settings, tmp_path / "t", DIGITS)
+    manifest = json.loads((tmp_path / "t" / "manifest.json").read_text())
+    assert [b["kind"] for b in manifest["execution"]["backends"]] == ["cpu"]
+    assert not (tmp_path / "t" / "model.wgsl.json").exists()
+    assert "dense Gemm" in report["gpu"]

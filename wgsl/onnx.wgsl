@@ -1,0 +1,251 @@
+// The ONNX graph runtime's operators (c/onnx/runtime.c) that the dense
+// kernels of matmul.wgsl do not cover, written to compute every element
+// with the operations and the order of the runtime's C, so that a device
+// without fused multiply-adds gives the CPU's bits (docs/gpu.md,
+// "Imported ONNX graphs"). The program (c/onnx/gpu.inc) names a tensor by
+// a buffer and an element offset; a tensor with a batch dimension (always
+// its first) holds step[0] * PER values this step, one without PER.
+//
+// Gradients accumulate (grad += ...), as the runtime's do: the program
+// clears every gradient at the start of a step.
+
+override PER: u32 = 1u;        // values per example, or the whole tensor when BATCHED is 0
+override BATCHED: u32 = 1u;
+override OP: u32 = 0u;         // unary: 7 Relu, 8 Tanh, 9 Sigmoid, 12 copy, 19 LeakyRelu; binary: 3 Add, 4 Sub, 5 Mul, 6 Div
+override ALPHA: f32 = 0.0;     // LeakyRelu's slope
+override A_OFF: u32 = 0u;
+override B_OFF: u32 = 0u;
+override O_OFF: u32 = 0u;
+// MatMul [rows, K] x [K, N]: ROWS per example (or in all when BATCHED is 0)
+override K: u32 = 1u;
+override N: u32 = 1u;
+// broadcasting (binary): the output's dims D0..D5 (D0 per example when
+// BATCHED), the operands' element strides over them (0 where broadcast),
+// and for binary_grad the operand whose gradient is summed (SIDE 0 = a, 1 = b)
+override D0: u32 = 1u;
+override D1: u32 = 1u;
+override D2: u32 = 1u;
+override D3: u32 = 1u;
+override D4: u32 = 1u;
+override D5: u32 = 1u;
+override SA0: u32 = 0u;
+override SA1: u32 = 0u;
+override SA2: u32 = 0u;
+override SA3: u32 = 0u;
+override SA4: u32 = 0u;
+override SA5: u32 = 0u;
+override SB0: u32 = 0u;
+override SB1: u32 = 0u;
+override SB2: u32 = 0u;
+override SB3: u32 = 0u;
+override SB4: u32 = 0u;
+override SB5: u32 = 0u;
+override SIDE: u32 = 0u;
+override TARGET: u32 = 1u;     // binary_grad: the operand's element count (per example when TB is 1)
+override TB: u32 = 0u;
+
+@group(0) @binding(0) var<storage, read> a: array<f32>;
+@group(0) @binding(1) var<storage, read> b: array<f32>;
+@group(0) @binding(2) var<storage, read_write> out: array<f32>;
+@group(0) @binding(3) var<storage, read> step: array<u32>;
+@group(0) @binding(4) var<storage, read> c: array<f32>;
+
+// weei_expf and weei_tanhf of c/sdk/weei_math.h (as in matmul.wgsl).
+fn weei_expf(x_in: f32) -> f32 {
+    var x = x_in;
+    if (x > 88.0) { x = 88.0; }
+    if (x < -87.0) { x = -87.0; }
+    let fn_ = x * bitcast<f32>(0x3fb8aa3bu);
+    let n = i32(select(fn_ + 0.5, fn_ - 0.5, fn_ < 0.0));
+    var r = x - f32(n) * bitcast<f32>(0x3f317200u);
+    r = r - f32(n) * bitcast<f32>(0x35bfbe8eu);
+    let p = 1.0 + r * (1.0 + r * (0.5 + r * (bitcast<f32>(0x3e2aaaabu) + r * (bitcast<f32>(0x3d2aaaabu)
+        + r * (bitcast<f32>(0x3c088889u) + r * bitcast<f32>(0x3ab60b61u))))));
+    return p * bitcast<f32>(u32(n + 127) << 23u);
+}
+
+fn weei_tanhf(x: f32) -> f32 {
+    let ax = abs(x);
+    var t: f32;
+    if (ax < bitcast<f32>(0x3c23d70au)) {
+        t = ax - ax * ax * ax * bitcast<f32>(0x3eaaaaabu);
+    } else if (ax > 9.0) {
+        t = 1.0;
+    } else {
+        t = 1.0 - 2.0 / (weei_expf(2.0 * ax) + 1.0);
+    }
+    return select(t, -t, x < 0.0);
+}
+
+// +0.0 the compiler cannot fold (matmul.wgsl's opaque_zero says why).
+fn opaque_zero() -> f32 { return bitcast<f32>(step[0] & 0x80000000u); }
+
+fn count(per: u32) -> u32 { return select(per, step[0] * per, BATCHED == 1u); }
+
+// y = f(x) (a = x, out = y).
+@compute @workgroup_size(64)
+fn unary_forward(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = gid.x;
+    if (i >= count(PER)) { return; }
+    let x = a[A_OFF + i];
+    var y = x;
+    if (OP == 7u) { y = select(0.0, x, x > 0.0); }
+    if (OP == 8u) { y = weei_tanhf(x); }
+    if (OP == 9u) { y = 1.0 / (1.0 + weei_expf(-x)); }
+    if (OP == 19u) { y = select(ALPHA * x, x, x >= 0.0); }
+    out[O_OFF + i] = y;
+}
+
+// gx += dy f'(x) (a = x, b = dy, c = y, out = gx). Relu adds dy where
+// x > 0, else +0.0 (the runtime's bitwise mask gives +0.0 too).
+@compute @workgroup_size(64)
+fn unary_backward(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = gid.x;
+    if (i >= count(PER)) { return; }
+    let g = b[i];
+    var d = g;
+    if (OP == 7u) { d = select(0.0, g, a[A_OFF + i] > 0.0); }
+    if (OP == 8u) { let y = c[i]; d = g * (1.0 - y * y); }
+    if (OP == 9u) { let y = c[i]; d = g * y * (1.0 - y); }
+    if (OP == 19u) { d = select(ALPHA * g, g, a[A_OFF + i] >= 0.0); }
+    out[O_OFF + i] = out[O_OFF + i] + d;
+}
+
+fn dims() -> array<u32, 6> {
+    return array<u32, 6>(select(D0, step[0] * D0, BATCHED == 1u), D1, D2, D3, D4, D5);
+}
+
+// y = a op b with numpy broadcasting (out = y).
+@compute @workgroup_size(64)
+fn binary_forward(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = gid.x;
+    let d = dims();
+    let total = d[0] * d[1] * d[2] * d[3] * d[4] * d[5];
+    if (i >= total) { return; }
+    let sa = array<u32, 6>(SA0, SA1, SA2, SA3, SA4, SA5);
+    let sb = array<u32, 6>(SB0, SB1, SB2, SB3, SB4, SB5);
+    var rest = i;
+    var ia = A_OFF;
+    var ib = B_OFF;
+    for (var k = 5i; k >= 0; k = k - 1) {
+        let q = rest % d[k];
+        rest = rest / d[k];
+        ia = ia + q * sa[k];
+        ib = ib + q * sb[k];
+    }
+    let x = a[ia];
+    let z = b[ib];
+    var y = x + z;
+    if (OP == 4u) { y = x - z; }
+    if (OP == 5u) { y = x * z; }
+    if (OP == 6u) { y = x / z; }
+    out[i] = y;
+}
+
+// The gradient of one operand (SIDE), one invocation per its element: its
+// gradient plus dy times the local derivative over every output element
+// that read it, in ascending output order, as the runtime's loop adds them
+// (a = a's value, b = b's value, c = dy, out = the operand's gradient at O_OFF).
+@compute @workgroup_size(64)
+fn binary_grad(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let j = gid.x;
+    if (j >= select(TARGET, step[0] * TARGET, TB == 1u)) { return; }
+    let d = dims();
+    let sa = array<u32, 6>(SA0, SA1, SA2, SA3, SA4, SA5);
+    let sb = array<u32, 6>(SB0, SB1, SB2, SB3, SB4, SB5);
+    var st = sa;
+    if (SIDE == 1u) { st = sb; }
+    // the output index of j's first reader, and the broadcast dims' sizes and output strides
+    var ys = array<u32, 6>(1u, 1u, 1u, 1u, 1u, 1u);
+    for (var k = 4i; k >= 0; k = k - 1) { ys[k] = ys[k + 1] * d[k + 1]; }
+    var base = 0u;
+    var runs = 1u;
+    for (var k = 0; k < 6; k = k + 1) {
+        if (st[k] != 0u) { base = base + ((j / st[k]) % d[k]) * ys[k]; } else { runs = runs * d[k]; }
+    }
+    var acc = out[O_OFF + j];
+    for (var r = 0u; r < runs; r = r + 1u) {
+        // r's digits over the broadcast dims, row-major: ascending output order
+        var rest = r;
+        var i = base;
+        for (var k = 5i; k >= 0; k = k - 1) {
+            if (st[k] == 0u) { i = i + (rest % d[k]) * ys[k]; rest = rest / d[k]; }
+        }
+        var ia = A_OFF;
+        var ib = B_OFF;
+        var q = i;
+        for (var k = 5i; k >= 0; k = k - 1) {
+            let x = q % d[k];
+            q = q / d[k];
+            ia = ia + x * sa[k];
+            ib = ib + x * sb[k];
+        }
+        let g = c[i];
+        let x = a[ia];
+        let z = b[ib];
+        var dd = 1.0;
+        if (SIDE == 0u) {
+            if (OP == 5u) { dd = z; }
+            if (OP == 6u) { dd = 1.0 / z; }
+        } else {
+            if (OP == 4u) { dd = -1.0; }
+            if (OP == 5u) { dd = x; }
+            if (OP == 6u) { dd = -x / (z * z); }
+        }
+        acc = acc + g * dd;
+    }
+    out[O_OFF + j] = acc;
+}
+
+// MatMul forward: out[r][n] = sum_k a[r][k] b[k][n], k ascending from +0.0
+// (the runtime zeroes y, then mm_acc adds in the order of k).
+@compute @workgroup_size(64)
+fn mm_forward(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let e = gid.x;
+    if (e >= count(PER) * N) { return; }
+    let r = e / N;
+    let n = e % N;
+    var acc = opaque_zero();
+    for (var k = 0u; k < K; k = k + 1u) {
+        acc = acc + a[A_OFF + r * K + k] * b[B_OFF + k * N + n];
+    }
+    out[O_OFF + e] = acc;
+}
+
+// dA[r][k] += sum_n dy[r][n] b[k][n], n ascending from dA (a = dy, b = B's value).
+@compute @workgroup_size(64)
+fn mm_grad_a(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let e = gid.x;
+    if (e >= count(PER) * K) { return; }
+    let r = e / K;
+    let k = e % K;
+    var acc = out[O_OFF + e];
+    for (var n = 0u; n < N; n = n + 1u) {
+        acc = acc + a[r * N + n] * b[B_OFF + k * N + n];
+    }
+    out[O_OFF + e] = acc;
+}
+
+// dB[k][n] += sum_r a[r][k] dy[r][n], r ascending from dB (a = A's value, b = dy).
+@compute @workgroup_size(64)
+fn mm_grad_b(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let e = gid.x;
+    if (e >= K * N) { return; }
+    let k = e / N;
+    let n = e % N;
+    let rows = count(PER);
+    var acc = out[O_OFF + e];
+    for (var r = 0u; r < rows; r = r + 1u) {
+        acc = acc + a[A_OFF + r * K + k] * b[r * N + n];
+    }
+    out[O_OFF + e] = acc;
+}
+
+// AdamW's decoupled decay before the Adam step: w *= step[8] (1 - lr wd,
+// computed in the WASM as the runtime does) over the PER trained weights.
+@compute @workgroup_size(64)
+fn decay(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = gid.x;
+    if (i >= PER) { return; }
+    out[i] = out[i] * bitcast<f32>(step[8]);
+}
