@@ -189,3 +189,70 @@ def test_the_importer_ships_a_gpu_backend_only_with_a_device_program(tmp_path: P
     assert [b["kind"] for b in manifest["execution"]["backends"]] == ["cpu"]
     assert not (tmp_path / "t" / "model.wgsl.json").exists()
     assert "dense Gemm" in report["gpu"]
+
+
+def _imported(tmp_path: Path, model: bytes, name: str) -> dict:
+    """An imported package as createJob takes it (its archive as the execution file, when it has one)."""
+    from weei.modelkit.onnx_package import import_package
+
+    (tmp_path / f"{name}.onnx").write_bytes(model)
+    out = tmp_path / name
+    import_package(tmp_path / f"{name}.onnx", Settings(loss="cross-entropy", optimizer="adam", lr=0.01, batch_size=16,
+                                                       data="digits", model_id=name), out, DIGITS)
+    manifest = json.loads((out / "manifest.json").read_text())
+    files = {e["fileName"]: (out / "data" / e["fileName"]).read_bytes()
+             for e in manifest["inlineJson"]["dataset-manifest.json"]}
+    pkg = {"wasm_name": "model.wasm", "wasm": (out / "model.wasm").read_bytes(),
+           "manifest": (out / "manifest.json").read_bytes(), "files": files}
+    archive = out / "model.wgsl.json"
+    return {**pkg, "execution_files": {archive.name: archive.read_bytes()}} if archive.exists() else pkg
+
+
+def test_an_imported_mlp_job_trains_on_the_gpu_through_the_controller(tmp_path: Path) -> None:
+    """The job a user makes from an imported package: every assignment on the device, the gate
+    bit-identical, the final weights those of the same job on the CPU."""
+    import asyncio
+
+    from test_gpu_controller import train
+
+    pkg = _imported(tmp_path, _mlp(np.random.default_rng(7)), "mlp")
+    assert "execution_files" in pkg
+    on_gpu = asyncio.run(train("gpu", pkg))
+    assert on_gpu["job"]["status"] == "completed"
+    assert on_gpu["execution"]["actual"] == "gpu" and on_gpu["execution"]["fallback"] == "none"
+    assert on_gpu["diagnostics"]["me"]["execution"]["backend"] == "gpu-webgpu"
+    trained = [e["details"] for e in on_gpu["log"] if e["event"] == "gpu.trained"]
+    assert trained and trained[0]["gate"] == "bit-identical"
+    on_cpu = asyncio.run(train("cpu", {k: v for k, v in pkg.items() if k != "execution_files"}))
+    assert on_cpu["execution"]["actual"] == "cpu"
+    worst, same = _compare(on_cpu["weights"], on_gpu["weights"])
+    print(f"{len(trained)} assignments on lavapipe: max |gpu - cpu| {worst:.3g}, {same:.1%} bit-identical")
+    assert on_gpu["weights"] == on_cpu["weights"]
+
+
+def test_an_imported_graph_without_kernels_falls_back_by_name_in_a_job(tmp_path: Path) -> None:
+    """A package whose graph has no device program: imported, it has no archive (no-gpu-archive);
+    given one anyway, the device's gpuBegin names the operator (graph-not-on-gpu); the job completes
+    on the CPU either way."""
+    import asyncio
+    import hashlib
+
+    from test_gpu_controller import fallback_of, train
+    from weei.modelkit.package import gpu_backend
+
+    rng = np.random.default_rng(8)
+    model = _model([helper.make_node("Gemm", ["x", "W", "b"], ["y"], transB=1)],
+                   {"W": rng.standard_normal((10, 64)).astype(np.float32) * 0.1, "b": np.zeros(10, np.float32)}, "y")
+    pkg = _imported(tmp_path, model, "gemmt")
+    assert "execution_files" not in pkg
+    plain = asyncio.run(train("gpu", pkg))
+    assert plain["job"]["status"] == "completed" and plain["execution"]["fallback"] == "cpu: no-gpu-archive"
+
+    archive = gpu_archive(["optimizer.wgsl"], kernels() or b"")
+    manifest = json.loads(pkg["manifest"])
+    manifest["execution"]["backends"].append(gpu_backend(archive))
+    forced = {**pkg, "manifest": json.dumps(manifest).encode(), "execution_files": {"model.wgsl.json": archive}}
+    assert hashlib.sha256(archive).hexdigest() == manifest["execution"]["backends"][-1]["shaderArchive"]["sha256"]
+    state = asyncio.run(train("gpu", forced))
+    assert fallback_of(state) == "graph-not-on-gpu"
+    assert "Gemm, node 0" in state["diagnostics"]["me"]["execution"]["fallbackReason"]
