@@ -11,8 +11,11 @@
 
 override PER: u32 = 1u;        // values per example, or the whole tensor when BATCHED is 0
 override BATCHED: u32 = 1u;
-override OP: u32 = 0u;         // unary: 7 Relu, 8 Tanh, 9 Sigmoid, 12 copy, 19 LeakyRelu; binary: 3 Add, 4 Sub, 5 Mul, 6 Div
-override ALPHA: f32 = 0.0;     // LeakyRelu's slope
+override OP: u32 = 0u;         // unary: 7 Relu, 8 Tanh, 9 Sigmoid, 12 copy, 19 LeakyRelu, 21 Gelu; binary: 3 Add, 4 Sub, 5 Mul, 6 Div; softmax: 10, 11 LogSoftmax
+override ALPHA: f32 = 0.0;     // LeakyRelu's slope; LayerNormalization's epsilon
+override APPROX: u32 = 0u;     // Gelu: 1 the tanh approximation
+override LEN: u32 = 1u;        // Softmax / LayerNormalization: the row length (the last dims)
+override HAS_BIAS: u32 = 0u;   // LayerNormalization
 override A_OFF: u32 = 0u;
 override B_OFF: u32 = 0u;
 override O_OFF: u32 = 0u;
@@ -77,6 +80,47 @@ fn weei_tanhf(x: f32) -> f32 {
     return select(t, -t, x < 0.0);
 }
 
+fn weei_logf(x_in: f32) -> f32 {
+    var x = x_in;
+    if (!(x > 0.0)) { return bitcast<f32>(0xf149f2cau); }
+    var u = bitcast<u32>(x);
+    var e = i32((u >> 23u) & 0xffu) - 127;
+    if (e == -127) {
+        x = x * bitcast<f32>(0x4b000000u);
+        u = bitcast<u32>(x);
+        e = i32((u >> 23u) & 0xffu) - 127 - 23;
+    }
+    var m = bitcast<f32>((u & 0x007fffffu) | 0x3f800000u);
+    if (m > bitcast<f32>(0x3fb504f3u)) { m = m * 0.5; e = e + 1; }
+    let f = m - 1.0;
+    let s = f / (2.0 + f);
+    let s2 = s * s;
+    let poly = s * (2.0 + s2 * (bitcast<f32>(0x3f2aaaabu) + s2 * (bitcast<f32>(0x3ecccccdu)
+        + s2 * (bitcast<f32>(0x3e924925u) + s2 * bitcast<f32>(0x3e638e39u)))));
+    return poly + f32(e) * bitcast<f32>(0x3f317218u);
+}
+
+// runtime.c's erff_ (Numerical Recipes' erfc, Chebyshev fit), constants as the bits of its literals.
+fn erff_(x: f32) -> f32 {
+    let z = abs(x);
+    let t = 1.0 / (1.0 + 0.5 * z);
+    let r = t * weei_expf(-z * z - bitcast<f32>(0x3fa1fc4eu) + t * (bitcast<f32>(0x3f8000c7u) + t * (bitcast<f32>(0x3ebf88fbu)
+        + t * (bitcast<f32>(0x3dc636c9u) + t * (bitcast<f32>(0xbe3ec24cu) + t * (bitcast<f32>(0x3e8ec7ccu)
+        + t * (bitcast<f32>(0xbf914e5du) + t * (bitcast<f32>(0x3fbe87b0u) + t * (bitcast<f32>(0xbf527892u)
+        + t * bitcast<f32>(0x3e2ef945u))))))))));
+    return select(r - 1.0, 1.0 - r, x >= 0.0);
+}
+
+const GELU_C: u32 = 0x3f4c422au;   // 0.7978845608f
+const GELU_K: u32 = 0x3d372713u;   // 0.044715f
+const GELU_R2: u32 = 0x3f3504f3u;  // 0.7071067812f
+const GELU_RP: u32 = 0x3ecc422au;  // 0.3989422804f
+
+fn gelu_tanh(x: f32) -> f32 {
+    let k = bitcast<f32>(GELU_K);
+    return weei_tanhf(bitcast<f32>(GELU_C) * (x + k * x * x * x));
+}
+
 // +0.0 the compiler cannot fold (matmul.wgsl's opaque_zero says why).
 fn opaque_zero() -> f32 { return bitcast<f32>(step[0] & 0x80000000u); }
 
@@ -93,6 +137,10 @@ fn unary_forward(@builtin(global_invocation_id) gid: vec3<u32>) {
     if (OP == 8u) { y = weei_tanhf(x); }
     if (OP == 9u) { y = 1.0 / (1.0 + weei_expf(-x)); }
     if (OP == 19u) { y = select(ALPHA * x, x, x >= 0.0); }
+    if (OP == 21u) {
+        if (APPROX == 1u) { y = 0.5 * x * (1.0 + gelu_tanh(x)); }
+        else { y = 0.5 * x * (1.0 + erff_(x * bitcast<f32>(GELU_R2))); }
+    }
     out[O_OFF + i] = y;
 }
 
@@ -108,6 +156,17 @@ fn unary_backward(@builtin(global_invocation_id) gid: vec3<u32>) {
     if (OP == 8u) { let y = c[i]; d = g * (1.0 - y * y); }
     if (OP == 9u) { let y = c[i]; d = g * y * (1.0 - y); }
     if (OP == 19u) { d = select(ALPHA * g, g, a[A_OFF + i] >= 0.0); }
+    if (OP == 21u) {
+        let x = a[A_OFF + i];
+        if (APPROX == 1u) {
+            let t = gelu_tanh(x);
+            let k = bitcast<f32>(GELU_K);
+            d = g * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * bitcast<f32>(GELU_C) * (1.0 + 3.0 * k * x * x));
+        } else {
+            let e = erff_(x * bitcast<f32>(GELU_R2));
+            d = g * (0.5 * (1.0 + e) + x * bitcast<f32>(GELU_RP) * weei_expf(-0.5 * x * x));
+        }
+    }
     out[O_OFF + i] = out[O_OFF + i] + d;
 }
 
@@ -248,4 +307,140 @@ fn decay(@builtin(global_invocation_id) gid: vec3<u32>) {
     let i = gid.x;
     if (i >= PER) { return; }
     out[i] = out[i] * bitcast<f32>(step[8]);
+}
+
+// Transpose: y[i] = x[sum_k idx_k SA_k], idx the output index over D0..D5 and
+// SA_k the input stride of the input dim that output dim k is (a = x, out = y).
+fn transposed(i: u32) -> u32 {
+    let d = dims();
+    let sa = array<u32, 6>(SA0, SA1, SA2, SA3, SA4, SA5);
+    var rest = i;
+    var off = 0u;
+    for (var k = 5i; k >= 0; k = k - 1) {
+        off = off + (rest % d[k]) * sa[k];
+        rest = rest / d[k];
+    }
+    return off;
+}
+
+@compute @workgroup_size(64)
+fn transpose_forward(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = gid.x;
+    if (i >= count(PER)) { return; }
+    out[i] = a[A_OFF + transposed(i)];
+}
+
+// gx[off(i)] += dy[i]: every input element is one output element's (a = dy, out = gx).
+@compute @workgroup_size(64)
+fn transpose_backward(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = gid.x;
+    if (i >= count(PER)) { return; }
+    let o = O_OFF + transposed(i);
+    out[o] = out[o] + a[i];
+}
+
+// Softmax / LogSoftmax (OP 10 / 11) over rows of LEN values, one invocation a row, with
+// runtime.c's operations; its sum is float64 there, float32 here (WGSL has no f64): within
+// the gate's tolerance, not the same bits (a = x, out = y).
+@compute @workgroup_size(64)
+fn softmax_forward(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let r = gid.x;
+    if (r >= count(PER) / LEN) { return; }
+    let base = r * LEN;
+    var mx = a[A_OFF + base];
+    for (var j = 1u; j < LEN; j = j + 1u) { mx = max(mx, a[A_OFF + base + j]); }
+    var s = opaque_zero();
+    for (var j = 0u; j < LEN; j = j + 1u) { s = s + weei_expf(a[A_OFF + base + j] - mx); }
+    let ls = weei_logf(s);
+    for (var j = 0u; j < LEN; j = j + 1u) {
+        let x = a[A_OFF + base + j];
+        out[base + j] = select(weei_expf(x - mx - ls), x - mx - ls, OP == 11u);
+    }
+}
+
+// gx += y (dy - dot) (Softmax) or dy - exp(y) dot (LogSoftmax), dot = sum dy y or sum dy
+// (a = y, b = dy, out = gx).
+@compute @workgroup_size(64)
+fn softmax_backward(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let r = gid.x;
+    if (r >= count(PER) / LEN) { return; }
+    let base = r * LEN;
+    var dot = opaque_zero();
+    for (var j = 0u; j < LEN; j = j + 1u) {
+        let g = b[base + j];
+        dot = dot + select(g * a[base + j], g, OP == 11u);
+    }
+    for (var j = 0u; j < LEN; j = j + 1u) {
+        let g = b[base + j];
+        let y = a[base + j];
+        let o = O_OFF + base + j;
+        out[o] = out[o] + select(y * (g - dot), g - weei_expf(y) * dot, OP == 11u);
+    }
+}
+
+// LayerNormalization's row statistics, as runtime.c's layernorm computes them (float64 sums
+// there, float32 here): mean and 1 / sqrt(variance + epsilon).
+fn ln_stats(base: u32) -> vec2<f32> {
+    var s = opaque_zero();
+    for (var j = 0u; j < LEN; j = j + 1u) { s = s + a[A_OFF + base + j]; }
+    let mu = s / f32(LEN);
+    var q = opaque_zero();
+    for (var j = 0u; j < LEN; j = j + 1u) { let d = a[A_OFF + base + j] - mu; q = q + d * d; }
+    return vec2<f32>(mu, 1.0 / sqrt(q / f32(LEN) + ALPHA));
+}
+
+// y = (x - mean) istd scale + bias, one invocation a row (a = x, b = weights: scale at
+// B_OFF, bias at O_OFF when HAS_BIAS, out = y).
+@compute @workgroup_size(64)
+fn ln_forward(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let r = gid.x;
+    if (r >= count(PER) / LEN) { return; }
+    let base = r * LEN;
+    let st = ln_stats(base);
+    for (var j = 0u; j < LEN; j = j + 1u) {
+        let bias = select(0.0, b[O_OFF + j], HAS_BIAS == 1u);
+        out[base + j] = (a[A_OFF + base + j] - st.x) * st.y * b[B_OFF + j] + bias;
+    }
+}
+
+// gx += istd (dy scale - mean(dy scale) - xh mean(dy scale xh)), one invocation a row
+// (a = x, b = weights (scale at B_OFF), c = dy, out = gx).
+@compute @workgroup_size(64)
+fn ln_backward(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let r = gid.x;
+    if (r >= count(PER) / LEN) { return; }
+    let base = r * LEN;
+    let st = ln_stats(base);
+    var sd = opaque_zero();
+    var sdx = opaque_zero();
+    for (var j = 0u; j < LEN; j = j + 1u) {
+        let xh = (a[A_OFF + base + j] - st.x) * st.y;
+        let dxh = c[base + j] * b[B_OFF + j];
+        sd = sd + dxh;
+        sdx = sdx + dxh * xh;
+    }
+    let md = sd / f32(LEN);
+    let mdx = sdx / f32(LEN);
+    for (var j = 0u; j < LEN; j = j + 1u) {
+        let xh = (a[A_OFF + base + j] - st.x) * st.y;
+        let o = O_OFF + base + j;
+        out[o] = out[o] + st.y * (c[base + j] * b[B_OFF + j] - md - xh * mdx);
+    }
+}
+
+// The scale's (SIDE 0) or the bias's (SIDE 1) gradient at element j: += dy xh (or dy) over
+// the rows in order (a = x, c = dy, out = grad at O_OFF).
+@compute @workgroup_size(64)
+fn ln_param_grad(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let j = gid.x;
+    if (j >= LEN) { return; }
+    let rows = count(PER) / LEN;
+    var acc = out[O_OFF + j];
+    for (var r = 0u; r < rows; r = r + 1u) {
+        let base = r * LEN;
+        if (SIDE == 1u) { acc = acc + c[base + j]; continue; }
+        let st = ln_stats(base);
+        acc = acc + c[base + j] * ((a[A_OFF + base + j] - st.x) * st.y);
+    }
+    out[O_OFF + j] = acc;
 }

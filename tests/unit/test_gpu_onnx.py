@@ -88,6 +88,24 @@ def _elementwise(rng: np.random.Generator) -> bytes:
     return _model(nodes, inits, "logits")
 
 
+def _normed(rng: np.random.Generator) -> bytes:
+    """LayerNormalization, Gelu (erf and tanh), Reshape, Transpose and a Softmax inside the graph."""
+    inits = {"W1": rng.standard_normal((64, 32)).astype(np.float32) * 0.2, "b1": rng.standard_normal(32).astype(np.float32) * 0.1,
+             "g": (1.0 + 0.1 * rng.standard_normal(32)).astype(np.float32), "be": 0.1 * rng.standard_normal(32).astype(np.float32),
+             "s3": np.array([-1, 4, 8], np.int64), "s2": np.array([-1, 32], np.int64),
+             "W2": rng.standard_normal((32, 10)).astype(np.float32) * 0.3, "b2": np.zeros(10, np.float32)}
+    nodes = [helper.make_node("Gemm", ["x", "W1", "b1"], ["h"]),
+             helper.make_node("LayerNormalization", ["h", "g", "be"], ["n"], epsilon=1e-5),
+             helper.make_node("Gelu", ["n"], ["e"]), helper.make_node("Reshape", ["e", "s3"], ["r"]),
+             helper.make_node("Transpose", ["r"], ["t"], perm=[0, 2, 1]), helper.make_node("Softmax", ["t"], ["a"], axis=-1),
+             helper.make_node("Reshape", ["a", "s2"], ["f"]), helper.make_node("Mul", ["f", "n"], ["m"]),
+             helper.make_node("Gelu", ["m"], ["m2"], approximate="tanh"), helper.make_node("Gemm", ["m2", "W2", "b2"], ["logits"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 64])],
+                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 10])],
+                              [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)]).SerializeToString()
+
+
 def _runtime(model: bytes, optimizer: str = "adam", loss: str = "cross-entropy") -> ModelRuntime:
     wasm, _ = import_onnx(model, Settings(loss=loss, optimizer=optimizer, lr=0.01, batch_size=16, data="digits", model_id="g"))
     return ModelRuntime.load(wasm, WasmtimeEngine())
@@ -139,6 +157,11 @@ def test_an_imported_mlp_trains_on_the_gpu_as_on_the_cpu(device: GpuDevice, opti
 def test_matmul_and_broadcasting_elementwise_operators_on_the_gpu(device: GpuDevice) -> None:
     runtime = _runtime(_elementwise(np.random.default_rng(2)))
     _train_both(runtime, device, GpuWork(data=CHUNK, format=FORMAT, seed=6, settings={}))
+
+
+def test_layernorm_gelu_transpose_and_softmax_on_the_gpu(device: GpuDevice) -> None:
+    runtime = _runtime(_normed(np.random.default_rng(9)))
+    _train_both(runtime, device, GpuWork(data=CHUNK, format=FORMAT, seed=7, settings={}))
 
 
 def _refused(device: GpuDevice, runtime: ModelRuntime, *words: str) -> None:
