@@ -444,3 +444,88 @@ fn ln_param_grad(@builtin(global_invocation_id) gid: vec3<u32>) {
     }
     out[O_OFF + j] = acc;
 }
+
+// Batched MatMul (both operands batched, equal leading dims): matrices of M x K times
+// K x N, PER matrices per example; the orders of mm_forward / mm_grad_a / mm_grad_b, per matrix.
+override M: u32 = 1u;
+
+@compute @workgroup_size(64)
+fn bmm_forward(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let e = gid.x;
+    if (e >= count(PER) * M * N) { return; }
+    let i = e / (M * N);
+    let r = (e / N) % M;
+    let n = e % N;
+    var acc = opaque_zero();
+    for (var k = 0u; k < K; k = k + 1u) {
+        acc = acc + a[A_OFF + (i * M + r) * K + k] * b[B_OFF + (i * K + k) * N + n];
+    }
+    out[e] = acc;
+}
+
+// dA += dY B^T per matrix (a = dy, b = B's value).
+@compute @workgroup_size(64)
+fn bmm_grad_a(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let e = gid.x;
+    if (e >= count(PER) * M * K) { return; }
+    let i = e / (M * K);
+    let r = (e / K) % M;
+    let k = e % K;
+    var acc = out[O_OFF + e];
+    for (var n = 0u; n < N; n = n + 1u) {
+        acc = acc + a[(i * M + r) * N + n] * b[B_OFF + (i * K + k) * N + n];
+    }
+    out[O_OFF + e] = acc;
+}
+
+// dB += A^T dY per matrix (a = A's value, b = dy).
+@compute @workgroup_size(64)
+fn bmm_grad_b(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let e = gid.x;
+    if (e >= count(PER) * K * N) { return; }
+    let i = e / (K * N);
+    let k = (e / N) % K;
+    let n = e % N;
+    var acc = out[O_OFF + e];
+    for (var r = 0u; r < M; r = r + 1u) {
+        acc = acc + a[A_OFF + (i * M + r) * K + k] * b[(i * M + r) * N + n];
+    }
+    out[O_OFF + e] = acc;
+}
+
+// Gather along axis 0 (embeddings): the table's row k for index value f, as runtime.c's
+// gather_rows reads it (float-held integers, negative from the end, out of range: none).
+override ROW: u32 = 1u;      // values per table row
+override ROWS: u32 = 1u;     // the table's rows
+
+fn gather_row(f: f32) -> i32 {
+    var k = -1 - i32(ROWS);
+    if (f >= -2147483648.0 && f < 2147483648.0) { k = i32(f); }
+    if (k < 0) { k = k + i32(ROWS); }
+    return select(-1, k, k >= 0 && k < i32(ROWS));
+}
+
+// y[i][j] = table[k(i)][j] (a = indices at A_OFF, b = table at B_OFF, out = y).
+@compute @workgroup_size(64)
+fn gather_forward(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let e = gid.x;
+    if (e >= count(PER) * ROW) { return; }
+    let k = gather_row(a[A_OFF + e / ROW]);
+    out[e] = select(0.0, b[B_OFF + u32(max(k, 0)) * ROW + e % ROW], k >= 0);
+}
+
+// The table's gradient at one element: += dy of every index reading its row, in index order
+// (a = indices at A_OFF, c = dy, out = grad at O_OFF).
+@compute @workgroup_size(64)
+fn gather_grad(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let e = gid.x;
+    if (e >= ROWS * ROW) { return; }
+    let row = i32(e / ROW);
+    let j = e % ROW;
+    let n = count(PER);
+    var acc = out[O_OFF + e];
+    for (var i = 0u; i < n; i = i + 1u) {
+        if (gather_row(a[A_OFF + i]) == row) { acc = acc + c[i * ROW + j]; }
+    }
+    out[O_OFF + e] = acc;
+}

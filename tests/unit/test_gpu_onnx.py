@@ -164,6 +164,34 @@ def test_layernorm_gelu_transpose_and_softmax_on_the_gpu(device: GpuDevice) -> N
     _train_both(runtime, device, GpuWork(data=CHUNK, format=FORMAT, seed=7, settings={}))
 
 
+def test_the_imported_decoder_transformer_trains_on_the_gpu(device: GpuDevice) -> None:
+    """test_onnx_transformer's decoder (Gather embeddings, LayerNormalization, causal attention with
+    batched MatMul, Transpose, Reshape, a constant mask and scale, Softmax, a Gelu MLP), next-token on
+    the byte-transformer's chunks: the gate passes within fp32-standard's tolerance, and a whole
+    assignment (6 Adam steps of 8 records) stays close to the CPU runtime's."""
+    from test_onnx_transformer import BYTES, transformer
+
+    wasm, _ = import_onnx(transformer(1), Settings(loss="next-token", optimizer="adam", lr=0.002, batch_size=8,
+                                                   data="tokens", model_id="t"))
+    runtime = ModelRuntime.load(wasm, WasmtimeEngine())
+    work = GpuWork(data=(BYTES / "training-001.bin").read_bytes(), format="weei-bytes-v1", seed=3, settings={})
+    weights = runtime.create_initial_weights(0)
+    archive = _archive(runtime, weights, work)
+    device.compile(archive)
+    gate, _, _ = run_gate(runtime, device, archive, BACKEND, weights, work, budget_mib=256)
+    assert gate.passed and not gate.bit_identical, gate.detail
+    runtime.load_model(weights)
+    cpu = runtime.train(**work.inputs())
+    runtime.load_model(weights)
+    gpu = train_on_gpu(runtime, device, archive, BACKEND, work, budget_mib=256).train
+    assert gpu.optimizer_steps == cpu.optimizer_steps == 6
+    assert gpu.metrics["loss"] == pytest.approx(cpu.metrics["loss"], rel=1e-5)
+    a, b = np.frombuffer(cpu.weights, np.float32), np.frombuffer(gpu.weights, np.float32)
+    worst = float(np.abs(a.astype(np.float64) - b).max())
+    print(f"gate: {gate.detail}; 6 steps: max |gpu - cpu| {worst:.3g}, loss {gpu.metrics['loss']} vs {cpu.metrics['loss']}")
+    assert worst < 1e-4
+
+
 def _refused(device: GpuDevice, runtime: ModelRuntime, *words: str) -> None:
     weights = runtime.create_initial_weights(0)
     archive = parse_archive(kernels() or b"")
