@@ -3,10 +3,13 @@ docs/gpu.md, "Imported ONNX graphs"): the graph runtime's gpuBegin emits a
 device program over wgsl/, an imported MLP (Gemm, Relu, softmax
 cross-entropy; SGD, Adam, AdamW) and a graph of the elementwise operators
 (MatMul, Add/Sub/Mul/Div with broadcasting, Tanh, Sigmoid, LeakyRelu,
-Flatten) train on the device, pass the admission gate against the CPU
-runtime and end a whole chunk with the CPU's weights; a graph with an
-operator that has no kernel falls back by name (graph-not-on-gpu), and the
-importer ships a GPU backend only with a graph that has a program.
+Flatten) and a CNN (Conv, MaxPool, AveragePool, GlobalAveragePool) train on
+the device, pass the admission gate against the CPU runtime and end a whole
+chunk with the CPU's weights to the bit; graphs with LayerNormalization,
+Gelu, Transpose and Softmax, and the imported decoder transformer, pass it
+within fp32-standard's tolerance; a graph with an operator that has no
+kernel falls back by name (graph-not-on-gpu), and the importer ships a GPU
+backend only with a graph that has a program.
 
 Skipped only when no Vulkan adapter exists (make installs lavapipe:
 apt mesa-vulkan-drivers libvulkan1).
@@ -192,6 +195,32 @@ def test_the_imported_decoder_transformer_trains_on_the_gpu(device: GpuDevice) -
     assert worst < 1e-4
 
 
+def _cnn(rng: np.random.Generator) -> bytes:
+    """Conv (padded, strided, with and without bias), MaxPool (ceil_mode), AveragePool
+    (count_include_pad) and GlobalAveragePool on the digits as 8 x 8 images."""
+    f32 = np.float32
+    inits = {"shape": np.array([-1, 1, 8, 8], np.int64), "K1": rng.standard_normal((4, 1, 3, 3)).astype(f32) * 0.5,
+             "k1": 0.1 * rng.standard_normal(4).astype(f32), "K2": rng.standard_normal((3, 4, 2, 2)).astype(f32) * 0.4,
+             "F1": rng.standard_normal((12, 10)).astype(f32) * 0.3, "fb1": np.zeros(10, f32),
+             "F2": rng.standard_normal((4, 10)).astype(f32) * 0.3, "fb2": np.zeros(10, f32)}
+    nodes = [helper.make_node("Reshape", ["x", "shape"], ["img"]),
+             helper.make_node("Conv", ["img", "K1", "k1"], ["c1"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("MaxPool", ["r1"], ["p"], kernel_shape=[3, 3], strides=[3, 3], ceil_mode=1),
+             helper.make_node("AveragePool", ["p"], ["q"], kernel_shape=[2, 2], pads=[1, 1, 1, 1], count_include_pad=1),
+             helper.make_node("Conv", ["q", "K2"], ["c2"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("Relu", ["c2"], ["r2"]), helper.make_node("Flatten", ["r2"], ["f"]),
+             helper.make_node("Gemm", ["f", "F1", "fb1"], ["l1"]),
+             helper.make_node("GlobalAveragePool", ["r1"], ["g"]), helper.make_node("Flatten", ["g"], ["gf"]),
+             helper.make_node("Gemm", ["gf", "F2", "fb2"], ["l2"]), helper.make_node("Add", ["l1", "l2"], ["logits"])]
+    return _model(nodes, inits, "logits")
+
+
+def test_conv_and_pools_on_the_gpu(device: GpuDevice) -> None:
+    runtime = _runtime(_cnn(np.random.default_rng(10)))
+    _train_both(runtime, device, GpuWork(data=CHUNK, format=FORMAT, seed=8, settings={}))
+
+
 def _refused(device: GpuDevice, runtime: ModelRuntime, *words: str) -> None:
     weights = runtime.create_initial_weights(0)
     archive = parse_archive(kernels() or b"")
@@ -204,13 +233,11 @@ def _refused(device: GpuDevice, runtime: ModelRuntime, *words: str) -> None:
 
 def test_a_graph_with_an_operator_without_a_kernel_falls_back_by_name(device: GpuDevice) -> None:
     rng = np.random.default_rng(3)
-    conv = _model([helper.make_node("Reshape", ["x", "shape"], ["img"]),
-                   helper.make_node("Conv", ["img", "K", "kb"], ["c"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
-                   helper.make_node("Flatten", ["c"], ["f"]), helper.make_node("Gemm", ["f", "F", "fb"], ["y"])],
-                  {"shape": np.array([-1, 1, 8, 8], np.int64), "K": rng.standard_normal((2, 1, 3, 3)).astype(np.float32),
-                   "kb": np.zeros(2, np.float32), "F": rng.standard_normal((128, 10)).astype(np.float32) * 0.1,
-                   "fb": np.zeros(10, np.float32)}, "y")
-    _refused(device, _runtime(conv), "Conv", "node 1")
+    drop = _model([helper.make_node("Gemm", ["x", "W1", "b1"], ["h"]), helper.make_node("Dropout", ["h"], ["d"], ratio=0.1),
+                   helper.make_node("Gemm", ["d", "W2", "b2"], ["y"])],
+                  {"W1": rng.standard_normal((64, 16)).astype(np.float32) * 0.1, "b1": np.zeros(16, np.float32),
+                   "W2": rng.standard_normal((16, 10)).astype(np.float32) * 0.1, "b2": np.zeros(10, np.float32)}, "y")
+    _refused(device, _runtime(drop), "Dropout", "node 1")
     # a Gemm that is not a dense layer (transB) and the mse loss are named too
     gemm_t = _model([helper.make_node("Gemm", ["x", "W", "b"], ["y"], transB=1)],
                     {"W": rng.standard_normal((10, 64)).astype(np.float32), "b": np.zeros(10, np.float32)}, "y")
