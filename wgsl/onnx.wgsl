@@ -721,3 +721,108 @@ fn pool_backward(@builtin(global_invocation_id) gid: vec3<u32>) {
     }
     out[O_OFF + e] = acc;
 }
+
+// Dropout in training: y = x mask, gx += dy mask; the mask (1 / keep or 0 per element) is drawn
+// in the WASM from the runtime's stream, in its order, and uploaded with the batch (a = x or dy,
+// c = mask, out = y or gx).
+@compute @workgroup_size(64)
+fn dropout_forward(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = gid.x;
+    if (i >= count(PER)) { return; }
+    out[i] = a[A_OFF + i] * c[i];
+}
+
+@compute @workgroup_size(64)
+fn dropout_backward(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = gid.x;
+    if (i >= count(PER)) { return; }
+    out[O_OFF + i] = out[O_OFF + i] + a[i] * c[i];
+}
+
+// BatchNormalization in training over dim 1 (COUT channels of LEN values per example), as
+// runtime.c's batchnorm (its float64 sums float32 here). bn_stats, one invocation a channel:
+// the batch's mean and 1 / std into aux[c], aux[COUT + c] (float bits), and the running mean
+// and variance moved in the weights at B_OFF, BIAS_OFF (momentum ALPHA, epsilon EPS)
+// (a = x, out = weights).
+override EPS: f32 = 0.0;
+
+@compute @workgroup_size(64)
+fn bn_stats(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let ch = gid.x;
+    if (ch >= COUT) { return; }
+    let n = step[0];
+    var s = opaque_zero();
+    for (var bi = 0u; bi < n; bi = bi + 1u) {
+        for (var i = 0u; i < LEN; i = i + 1u) { s = s + a[A_OFF + (bi * COUT + ch) * LEN + i]; }
+    }
+    let cnt = f32(n * LEN);
+    let mu = s / cnt;
+    var q = opaque_zero();
+    for (var bi = 0u; bi < n; bi = bi + 1u) {
+        for (var i = 0u; i < LEN; i = i + 1u) { let d = a[A_OFF + (bi * COUT + ch) * LEN + i] - mu; q = q + d * d; }
+    }
+    let v = q / cnt;
+    aux[ch] = bitcast<u32>(mu);
+    aux[COUT + ch] = bitcast<u32>(1.0 / sqrt(v + EPS));
+    out[B_OFF + ch] = out[B_OFF + ch] * ALPHA + mu * (1.0 - ALPHA);
+    out[BIAS_OFF + ch] = out[BIAS_OFF + ch] * ALPHA + v * (1.0 - ALPHA);
+}
+
+// y = x (scale istd) + (bias - mean scale istd) (a = x, b = weights: scale at S_OFF, bias at
+// T_OFF; out = y).
+override S_OFF: u32 = 0u;
+override T_OFF: u32 = 0u;
+
+@compute @workgroup_size(64)
+fn bn_forward(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let e = gid.x;
+    if (e >= step[0] * COUT * LEN) { return; }
+    let ch = (e / LEN) % COUT;
+    let mu = bitcast<f32>(aux[ch]);
+    let istd = bitcast<f32>(aux[COUT + ch]);
+    let sc = b[S_OFF + ch] * istd;
+    let sh = b[T_OFF + ch] - mu * sc;
+    out[e] = a[A_OFF + e] * sc + sh;
+}
+
+// The scale's and bias's gradients, one invocation a channel: sums of dy and dy xh, kept in
+// aux[2 COUT + c], aux[3 COUT + c] with scale istd in aux[4 COUT + c] for bn_input_grad
+// (a = x, b = weights, c = dy, out = grad).
+@compute @workgroup_size(64)
+fn bn_param_grad(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let ch = gid.x;
+    if (ch >= COUT) { return; }
+    let mu = bitcast<f32>(aux[ch]);
+    let istd = bitcast<f32>(aux[COUT + ch]);
+    var sg = opaque_zero();
+    var sgx = opaque_zero();
+    for (var bi = 0u; bi < step[0]; bi = bi + 1u) {
+        for (var i = 0u; i < LEN; i = i + 1u) {
+            let k = (bi * COUT + ch) * LEN + i;
+            let xh = (a[A_OFF + k] - mu) * istd;
+            sg = sg + c[k];
+            sgx = sgx + c[k] * xh;
+        }
+    }
+    aux[2u * COUT + ch] = bitcast<u32>(sg);
+    aux[3u * COUT + ch] = bitcast<u32>(sgx);
+    aux[4u * COUT + ch] = bitcast<u32>(b[S_OFF + ch] * istd);
+    out[T_OFF + ch] = out[T_OFF + ch] + sg;
+    out[S_OFF + ch] = out[S_OFF + ch] + sgx;
+}
+
+// gx += scale istd (dy - mean(dy) - xh mean(dy xh)) (a = x, c = dy, out = gx).
+@compute @workgroup_size(64)
+fn bn_input_grad(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let e = gid.x;
+    if (e >= step[0] * COUT * LEN) { return; }
+    let ch = (e / LEN) % COUT;
+    let mu = bitcast<f32>(aux[ch]);
+    let istd = bitcast<f32>(aux[COUT + ch]);
+    let cnt = f32(step[0] * LEN);
+    let k1 = bitcast<f32>(aux[4u * COUT + ch]);
+    let mg = bitcast<f32>(aux[2u * COUT + ch]) / cnt;
+    let mgx = bitcast<f32>(aux[3u * COUT + ch]) / cnt;
+    let xh = (a[A_OFF + e] - mu) * istd;
+    out[O_OFF + e] = out[O_OFF + e] + k1 * (c[e] - mg - xh * mgx);
+}

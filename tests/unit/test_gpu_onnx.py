@@ -6,8 +6,9 @@ cross-entropy; SGD, Adam, AdamW) and a graph of the elementwise operators
 Flatten) and a CNN (Conv, MaxPool, AveragePool, GlobalAveragePool) train on
 the device, pass the admission gate against the CPU runtime and end a whole
 chunk with the CPU's weights to the bit; graphs with LayerNormalization,
-Gelu, Transpose and Softmax, and the imported decoder transformer, pass it
-within fp32-standard's tolerance; a graph with an operator that has no
+Gelu, Transpose and Softmax, a CNN with BatchNormalization and Dropout, and
+the imported decoder transformer pass it within fp32-standard's tolerance
+(a gradient of rounding noise under Adam fails it, by design); a graph with an operator that has no
 kernel falls back by name (graph-not-on-gpu), and the importer ships a GPU
 backend only with a graph that has a program.
 
@@ -27,7 +28,7 @@ onnx = pytest.importorskip("onnx")
 wgpu = pytest.importorskip("wgpu")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
-from weei.gpu import GpuError, parse_archive  # noqa: E402
+from weei.gpu import GpuError, parse_archive, require_pass  # noqa: E402
 from weei.gpu.executor import GpuDevice  # noqa: E402
 from weei.gpu.gate import ATOL, RTOL  # noqa: E402
 from weei.gpu.session import GpuBackendSpec, GpuWork, run_gate, train_on_gpu  # noqa: E402
@@ -221,6 +222,49 @@ def test_conv_and_pools_on_the_gpu(device: GpuDevice) -> None:
     _train_both(runtime, device, GpuWork(data=CHUNK, format=FORMAT, seed=8, settings={}))
 
 
+def _bn_cnn(conv_bias: bool) -> bytes:
+    """test_onnx_import's CNN: Conv, BatchNormalization, Relu, MaxPool (ceil_mode), Flatten, Dropout, Gemm."""
+    rng = np.random.default_rng(11)
+    f32 = np.float32
+    inits = {"shape": np.array([-1, 1, 8, 8], np.int64), "W": rng.standard_normal((4, 1, 3, 3)).astype(f32) * 0.5,
+             "cb": np.zeros(4, f32), "s": np.ones(4, f32), "bb": np.zeros(4, f32), "m": np.zeros(4, f32),
+             "v": np.ones(4, f32), "F": rng.standard_normal((36, 10)).astype(f32) * 0.2, "fb": np.zeros(10, f32)}
+    nodes = [helper.make_node("Reshape", ["x", "shape"], ["img"]),
+             helper.make_node("Conv", ["img", "W", "cb"] if conv_bias else ["img", "W"], ["c"], kernel_shape=[3, 3],
+                              pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c", "s", "bb", "m", "v"], ["n"]),
+             helper.make_node("Relu", ["n"], ["r"]),
+             helper.make_node("MaxPool", ["r"], ["p"], kernel_shape=[3, 3], strides=[3, 3], ceil_mode=1),
+             helper.make_node("Flatten", ["p"], ["f"]), helper.make_node("Dropout", ["f"], ["d"], ratio=0.1),
+             helper.make_node("Gemm", ["d", "F", "fb"], ["y"])]
+    if not conv_bias:
+        del inits["cb"]
+    return _model(nodes, inits, "y")
+
+
+def test_batchnorm_and_dropout_on_the_gpu(device: GpuDevice) -> None:
+    """BatchNormalization (batch statistics, running ones moved in the weights) and Dropout (its
+    masks drawn in the WASM from the assignment's seed, as the CPU runtime draws them)."""
+    _train_both(_runtime(_bn_cnn(False)), device, GpuWork(data=CHUNK, format=FORMAT, seed=9, settings={}))
+
+
+def test_a_gradient_of_rounding_noise_fails_the_gate_under_adam(device: GpuDevice) -> None:
+    """A bias right before BatchNormalization has a gradient of zero but for rounding, and the
+    device's float32 sums round differently from the CPU's float64: Adam's first step, about lr
+    times the gradient's sign, then moves those biases apart by up to 2 lr. The gate sees it
+    (gate-mismatch: the job trains on the CPU); with SGD the step is the gradient's size and passes."""
+    work = GpuWork(data=CHUNK, format=FORMAT, seed=9, settings={})
+    runtime = _runtime(_bn_cnn(True))
+    weights = runtime.create_initial_weights(0)
+    archive = _archive(runtime, weights, work)
+    gate, _, _ = run_gate(runtime, device, archive, BACKEND, weights, work, budget_mib=256)
+    assert not gate.passed and gate.max_abs_diff <= 2 * 0.01 + 1e-6, gate.detail
+    with pytest.raises(GpuError) as info:
+        require_pass(gate)
+    assert info.value.reason == "gate-mismatch"
+    _train_both(_runtime(_bn_cnn(True), "sgd"), device, work)
+
+
 def _refused(device: GpuDevice, runtime: ModelRuntime, *words: str) -> None:
     weights = runtime.create_initial_weights(0)
     archive = parse_archive(kernels() or b"")
@@ -233,11 +277,12 @@ def _refused(device: GpuDevice, runtime: ModelRuntime, *words: str) -> None:
 
 def test_a_graph_with_an_operator_without_a_kernel_falls_back_by_name(device: GpuDevice) -> None:
     rng = np.random.default_rng(3)
-    drop = _model([helper.make_node("Gemm", ["x", "W1", "b1"], ["h"]), helper.make_node("Dropout", ["h"], ["d"], ratio=0.1),
-                   helper.make_node("Gemm", ["d", "W2", "b2"], ["y"])],
-                  {"W1": rng.standard_normal((64, 16)).astype(np.float32) * 0.1, "b1": np.zeros(16, np.float32),
-                   "W2": rng.standard_normal((16, 10)).astype(np.float32) * 0.1, "b2": np.zeros(10, np.float32)}, "y")
-    _refused(device, _runtime(drop), "Dropout", "node 1")
+    cat = _model([helper.make_node("Gemm", ["x", "W1", "b1"], ["h"]), helper.make_node("MatMul", ["x", "W3"], ["h2"]),
+                  helper.make_node("Concat", ["h", "h2"], ["c"], axis=1), helper.make_node("Gemm", ["c", "W2", "b2"], ["y"])],
+                 {"W1": rng.standard_normal((64, 16)).astype(np.float32) * 0.1, "b1": np.zeros(16, np.float32),
+                  "W3": rng.standard_normal((64, 16)).astype(np.float32) * 0.1,
+                  "W2": rng.standard_normal((32, 10)).astype(np.float32) * 0.1, "b2": np.zeros(10, np.float32)}, "y")
+    _refused(device, _runtime(cat), "Concat", "node 2")
     # a Gemm that is not a dense layer (transB) and the mse loss are named too
     gemm_t = _model([helper.make_node("Gemm", ["x", "W", "b"], ["y"], transB=1)],
                     {"W": rng.standard_normal((10, 64)).astype(np.float32), "b": np.zeros(10, np.float32)}, "y")
