@@ -265,6 +265,18 @@ def test_a_gradient_of_rounding_noise_fails_the_gate_under_adam(device: GpuDevic
     _train_both(_runtime(_bn_cnn(True), "sgd"), device, work)
 
 
+def test_concat_and_the_mse_loss_on_the_gpu(device: GpuDevice) -> None:
+    rng = np.random.default_rng(12)
+    cat = _model([helper.make_node("Gemm", ["x", "W1", "b1"], ["h"]), helper.make_node("MatMul", ["x", "W3"], ["h2"]),
+                  helper.make_node("Concat", ["h", "h2"], ["c"], axis=1), helper.make_node("Tanh", ["c"], ["t"]),
+                  helper.make_node("Gemm", ["t", "W2", "b2"], ["y"])],
+                 {"W1": rng.standard_normal((64, 16)).astype(np.float32) * 0.1, "b1": np.zeros(16, np.float32),
+                  "W3": rng.standard_normal((64, 16)).astype(np.float32) * 0.1,
+                  "W2": rng.standard_normal((32, 10)).astype(np.float32) * 0.1, "b2": np.zeros(10, np.float32)}, "y")
+    _train_both(_runtime(cat), device, GpuWork(data=CHUNK, format=FORMAT, seed=10, settings={}))
+    _train_both(_runtime(_mlp(rng), "sgd", loss="mse"), device, GpuWork(data=CHUNK, format=FORMAT, seed=11, settings={}))
+
+
 def _refused(device: GpuDevice, runtime: ModelRuntime, *words: str) -> None:
     weights = runtime.create_initial_weights(0)
     archive = parse_archive(kernels() or b"")
@@ -277,17 +289,17 @@ def _refused(device: GpuDevice, runtime: ModelRuntime, *words: str) -> None:
 
 def test_a_graph_with_an_operator_without_a_kernel_falls_back_by_name(device: GpuDevice) -> None:
     rng = np.random.default_rng(3)
-    cat = _model([helper.make_node("Gemm", ["x", "W1", "b1"], ["h"]), helper.make_node("MatMul", ["x", "W3"], ["h2"]),
-                  helper.make_node("Concat", ["h", "h2"], ["c"], axis=1), helper.make_node("Gemm", ["c", "W2", "b2"], ["y"])],
-                 {"W1": rng.standard_normal((64, 16)).astype(np.float32) * 0.1, "b1": np.zeros(16, np.float32),
-                  "W3": rng.standard_normal((64, 16)).astype(np.float32) * 0.1,
-                  "W2": rng.standard_normal((32, 10)).astype(np.float32) * 0.1, "b2": np.zeros(10, np.float32)}, "y")
-    _refused(device, _runtime(cat), "Concat", "node 2")
-    # a Gemm that is not a dense layer (transB) and the mse loss are named too
+    soft = _model([helper.make_node("Gemm", ["x", "W1", "b1"], ["h"]), helper.make_node("Reshape", ["h", "s3"], ["r"]),
+                   helper.make_node("Softmax", ["r"], ["a"], axis=1), helper.make_node("Reshape", ["a", "s2"], ["f"]),
+                   helper.make_node("Gemm", ["f", "W2", "b2"], ["y"])],
+                  {"W1": rng.standard_normal((64, 32)).astype(np.float32) * 0.1, "b1": np.zeros(32, np.float32),
+                   "s3": np.array([-1, 4, 8], np.int64), "s2": np.array([-1, 32], np.int64),
+                   "W2": rng.standard_normal((32, 10)).astype(np.float32) * 0.1, "b2": np.zeros(10, np.float32)}, "y")
+    _refused(device, _runtime(soft), "Softmax over the last axes", "node 2")
+    # a Gemm that is not a dense layer (transB) is named too
     gemm_t = _model([helper.make_node("Gemm", ["x", "W", "b"], ["y"], transB=1)],
                     {"W": rng.standard_normal((10, 64)).astype(np.float32), "b": np.zeros(10, np.float32)}, "y")
     _refused(device, _runtime(gemm_t), "dense Gemm", "node 0")
-    _refused(device, _runtime(_mlp(rng), loss="mse"), "mse")
 
 
 def test_the_importer_ships_a_gpu_backend_only_with_a_device_program(tmp_path: Path) -> None:

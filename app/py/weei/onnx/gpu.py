@@ -17,7 +17,7 @@ from ..gpu import pack_archive, parse_archive
 __all__ = ["GPU_MODULES", "KERNELS_NAME", "kernels", "gpu_archive"]
 
 #: Every module of wgsl/ a graph's device program may name.
-GPU_MODULES = ("matmul.wgsl", "onnx.wgsl", "optimizer.wgsl", "reduce.wgsl", "softmax_xent.wgsl")
+GPU_MODULES = ("matmul.wgsl", "onnx.wgsl", "onnx_conv.wgsl", "optimizer.wgsl", "reduce.wgsl", "softmax_xent.wgsl")
 KERNELS_NAME = "kernels.wgsl.json"
 
 
