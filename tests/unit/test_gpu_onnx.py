@@ -312,6 +312,7 @@ def test_the_importer_ships_a_gpu_backend_only_with_a_device_program(tmp_path: P
     manifest = json.loads((tmp_path / "mlp" / "manifest.json").read_text())
     gpu = [b for b in manifest["execution"]["backends"] if b["kind"] == "gpu"]
     assert [b["id"] for b in gpu] == ["gpu-webgpu"]
+    assert gpu[0]["minimumDeviceLimits"]["maxStorageBuffersPerShaderStage"] == 6
     archive = parse_archive((tmp_path / "mlp" / "model.wgsl.json").read_bytes())
     assert sorted(m.name for m in archive.modules) == report["gpu"] == \
         ["matmul.wgsl", "onnx.wgsl", "optimizer.wgsl", "reduce.wgsl", "softmax_xent.wgsl"]

@@ -81,6 +81,9 @@ def import_package(onnx_path: Path, settings: Settings, out: Path, data: Path | 
     archive = gpu_archive(facts.gpu_modules, source) if facts.gpu_modules and source is not None else None
     manifest = model_manifest(wasm, facts, archive)
     if archive is not None:
+        gpu = next(b for b in manifest["execution"]["backends"] if b["kind"] == "gpu")
+        # onnx_conv.wgsl's bn_param_grad binds six storage buffers (WebGPU guarantees eight)
+        gpu["minimumDeviceLimits"]["maxStorageBuffersPerShaderStage"] = 6
         (out / ARCHIVE_NAME).write_bytes(archive)
     elif (out / ARCHIVE_NAME).exists():
         (out / ARCHIVE_NAME).unlink()  # a package imported again without a device program
