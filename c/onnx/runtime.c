@@ -1214,3 +1214,6 @@ static int op_gradient(const wj_doc *in) {
 
 WEEI_EXPORT("onnxForward") uint32_t onnx_forward_export(uint32_t ptr, uint32_t bytes) { return weei_run_op(ptr, bytes, op_forward); }
 WEEI_EXPORT("onnxGradient") uint32_t onnx_gradient_export(uint32_t ptr, uint32_t bytes) { return weei_run_op(ptr, bytes, op_gradient); }
+
+/* The GPU backend (gpuBegin / gpuNext / gpuEnd): docs/gpu.md, "Imported ONNX graphs". */
+#include "gpu.inc"

@@ -60,8 +60,9 @@ def test_mlp_imported_trained_in_a_federated_job_and_exported(tmp_path: Path, mo
     assert main(["model", "import", str(tmp_path / "mlp.onnx"), "--loss", "cross-entropy", "--optimizer", "adam",
                  "--lr", "0.01", "--data-format", "digits", "--data", str(DIGITS), "--id", "mlp",
                  "--out", str(package)]) == 0
-    assert "OK: wrote" in capsys.readouterr().out
-    assert {p.name for p in package.iterdir()} == {"model.wasm", "manifest.json", "model.onnx", "data"}
+    out = capsys.readouterr().out
+    assert "OK: wrote" in out and "GPU: model.wgsl.json" in out  # the MLP has a device program (docs/gpu.md)
+    assert {p.name for p in package.iterdir()} == {"model.wasm", "manifest.json", "model.onnx", "data", "model.wgsl.json"}
 
     monkeypatch.setenv("WEEI_MODELS", str(tmp_path / "models"))
     job = DemoJob("mlp", "mlp", {"epochs": 2, "localEpochs": 1, "batchSize": 32, "coordinatorParticipates": True,
