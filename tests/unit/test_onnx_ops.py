@@ -227,3 +227,18 @@ def test_gradient_matches_finite_differences(name: str) -> None:
             fd = (loss(plus) - loss(minus)) / (2 * h)
             tol = GRAD_ATOL + GRAD_RTOL * abs(fd) if dtype == np.float64 else 2e-2 + 2e-2 * abs(fd)
             assert abs(ours[offset + i] - fd) <= tol, (n, i, ours[offset + i], fd)
+
+
+def test_a_masked_softmax_gives_onnxruntimes_zeros() -> None:
+    """A causal mask as exporters write it (-1e9, or the float minimum): the masked probabilities are 0, as
+    onnxruntime's are, not the 1.6e-38 at which weei_expf clamps (whose products are subnormal and slow)."""
+    for fill in (-1e9, float(np.finfo(np.float32).min)):
+        mask = np.triu(np.full((6, 6), fill, np.float32), 1)
+        model = _model([helper.make_node("Add", ["x", "M"], ["s"]), helper.make_node("Softmax", ["s"], ["y"], axis=-1)],
+                       (6, 6), None, {"M": mask})
+        rt, _ = _runtime(model)
+        x = np.random.default_rng(4).standard_normal((3, 6, 6)).astype(np.float32)
+        ref = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+        ours = _forward(rt, x).reshape(ref.shape)
+        assert (ref[:, mask < 0] == 0).all() and (ours[:, mask < 0] == 0).all()
+        np.testing.assert_allclose(ours, ref, atol=TRANS_ATOL, rtol=TRANS_RTOL)
