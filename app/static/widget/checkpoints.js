@@ -13,7 +13,8 @@ export class Checkpoints {
       const file = await this.api.exportCheckpoint();
       saveFile(this.root, file, 'checkpoint.weei-checkpoint');
     }));
-    c.module = h('button', { type: 'button', text: 'Export module' });
+    c.module = h('button', { type: 'button', name: 'downloadModule', text: 'Download module (.wasm, no weights)',
+      title: 'The model\'s WebAssembly module: its code, without trained weights (those are in the checkpoint)' });
     c.module.addEventListener('click', () => this.act(c.module, c.error, async () => {
       const file = await this.api.exportModule();
       if (!file) throw new Error('This browser does not keep the model module of this job');

@@ -2,12 +2,13 @@
 // Methods of the window's Widget class (mixed into it by window.js): `this` is the Widget.
 
 import { h, missing, show, fmtNum, fmtMs, shortHash, copyButton } from './dom.js';
+import { peerLabel } from './names.js';
 
 export class Diagnostics {
   renderDiagnostics(state, job) {
     const diag = state.diagnostics || {};
     const ended = Boolean(job && job.status === 'completed'); // the last snapshots are final, not live or stale
-    const key = [diag, state.myPeerId, ended];
+    const key = [diag, state.myPeerId, ended, state.peerNames];
     this.section('diagnostics', key, () => {
       const entries = Object.entries(diag);
       this.sections.diagnostics.note.textContent = entries.length ? `${entries.length} peer${entries.length === 1 ? '' : 's'}` : '';
@@ -27,7 +28,7 @@ export class Diagnostics {
         const fresh = ended ? 'final' : d.stale ? `stale ${Math.round((d.ageMs || 0) / 1000)} s` : 'live';
         const stage = ended && d.stage !== 'error' ? 'finished' : d.stage;
         return h('tr', { class: peer === state.myPeerId ? 'me' : '', 'data-peer': peer },
-          h('td', { title: peer }, peer === state.myPeerId ? 'this browser' : peer.slice(0, 10), copyButton(peer, 'peer ID'),
+          h('td', { title: peer }, peerLabel(state, peer, { you: 'this browser' }), copyButton(peer, 'peer ID'),
             d.connected === false ? h('div', { class: 'sub', text: 'disconnected' }) : null),
           h('td', {}, `${show(env.browser)} ${missing(env.browserVersion) ? '' : env.browserVersion}`.trim(),
             h('div', { class: 'sub', text: `${show(env.os)}${missing(env.logicalCores) ? '' : ` · ${env.logicalCores} cores`}` })),

@@ -3,6 +3,7 @@
 // Methods of the window's Widget class (mixed into it by window.js): `this` is the Widget.
 
 import { h, fmtNum, fmtBytes, fmtDuration, experienceOf } from './dom.js';
+import { peerLabel } from './names.js';
 
 // What a peer is doing before its first progress report (diagnostics stage), in words.
 const STAGE_TEXT = {
@@ -119,7 +120,7 @@ export class Progress {
       const processed = pr ? pr.processedExamples : 0;
       const total = pr && pr.totalExamples ? pr.totalExamples : 0;
       const frac = received ? 1 : total ? Math.min(1, processed / total) : 0;
-      const who = peer === state.myPeerId ? 'this browser' : peer.slice(0, 10);
+      const who = peerLabel(state, peer, { you: 'this browser' });
       // What: the chunk, or the model's units ("32 episodes") instead of an id like "units-64".
       const what = slot && slot.units ? unitWords(job, slot.units.count) : slot ? slot.chunkId : null;
       const doing = pr && !received ? null

@@ -30,6 +30,8 @@ import { Metrics } from './charts.js';
 import { Checkpoints } from './checkpoints.js';
 import { Diagnostics } from './diagnostics.js';
 import { Peers, ROOM_CSS } from './peers.js';
+import { NAMES_CSS } from './names.js';
+import { TryIt, TRY_CSS } from './tryit.js';
 import { Saved } from './saved.js';
 import { DebugLog } from './debuglog.js';
 
@@ -51,13 +53,13 @@ export function mountWidget(api, { container = null, onClose = null, starting = 
   // Constructed style sheets: a page whose Content-Security-Policy allows no inline style (Weei's own
   // landing page, or a strict embedding page) applies them, where it would refuse <style> elements.
   if (typeof CSSStyleSheet === 'function' && 'adoptedStyleSheets' in root && 'replaceSync' in CSSStyleSheet.prototype) {
-    root.adoptedStyleSheets = [CSS, ROOM_CSS].map((text) => {
+    root.adoptedStyleSheets = [CSS, ROOM_CSS, NAMES_CSS, TRY_CSS].map((text) => {
       const sheet = new CSSStyleSheet();
       sheet.replaceSync(text);
       return sheet;
     });
   } else {
-    root.append(h('style', { text: CSS }), h('style', { text: ROOM_CSS }));
+    root.append(h('style', { text: CSS }), h('style', { text: ROOM_CSS }), h('style', { text: NAMES_CSS }), h('style', { text: TRY_CSS }));
   }
   (container || document.body).append(host);
 
@@ -67,7 +69,7 @@ export function mountWidget(api, { container = null, onClose = null, starting = 
 }
 
 const SECTIONS = [
-  ['setup', 'Job setup'], ['progress', 'Progress'], ['metrics', 'Metrics'], ['checkpoints', 'Checkpoints'],
+  ['setup', 'Job setup'], ['progress', 'Progress'], ['metrics', 'Metrics'], ['checkpoints', 'Checkpoints'], ['tryit', 'Try the model'],
   ['diagnostics', 'Execution diagnostics'], ['peers', 'Peers & invitations'], ['saved', 'Saved jobs'],
   ['debug', 'Debug log'],
 ];
@@ -222,6 +224,7 @@ class Widget {
     this.dragging();
     this.buildSetup();
     this.buildCheckpoints();
+    this.buildTryIt();
     this.buildPeersDevice();
     this.buildSaved();
     this.buildDebug();
@@ -290,6 +293,7 @@ class Widget {
     this.renderProgress(state, job);
     this.renderMetrics(state, job);
     this.renderCheckpoints(state, job);
+    this.renderTryIt(state, job);
     this.renderDiagnostics(state, job);
     this.renderPeers(state, job);
     this.renderSaved(state, job);
@@ -298,7 +302,7 @@ class Widget {
 }
 
 // Each section module holds its build/render methods; they become methods of Widget.
-for (const section of [Setup, Progress, Metrics, Checkpoints, Diagnostics, Peers, Saved, DebugLog]) {
+for (const section of [Setup, Progress, Metrics, Checkpoints, TryIt, Diagnostics, Peers, Saved, DebugLog]) {
   for (const name of Object.getOwnPropertyNames(section.prototype)) {
     if (name !== 'constructor') Object.defineProperty(Widget.prototype, name, Object.getOwnPropertyDescriptor(section.prototype, name));
   }

@@ -121,6 +121,8 @@ class Coordinator:
                  checkpoint_hashes: dict[int, str], first_round: int) -> None:
         self.spec = spec
         self.my_peer_id = my_peer_id
+        #: This device's display name, which invitations carry (the host sets it; core/observe/peer_names.py).
+        self.display_name: str | None = None
         self.kernel = kernel
         self.round_timeout_ms = round_timeout_ms
         self.status = JobStatus.READY
@@ -268,7 +270,8 @@ class Coordinator:
         record = self.peers[peer] = PeerRecord()  # a new invitation starts a new record
         record.move("invite")
         self._send(peer, Invitation(self.spec.job_id, self.my_peer_id, self.spec.info.raw,
-                                    self.spec.module.descriptor(), self.spec.data_bytes, self.spec.settings.to_json()))
+                                    self.spec.module.descriptor(), self.spec.data_bytes, self.spec.settings.to_json(),
+                                    self.display_name))
         self._log("invitation.sent", peer=peer)
 
     def start(self, now: float) -> None:
