@@ -128,7 +128,7 @@ def test_the_transformer_completes_a_prompt(weei_server: Any, browser: Any) -> N
     ready(pg, weei_server.url)
     pg.evaluate("""async () => {
       const { wasm, manifest, files, validation } = await T.pkg('byte-transformer');
-      await T.api().createJob({ wasm, manifest, files, validation, settings: { epochs: 1 } });
+      await T.api().createJob({ wasm, manifest, files, validation, settings: { epochs: 1, localEpochs: 1, batchSize: 8 } });
     }""")
     refused = pg.evaluate("() => T.rejection(() => T.api().tryCheckpoint({ prompt: 'x', maxBytes: 999 }))")
     assert refused["reason"] == "invalid-argument"

@@ -50,7 +50,7 @@ export class Checkpoints {
     this.sections.checkpoints.note.textContent = last ? `${cps.length}, latest round ${last.artifact.round}` : '';
     // Download as ONNX: for a job of the model this window imported from an ONNX file, whose checkpoints it keeps.
     const onnx = Boolean(job && !participant && this.onnxSource && job.info && job.info.id === this.onnxSource.modelId);
-    const key = job ? [job.id, onnx, cps.length, cps.map((x) => (x.validationMetrics ? 'v' : '') + (x.validationError ? 'e' : '')).join('')] : null;
+    const key = job ? [job.id, onnx, cps.length, cps.map((x) => (x.validationMetrics ? 'v' : '') + (x.validationError ? 'e' : '') + (x.fileKept === false ? 'r' : '')).join('')] : null;
     this.section('checkpoints', key, () => {
       if (!job) return h('p', { class: 'muted', text: 'No job.' });
       if (!cps.length) {
@@ -65,7 +65,7 @@ export class Checkpoints {
         h('td', { text: fmtNum(x.metrics ? x.metrics.examplesProcessed : undefined) }),
         h('td', { text: x.artifact.round === 0 ? '—' : values(x.metrics) }),
         h('td', { title: x.validationError || '' }, x.validationError ? h('span', { class: 'chip error', text: 'failed' }) : values(x.validationMetrics)),
-        h('td', { text: fmtTime(x.createdAt) }),
+        h('td', {}, fmtTime(x.createdAt), x.fileKept === false ? h('div', { class: 'sub', text: 'file removed (retention)' }) : null),
         ...(onnx ? [h('td', {}, this.onnxButton(x.artifact.round))] : [])));
       const label = metrics.length === 1 ? ` (${metrics[0].label})` : '';
       // Focusable: the table scrolls in its box, and keyboard users must be able to scroll it.
