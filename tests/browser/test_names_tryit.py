@@ -126,10 +126,10 @@ def test_the_transformer_completes_a_prompt(weei_server: Any, browser: Any) -> N
     pg = browser.new_context().new_page()
     pg.set_default_timeout(TIMEOUT_MS)
     ready(pg, weei_server.url)
-    pg.evaluate("""async () => {
+    pg.evaluate("""async (settings) => {
       const { wasm, manifest, files, validation } = await T.pkg('byte-transformer');
-      await T.api().createJob({ wasm, manifest, files, validation, settings: { epochs: 1, localEpochs: 1, batchSize: 8 } });
-    }""")
+      await T.api().createJob({ wasm, manifest, files, validation, settings });
+    }""", {**DIGITS, "batchSize": 8})
     refused = pg.evaluate("() => T.rejection(() => T.api().tryCheckpoint({ prompt: 'x', maxBytes: 999 }))")
     assert refused["reason"] == "invalid-argument"
     pg.evaluate(f"{API}.enable()")

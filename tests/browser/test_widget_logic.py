@@ -15,7 +15,8 @@ def test_pure_helpers(weei_server: Any, page: Any) -> None:
       const base = new URL('widget/', location.href).href;
       const { eventsBetween } = await import(base + 'events.js');
       const { statusText, gpuNote, EtaSmoother, elapsedText } = await import(base + 'status.js');
-      const { peerFacts } = await import(base + 'peercards.js');
+      const { peerFacts, fmtRate } = await import(base + 'peercards.js');
+      const { fmtPct } = await import(base + 'tryit.js');
       const { quotaWarning } = await import(base + 'storage.js');
       const { metricRange } = await import(base + 'charts.js');
       const names = { a: { label: 'Ana' }, b: { label: 'Chrome on Linux #2' } };
@@ -43,6 +44,7 @@ def test_pure_helpers(weei_server: Any, page: Any) -> None:
         elapsed: elapsedText({ status: 'completed', checkpoints: [{ createdAt: 0 }, { createdAt: 62000 }] }),
         facts: peerFacts({ diagnostics: { p1: diag(50, 0), p2: diag(10, 150000), p3: diag(null, 0, 'waiting') } }, false)
           .map((f) => [f.peer, f.slowest, f.silentMs, f.roundMs]),
+        formats: [fmtRate(14300.4), fmtRate(100000), fmtRate(42.71), fmtPct(0.974), fmtPct(0.00002)],
         quota: [quotaWarning(50, 100), quotaWarning(85, 100), quotaWarning(1, 0)],
         ranges: [metricRange({ id: 'accuracy', label: 'Accuracy' }, [0.9, 1]), metricRange({ id: 'loss' }, [2.3, 0.1]),
           metricRange({ id: 'return', label: 'Mean return' }, [-3, 12]), metricRange({ id: 'accuracy' }, [0.5, 2])],
@@ -59,6 +61,7 @@ def test_pure_helpers(weei_server: Any, page: Any) -> None:
     # The first estimate as it is, the next a fifth of the way, then counting down with the clock.
     assert out["etas"] == [60000, 0.8 * 59000 + 0.2 * 20000, 0.8 * 59000 + 0.2 * 20000 - 2000, None]
     assert out["elapsed"] == "elapsed 1 min 2 s"
+    assert out["formats"] == ["14,300", "100,000", "42.7", "97.4 %", "<0.1 %"]
     assert out["facts"] == [["p1", False, None, 1230], ["p2", True, 150000, 1230], ["p3", False, None, 1230]]
     assert out["quota"][0] is None and out["quota"][1].startswith("Storage is 85 % full") and out["quota"][2] is None
     # Axes stay inside a metric's range: a share in [0, 1], a loss from 0; a return may be negative.

@@ -35,7 +35,8 @@ export function peerName(state, peer) {
 }
 
 export const NAMES_CSS = `
-.peername { display: inline-flex; align-items: baseline; gap: 4px; min-width: 0; overflow-wrap: anywhere; }
+.peername { display: inline-flex; align-items: baseline; gap: 4px; flex-wrap: wrap; overflow-wrap: break-word; }
+table.participants td:first-child { min-width: 8em; }
 .chip.you { background: #e4ecfb; color: #1d3f7a; }
 .chip.agent { background: #efe4fb; color: #4d2a7a; }
 .peerrow { display: flex; align-items: center; gap: 8px; flex-wrap: wrap; margin: 3px 0; }

@@ -5,6 +5,9 @@
 import { h, fmtNum, fmtMs, fmtDuration } from './dom.js';
 import { peerName } from './names.js';
 
+/** A speed in one format: whole and grouped from 100 up ("14,300"), 3 significant digits below ("42.7"). */
+export const fmtRate = (v) => (v >= 100 ? Math.round(v).toLocaleString('en-US') : fmtNum(v, 3));
+
 // A peer whose diagnostics are older than this is said "not responding".
 export const SILENT_MS = 60000;
 
@@ -40,7 +43,7 @@ export function peerCardsView(state, ended, unit = 'examples') {
       h('div', { class: 'pcard-head' }, peerName(state, f.peer)),
       h('div', { class: 'pcard-row' }, h('span', { class: `chip ${f.stage === 'error' ? 'error' : f.stage === 'training' ? 'training' : f.stage === 'finished' ? 'completed' : ''}`, text: f.stage }), ...flags),
       h('div', { class: 'pcard-row small' },
-        h('span', { 'data-field': 'rate', text: f.rate === null ? '— /s' : `${fmtNum(f.rate, 3)} ${unit}/s` }),
+        h('span', { 'data-field': 'rate', text: f.rate === null ? '— /s' : `${fmtRate(f.rate)} ${unit}/s` }),
         h('span', { class: 'muted', 'data-field': 'roundTime', text: f.roundMs === null ? 'no round yet' : `last round ${fmtMs(f.roundMs)}` })),
       f.error ? h('div', { class: 'sub wrap', text: f.error }) : null);
   }));

@@ -5,6 +5,9 @@
 
 import { h, append, fmtNum } from './dom.js';
 
+/** A probability as one format throughout: "97.4 %", "0.8 %", "<0.1 %". */
+export const fmtPct = (p) => (p < 0.0005 ? '<0.1 %' : `${(100 * p).toFixed(1)} %`);
+
 const DIGITS = 'weei-digits-v1';
 const BYTES = 'weei-bytes-v1';
 
@@ -57,11 +60,11 @@ export class TryIt {
     const grid = h('div', { class: 'digit', role: 'img', 'aria-label': `8 by 8 image of a ${out.label}` },
       out.pixels.map((v) => h('i', { style: `opacity:${(0.06 + 0.94 * v / 16).toFixed(3)}` })));
     const bars = h('div', { class: 'probs' }, out.probabilities.map((p, d) => h('div', { class: `prob${d === out.predicted ? ' best' : ''}` },
-      h('span', { text: String(d) }), h('b', { style: `width:${(100 * p).toFixed(1)}%` }), h('span', { text: `${fmtNum(100 * p, 3)} %` }))));
+      h('span', { text: String(d) }), h('b', { style: `width:${(100 * p).toFixed(1)}%` }), h('span', { text: fmtPct(p) }))));
     const right = out.predicted === out.label;
     t.result.replaceChildren(h('div', { class: 'trydigit', 'data-example': out.example }, grid,
       h('div', {}, h('p', { class: right ? 'ok' : 'warn', 'data-field': 'verdict',
-        text: `Held-out image ${out.example + 1} of ${out.examples}: a ${out.label}. The model says ${out.predicted} (${fmtNum(100 * best, 3)} %)${right ? ' ✓' : ' ✗'}` }),
+        text: `Held-out image ${out.example + 1} of ${out.examples}: a ${out.label}. The model says ${out.predicted} (${fmtPct(best)})${right ? ' ✓' : ' ✗'}` }),
       bars)));
   }
 
@@ -83,7 +86,7 @@ export const TRY_CSS = `
   background: var(--card-bg); border: 1px solid var(--card-border); border-radius: 6px; }
 .digit i { background: var(--fg); border-radius: 1px; }
 .probs { display: grid; gap: 2px; min-width: 12em; }
-.prob { display: grid; grid-template-columns: 1.2em 8em 4.5em; align-items: center; gap: 6px; font-size: 12px; }
+.prob { display: grid; grid-template-columns: 1.2em 8em 4em; white-space: nowrap; align-items: center; gap: 6px; font-size: 12px; }
 .prob b { display: block; height: 8px; background: var(--axis); border-radius: 2px; min-width: 1px; }
 .prob.best b { background: var(--primary); }
 .prob.best span { font-weight: 600; }
