@@ -36,7 +36,7 @@ export class Diagnostics {
             h('div', { class: 'sub', text: `${show(env.os)}${missing(env.logicalCores) ? '' : ` · ${env.logicalCores} cores`}` })),
           h('td', {}, show(ex.actual), ex.requested && ex.requested !== 'auto' && ex.requested !== ex.actual ? h('span', { class: 'sub', text: ` (asked ${ex.requested})` }) : null,
             h('div', { class: 'sub', text: show(ex.backend) }),
-            ex.fallbackReason && !note ? h('div', { class: 'sub wrap', text: `fallback: ${ex.fallbackReason}` }) : null),
+            ex.fallbackReason && !(note && !note.error) ? h('div', { class: 'sub wrap', text: `fallback: ${ex.fallbackReason}` }) : null),
           h('td', { text: `${show(ex.activeWorkers)} / ${show(ex.workerLimit)}` }),
           h('td', {}, gpu.webgpu === 'available' ? 'WebGPU' : 'no WebGPU', h('div', { class: 'sub', text: adapter || '—' }),
             h('div', { class: 'sub', text: `budget ${show(gpu.memoryBudgetMiB)} MiB` }), note ? h('div', { class: `sub wrap${note.error ? ' gpuerror' : ' gpuinfo'}`, text: note.error ? `error: ${note.text}` : note.text }) : null),

@@ -41,7 +41,8 @@ table.participants td:first-child { min-width: 8em; }
 .chip.agent { background: #efe4fb; color: #4d2a7a; }
 .peerrow { display: flex; align-items: center; gap: 8px; flex-wrap: wrap; margin: 3px 0; }
 .peerrow .what { flex: 1; min-width: 8em; }
-.namefield input { width: 16em; max-width: 100%; }
+.namefield { display: inline-flex; align-items: center; gap: 4px; }
+.namefield input, .roombar .invite .namefield input { flex: none; width: 11em; min-width: 0; max-width: 100%; font: inherit; }
 @media (prefers-color-scheme: dark) {
   .chip.you { background: #22345a; color: #cfe0ff; }
   .chip.agent { background: #3a2a55; color: #e6d5ff; }

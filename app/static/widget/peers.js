@@ -44,12 +44,12 @@ export class Peers {
     r.name = h('input', { type: 'text', name: 'displayName', maxlength: 48, 'aria-label': 'Your name in the room', placeholder: 'Your name' });
     r.nameError = h('span', { class: 'error hidden', role: 'alert' });
     r.name.addEventListener('change', () => this.act(null, r.nameError, () => this.api.setDisplayName(r.name.value)));
-    r.nameRow = h('p', { class: 'row namefield' }, h('label', {}, h('span', { class: 'muted', text: 'Your name ' }), r.name), r.nameError);
+    r.nameRow = h('label', { class: 'namefield' }, h('span', { class: 'muted', text: 'Your name ' }), r.name);
     if (!room) {
       r.el = h('div', { class: 'roombar', 'data-room': '' },
         h('p', {}, h('b', { text: 'Not in a room' }), ': this browser trains alone. To train with others, open an invite link '
           + '(…/#room=KEY: `weei serve` prints one) here and in the other browsers.'),
-        h('p', { class: 'row' }, h('span', { class: 'muted', text: 'This browser: ' }), r.peer, r.copyPeer), r.nameRow);
+        h('p', { class: 'row' }, h('span', { class: 'muted', text: 'This browser: ' }), r.peer, r.copyPeer, r.nameRow), r.nameError);
       return r.el;
     }
     const link = h('input', { type: 'text', name: 'inviteLink', readonly: true, value: room.invite, 'aria-label': 'Invite link' });
@@ -59,7 +59,8 @@ export class Peers {
       h('p', { class: 'row' }, h('span', { class: 'muted', text: 'Room' }),
         h('span', { class: 'mono', title: room.key, text: room.key.length > 12 ? room.key.slice(0, 10) + '…' : room.key }),
         h('span', { class: 'muted', text: '· this browser' }), r.peer, r.copyPeer),
-      h('div', { class: 'row invite' }, link, copy), r.nameRow,
+      // The name shares the invite link's row: the bar stays as tall as it was.
+      h('div', { class: 'row invite' }, link, copy, r.nameRow), r.nameError,
       h('p', { class: 'small muted', text: 'Anyone with this link joins the room (the key after # is its secret): '
         + 'open it in another tab, browser or machine, then invite that peer to a job.' }));
     return r.el;

@@ -33,7 +33,8 @@ export function gpuNote(d) {
     const name = /swiftshader/i.test(`${adapter} ${text}`) ? 'SwiftShader' : adapter || 'a software GPU';
     return { text: `${name}, a software renderer: auto trains on the CPU; choose gpu to force it`, error: false };
   }
-  return { text: init && fallback && init !== fallback ? `${init} (${fallback})` : text, error: true };
+  // Any other failure is an error of the GPU, said beside it; the Mode column says what it fell back to.
+  return init ? { text: init, error: true } : null;
 }
 
 /** The time left, smoothed: each estimate moves the shown one a fifth of the way, and the shown one counts
