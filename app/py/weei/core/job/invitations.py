@@ -43,7 +43,8 @@ class Pending:
         inv = self.invitation
         object.__setattr__(self, "entry", {"invitation": {
             "coordinator": inv.coordinator, "modelInfo": inv.model_info, "module": inv.module,
-            "dataBytes": inv.data_bytes, "settings": inv.settings}, "receivedAt": self.received_at})
+            "dataBytes": inv.data_bytes, "settings": inv.settings, "coordinatorName": inv.coordinator_name},
+            "receivedAt": self.received_at})
 
 
 class PendingInvitations:
