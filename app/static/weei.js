@@ -437,15 +437,19 @@
         const { args, buffers } = await (await files()).readContinuation(job);
         return callAsync('continueFromCheckpoint', args, buffers);
       },
-      // An ONNX file and data files -> {wasm, manifest} Files of a package to create a job with (docs/onnx.md);
-      // the import runs in the host worker's Python with the site's graph runtime.
+      // An ONNX file and data files -> {wasm, manifest, executionFiles} Files of a package to create a job with
+      // (docs/onnx.md); the import runs in the host worker's Python with the site's graph runtime and WGSL
+      // kernels (weei-py.zip holds neither). executionFiles holds model.wgsl.json where the graph runs on a GPU.
       async importOnnx(request) {
-        const [{ args, buffers }, runtime] = await Promise.all([
-          (await files()).readOnnxImport(request), fetchOk('onnx/runtime.wasm').then((r) => r.arrayBuffer())]);
-        buffers.runtime = runtime;
+        const site = (path) => fetchOk(path).then((r) => r.arrayBuffer());
+        const [{ args, buffers }, runtime, kernels] = await Promise.all([
+          (await files()).readOnnxImport(request), site('onnx/runtime.wasm'), site('onnx/kernels.wgsl.json')]);
+        Object.assign(buffers, { runtime, kernels });
         const out = await callAsync('importOnnx', args, buffers);
-        const file = (name, type) => { const f = out.find((x) => x.name === name); return new File([f.bytes], name, { type }); };
-        return { wasm: file('model.wasm', 'application/wasm'), manifest: file('manifest.json', 'application/json') };
+        const file = (name, type) => { const f = out.find((x) => x.name === name); return f && new File([f.bytes], name, { type }); };
+        const archive = file('model.wgsl.json', 'application/json');
+        return { wasm: file('model.wasm', 'application/wasm'), manifest: file('manifest.json', 'application/json'),
+                 executionFiles: archive ? [archive] : [] };
       },
       // The ONNX file `onnx` (the one imported) with the weights of this job's checkpoint of round `round`.
       async exportOnnx(round, onnx) {

@@ -84,7 +84,7 @@ export function packageFiles(weeiError) {
   }
 
   // importOnnx({onnx, files, loss, optimizer, learningRate, batchSize, dataFormat, modelId}) -> call arguments and
-  // ArrayBuffers (weei.browser.onnx_form checks the words; the graph runtime is added by the caller).
+  // ArrayBuffers (weei.browser.onnx_form checks the words; the graph runtime and WGSL kernels are added by the caller).
   async function readOnnxImport(request) {
     if (!request || typeof request !== 'object') throw weeiError('invalid-argument', 'importOnnx() takes an object');
     const onnx = requireFile(request.onnx, 'onnx');

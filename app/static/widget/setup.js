@@ -250,7 +250,7 @@ export class Setup {
         optimizer: f.onnxOptimizer.value, learningRate: lr, batchSize, dataFormat: f.onnxFormat.value });
       const manifestJson = JSON.parse(await pkg.manifest.text());
       f.wasm.value = f.manifest.value = '';
-      Object.assign(this.selection, { wasm: pkg.wasm, manifest: pkg.manifest, manifestJson, executionFiles: [],
+      Object.assign(this.selection, { wasm: pkg.wasm, manifest: pkg.manifest, manifestJson, executionFiles: pkg.executionFiles,
         label: `${onnx.name} (imported)` });
       // Kept for Download as ONNX beside this model's checkpoints (the export rewrites this very file).
       this.onnxSource = { modelId: manifestJson.execution.modelId, file: onnx };

@@ -21,6 +21,7 @@ from weei.api.stored import stored_checkpoint
 from weei.core.errors import UsageError, UsageReason
 from weei.core.formats.checkpoint import read_checkpoint
 from weei.modelkit.onnx_package import default_model_id, import_package
+from weei.modelkit.package import ARCHIVE_NAME
 from weei.onnx import OnnxError, Settings, export_onnx, OnnxReason
 
 __all__ = ["import_in_page", "export_in_page"]
@@ -48,8 +49,10 @@ def _settings(args: dict[str, Any], onnx_name: str) -> Settings:
 
 
 def import_in_page(engine: Any, args: dict[str, Any], onnx: bytes, runtime: bytes,
-                   files: dict[str, bytes]) -> list[tuple[str, bytes]]:
-    """[("model.wasm", …), ("manifest.json", …)] of the package made from ``onnx`` and the data ``files``.
+                   files: dict[str, bytes], kernels: bytes | None = None) -> list[tuple[str, bytes]]:
+    """[("model.wasm", …), ("manifest.json", …), ("model.wgsl.json", …)?] of the package made from
+    ``onnx`` and the data ``files``; the archive is there when ``kernels`` (the site's
+    kernels.wgsl.json) is given and the graph's device program runs, as with ``weei model import``.
     Raises: OnnxError; the checker's ManifestError/SettingsError/ModelError."""
     onnx_name = str(args.get("onnxName") or "model.onnx")
     settings = _settings(args, onnx_name)
@@ -62,8 +65,10 @@ def import_in_page(engine: Any, args: dict[str, Any], onnx: bytes, runtime: byte
                 (root / "data" / base).write_bytes(data)
         (root / "model.onnx").write_bytes(onnx)
         out = root / "package"
-        import_package(root / "model.onnx", settings, out, root / "data", engine=engine, runtime=runtime)
-        return [("model.wasm", (out / "model.wasm").read_bytes()), ("manifest.json", (out / "manifest.json").read_bytes())]
+        import_package(root / "model.onnx", settings, out, root / "data", engine=engine, runtime=runtime,
+                       kernels=kernels)
+        return [(name, (out / name).read_bytes()) for name in ("model.wasm", "manifest.json", ARCHIVE_NAME)
+                if (out / name).is_file()]
 
 
 async def export_in_page(controller: TrainingController, round_: Any, onnx: bytes) -> tuple[str, bytes]:

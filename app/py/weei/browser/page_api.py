@@ -341,7 +341,9 @@ class PageApi:
         if len(names) != len(buffers):
             raise UsageError(UsageReason.INVALID_ARGUMENT, "file names and contents do not match")
         files = {str(n): js_bytes(b) for n, b in zip(names, buffers, strict=True)}
-        return import_in_page(self.engine, args, js_bytes(blobs.onnx), js_bytes(blobs.runtime), files)
+        kernels = getattr(blobs, "kernels", None)
+        return import_in_page(self.engine, args, js_bytes(blobs.onnx), js_bytes(blobs.runtime), files,
+                              None if is_nullish(kernels) else js_bytes(kernels))
 
     async def _export_onnx(self, args: dict[str, Any], blobs: Any) -> tuple[str, bytes]:
         from .onnx_form import export_in_page
