@@ -379,6 +379,8 @@ class Executor:
             if outcome.optimizer_steps is not None:
                 s.recorder.optimizer_steps_taken(outcome.optimizer_steps)
             s.recorder.on("trained", s.monotonic())
+            if len(outcome.weights) == assign.checkpoint.bytes:  # else no update leaves: the result is refused
+                s.recorder.update_sent(len(outcome.compressed if outcome.compressed is not None else outcome.weights))
             participant.training_finished(assign.attempt_id, outcome, s.clock())
         s.live.drop(s.my_peer_id)
         s.recorder.update_execution({"activeWorkers": 0})
