@@ -75,10 +75,10 @@ def layout(weight_bytes: int, average_only: Sequence[tuple[int, int]]) -> Layout
     return Layout(n, tuple(segments), tuple(raw))
 
 
-def _gather(data: BytesLike, ranges: Sequence[Segment]) -> bytes:
+def _gather(data: BytesLike, ranges: Sequence[Segment]) -> BytesLike:
     view = memoryview(data).cast("B")
     if len(ranges) == 1 and ranges[0] == (0, len(view) // 4):
-        return bytes(view)
+        return view  # the usual case, a model without averageOnly ranges: no copy
     return b"".join(view[4 * lo:4 * hi] for lo, hi in ranges)
 
 
@@ -125,7 +125,7 @@ def compress_update(kernel: AggregationKernel, start: BytesLike, trained: BytesL
     from it (same size), ``residual`` what :func:`usable_feedback` gave (None: zeros).
     """
     s_q, x_q = _gather(start, shape.segments), _gather(trained, shape.segments)
-    e = residual if residual is not None else bytes(len(s_q))
+    e = residual if residual is not None else bytes(4 * shape.n_quantized)
     scales, codes, new_residual = kernel.quantize(s_q, x_q, e, settings.block, settings.bits)
     artifact = serialize_qdelta(settings.bits, settings.block, shape.n_quantized, scales, codes,
                                 _gather(trained, shape.raw))
@@ -133,7 +133,7 @@ def compress_update(kernel: AggregationKernel, start: BytesLike, trained: BytesL
 
 
 def decompress_update(kernel: AggregationKernel, start: BytesLike, data: BytesLike, settings: CompressionSettings,
-                      shape: Layout) -> bytes:
+                      shape: Layout) -> BytesLike:
     """The coordinator's side: the float32 weights a compressed update stands for.
 
     Raises QDeltaError naming what is wrong with ``data``; the result is not
@@ -141,8 +141,10 @@ def decompress_update(kernel: AggregationKernel, start: BytesLike, data: BytesLi
     """
     q = parse_qdelta(data, bits=settings.bits, block=settings.block, n_quantized=shape.n_quantized,
                      n_raw=shape.n_raw)
-    quantized = memoryview(kernel.dequantize(_gather(start, shape.segments), q.scales, q.codes, settings.block,
-                                             settings.bits))
+    dequantized = kernel.dequantize(_gather(start, shape.segments), q.scales, q.codes, settings.block, settings.bits)
+    if not shape.raw:
+        return dequantized
+    quantized = memoryview(dequantized)
     pieces: list[BytesLike] = []
     qi = ri = 0
     q_at = r_at = 0

@@ -109,8 +109,9 @@ class AggregationKernel(Protocol):
         returns ``(scales, codes, new residual)`` (weei.core.aggregation.compression)."""
         ...
 
-    def dequantize(self, start: BytesLike, scales: BytesLike, codes: BytesLike, block: int, bits: int) -> bytes:
-        """``f32(f64(start[i]) + f64(scale of i's block) * code[i])`` per element."""
+    def dequantize(self, start: BytesLike, scales: BytesLike, codes: BytesLike, block: int, bits: int) -> BytesLike:
+        """``f32(f64(start[i]) + f64(scale of i's block) * code[i])`` per element (a fresh buffer the caller owns:
+        a kernel may hand over the one it wrote, where copying it to bytes would cost as much again)."""
         ...
 
 

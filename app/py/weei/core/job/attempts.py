@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from .. import verified
+from ..floats import BytesLike
 from ..formats.qdelta import QDeltaError
 from ..wire.messages import Update
 from .schedule import UnitWork
@@ -74,7 +75,7 @@ class Received:
 
     attempt: Attempt
     update: Update
-    weights: bytes
+    weights: BytesLike  # as received, or as dequantized from a compressed update
 
 
 @dataclass
@@ -144,7 +145,7 @@ class RoundAttempts:
         self.closed.add(attempt.attempt_id)
         self._open.pop(attempt.attempt_id, None)
 
-    def accept(self, attempt: Attempt, update: Update, weights: bytes) -> None:
+    def accept(self, attempt: Attempt, update: Update, weights: BytesLike) -> None:
         attempt.move("received")
         self.closed.add(attempt.attempt_id)
         self._open.pop(attempt.attempt_id, None)
@@ -171,8 +172,8 @@ class RoundAttempts:
 def check_update(attempts: RoundAttempts, peer: str, update: Update, blobs: Mapping[str, bytes], *,
                  checkpoint_round: int, weights_sha256: str, weight_bytes: int,
                  assigned_count: Callable[[Attempt], int],
-                 first_non_finite: Callable[[bytes], int],
-                 decode: Callable[[bytes], bytes] | None = None) -> tuple[str, str] | bytes:
+                 first_non_finite: Callable[[BytesLike], int],
+                 decode: Callable[[BytesLike], BytesLike] | None = None) -> tuple[str, str] | BytesLike:
     """The float32 weights an update contributes when it is valid, else why it must not count
     (reason code, text). Cheapest checks first.
 
@@ -203,7 +204,7 @@ def check_update(attempts: RoundAttempts, peer: str, update: Update, blobs: Mapp
         return "wrong-kind", f"the update is a {update.weights.kind!r} artifact, this job's updates are {kind!r}"
     if decode is None and update.weights.bytes != weight_bytes:
         return "wrong-size", f"weights are {update.weights.bytes} bytes, the model has {weight_bytes}"
-    data = blobs.get(update.weights.sha256)
+    data: BytesLike | None = blobs.get(update.weights.sha256)
     if data is None:
         return "missing-weights", "the update's weights did not arrive"
     if len(data) != update.weights.bytes:
@@ -224,4 +225,4 @@ def check_update(attempts: RoundAttempts, peer: str, update: Update, blobs: Mapp
         return "inflated-count", f"{update.count} examples claimed, {assigned} were assigned"
     if update.count == 0:
         return "no-examples", "the update trained no examples (or finished no units)"
-    return bytes(data)
+    return data

@@ -58,6 +58,7 @@ from ..formats import checkpoint as ckpt
 from . import progress
 from ..aggregation.aggregate import AggregationState
 from ..aggregation.compression import decompress_update, layout
+from ..floats import BytesLike
 from .attempts import Attempt, Received, RoundAttempts, check_update
 from ..wire.commands import Command, Log, Outbox, RoundPhase, RunValidation, SaveCheckpoint, Send
 from ..errors import UsageError, WeeiError, UsageReason
@@ -650,7 +651,7 @@ class Coordinator:
 
     def _on_update(self, peer: str, record: PeerRecord, update: Update, blobs: Mapping[str, bytes],
                    now: float) -> None:
-        checked: tuple[str, str] | bytes
+        checked: tuple[str, str] | BytesLike
         if record.excluded:  # aggregation.excludeOutliersAfter
             checked = ("participant-excluded", "this participant was excluded from the job as a repeated outlier")
         else:
@@ -667,7 +668,7 @@ class Coordinator:
                 self._end_attempt(attempt, f"update rejected: {text}", now, failed=True, reassign=True)
             self._maybe_close_round(now)
             return
-        assert attempt is not None and isinstance(checked, bytes)
+        assert attempt is not None and not isinstance(checked, tuple)
         self.attempts.accept(attempt, update, checked)
         if record.can("update_received"):
             record.move("update_received")
@@ -675,7 +676,7 @@ class Coordinator:
         self._log("update.accepted", peer=peer, attempt=update.attempt_id, count=update.count)
         self._maybe_close_round(now)
 
-    def _decoder(self) -> Callable[[bytes], bytes] | None:
+    def _decoder(self) -> Callable[[BytesLike], BytesLike] | None:
         """How a compressed update of this round becomes weights (None: the job sends float32 weights)."""
         compression = self.spec.settings.compression
         if compression is None:

@@ -53,6 +53,7 @@ class DiagnosticsRecorder:
     _total: int | None
     _optimizer_steps: int | None
     _last_progress_at: float | None
+    _upload_bytes: int | None
 
     def __init__(
         self,
@@ -326,7 +327,7 @@ class DiagnosticsRecorder:
         self._optimizer_steps = None
         self._samples: deque[tuple[float, int]] = deque(maxlen=_MAX_SPEED_SAMPLES)
         self._last_progress_at = None
-        self._upload_bytes: int | None = None
+        self._upload_bytes = None
 
     def _close_stage(self, now_mono: float) -> None:
         if self._stage in TIMED_STAGES and self._assignment is not None:
