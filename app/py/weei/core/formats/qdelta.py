@@ -44,6 +44,7 @@ MAX_BLOCK = 65536
 BITS = (8, 4)
 
 _HEADER = struct.Struct("<4sB3sIIII")
+_SIGN = bytes(1 if b & 0x80 else 0 for b in range(256))  # a byte's top bit: a float32's sign in its last byte
 
 
 class QDeltaReason(str, Enum):
@@ -162,6 +163,3 @@ def parse_qdelta(data: BytesLike, *, bits: int, block: int, n_quantized: int, n_
     if bits == 4 and n_quantized % 2 and codes[-1] >> 4:
         raise QDeltaError(QDeltaReason.NONZERO_PADDING, "the padding nibble after the last int4 code is not 0")
     return QDelta(bits, block, n_quantized, scales, codes, view[at:])
-
-
-_SIGN = bytes(1 if b & 0x80 else 0 for b in range(256))
