@@ -322,10 +322,10 @@ def test_a_damaged_stored_error_is_set_aside_not_used() -> None:
 # -------------------------------------------------------------- coordinator
 
 
-def compressing_sim(settings: CompressionSettings, tamper: Any = None) -> Sim:
+def compressing_sim(settings: CompressionSettings, tamper: Any = None, **extra: Any) -> Sim:
     spec, store = dataset_spec(4, settings={"epochs": 1, "localEpochs": 1, "batchSize": 4,
                                             "coordinatorParticipates": False,
-                                            "compression": settings.to_json()}, weight_count=40)
+                                            "compression": settings.to_json(), **extra}, weight_count=40)
     sim = Sim.create(spec, store, round_timeout_ms=5_000)
     shape = layout(spec.weight_bytes, [])
 
@@ -358,6 +358,20 @@ def test_the_coordinator_averages_dequantized_updates_and_keeps_float32_checkpoi
     from weei.core.aggregation.aggregate import fedavg
     assert sim.checkpoint(1).weights == fedavg(NumpyKernel(), decoded, len(start))
     assert sim.checkpoint(1).metadata.settings.compression == INT8
+
+
+def test_robust_aggregation_sees_the_dequantized_updates() -> None:
+    # A compressed update blown up 1000 times (its scales) is clipped by its norm like a float32 one would be.
+    def blow_up(d: bytes) -> bytes:
+        nb = struct.unpack_from("<I", d, 16)[0]
+        scales = to_floats(d[HEADER_BYTES:HEADER_BYTES + 4 * nb]) * np.float32(1000)
+        return d[:HEADER_BYTES] + scales.astype("<f4").tobytes() + d[HEADER_BYTES + 4 * nb:]
+
+    sim = compressing_sim(INT8, _swap(blow_up), aggregation={"method": "fedavg", "normClip": 1})
+    sim.run_to_end()
+    assert sim.coordinator.status == "completed" and sim.reasons() == []
+    robust = [log.details for _, log in sim.logs if log.event == "aggregation.robust"]
+    assert robust and robust[0]["clipped"] == ["p1"], robust
 
 
 def _swap(make: Any, kind: str = "qdelta") -> Any:
