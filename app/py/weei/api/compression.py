@@ -11,6 +11,7 @@ part in one job at a time, and another job's record is never used.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from ..core._check import Where, as_choice, as_int, as_object, as_str
@@ -54,9 +55,11 @@ class UpdateCompressor:
 
     async def compress(self, assign: Assign, settings: CompressionSettings, aggregation: ModelAggregation,
                        start: bytes, outcome: TrainOutcome) -> TrainOutcome:
-        """``outcome`` with its compressed form; unchanged when it is not finite weights of ``start``'s
-        size (the participant then reports the result's fault as it would uncompressed)."""
-        if len(outcome.weights) != len(start) or first_non_finite(outcome.weights) is not None:
+        """``outcome`` with its compressed form; unchanged (and no error kept) when it is not a result the
+        participant sends: weights of another size than ``start``'s, or a value or metric not finite (the
+        participant then reports the result's fault as it would uncompressed)."""
+        if len(outcome.weights) != len(start) or first_non_finite(outcome.weights) is not None \
+                or not all(math.isfinite(v) for v in outcome.metrics.values()):
             return outcome
         if not self._loaded:
             self._feedback = await self.store.read_setting(FEEDBACK_KEY, parse_feedback)
