@@ -233,20 +233,22 @@ void weei_average(const float *const *updates, const double *counts, uint32_t n_
  */
 
 /*
- * params = {lr, mu}. Over each segment, with d = (double)avg - (double)start:
+ * params = {lr, mu, nesterov}. Over each segment, with d = (double)avg - (double)start:
  *   v   <- (float)( mu*(double)v + d )
- *   out <- (float)( (double)start + lr*(double)v )     (v as just stored)
- * Reddi et al. 2021 / Hsu et al. 2019 server momentum.
+ *   out <- (float)( (double)start + lr*(double)v )               (v as just stored)
+ * Reddi et al. 2021 / Hsu et al. 2019 server momentum; with nesterov != 0
+ * (Sutskever et al. 2013 as PyTorch's SGD writes it; DiLoCo's outer step):
+ *   out <- (float)( (double)start + lr*(d + mu*(double)v) )
  */
-static void fedavgm_range(const float *restrict start, const float *restrict avg,
+static inline __attribute__((always_inline)) void fedavgm_range(const float *restrict start, const float *restrict avg,
                           float *restrict v, float *restrict out, uint32_t lo, uint32_t hi,
-                          double lr, double mu) {
+                          double lr, double mu, const int nesterov) {
     for (uint32_t i = lo; i < hi; i++) {
         double s = (double)start[i];
         double d = (double)avg[i] - s;
         float nv = (float)(mu * (double)v[i] + d);
         v[i] = nv;
-        out[i] = (float)(s + lr * (double)nv);
+        out[i] = nesterov ? (float)(s + lr * (d + mu * (double)nv)) : (float)(s + lr * (double)nv);
     }
 }
 
@@ -254,8 +256,12 @@ WEEI_EXPORT(weei_fedavgm)
 void weei_fedavgm(const float *start, const float *avg, float *v, float *out,
                   const uint32_t *segs, uint32_t n_segs, const double *params) {
     double lr = params[0], mu = params[1];
-    for (uint32_t k = 0; k < n_segs; k++)
-        fedavgm_range(start, avg, v, out, segs[2 * k], segs[2 * k + 1], lr, mu);
+    for (uint32_t k = 0; k < n_segs; k++) {
+        if (params[2] != 0.0)
+            fedavgm_range(start, avg, v, out, segs[2 * k], segs[2 * k + 1], lr, mu, 1);
+        else
+            fedavgm_range(start, avg, v, out, segs[2 * k], segs[2 * k + 1], lr, mu, 0);
+    }
 }
 
 /* -------------------------------------------------------------- FedAdam */
@@ -424,6 +430,98 @@ void weei_trimmed_mean(const float *const *updates, uint32_t n_updates, uint32_t
                 acc = k == trim ? (double)v : acc + (double)v;
             }
             out[base + t] = (float)(acc / kept);
+        }
+    }
+}
+
+/* ------------------------------------------------- compressed updates */
+
+/*
+ * Block quantization of a participant's delta with error feedback
+ * (weei/core/aggregation/compression.py; the format is docs/wire.md,
+ * "Compressed updates"). Over n contiguous elements (the trainable ones,
+ * gathered by the host), q = 127 (int8) or 7 (int4):
+ *   t_i    = ((double)x[i] - (double)s[i]) + (double)e[i]
+ *   amax_b = max |t_i| over the block (float64)
+ *   sc_b   = (float)(amax_b / q)
+ *   c_i    = sc_b == 0 ? 0 : clamp(rint(t_i / (double)sc_b), -q, q)    (rint: nearest-even)
+ *   e[i]   = (float)(t_i - (double)sc_b * c_i)                         (the error kept locally)
+ * int8 codes are one signed byte each; int4 codes are signed nibbles, the
+ * element of even index in the low nibble, a last odd nibble padded with 0.
+ * The product of a float32 and a code of at most 8 bits is exact in float64.
+ */
+static inline void weei_put_code(uint8_t *codes, uint32_t i, int32_t c, uint32_t bits) {
+    if (bits == 8)
+        codes[i] = (uint8_t)(int8_t)c;
+    else if (i & 1u)
+        codes[i >> 1] = (uint8_t)(codes[i >> 1] | (((uint32_t)c & 15u) << 4));
+    else
+        codes[i >> 1] = (uint8_t)((uint32_t)c & 15u);
+}
+
+static inline int32_t weei_get_code(const uint8_t *codes, uint32_t i, uint32_t bits) {
+    if (bits == 8) return (int32_t)(int8_t)codes[i];
+    int32_t v = (int32_t)((codes[i >> 1] >> ((i & 1u) * 4u)) & 15u);
+    return (v ^ 8) - 8;
+}
+
+WEEI_EXPORT(weei_quantize)
+void weei_quantize(const float *s, const float *x, float *e, uint32_t n, uint32_t block, uint32_t bits,
+                   float *scales, uint8_t *codes) {
+    const double q = bits == 8 ? 127.0 : 7.0;
+    for (uint32_t lo = 0, b = 0; lo < n; lo += block, b++) {
+        uint32_t hi = n - lo < block ? n : lo + block;
+        double amax = 0.0;
+        for (uint32_t i = lo; i < hi; i++) {
+            double t = ((double)x[i] - (double)s[i]) + (double)e[i];
+            double a = t < 0.0 ? -t : t;
+            amax = a > amax ? a : amax;
+        }
+        float sc = (float)(amax / q);
+        double scd = (double)sc;
+        scales[b] = sc;
+        for (uint32_t i = lo; i < hi; i++) {
+            double t = ((double)x[i] - (double)s[i]) + (double)e[i];
+            double r = 0.0;
+            if (sc != 0.0f) {
+                r = __builtin_rint(t / scd);
+                r = r > q ? q : r < -q ? -q : r;
+            }
+            e[i] = (float)(t - scd * r);
+            weei_put_code(codes, i, (int32_t)r, bits);
+        }
+    }
+}
+
+/* The coordinator's side: out[i] = (float)((double)s[i] + (double)sc_b * c_i). */
+WEEI_EXPORT(weei_dequantize)
+void weei_dequantize(const float *s, const float *scales, const uint8_t *codes, uint32_t n, uint32_t block,
+                     uint32_t bits, float *out) {
+    for (uint32_t lo = 0, b = 0; lo < n; lo += block, b++) {
+        uint32_t hi = n - lo < block ? n : lo + block;
+        double scd = (double)scales[b];
+        if (bits == 8) {
+            for (uint32_t i = lo; i < hi; i++)
+                out[i] = (float)((double)s[i] + scd * (double)(int8_t)codes[i]);
+        } else {
+            /* Unpacked to bytes a tile at a time, then the int8 loop: both loops vectorise, where
+             * one loop with per-nibble index arithmetic did not (int4 took twice int8's time). */
+            int8_t tmp[256];
+            for (uint32_t t0 = lo; t0 < hi; t0 += 256) {
+                uint32_t len = hi - t0 < 256 ? hi - t0 : 256;
+                if ((t0 & 1u) == 0) {
+                    const uint8_t *bytes = codes + (t0 >> 1);
+                    for (uint32_t p = 0; p < len / 2; p++) {
+                        tmp[2 * p] = (int8_t)((int32_t)((bytes[p] & 15u) ^ 8u) - 8);
+                        tmp[2 * p + 1] = (int8_t)((int32_t)((bytes[p] >> 4) ^ 8u) - 8);
+                    }
+                    if (len & 1u) tmp[len - 1] = (int8_t)weei_get_code(codes, t0 + len - 1, 4);
+                } else {
+                    for (uint32_t p = 0; p < len; p++) tmp[p] = (int8_t)weei_get_code(codes, t0 + p, 4);
+                }
+                for (uint32_t p = 0; p < len; p++)
+                    out[t0 + p] = (float)((double)s[t0 + p] + scd * (double)tmp[p]);
+            }
         }
     }
 }

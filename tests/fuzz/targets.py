@@ -563,6 +563,32 @@ def _device_program() -> Target:
                          "parse_program: the device program a model's gpu_begin returns")
 
 
+def _qdelta() -> Target:
+    """A compressed update as the coordinator decodes one: parse, then dequantize over the round's weights."""
+    import struct as _struct
+
+    from weei.core.aggregation.compression import compress_update, decompress_update, layout
+    from weei.core.formats.qdelta import QDeltaError
+    from weei.core.formats.settings import CompressionSettings
+    from weei.kernel.numpy_kernel import NumpyKernel
+
+    kernel = NumpyKernel()
+    n = 37
+    start = _struct.pack(f"<{n}f", *(i / 9 - 2 for i in range(n)))
+    trained = _struct.pack(f"<{n}f", *(i / 9 - 2 + ((i * 7) % 5 - 2) / 100 for i in range(n)))
+    shape = layout(4 * n, [(8, 12)])  # 3 averageOnly values travel raw
+    settings = {bits: CompressionSettings(kind, 8) for kind, bits in (("int8", 8), ("int4", 4))}
+    samples = [compress_update(kernel, start, trained, s, shape, None)[0] for s in settings.values()]
+
+    def decode(data: bytes) -> Any:
+        # The width the input claims picks the settings, so both code widths are reached past the header.
+        chosen = settings.get(data[4] if len(data) > 4 else 8, settings[8])
+        return decompress_update(kernel, start, data, chosen, shape)
+
+    return Target("qdelta", decode, (QDeltaError,), samples, lambda rng, data: mutate_bytes(rng, data),
+                  "decompress_update: a participant's compressed update")
+
+
 def _signaling_client() -> Target:
     from weei.core.wire.signaling_session import (Answer, Closed, Peers, ServerError, Signal, SignalingSession,
                                               Unreadable, Welcome)
@@ -662,6 +688,7 @@ TARGETS: dict[str, Callable[[], Target]] = {
     "signaling-client": _signaling_client, "signaling-server": _signaling_server,
     "stored-job": _stored_job, "stored-device-settings": _stored_device_settings,
     "stored-participation": _stored_participation, "stored-checkpoint": _stored_checkpoint, "onnx": _onnx,
+    "qdelta": _qdelta,
 }
 
 

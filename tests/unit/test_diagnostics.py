@@ -212,6 +212,7 @@ def test_timings_and_performance_reset_with_the_next_assignment() -> None:
     assert perf == {
         "processedExamples": 0, "totalExamples": "unknown", "optimizerSteps": "unknown",
         "currentExamplesPerSecond": None, "averageExamplesPerSecond": None, "lastProgressAt": None,
+        "uploadBytes": None,
     }
     start_training(rec, 5000)
     rec.progress(32, WALL0 + 5050, 5050, total=64)
@@ -585,3 +586,22 @@ def test_unknown_is_missing_data_not_a_difference() -> None:
     assert result["uniform"] is True
     assert result["unknown"]["b"] == ["model.id", "model.version", "model.wasmSha256", "assignment.learningRate"]
     assert result["unknown"]["c"] == ["assignment.batchSize", "assignment.localEpochs", "assignment.learningRate"]
+
+
+def test_the_update_s_bytes_as_sent_are_shown_and_parsed() -> None:
+    # Issue 25: a compressed update's size, not the weights', is what left; an older peer's record lacks it.
+    rec = recorder()
+    rec.join_job(JOB, 0)
+    rec.start_assignment(assignment(), 0)
+    rec.update_sent(152_380)
+    record = rec.snapshot(WALL0, 0)
+    assert record["performance"]["uploadBytes"] == 152_380
+    assert parse_diagnostics(record)["performance"]["uploadBytes"] == 152_380
+    older = copy.deepcopy(record)
+    del older["performance"]["uploadBytes"]
+    assert parse_diagnostics(older)["performance"]["uploadBytes"] is None
+    older["performance"]["uploadBytes"] = -1
+    with pytest.raises(WeeiError):
+        parse_diagnostics(older)
+    rec.start_assignment(assignment(round=2), 10)
+    assert rec.snapshot(WALL0, 10)["performance"]["uploadBytes"] is None

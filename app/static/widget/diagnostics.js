@@ -47,7 +47,8 @@ export class Diagnostics {
           h('td', { class: 'small' }, timing.length ? timing.map((x) => h('div', { text: x })) : '—'),
           h('td', {}, p.currentExamplesPerSecond == null ? '—' : `${fmtNum(p.currentExamplesPerSecond, 3)}/s`,
             h('div', { class: 'sub', text: `avg ${p.averageExamplesPerSecond == null ? '—' : fmtNum(p.averageExamplesPerSecond, 3) + '/s'}` }),
-            h('div', { class: 'sub', text: `${fmtNum(p.processedExamples || 0)} / ${show(p.totalExamples, fmtNum)}` })),
+            h('div', { class: 'sub', text: `${fmtNum(p.processedExamples || 0)} / ${show(p.totalExamples, fmtNum)}` }),
+            p.uploadBytes == null ? null : h('div', { class: 'sub', text: `update sent: ${fmtNum(p.uploadBytes)} B` })),
           h('td', {}, h('span', { class: `chip ${ended ? 'completed' : d.stale ? 'stale' : 'live'}`, text: fresh })));
       });
       const { text, hashes } = consistency(entries, state.myPeerId);

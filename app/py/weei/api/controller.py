@@ -51,6 +51,7 @@ from .compute import ComputeBackend, CpuWorkerBackend
 from .executor import Executor
 from .gpu_backend import GpuComputeBackend, GpuHost
 from .job_store import PARTICIPATION_KEY, JobStore
+from .compression import UpdateCompressor
 from .log_writer import DEBUG_LOG_KEY
 from .peer_cards import PeerCards
 from .retention import Retention, storage_use
@@ -107,7 +108,8 @@ class TrainingController:
             CpuWorkerBackend(pool, kernel, on_progress=self._on_local_progress), engine=engine,
             session=self.session, gpu=gpu, host=gpu_host, accept_archive=accept_archive)
         self.view = StateView(self.session, self.store, self.backend)
-        self.executor = Executor(self.session, self.store, self.backend, kv, self.view)
+        self.executor = Executor(self.session, self.store, self.backend, kv, self.view,
+                                 UpdateCompressor(self.store, kernel))
         self.peer_events = PeerEvents(self.session, self.store, self.executor, room_key, random_bytes)
         self.peer_events.replace_finished = self._put_finished_job_away
         self.trials = Trials(self.session, self.store, engine)

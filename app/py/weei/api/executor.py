@@ -26,8 +26,10 @@ from ..core.wire.commands import Command, LoadModule, Log, RoundPhase, RunValida
 from ..core.errors import UsageError, WeeiError, UsageReason
 from ..core.wire.messages import Assign, Progress
 from ..core.job.spec import JobSpec
+from ..core.formats.modelinfo import ModelInfo
 from ..core.verified import VerifiedBlobs
 from ..core.states import JobStatus, PeerState
+from .compression import UpdateCompressor
 from .compute import ComputeBackend
 from .job_store import JobStore
 from .local_training import effective_workers, experience_parts
@@ -44,10 +46,11 @@ class Executor:
     """Drains commands, runs training and validation on a backend, keeps timers and the debug log's copy."""
 
     def __init__(self, session: Session, store: JobStore, backend: ComputeBackend, kv: KeyValue,
-                 view: StateView) -> None:
+                 view: StateView, compressor: UpdateCompressor) -> None:
         self.session = session
         self.store = store
         self.backend = backend
+        self.compressor = compressor
         self.kv = kv
         self.view = view
         self.module_sha = ""  # the module this device's participant loaded
@@ -370,6 +373,10 @@ class Executor:
                                                module=self.store.module(module_sha), weights=weights,
                                                auxiliary=aux, chunk=chunk, workers=workers,
                                                working_bytes=participant.working_bytes, parts=parts)
+            if settings is not None and settings.compression is not None:
+                aggregation = (s.coordinator.spec.info.aggregation if s.coordinator is not None
+                               else ModelInfo.from_json(info).aggregation)
+                outcome = await self.compressor.compress(assign, settings.compression, aggregation, weights, outcome)
         except TaskCancelled:
             return  # the participant dropped this attempt (see drain): nothing of it is reported
         except WeeiError as exc:
@@ -385,6 +392,8 @@ class Executor:
                               "examples": outcome.count, "ms": max(0.0, s.clock() - now),
                               "metrics": {k: v for k, v in list(outcome.metrics.items())[:8]}}
             s.record("assignment.trained", s.last_trained)
+            if len(outcome.weights) == assign.checkpoint.bytes:  # else no update leaves: the result is refused
+                s.recorder.update_sent(len(outcome.compressed if outcome.compressed is not None else outcome.weights))
             participant.training_finished(assign.attempt_id, outcome, s.clock())
         s.live.drop(s.my_peer_id)
         s.recorder.update_execution({"activeWorkers": 0})

@@ -20,13 +20,17 @@ from typing import Iterable, Mapping
 
 from .errors import ManifestError, ManifestReason
 
-__all__ = ["DEFAULT_MEMORY_CAP", "MAX_FILE_BYTES", "MAX_AUXILIARY_BYTES", "MAX_SHADER_ARCHIVE_BYTES", "MAX_METRICS", "MAX_METRIC_ID_CHARS",
+__all__ = ["DEFAULT_MEMORY_CAP", "MAX_FILE_BYTES", "MAX_AUXILIARY_BYTES", "MAX_QDELTA_BYTES", "MAX_SHADER_ARCHIVE_BYTES", "MAX_METRICS", "MAX_METRIC_ID_CHARS",
            "max_bytes", "check_file_size", "check_selection_sizes"]
 
 #: Checkpoints and modules (and every kind without its own limit).
 MAX_FILE_BYTES = 256_000_000
 #: One auxiliary weights file: "up to 2 GiB".
 MAX_AUXILIARY_BYTES = 2 * 1024**3
+
+#: One compressed update (weei.core.formats.qdelta): its 24-byte header and at most the float32 weights it
+#: stands for (a scale per 8 weights or fewer makes int8 and its scales 1.5 bytes a weight, raw values 4).
+MAX_QDELTA_BYTES = MAX_FILE_BYTES + 24
 
 #: One WGSL shader archive (docs/gpu.md): 4 MiB, checked before it is parsed or shared.
 MAX_SHADER_ARCHIVE_BYTES = 4 << 20
@@ -38,7 +42,7 @@ MAX_METRIC_ID_CHARS = 64
 #: browser Worker: 1 GiB. createJob refuses weights and slots that cannot fit in it.
 DEFAULT_MEMORY_CAP = 1 << 30
 
-_BY_KIND = {"auxiliary": MAX_AUXILIARY_BYTES, "wgsl": MAX_SHADER_ARCHIVE_BYTES}
+_BY_KIND = {"auxiliary": MAX_AUXILIARY_BYTES, "wgsl": MAX_SHADER_ARCHIVE_BYTES, "qdelta": MAX_QDELTA_BYTES}
 
 
 def max_bytes(kind: str) -> int:
@@ -68,4 +72,6 @@ def check_selection_sizes(files: Mapping[str, int], auxiliary_names: Iterable[st
 def _label(limit: int) -> str:
     if limit == MAX_SHADER_ARCHIVE_BYTES:
         return "4 MiB"
+    if limit == MAX_QDELTA_BYTES:
+        return f"{MAX_FILE_BYTES // 1_000_000} MB + 24 bytes"
     return "2 GiB" if limit == MAX_AUXILIARY_BYTES else f"{limit // 1_000_000} MB"

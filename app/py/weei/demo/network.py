@@ -50,6 +50,9 @@ class MemoryNetwork:
         self.inboxes: dict[str, asyncio.Queue[tuple[str, str, dict[str, bytes]]]] = {}
         self.workers: dict[str, asyncio.Task[None]] = {}
         self.bytes_moved = 0
+        #: Bytes moved (message text and attachments) and messages, by message type ("update", "assign", ...).
+        self.bytes_by_type: dict[str, int] = {}
+        self.count_by_type: dict[str, int] = {}
         self.lost = 0
         self.refused: list[str] = []
 
@@ -70,7 +73,11 @@ class MemoryNetwork:
             self.lost += 1
             return
         text = json.dumps(encode_message(send.message))
-        self.bytes_moved += len(text) + sum(len(b) for b in blobs.values())
+        size = len(text) + sum(len(b) for b in blobs.values())
+        self.bytes_moved += size
+        kind = send.message.TYPE
+        self.bytes_by_type[kind] = self.bytes_by_type.get(kind, 0) + size
+        self.count_by_type[kind] = self.count_by_type.get(kind, 0) + 1
         self.inboxes[send.peer].put_nowait((src, text, dict(blobs)))
 
     async def _drain(self, peer: str) -> None:

@@ -69,6 +69,8 @@ class JobReport:
     direction: str
     rounds: list[dict[str, Any]] = field(default_factory=list)
     rejected: int = 0
+    #: What the participants' updates took on the network: (bytes, messages); the coordinator's own don't travel.
+    updates_sent: tuple[int, int] = (0, 0)
 
     def values(self) -> list[float]:
         return [r["validation"][self.metric] for r in self.rounds
@@ -266,6 +268,7 @@ async def _run_job(job: DemoJob, target: Path, stream: TextIO, settings: dict[st
         stop()
         table.update(coordinator.get_state(), contributors)
         report.rejected = len(coordinator.coordinator.rejected) if coordinator.coordinator else 0
+        report.updates_sent = (network.bytes_by_type.get("update", 0), network.count_by_type.get("update", 0))
         target.mkdir(parents=True, exist_ok=True)
         files = 0
         for key in await coordinator.storage.keys("checkpoints"):

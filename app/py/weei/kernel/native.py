@@ -110,6 +110,10 @@ class NativeKernel:
         lib.weei_trimmed_mean.restype = None
         lib.weei_trimmed_scratch.argtypes = [_u32]
         lib.weei_trimmed_scratch.restype = _u32
+        lib.weei_quantize.argtypes = [_c_p, _c_p, _c_p, _u32, _u32, _u32, _c_p, _c_p]
+        lib.weei_quantize.restype = None
+        lib.weei_dequantize.argtypes = [_c_p, _c_p, _c_p, _u32, _u32, _u32, _c_p]
+        lib.weei_dequantize.restype = None
         self._lib = lib
 
     @staticmethod
@@ -147,13 +151,14 @@ class NativeKernel:
         segments: Sequence[Segment],
         lr: float,
         momentum: float,
+        nesterov: bool = False,
     ) -> tuple[bytes, bytes]:
         """See ``AggregationKernel.fedavgm``."""
         s, a = np.ascontiguousarray(as_f32(start)), np.ascontiguousarray(as_f32(average))
         self._check_size(s.shape[0])
         out, v = a.copy(), as_f32(velocity).copy()
         segs, n_segs = _segments(segments)
-        params = (ctypes.c_double * 2)(float(lr), float(momentum))
+        params = (ctypes.c_double * 3)(float(lr), float(momentum), 1.0 if nesterov else 0.0)
         self._lib.weei_fedavgm(_ptr(s), _ptr(a), _ptr(v), _ptr(out), segs, n_segs, params)
         return out.tobytes(), v.tobytes()
 
@@ -210,6 +215,30 @@ class NativeKernel:
         scratch = ctypes.create_string_buffer(int(self._lib.weei_trimmed_scratch(k)))
         self._lib.weei_trimmed_mean(ptrs, k, n, trim, scratch, _ptr(out))
         return out.tobytes()
+
+    def quantize(self, start: BytesLike, trained: BytesLike, residual: BytesLike, block: int,
+                 bits: int) -> tuple[bytes, bytes, bytes]:
+        """See ``AggregationKernel.quantize``."""
+        s, x = np.ascontiguousarray(as_f32(start)), np.ascontiguousarray(as_f32(trained))
+        n = s.shape[0]
+        self._check_size(n)
+        e = as_f32(residual).copy()
+        scales = np.empty(-(-n // block), F32)
+        codes = np.empty(n if bits == 8 else (n + 1) // 2, np.uint8)
+        self._lib.weei_quantize(_ptr(s), _ptr(x), _ptr(e), n, block, bits, _ptr(scales), int(codes.ctypes.data))
+        return scales.tobytes(), codes.tobytes(), e.tobytes()
+
+    def dequantize(self, start: BytesLike, scales: BytesLike, codes: BytesLike, block: int, bits: int) -> memoryview:
+        """See ``AggregationKernel.dequantize``: a view of the array C wrote, not a copy (a fresh 16 MB copy cost
+        more than the dequantization: its pages fault in one by one; numpy's large arrays ask for huge pages)."""
+        s = np.ascontiguousarray(as_f32(start))
+        n = s.shape[0]
+        self._check_size(n)
+        sc = np.ascontiguousarray(as_f32(scales))
+        c = np.ascontiguousarray(np.frombuffer(codes, np.uint8))
+        out = np.empty(n, F32)
+        self._lib.weei_dequantize(_ptr(s), _ptr(sc), int(c.ctypes.data), n, block, bits, _ptr(out))
+        return memoryview(out).cast("B")
 
     def first_non_finite(self, data: BytesLike) -> int:
         """See ``AggregationKernel.first_non_finite``."""

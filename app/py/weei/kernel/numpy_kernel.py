@@ -111,11 +111,12 @@ class NumpyKernel:
         segments: Sequence[Segment],
         lr: float,
         mu: float,
+        nesterov: bool = False,
     ) -> None:
         """In place over ``segments``: ``v`` updated, ``out`` gets the step."""
         lr, mu = float(lr), float(mu)
         with np.errstate(all="ignore"):
-            self._fedavgm_blocks(start, avg, v, out, segments, lr, mu)
+            self._fedavgm_blocks(start, avg, v, out, segments, lr, mu, nesterov)
 
     def _fedavgm_blocks(
         self,
@@ -126,6 +127,7 @@ class NumpyKernel:
         segments: Sequence[Segment],
         lr: float,
         mu: float,
+        nesterov: bool,
     ) -> None:
         for seg_lo, seg_hi in segments:
             for lo in _blocks(seg_lo, seg_hi, self.block):
@@ -138,6 +140,9 @@ class NumpyKernel:
                 np.add(t, d, out=t)
                 v[lo:hi] = t  # store v as float32 ...
                 t[...] = v[lo:hi]  # ... and step with the stored value
+                if nesterov:  # lr * (d + mu*v)
+                    np.multiply(t, mu, out=t)
+                    np.add(d, t, out=t)
                 np.multiply(t, lr, out=t)
                 np.add(s, t, out=s)
                 out[lo:hi] = s
@@ -150,11 +155,12 @@ class NumpyKernel:
         segments: Sequence[Segment],
         lr: float,
         momentum: float,
+        nesterov: bool = False,
     ) -> tuple[bytes, bytes]:
         """See ``AggregationKernel.fedavgm``."""
         out = as_f32(average).copy()
         v = as_f32(velocity).copy()
-        self.fedavgm_arrays(as_f32(start), as_f32(average), v, out, segments, lr, momentum)
+        self.fedavgm_arrays(as_f32(start), as_f32(average), v, out, segments, lr, momentum, nesterov)
         return out.tobytes(), v.tobytes()
 
     def fedadam_arrays(
@@ -310,6 +316,39 @@ class NumpyKernel:
             out[lo:hi] = acc
         return out.tobytes()
 
+    # ---------------------------------------------------- compressed updates
+
+    def quantize(self, start: BytesLike, trained: BytesLike, residual: BytesLike, block: int,
+                 bits: int) -> tuple[bytes, bytes, bytes]:
+        """See ``AggregationKernel.quantize`` (c/kernel/aggregate.c, weei_quantize, for the bits)."""
+        q = 127.0 if bits == 8 else 7.0
+        s = as_f32(start).astype(F64)
+        t = as_f32(trained).astype(F64)
+        np.subtract(t, s, out=t)
+        np.add(t, as_f32(residual), out=t)
+        n = t.shape[0]
+        n_blocks = -(-n // block)
+        padded = np.zeros(n_blocks * block, F64)
+        np.abs(t, out=padded[:n])
+        scales = (padded.reshape(n_blocks, block).max(axis=1) / q).astype(F32)
+        per = np.repeat(scales.astype(F64), block)[:n]
+        with np.errstate(all="ignore"):
+            r = np.where(per != 0.0, np.clip(np.rint(t / per), -q, q), 0.0)
+        np.multiply(per, r, out=per)  # exact: a float32 times a code of at most 8 bits
+        np.subtract(t, per, out=t)
+        codes = r.astype(np.int8)
+        return scales.tobytes(), _pack(codes, bits), t.astype(F32).tobytes()
+
+    def dequantize(self, start: BytesLike, scales: BytesLike, codes: BytesLike, block: int, bits: int) -> bytes:
+        """See ``AggregationKernel.dequantize``."""
+        s = as_f32(start).astype(F64)
+        n = s.shape[0]
+        per = np.repeat(as_f32(scales).astype(F64), block)[:n]
+        np.multiply(per, _unpack(codes, bits, n), out=per)
+        np.add(s, per, out=s)
+        with np.errstate(all="ignore"):  # an overflow to infinity is the core's to refuse
+            return s.astype(F32).tobytes()
+
     # ----------------------------------------------------------- finiteness
 
     def first_non_finite(self, data: BytesLike) -> int:
@@ -324,3 +363,22 @@ class NumpyKernel:
     def sha256_many(self, buffers: Sequence[BytesLike]) -> list[str]:
         """See ``weei.core.job.round_rules.Kernel.sha256_many``: on every core (weei.kernel.digests)."""
         return _sha256_many(buffers)
+
+
+def _pack(codes: npt.NDArray[np.int8], bits: int) -> bytes:
+    """int8 codes as bytes, or two signed nibbles a byte (even index low, an odd tail padded with 0)."""
+    if bits == 8:
+        return codes.tobytes()
+    nib = (codes.astype(np.uint8) & 15)
+    if nib.shape[0] % 2:
+        nib = np.append(nib, np.uint8(0))
+    return (nib[0::2] | (nib[1::2] << 4)).astype(np.uint8).tobytes()
+
+
+def _unpack(codes: BytesLike, bits: int, n: int) -> npt.NDArray[np.float64]:
+    raw = np.frombuffer(codes, np.uint8)
+    if bits == 8:
+        return raw.view(np.int8)[:n].astype(F64)
+    nib = np.empty(raw.shape[0] * 2, np.int16)
+    nib[0::2], nib[1::2] = raw & 15, raw >> 4
+    return ((nib[:n] ^ 8) - 8).astype(F64)

@@ -160,9 +160,11 @@ class WasmKernel:
         segments: Sequence[Segment],
         lr: float,
         momentum: float,
+        nesterov: bool = False,
     ) -> tuple[bytes, bytes]:
         """See ``AggregationKernel.fedavgm``."""
-        s, a, v, out, segs, prm = self._stage_step(start, average, velocity, segments, (float(lr), float(momentum)))
+        params = (float(lr), float(momentum), 1.0 if nesterov else 0.0)
+        s, a, v, out, segs, prm = self._stage_step(start, average, velocity, segments, params)
         self._call("weei_fedavgm", s, a, v, out, segs, len(segments), prm)
         n = _nbytes(start)
         return self.read(out, n), self.read(v, n)
@@ -218,6 +220,27 @@ class WasmKernel:
         scratch, out = self._alloc(size), self._alloc(n)
         self._call("weei_trimmed_mean", ptrs_ptr, len(ptrs), n // 4, trim, scratch, out)
         return self.read(out, n)
+
+    # ---------------------------------------------------- compressed updates
+
+    def quantize(self, start: BytesLike, trained: BytesLike, residual: BytesLike, block: int,
+                 bits: int) -> tuple[bytes, bytes, bytes]:
+        """See ``AggregationKernel.quantize``."""
+        self._reset()
+        n = _nbytes(start) // 4
+        s, x, e = self._put(start), self._put(trained), self._put(residual)
+        n_scales, n_codes = -(-n // block), n if bits == 8 else (n + 1) // 2
+        scales, codes = self._alloc(4 * n_scales), self._alloc(n_codes)
+        self._call("weei_quantize", s, x, e, n, block, bits, scales, codes)
+        return self.read(scales, 4 * n_scales), self.read(codes, n_codes), self.read(e, 4 * n)
+
+    def dequantize(self, start: BytesLike, scales: BytesLike, codes: BytesLike, block: int, bits: int) -> bytes:
+        """See ``AggregationKernel.dequantize``."""
+        self._reset()
+        n = _nbytes(start) // 4
+        s, sc, c, out = self._put(start), self._put(scales), self._put(codes), self._alloc(4 * n)
+        self._call("weei_dequantize", s, sc, c, n, block, bits, out)
+        return self.read(out, 4 * n)
 
     # ----------------------------------------------------------- finiteness
 

@@ -65,9 +65,11 @@ class AggregationKernel(Protocol):
         segments: Sequence[Segment],
         lr: float,
         momentum: float,
+        nesterov: bool = False,
     ) -> tuple[bytes, bytes]:
         """Returns ``(weights, velocity)``: a step inside ``segments``, the
-        average and the old velocity elsewhere."""
+        average and the old velocity elsewhere; ``nesterov``: the step looks
+        ahead along the new velocity."""
         ...
 
     def fedadam(
@@ -101,6 +103,17 @@ class AggregationKernel(Protocol):
         """Per element: sort, drop ``trim`` values at each end, unweighted mean of the rest."""
         ...
 
+    def quantize(self, start: BytesLike, trained: BytesLike, residual: BytesLike, block: int,
+                 bits: int) -> tuple[bytes, bytes, bytes]:
+        """Block quantization of ``trained - start + residual`` (equal lengths, contiguous):
+        returns ``(scales, codes, new residual)`` (weei.core.aggregation.compression)."""
+        ...
+
+    def dequantize(self, start: BytesLike, scales: BytesLike, codes: BytesLike, block: int, bits: int) -> BytesLike:
+        """``f32(f64(start[i]) + f64(scale of i's block) * code[i])`` per element (a fresh buffer the caller owns:
+        a kernel may hand over the one it wrote, where copying it to bytes would cost as much again)."""
+        ...
+
 
 Step = Callable[[AggregationKernel, BytesLike, BytesLike, BytesLike, Sequence[Segment], Sequence[float]],
                 tuple[bytes, bytes]]
@@ -119,6 +132,7 @@ class Option:
     high: float
     below_high: bool
     meaning: str
+    whole: bool = False  # only whole numbers (a switch: 0 or 1)
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.low) and math.isfinite(self.high) and self.low <= self.default <= self.high
@@ -127,11 +141,15 @@ class Option:
 
     def allows(self, value: float) -> bool:
         """Whether a finite ``value`` is in range."""
+        if self.whole and value != int(value):
+            return False
         return self.low <= value < self.high if self.below_high else self.low <= value <= self.high
 
     @property
     def range_text(self) -> str:
         """The range in words, as errors and the docs say it."""
+        if self.whole:
+            return " or ".join(f"{v:g}" for v in range(int(self.low), int(self.high) + 1))
         return f"from {self.low:g} to {'below ' if self.below_high else ''}{self.high:g}"
 
 
@@ -157,8 +175,8 @@ class Method:
 
 def _fedavgm(kernel: AggregationKernel, start: BytesLike, average: BytesLike, state: BytesLike,
              segments: Sequence[Segment], values: Sequence[float]) -> tuple[bytes, bytes]:
-    lr, momentum = values
-    return kernel.fedavgm(start, average, state, segments, lr, momentum)
+    lr, momentum, nesterov = values
+    return kernel.fedavgm(start, average, state, segments, lr, momentum, nesterov != 0)
 
 
 def _fedadam(kernel: AggregationKernel, start: BytesLike, average: BytesLike, state: BytesLike,
@@ -178,8 +196,10 @@ METHODS: Mapping[str, Method] = {
     for m in (
         Method("fedavg", "FedAvg", (), 0, None, "McMahan et al. 2017"),
         Method("fedavgm", "FedAvgM",
-               (_lr(1.0), Option("momentum", "μ", 0.9, 0.0, 1.0, True, "server momentum")),
-               1, _fedavgm, "Hsu et al. 2019"),
+               (_lr(1.0), Option("momentum", "μ", 0.9, 0.0, 1.0, True, "server momentum"),
+                Option("nesterov", "–", 0.0, 0.0, 1.0, False, "Nesterov momentum, 1 is on; DiLoCo: η 0.7, μ 0.9",
+                       whole=True)),
+               1, _fedavgm, "Hsu et al. 2019; Nesterov: Sutskever et al. 2013, DiLoCo (Douillard et al. 2023)"),
         Method("fedadam", "FedAdam",
                (_lr(0.01), Option("beta1", "β1", 0.9, 0.0, 1.0, True, _BETA),
                 Option("beta2", "β2", 0.99, 0.0, 1.0, True, "decay of the mean of Δ²"),

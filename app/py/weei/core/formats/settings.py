@@ -28,6 +28,7 @@ from typing import Any, Literal, NoReturn
 from .. import _check
 from ..aggregation.methods import METHODS, Method
 from ..errors import SettingsError, SettingsReason
+from .qdelta import MAX_BLOCK, MIN_BLOCK
 
 __all__ = [
     "AggregationSettings",
@@ -37,6 +38,8 @@ __all__ = [
     "MAX_EXCLUDE_AFTER",
     "ValidationSchedule",
     "ExperienceSettings",
+    "CompressionSettings",
+    "COMPRESSION_KINDS",
     "TrainingSettings",
 ]
 
@@ -269,6 +272,46 @@ class ExperienceSettings:
         return {"unitsPerAssignment": self.units_per_assignment}
 
 
+#: ``compression.kind`` -> bits of a code (weei.core.formats.qdelta).
+COMPRESSION_KINDS: dict[str, int] = {"int8": 8, "int4": 4}
+DEFAULT_COMPRESSION_BLOCK = 256
+
+
+@dataclass(frozen=True)
+class CompressionSettings:
+    """Compressed updates (additive, off when absent; docs/methods.md, "Compressed updates"): each
+    participant sends its delta quantized to ``kind`` with one float32 scale per ``block`` weights."""
+
+    kind: str
+    block: int = DEFAULT_COMPRESSION_BLOCK
+
+    def __post_init__(self) -> None:
+        _check.as_choice(self.kind, _failer("compression.kind"), tuple(COMPRESSION_KINDS))
+        block = _check.as_int(self.block, _failer("compression.block"), minimum=1)
+        if not MIN_BLOCK <= block <= MAX_BLOCK:
+            raise SettingsError("compression.block", f"must be from {MIN_BLOCK} to {MAX_BLOCK}, not {block}",
+                                SettingsReason.OUT_OF_RANGE)
+        object.__setattr__(self, "block", block)
+
+    @property
+    def bits(self) -> int:
+        """Bits of one code: 8 or 4."""
+        return COMPRESSION_KINDS[self.kind]
+
+    @classmethod
+    def from_json(cls, obj: Any) -> CompressionSettings:
+        """Parse ``{kind, block?}``. Raises: SettingsError naming the field."""
+        obj = _check.as_object(obj, _failer("compression"))
+        _check.no_unknown_keys(obj, {"kind", "block"}, _unknown("compression."))
+        if "kind" not in obj:
+            raise SettingsError("compression.kind", "is required", SettingsReason.MISSING_SETTING)
+        return cls(obj["kind"], obj.get("block", DEFAULT_COMPRESSION_BLOCK))
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON form (the block always written, so a checkpoint says what was used)."""
+        return {"kind": self.kind, "block": self.block}
+
+
 _TOP_KEYS = frozenset(
     {
         "epochs",
@@ -281,6 +324,7 @@ _TOP_KEYS = frozenset(
         "aggregation",
         "experience",
         "workers",
+        "compression",
     }
 )
 
@@ -303,6 +347,7 @@ class TrainingSettings:
     aggregation: AggregationSettings = field(default=FEDAVG)
     experience: ExperienceSettings | None = None
     workers: int | None = None
+    compression: CompressionSettings | None = None
 
     def __post_init__(self) -> None:
         # Objects built in Python get the same count checks as parsed ones.
@@ -352,6 +397,7 @@ class TrainingSettings:
         if "experience" in obj:
             experience = ExperienceSettings.from_json(obj["experience"])
         workers = _count(obj, "workers", "workers") if "workers" in obj else None
+        compression = CompressionSettings.from_json(obj["compression"]) if "compression" in obj else None
         return cls(
             epochs=epochs,
             local_epochs=local_epochs,
@@ -362,6 +408,7 @@ class TrainingSettings:
             aggregation=aggregation,
             experience=experience,
             workers=workers,
+            compression=compression,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -382,4 +429,6 @@ class TrainingSettings:
             out["experience"] = self.experience.to_json()
         if self.workers is not None:
             out["workers"] = self.workers
+        if self.compression is not None:
+            out["compression"] = self.compression.to_json()
         return out

@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from .. import verified
+from ..floats import BytesLike
+from ..formats.qdelta import QDeltaError
 from ..wire.messages import Update
 from .schedule import UnitWork
 from ..states import ATTEMPT_TRANSITIONS, AttemptStatus, is_open, move
@@ -90,7 +92,7 @@ class Received:
 
     attempt: Attempt
     update: Update
-    weights: bytes
+    weights: BytesLike  # as received, or as dequantized from a compressed update
 
 
 @dataclass
@@ -173,7 +175,7 @@ class RoundAttempts:
         self.closed.add(attempt.attempt_id)
         self._open.pop(attempt.attempt_id, None)
 
-    def accept(self, attempt: Attempt, update: Update, weights: bytes) -> None:
+    def accept(self, attempt: Attempt, update: Update, weights: BytesLike) -> None:
         attempt.move("received")
         self.closed.add(attempt.attempt_id)
         self._open.pop(attempt.attempt_id, None)
@@ -200,11 +202,17 @@ class RoundAttempts:
 def check_update(attempts: RoundAttempts, peer: str, update: Update, blobs: Mapping[str, bytes], *,
                  checkpoint_round: int, weights_sha256: str, weight_bytes: int,
                  assigned_count: Callable[[Attempt], int],
-                 first_non_finite: Callable[[bytes], int]) -> tuple[str, str] | None:
-    """Why an update must not count (reason code, text), or None when it is valid. Cheapest checks first.
+                 first_non_finite: Callable[[BytesLike], int],
+                 decode: Callable[[BytesLike], BytesLike] | None = None) -> tuple[str, str] | BytesLike:
+    """The float32 weights an update contributes when it is valid, else why it must not count
+    (reason code, text). Cheapest checks first.
 
     ``assigned_count(attempt)`` is how many examples (or units) the attempt
     was given; ``first_non_finite(weights)`` is the kernel's scan (-1: all finite).
+    ``decode``: the job compresses updates (``settings.compression``): the
+    artifact must be a ``qdelta``, which ``decode`` turns into weights or
+    refuses with a QDeltaError, whose reason is the rejection's; then the
+    weights are checked as an uncompressed update's.
     """
     attempt = attempts.open_one(update.attempt_id)
     if attempt is None:
@@ -221,16 +229,24 @@ def check_update(attempts: RoundAttempts, peer: str, update: Update, blobs: Mapp
         return "wrong-assignment", f"attempt {update.attempt_id} is of assignment {attempt.assignment_id}"
     if update.base_checkpoint != weights_sha256:
         return "off-policy", "the update was computed from other weights than the round's checkpoint"
-    if update.weights.bytes != weight_bytes:
+    kind = "update" if decode is None else "qdelta"
+    if update.weights.kind != kind:
+        return "wrong-kind", f"the update is a {update.weights.kind!r} artifact, this job's updates are {kind!r}"
+    if decode is None and update.weights.bytes != weight_bytes:
         return "wrong-size", f"weights are {update.weights.bytes} bytes, the model has {weight_bytes}"
-    data = blobs.get(update.weights.sha256)
+    data: BytesLike | None = blobs.get(update.weights.sha256)
     if data is None:
         return "missing-weights", "the update's weights did not arrive"
-    if len(data) != weight_bytes:
-        return "wrong-size", f"weights are {len(data)} bytes, the model has {weight_bytes}"
+    if len(data) != update.weights.bytes:
+        return "wrong-size", f"weights are {len(data)} bytes, the update says {update.weights.bytes}"
     # Hashed once: a receiver that hashed the bytes on arrival hands them over as VerifiedBlobs.
     if not is_verified(blobs) and verified.sha256_hex(data) != update.weights.sha256:
         return "hash-mismatch", "the weights do not match their SHA-256"
+    if decode is not None:
+        try:
+            data = decode(data)
+        except QDeltaError as exc:
+            return str(exc.reason), str(exc)
     bad = first_non_finite(data)
     if bad >= 0:
         return "non-finite-weights", f"weight {bad} is not a finite number"
@@ -239,4 +255,4 @@ def check_update(attempts: RoundAttempts, peer: str, update: Update, blobs: Mapp
         return "inflated-count", f"{update.count} examples claimed, {assigned} were assigned"
     if update.count == 0:
         return "no-examples", "the update trained no examples (or finished no units)"
-    return None
+    return data

@@ -66,6 +66,8 @@ from typing import Any, Callable, Mapping
 from ..formats import checkpoint as ckpt
 from . import progress
 from ..aggregation.aggregate import AggregationState
+from ..aggregation.compression import decompress_update, layout
+from ..floats import BytesLike
 from .attempts import Attempt, Received, RoundAttempts, check_update
 from ..wire.commands import Command, Log, Outbox, RoundPhase, RunValidation, SaveCheckpoint, Send
 from ..errors import UsageError, WeeiError, UsageReason
@@ -754,13 +756,15 @@ class Coordinator:
 
     def _on_update(self, peer: str, record: PeerRecord, update: Update, blobs: Mapping[str, bytes],
                    now: float) -> None:
+        checked: tuple[str, str] | BytesLike
         if record.excluded:  # aggregation.excludeOutliersAfter
-            reason: tuple[str, str] | None = ("participant-excluded",
-                                              "this participant was excluded from the job as a repeated outlier")
+            checked = ("participant-excluded", "this participant was excluded from the job as a repeated outlier")
         else:
-            reason = check_update(self.attempts, peer, update, blobs, checkpoint_round=self.checkpoint_round,
-                                  weights_sha256=self.weights_sha256, weight_bytes=self.spec.weight_bytes,
-                                  assigned_count=self._assigned_count, first_non_finite=self.kernel.first_non_finite)
+            checked = check_update(self.attempts, peer, update, blobs, checkpoint_round=self.checkpoint_round,
+                                   weights_sha256=self.weights_sha256, weight_bytes=self.spec.weight_bytes,
+                                   assigned_count=self._assigned_count, first_non_finite=self.kernel.first_non_finite,
+                                   decode=self._decoder())
+        reason = checked if isinstance(checked, tuple) else None
         attempt = self.attempts.open_one(update.attempt_id)
         if reason is not None:
             code, text = reason
@@ -769,14 +773,23 @@ class Coordinator:
                 self._end_attempt(attempt, f"update rejected: {text}", now, failed=True, reassign=True)
             self._maybe_close_round(now)
             return
-        assert attempt is not None
+        assert attempt is not None and not isinstance(checked, tuple)
         record.stuck = None
-        self.attempts.accept(attempt, update, bytes(blobs[update.weights.sha256]))
+        self.attempts.accept(attempt, update, checked)
         if record.can("update_received"):
             record.move("update_received")
         self._send(peer, UpdateReceipt(self.spec.job_id, update.attempt_id, True))
         self._log("update.accepted", peer=peer, attempt=update.attempt_id, count=update.count)
         self._maybe_close_round(now)
+
+    def _decoder(self) -> Callable[[BytesLike], BytesLike] | None:
+        """How a compressed update of this round becomes weights (None: the job sends float32 weights)."""
+        compression = self.spec.settings.compression
+        if compression is None:
+            return None
+        shape = layout(self.spec.weight_bytes, [(r.offset, r.bytes) for r in self.spec.info.average_only])
+        start = self.weights
+        return lambda data: decompress_update(self.kernel, start, data, compression, shape)
 
     def _assigned_count(self, attempt: Attempt) -> int:
         if attempt.units is not None:

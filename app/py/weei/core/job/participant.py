@@ -64,6 +64,8 @@ class TrainOutcome:
     metrics: dict[str, float]
     count: int  # unique examples, or completed units
     optimizer_steps: int | None = None
+    #: The update as it is sent when the job compresses updates (a ``qdelta`` artifact made from ``weights``).
+    compressed: bytes | None = None
 
 
 class Participant:
@@ -344,13 +346,14 @@ class Participant:
         if problem is not None:
             self._fail(assign, problem)
         else:
-            sha = hashlib.sha256(outcome.weights).hexdigest()
-            ref = ArtifactRef("update", sha, len(outcome.weights))
+            sent = outcome.compressed if outcome.compressed is not None else outcome.weights
+            sha = hashlib.sha256(sent).hexdigest()
+            ref = ArtifactRef("update" if outcome.compressed is None else "qdelta", sha, len(sent))
             update = Update(assign.job_id, assign.round, assign.assignment_id, assign.attempt_id,
                             assign.checkpoint.sha256, ref, dict(outcome.metrics), outcome.count,
                             outcome.optimizer_steps)
             self._move("trained")
-            self._commands.append(Send(self.coordinator or "", update, (ref,), {sha: bytes(outcome.weights)}))
+            self._commands.append(Send(self.coordinator or "", update, (ref,), {sha: bytes(sent)}))
         self._next()
 
     def training_failed(self, attempt_id: str, error: str, now: float) -> None:

@@ -202,12 +202,12 @@ def check_gpu_offer(value: Any, at: Where = _AT.at("gpu")) -> dict[str, Any]:
 class ArtifactRef:
     """A content-addressed artifact: the bytes travel beside the message."""
 
-    kind: str  # module | chunk | checkpoint | update | auxiliary | snapshot | wgsl (a WGSL shader archive)
+    kind: str  # module | chunk | checkpoint | update | qdelta (a compressed update) | auxiliary | snapshot | wgsl
     sha256: str
     bytes: int
 
-    KINDS: ClassVar[frozenset[str]] = frozenset({"module", "chunk", "checkpoint", "update", "auxiliary", "snapshot",
-                                                 "wgsl"})
+    KINDS: ClassVar[frozenset[str]] = frozenset({"module", "chunk", "checkpoint", "update", "qdelta", "auxiliary",
+                                                 "snapshot", "wgsl"})
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "sha256": self.sha256, "bytes": self.bytes}

@@ -53,6 +53,7 @@ class DiagnosticsRecorder:
     _total: int | None
     _optimizer_steps: int | None
     _last_progress_at: float | None
+    _upload_bytes: int | None
 
     def __init__(
         self,
@@ -242,6 +243,10 @@ class DiagnosticsRecorder:
         """The assignment's optimizer steps, as the model counted them when it finished."""
         self._optimizer_steps = check_count(steps, _OWN_INPUT.at("optimizer_steps"))
 
+    def update_sent(self, size: int) -> None:
+        """The bytes of the update this assignment sends (compressed when the job compresses updates)."""
+        self._upload_bytes = check_count(size, _OWN_INPUT.at("upload_bytes"))
+
     # -- snapshots --------------------------------------------------------------------
 
     def next_due_at(self) -> float | None:
@@ -304,6 +309,7 @@ class DiagnosticsRecorder:
                 "currentExamplesPerSecond": self._current_speed(now_mono),
                 "averageExamplesPerSecond": average,
                 "lastProgressAt": self._last_progress_at,
+                "uploadBytes": self._upload_bytes,
             },
         }
 
@@ -321,6 +327,7 @@ class DiagnosticsRecorder:
         self._optimizer_steps = None
         self._samples: deque[tuple[float, int]] = deque(maxlen=_MAX_SPEED_SAMPLES)
         self._last_progress_at = None
+        self._upload_bytes = None
 
     def _close_stage(self, now_mono: float) -> None:
         if self._stage in TIMED_STAGES and self._assignment is not None:

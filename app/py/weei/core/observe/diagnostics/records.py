@@ -198,6 +198,8 @@ def _performance(value: Any, w: Where) -> dict[str, Any]:
         "currentExamplesPerSecond": w.read(o, "currentExamplesPerSecond", nullable(_amount)),
         "averageExamplesPerSecond": w.read(o, "averageExamplesPerSecond", nullable(_amount)),
         "lastProgressAt": w.read(o, "lastProgressAt", nullable(_amount)),
+        # Additive (issue 25): the update's bytes as sent; a peer of an older version leaves it out.
+        "uploadBytes": nullable(check_count)(o.get("uploadBytes"), w.at("uploadBytes")),
     }
 
 

@@ -171,7 +171,7 @@ class FrameReader:
             refs: tuple[tuple[str, int], ...] = ()
             total, kind = frame.total, frame.kind
             limit = lim.max_auxiliary_bytes if kind == "auxiliary" else lim.max_artifact_bytes
-            limit = min(limit, max_bytes(kind)) if kind == "wgsl" else limit
+            limit = min(limit, max_bytes(kind)) if kind in ("wgsl", "qdelta") else limit
         else:
             sha, total, kind, refs, limit = None, frame.json_bytes, "message", frame.attachments, lim.max_message_bytes
         t = _Incoming(frame.transfer_id, sha, kind, total, [], refs, RateMeter(now), now, now)
