@@ -55,6 +55,9 @@ __all__ = [
     "SecAggReason",
     "SecAggError",
     "SecAggParams",
+    "SALT_BYTES",
+    "COMMITMENT_BYTES",
+    "SEALED_SHARE_BYTES",
     "AdvertiseKeys",
     "Roster",
     "ShareKeys",
@@ -72,9 +75,11 @@ __all__ = [
 ]
 
 RandomBytes = Callable[[int], bytes]
-_SALT = 16
-_COMMIT = 32
-_SHARE_PLAIN = 2 * shamir.SHARE_BYTES + 2 * _SALT
+SALT_BYTES = 16
+COMMITMENT_BYTES = 32
+_SHARE_PLAIN = 2 * shamir.SHARE_BYTES + 2 * SALT_BYTES
+#: A sealed share pair (s_sk share, b share, their salts) with its tag: what one peer deals another.
+SEALED_SHARE_BYTES = _SHARE_PLAIN + prg.TAG_BYTES
 
 
 class SecAggReason(str, Enum):
@@ -196,11 +201,11 @@ class Outgoing:
 
 def _commit(tag: bytes, dealer: str, holder: str, kind: str, y: int, salt: bytes) -> bytes:
     return prg.derive("share-commit", tag, dealer.encode(), holder.encode(), kind.encode(),
-                      y.to_bytes(shamir.SHARE_BYTES, "big"), salt, size=_COMMIT)
+                      y.to_bytes(shamir.SHARE_BYTES, "big"), salt, size=COMMITMENT_BYTES)
 
 
 def _seed_commit(tag: bytes, dealer: str, seed: bytes) -> bytes:
-    return prg.derive("seed-commit", tag, dealer.encode(), seed, size=_COMMIT)
+    return prg.derive("seed-commit", tag, dealer.encode(), seed, size=COMMITMENT_BYTES)
 
 
 def _agree(secret: bytes, peer_pk: bytes, peer: str) -> bytes:
@@ -315,7 +320,7 @@ class SecAggClient:
         b_shares = shamir.split(self._seed, t, len(ids), self._randbelow)
         sealed, commitments = [], []
         for index, peer in enumerate(ids):
-            salt_sk, salt_b = self._random(_SALT), self._random(_SALT)
+            salt_sk, salt_b = self._random(SALT_BYTES), self._random(SALT_BYTES)
             (_, y_sk), (_, y_b) = sk_shares[index], b_shares[index]
             commitments.append((peer, _commit(tag, self.me, peer, "sk", y_sk, salt_sk), _commit(tag, self.me, peer, "b", y_b, salt_b)))
             if peer == self.me:
@@ -348,8 +353,8 @@ class SecAggClient:
             if plain is None or len(plain) != _SHARE_PLAIN:
                 raise SecAggError(SecAggReason.BAD_CIPHERTEXT, f"the share {dealer} sealed does not open", dealer)
             n = shamir.SHARE_BYTES
-            self._held[dealer] = (ids.index(self.me) + 1, int.from_bytes(plain[:n], "big"), plain[n:n + _SALT],
-                                  int.from_bytes(plain[n + _SALT:2 * n + _SALT], "big"), plain[2 * n + _SALT:])
+            self._held[dealer] = (ids.index(self.me) + 1, int.from_bytes(plain[:n], "big"), plain[n:n + SALT_BYTES],
+                                  int.from_bytes(plain[n + SALT_BYTES:2 * n + SALT_BYTES], "big"), plain[2 * n + SALT_BYTES:])
         self._u2 = u2
         length = self.params.length
         pairs = []
@@ -441,9 +446,9 @@ class SecAggServer:
             peers = set(self._keys) - {sender}
             if ({p for p, _ in message.sealed} != peers or len(message.sealed) != len(peers)
                     or [c[0] for c in message.commitments] != sorted(self._keys)
-                    or any(len(c[1]) != _COMMIT or len(c[2]) != _COMMIT for c in message.commitments)
-                    or len(message.seed_commitment) != _COMMIT
-                    or any(len(s) != _SHARE_PLAIN + prg.TAG_BYTES for _, s in message.sealed)):
+                    or any(len(c[1]) != COMMITMENT_BYTES or len(c[2]) != COMMITMENT_BYTES for c in message.commitments)
+                    or len(message.seed_commitment) != COMMITMENT_BYTES
+                    or any(len(s) != SEALED_SHARE_BYTES for _, s in message.sealed)):
                 raise SecAggError(SecAggReason.BAD_MESSAGE, f"{sender}'s shares do not cover U1 exactly", sender)
         elif isinstance(message, MaskedInput):
             if len(message.words) != length or any(not 0 <= w < fixedpoint.MODULUS for w in message.words):
