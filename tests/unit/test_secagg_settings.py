@@ -45,3 +45,16 @@ def test_bad_privacy_settings_are_refused_naming_the_field(privacy: dict[str, An
     with pytest.raises(SettingsError) as err:
         TrainingSettings.from_json({**BASE, "privacy": privacy})
     assert err.value.field == field and err.value.reason == reason
+
+
+def test_a_coordinator_refuses_a_job_that_promises_secure_aggregation_its_rounds_do_not_run_yet() -> None:
+    # Until the rounds carry the protocol, a job with it on would send updates in the clear under an invitation
+    # that says otherwise: refused by name instead.
+    from sim import Sim, dataset_spec
+    spec, store = dataset_spec(3, settings={**BASE, "privacy": {"secureAggregation": True, "clip": 5}})
+    with pytest.raises(SettingsError) as err:
+        Sim.create(spec, store)
+    assert err.value.reason == SettingsReason.UNSUPPORTED_SETTING and err.value.field == "privacy.secureAggregation"
+    spec, store = dataset_spec(3, settings={**BASE, "privacy": {"secureAggregation": False, "clip": 5}})
+    assert Sim.create(spec, store).coordinator.spec.settings.to_json()["privacy"] == {
+        "secureAggregation": False, "clip": 5, "threshold": 0.6}

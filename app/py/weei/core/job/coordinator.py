@@ -68,7 +68,7 @@ from . import progress
 from ..aggregation.aggregate import AggregationState
 from .attempts import Attempt, Received, RoundAttempts, check_update
 from ..wire.commands import Command, Log, Outbox, RoundPhase, RunValidation, SaveCheckpoint, Send
-from ..errors import UsageError, WeeiError, UsageReason
+from ..errors import SettingsError, SettingsReason, UsageError, WeeiError, UsageReason
 from .spec import JobSpec
 from .participant import CHECKPOINTS_KEPT
 from ..wire.messages import (
@@ -136,6 +136,11 @@ class Coordinator:
                  now: float, job_seed: int | None, round_timeout_ms: float, aggregation_state: AggregationState | None,
                  dataset: DatasetSchedule | None, experience: ExperienceSchedule | None,
                  checkpoint_hashes: dict[int, str], first_round: int) -> None:
+        if spec.settings.privacy.secure_aggregation:
+            # The rounds do not run the protocol yet (docs/privacy.md): refusing beats sending updates in the clear
+            # under an invitation that says they are masked.
+            raise SettingsError("privacy.secureAggregation", "is not carried by a job's rounds in this version",
+                                SettingsReason.UNSUPPORTED_SETTING)
         self.spec = spec
         self.my_peer_id = my_peer_id
         self.kernel = kernel
@@ -188,6 +193,7 @@ class Coordinator:
 
         Raises:
             UsageError: an experience job without ``job_seed``, or weights of the wrong size.
+            SettingsError: ``privacy.secureAggregation`` on (unsupported-setting: the rounds do not carry it yet).
         """
         if len(initial_weights) != spec.weight_bytes:
             raise UsageError(UsageReason.WRONG_WEIGHT_SIZE, f"initial weights are {len(initial_weights)} bytes, "
