@@ -71,13 +71,12 @@ def test_shake256_fips202_empty_vector() -> None:
     assert hashlib.shake_256(b"").hexdigest(32) == "46b9dd2b0ba88d13233b3feb743eeb243fcd52ea62b81b82b50c27646ed5762f"
 
 
-def test_mask_words_are_the_shake256_stream_read_as_little_endian_u64() -> None:
+def test_a_mask_is_the_shake256_stream_read_as_little_endian_u64() -> None:
     seed = bytes(range(32))
     stream = hashlib.shake_256(b"weei-secagg-mask\x00" + seed).digest(8 * 1000)
-    words = prg.mask_words(seed, 1000)
-    assert words == list(struct.unpack("<1000Q", stream))
-    # Pinned, so a change of the expansion (which would split peers of two versions) is seen.
-    assert words[:2] == list(struct.unpack("<2Q", stream[:16]))
+    assert prg.mask_bytes(seed, 1000) == stream
+    assert fixedpoint.from_bytes(stream) == list(struct.unpack("<1000Q", stream))
+    # The length-prefixed derivation, spelled out, so a change of it (which would split peers of two versions) is seen.
     assert prg.derive("pair-mask", b"a", b"b").hex() == hashlib.shake_256(
         b"\x00\x00\x00\x09pair-mask\x00\x00\x00\x01a\x00\x00\x00\x01b").hexdigest(32)
 
@@ -108,10 +107,26 @@ def test_fixed_point_round_trip_and_wrap() -> None:
     decoded = fixedpoint.decode(fixedpoint.encode(values, bits, 10.0), bits)
     assert decoded[:6] == [pytest.approx(v, abs=2.0 ** -bits) for v in values[:6]]
     assert decoded[6:] == [10.0, 0.0]  # clamped to the bound; a NaN carries nothing
-    acc = [0]
+    acc = fixedpoint.RingSum(1)
     for _ in range(5):
-        fixedpoint.add_into(acc, fixedpoint.encode([-10.0], bits, 10.0))
-    assert fixedpoint.decode(acc, bits) == [-50.0]
+        acc.add(fixedpoint.to_bytes(fixedpoint.encode([-10.0], bits, 10.0)))
+    assert fixedpoint.decode(fixedpoint.from_bytes(acc.value()), bits) == [-50.0]
+
+
+def test_ring_sums_of_packed_vectors_match_python_integers_mod_2_64() -> None:
+    # The lanes' edges: 0, 2^32 - 1, 2^32, 2^63, 2^64 - 1, where a carry or a borrow would cross into the next lane.
+    rng = random.Random(12)
+    edges = [0, 1, 2 ** 32 - 1, 2 ** 32, 2 ** 63, 2 ** 64 - 1]
+    for _ in range(200):
+        vectors = [[rng.choice(edges + [rng.randrange(2 ** 64)]) for _ in range(9)] for _ in range(rng.randrange(1, 9))]
+        signs = [rng.choice((1, -1)) for _ in vectors]
+        acc = fixedpoint.RingSum(9)
+        for v, sign in zip(vectors, signs, strict=True):
+            (acc.add if sign > 0 else acc.sub)(fixedpoint.to_bytes(v))
+        assert fixedpoint.from_bytes(acc.value()) == [sum(s * v[i] for v, s in zip(vectors, signs, strict=True)) % 2 ** 64
+                                                      for i in range(9)]
+    with pytest.raises(ValueError):
+        acc.add(bytes(8))
 
 
 # --- the protocol, under simulated time ---------------------------------------------------------------------------
@@ -186,10 +201,9 @@ class Run:
 
 
 def exact_sum(p: SecAggParams, vectors: Sequence[Sequence[float]]) -> list[int]:
-    acc = [0] * p.length
-    for v in vectors:
-        fixedpoint.add_into(acc, fixedpoint.encode(v, p.bits, p.bound))
-    return acc
+    # Plain Python integers, no mask and no packing: the reference the protocol's sum must equal.
+    encoded = [fixedpoint.encode(v, p.bits, p.bound) for v in vectors]
+    return [sum(column) % fixedpoint.MODULUS for column in zip(*encoded, strict=True)]
 
 
 def test_the_unmasked_sum_is_the_exact_sum_of_the_encoded_updates() -> None:
@@ -247,9 +261,10 @@ def test_the_coordinators_transcript_depends_on_the_updates_only_through_their_s
         running = [(r + eb - ea) % mod for r, ea, eb in zip(running, enc_a[i], enc_b[i], strict=True)]
         shifted[(i, i + 1)] = [(m + r) % mod for m, r in zip(masks[(i, i + 1)], running, strict=True)]
 
-    def view(encoded: list[list[int]], pair: dict[tuple[int, int], list[int]]) -> list[list[int]]:
-        return [mask_vector(encoded[i], selfs[i], [(1 if i < j else -1, pair[min(i, j), max(i, j)])
-                                                  for j in range(n) if j != i]) for i in range(n)]
+    def view(encoded: list[list[int]], pair: dict[tuple[int, int], list[int]]) -> list[bytes]:
+        return [mask_vector(encoded[i], fixedpoint.to_bytes(selfs[i]),
+                            [(1 if i < j else -1, fixedpoint.to_bytes(pair[min(i, j), max(i, j)])) for j in range(n) if j != i])
+                for i in range(n)]
 
     assert view(enc_a, shifted) == view(enc_b, masks)
 
@@ -355,7 +370,7 @@ def test_the_coordinator_refuses_messages_out_of_stage_and_low_order_keys() -> N
     p = params()
     server = SecAggServer(p, list(IDS), 0.0, TIMEOUT)
     with pytest.raises(SecAggError) as err:
-        server.receive("p1", MaskedInput((0,) * p.length), 0.0)
+        server.receive("p1", MaskedInput(bytes(8 * p.length)), 0.0)
     assert err.value.reason == SecAggReason.BAD_MESSAGE and err.value.peer == "p1"
     with pytest.raises(SecAggError) as err:
         server.receive("stranger", AdvertiseKeys(bytes(32), bytes(32)), 0.0)

@@ -17,13 +17,11 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from array import array
 
-__all__ = ["SEED_BYTES", "TAG_BYTES", "derive", "expand", "mask_words", "seal", "open_sealed"]
+__all__ = ["SEED_BYTES", "TAG_BYTES", "derive", "expand", "mask_bytes", "seal", "open_sealed"]
 
 SEED_BYTES = 32
 TAG_BYTES = 32
-_LITTLE = array("Q").itemsize == 8 and memoryview(array("H", [1])).tobytes() == b"\x01\x00"
 
 
 def derive(label: str, *parts: bytes, size: int = SEED_BYTES) -> bytes:
@@ -40,13 +38,9 @@ def expand(seed: bytes, size: int) -> bytes:
     return hashlib.shake_256(b"weei-secagg-mask\x00" + seed).digest(size)
 
 
-def mask_words(seed: bytes, length: int) -> list[int]:
-    """``length`` uniform elements of Z_{2^64} from a seed: the expansion read as little-endian u64."""
-    words = array("Q")
-    words.frombytes(expand(seed, 8 * length))
-    if not _LITTLE:
-        words.byteswap()
-    return words.tolist()
+def mask_bytes(seed: bytes, length: int) -> bytes:
+    """A mask of ``length`` uniform elements of Z_{2^64} from a seed, as little-endian u64 bytes."""
+    return expand(seed, 8 * length)
 
 
 def seal(key: bytes, plaintext: bytes) -> bytes:

@@ -168,9 +168,9 @@ class SharesFor:
 
 @dataclass(frozen=True)
 class MaskedInput:
-    """Participant -> coordinator: the masked, encoded update."""
+    """Participant -> coordinator: the masked, encoded update, little-endian u64 (``fixedpoint.to_bytes``)."""
 
-    words: tuple[int, ...]
+    data: bytes
 
 
 @dataclass(frozen=True)
@@ -231,14 +231,15 @@ def _rebuild(shares: list[tuple[int, int]], size: int) -> bytes | None:
         return None
 
 
-def mask_vector(encoded: Sequence[int], self_mask: Sequence[int],
-                pair_masks: Sequence[tuple[int, Sequence[int]]]) -> list[int]:
-    """``encoded + self_mask + sum(sign * mask)`` in Z_{2^64}; sign is +1 or -1 per pairwise mask."""
-    out = list(encoded)
-    fixedpoint.add_into(out, self_mask)
-    for sign, words in pair_masks:
-        (fixedpoint.add_into if sign > 0 else fixedpoint.sub_into)(out, words)
-    return out
+def mask_vector(encoded: Sequence[int], self_mask: bytes, pair_masks: Sequence[tuple[int, bytes]]) -> bytes:
+    """``encoded + self_mask + sum(sign * mask)`` in Z_{2^64}, masks and result as little-endian u64 bytes;
+    sign is +1 or -1 per pairwise mask."""
+    acc = fixedpoint.RingSum(len(encoded))
+    acc.add(fixedpoint.to_bytes(encoded))
+    acc.add(self_mask)
+    for sign, mask in pair_masks:
+        (acc.add if sign > 0 else acc.sub)(mask)
+    return acc.value()
 
 
 def clip_norm(update: Sequence[float], clip: float) -> list[float]:
@@ -361,9 +362,9 @@ class SecAggClient:
         for peer in u2:
             if peer != self.me:
                 seed = _pair_seed(tag, _agree(self._s_sk, self._roster[peer].s_pk, peer), self.me, peer)
-                pairs.append((1 if self.me < peer else -1, prg.mask_words(seed, length)))
+                pairs.append((1 if self.me < peer else -1, prg.mask_bytes(seed, length)))
         encoded = fixedpoint.encode(vector, self.params.bits, self.params.bound)
-        return MaskedInput(tuple(mask_vector(encoded, prg.mask_words(self._seed, length), pairs)))
+        return MaskedInput(mask_vector(encoded, prg.mask_bytes(self._seed, length), pairs))
 
     def unmask(self, request: Unmask) -> UnmaskShares:
         """Reveal b shares of U3's peers and s_sk shares of U2 \\ U3's, once.
@@ -451,7 +452,7 @@ class SecAggServer:
                     or any(len(s) != SEALED_SHARE_BYTES for _, s in message.sealed)):
                 raise SecAggError(SecAggReason.BAD_MESSAGE, f"{sender}'s shares do not cover U1 exactly", sender)
         elif isinstance(message, MaskedInput):
-            if len(message.words) != length or any(not 0 <= w < fixedpoint.MODULUS for w in message.words):
+            if len(message.data) != 8 * length:
                 raise SecAggError(SecAggReason.BAD_MESSAGE, f"{sender}'s masked vector is not {length} ring elements", sender)
 
     def _fail(self, reason: SecAggReason, message: str, peer: str | None = None) -> list[Outgoing]:
@@ -504,9 +505,9 @@ class SecAggServer:
     def _finish(self, answers: dict[str, UnmaskShares]) -> None:
         t, tag, length = self.params.threshold, self.params.round_tag, self.params.length
         u2, u3 = list(self._shared), list(self._masked)
-        total = [0] * length
+        total = fixedpoint.RingSum(length)
         for masked in self._masked.values():
-            fixedpoint.add_into(total, masked.words)
+            total.add(masked.data)
         for survivor in u3:
             shares = self._revealed(answers, survivor, "b")
             if len(shares) < t:
@@ -517,7 +518,7 @@ class SecAggServer:
             if seed is None or _seed_commit(tag, survivor, seed) != self._shared[survivor].seed_commitment:
                 self._fail(SecAggReason.BAD_DEALER, f"{survivor}'s shares do not rebuild its committed seed", survivor)
                 return
-            fixedpoint.sub_into(total, prg.mask_words(seed, length))
+            total.sub(prg.mask_bytes(seed, length))
         for dropped in (p for p in u2 if p not in u3):
             shares = self._revealed(answers, dropped, "sk")
             if len(shares) < t:
@@ -531,5 +532,5 @@ class SecAggServer:
             for survivor in u3:
                 seed = _pair_seed(tag, _agree(s_sk, self._keys[survivor].s_pk, survivor), dropped, survivor)
                 # The survivor added +PRG when survivor < dropped: take it back out.
-                (fixedpoint.sub_into if survivor < dropped else fixedpoint.add_into)(total, prg.mask_words(seed, length))
-        self.total, self.contributors, self.stage = total, tuple(u3), "done"
+                (total.sub if survivor < dropped else total.add)(prg.mask_bytes(seed, length))
+        self.total, self.contributors, self.stage = fixedpoint.from_bytes(total.value()), tuple(u3), "done"
