@@ -375,6 +375,11 @@ def test_the_coordinator_refuses_messages_out_of_stage_and_low_order_keys() -> N
     with pytest.raises(SecAggError) as err:
         server.receive("stranger", AdvertiseKeys(bytes(32), bytes(32)), 0.0)
     assert err.value.peer == "stranger"
+    # A low-order key (here u = 1, of order 1; RFC 7748's list of such points) is refused as it arrives.
+    one = (1).to_bytes(32, "little")
+    with pytest.raises(SecAggError) as err:
+        server.receive("p2", AdvertiseKeys(SecAggClient("p2", p, seeded(2)).advertise().c_pk, one), 0.0)
+    assert err.value.reason == SecAggReason.BAD_KEY and err.value.peer == "p2"
     client = SecAggClient("p1", p, seeded(1))
     mine = client.advertise()
     zero = AdvertiseKeys(bytes(32), bytes(32))  # u = 0 is of low order: every secret agrees on 0 with it

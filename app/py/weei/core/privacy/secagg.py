@@ -208,6 +208,10 @@ def _seed_commit(tag: bytes, dealer: str, seed: bytes) -> bytes:
     return prg.derive("seed-commit", tag, dealer.encode(), seed, size=COMMITMENT_BYTES)
 
 
+#: Any clamped scalar maps every low-order point (and only those) to 0: the probe of a public key.
+_PROBE = bytes([8]) + bytes(30) + bytes([64])
+
+
 def _agree(secret: bytes, peer_pk: bytes, peer: str) -> bytes:
     shared = x25519(secret, peer_pk)
     if shared == bytes(KEY_BYTES):  # a low-order point: the "secret" would be known to everyone
@@ -443,6 +447,9 @@ class SecAggServer:
         if isinstance(message, AdvertiseKeys):
             if len(message.c_pk) != KEY_BYTES or len(message.s_pk) != KEY_BYTES:
                 raise SecAggError(SecAggReason.BAD_KEY, f"{sender}'s public keys are not 32 bytes each", sender)
+            # Refused here, naming the sender, rather than by every peer that would then abort the round.
+            _agree(_PROBE, message.c_pk, sender)
+            _agree(_PROBE, message.s_pk, sender)
         elif isinstance(message, ShareKeys):
             peers = set(self._keys) - {sender}
             if ({p for p, _ in message.sealed} != peers or len(message.sealed) != len(peers)
