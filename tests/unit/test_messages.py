@@ -14,9 +14,11 @@ from weei.core.wire.messages import (
     _TYPES, ArtifactMissing, ArtifactRef, Assign, AssignmentFailed, CheckpointNote, ChunkRef, Deliver, DiagnosticsReport, Direction, Invitation,
     InvitationDecision, JobFinished, Leave, MessageError, MessageReason, ModuleStatus, PauseContribution,
     Piece, Progress, RelayDone, RelayPiece, RelayPlan, RoomChallenge, RoomProof, TrainingStarted, UnitRange, Update,
-    UpdateReceipt, decode_message, encode_message, Presence,
+    UpdateReceipt, decode_message, encode_message, Presence, SecAggKeys, SecAggRoster, SecAggShares, SecAggSharesFor,
+    SecAggMasked, SecAggUnmask, SecAggReveal,
 )
 from weei.core.observe.peer_names import PeerCard
+from weei.core.privacy.secagg import AdvertiseKeys, Roster, ShareKeys, SharesFor, Unmask, UnmaskShares
 
 H1, H2, H3 = "a" * 64, "b" * 64, "0123456789abcdef" * 4
 REF = ArtifactRef("checkpoint", H1, 64)
@@ -79,6 +81,16 @@ SAMPLES = [
     Presence(PeerCard("Weei agent on Linux", agent=True)),
     Invitation("job-2", "coord", {"id": "m", "metrics": []}, {"fileName": "m.wasm", "bytes": 10, "sha256": H1}, 0,
                {"epochs": 3}, "Ana's laptop"),
+    # Secure aggregation (docs/privacy.md): keys, roster, shares, masked update, unmask, reveal.
+    SecAggKeys("job-1", 2, 1, AdvertiseKeys(bytes(range(32)), bytes(32))),
+    SecAggRoster("job-1", 2, 1, 2, 10, Roster((("p1", AdvertiseKeys(bytes(32), bytes([1]) * 32)),
+                                               ("p2", AdvertiseKeys(bytes([2]) * 32, bytes([3]) * 32))))),
+    SecAggShares("job-1", 2, 1, ShareKeys((("p2", bytes([7]) * 196),), (("p1", bytes(32), bytes([1]) * 32),
+                                                                          ("p2", bytes([2]) * 32, bytes(32))), bytes([9]) * 32)),
+    SecAggSharesFor("job-1", 2, 1, SharesFor(("p1", "p2"), (("p2", bytes([5]) * 196),))),
+    SecAggMasked("job-1", 2, 1, ArtifactRef("update", H2, 80)),
+    SecAggUnmask("job-1", 2, 3, Unmask(("p1", "p2"))),
+    SecAggReveal("job-1", 2, 1, UnmaskShares((("p3", 2 ** 520, bytes(16)),), (("p1", 0, bytes([4]) * 16),))),
 ]
 
 
@@ -89,9 +101,10 @@ def test_every_type_has_a_sample() -> None:
 def test_each_type_knows_its_direction() -> None:
     # Written out by hand (the spec's message flow), not derived from the classes.
     to_participant = {"invitation", "deliver", "assign", "updateReceipt", "jobFinished", "checkpoint", "relayPlan",
-                      "relayPiece", "roomProof"}
+                      "relayPiece", "roomProof", "secaggRoster", "secaggSharesFor", "secaggUnmask"}
     to_coordinator = {"invitationDecision", "moduleStatus", "trainingStarted", "update", "assignmentFailed",
-                      "pauseContribution", "leave", "diagnostics", "progress", "relayDone", "roomChallenge", "artifactMissing"}
+                      "pauseContribution", "leave", "diagnostics", "progress", "relayDone", "roomChallenge", "artifactMissing",
+                      "secaggKeys", "secaggShares", "secaggMasked", "secaggReveal"}
     any_peer = {"presence"}  # outside a job: a peer's name and what it does
     assert to_participant | to_coordinator | any_peer == set(_TYPES)
     for kind, cls in _TYPES.items():
@@ -205,6 +218,18 @@ BAD = [
     (_with(Progress, metrics=[1]), "bad-field"),
     (_with(Progress, elapsedMs=-5), "bad-field"),
     (_with(Progress, elapsedMs=_DROP), "bad-field"),
+    (_with(SecAggKeys, cPk="AB" * 32), "bad-field"),  # hex in lowercase only: one spelling per key
+    (_with(SecAggKeys, sPk="00" * 31), "bad-field"),
+    (_with(SecAggKeys, attempt=0), "bad-field"),
+    (_with(SecAggRoster, threshold=3), "bad-field"),  # above the roster's size
+    (_with(SecAggRoster, keys=[{"peer": "p1", "cPk": "00" * 32, "sPk": "00" * 32}] * 2), "bad-field"),
+    (_with(SecAggShares, sealed=[{"peer": "p2", "data": "00" * 195}]), "bad-field"),
+    (_with(SecAggShares, sealed=[{"peer": f"p{i}", "data": "00" * 196} for i in range(257)]), "bad-field"),
+    (_with(SecAggSharesFor, u2=["p1", "p1"]), "bad-field"),
+    (_with(SecAggMasked, masked=ArtifactRef("update", H2, 81).to_json()), "bad-field"),
+    (_with(SecAggMasked, masked=ArtifactRef("chunk", H2, 80).to_json()), "bad-field"),
+    (_with(SecAggUnmask, u3="p1"), "bad-field"),
+    (_with(SecAggReveal, keyShares=[{"peer": "p3", "share": "00" * 66, "salt": "00" * 15}]), "bad-field"),
 ]
 
 

@@ -27,6 +27,7 @@ from weei.core.errors import (AggregationError, AggregationReason, CheckpointErr
                               ManifestReason, ModelError, ModelInfoReason, ModelReason, SettingsError, SettingsReason,
                               UsageError, UsageReason, WeeiError, WeeiReason)
 from weei.core.observe.diagnostics.records import DiagnosticsError, DiagnosticsReason
+from weei.core.privacy.secagg import SecAggError, SecAggReason
 from weei.core.states import IllegalTransition
 from weei.core.wire.framing.frames import FrameError, FrameReason
 from weei.core.wire.messages import MessageError, MessageReason
@@ -160,6 +161,7 @@ FAMILIES = [
     (GpuError, GpuReason.GPU_TIMEOUT), (OnnxError, OnnxReason.BAD_SHAPE), (FrameError, FrameReason.STALLED),
     (MessageError, MessageReason.BAD_FIELD), (DiagnosticsError, DiagnosticsReason.BAD_DIAGNOSTICS),
     (SignalingError, Reason.ROOM_FULL), (SignalingError, ClientReason.CLOSED),
+    (SecAggError, SecAggReason.BAD_SHARE),
 ]
 
 
@@ -217,9 +219,11 @@ def test_api_md_tables_every_code_a_caller_sees_with_what_to_do() -> None:
             assert len(row) == 3 and all(row), f"{family.__name__}: {row} needs code | when | what to do"
 
 
-@pytest.mark.parametrize(("family", "doc"), [(GpuReason, "gpu.md"), (OnnxReason, "onnx.md"), (FlowerReason, "flower.md")])
+@pytest.mark.parametrize(("family", "doc"), [(GpuReason, "gpu.md"), (OnnxReason, "onnx.md"), (FlowerReason, "flower.md"),
+                                                 (SecAggReason, "privacy.md")])
 def test_state_and_cli_reasons_are_in_their_docs(family: type[Enum], doc: str) -> None:
-    # GPU reasons reach state.execution.fallback and the diagnostics card; ONNX reasons the CLI and the widget's form.
+    # GPU reasons reach state.execution.fallback and the diagnostics card; ONNX reasons the CLI and the widget's form;
+    # secure aggregation's the coordinator's log and a failed round's record.
     text = (DOCS / doc).read_text()
     missing = [m.value for m in family if f"`{m.value}`" not in text]
     assert not missing, f"docs/{doc} does not name {missing}"

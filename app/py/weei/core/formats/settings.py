@@ -21,6 +21,7 @@ Decisions where the spec is silent (see also docs/checkpoint-format.md):
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from collections.abc import Mapping
 from typing import Any, Literal, NoReturn
@@ -40,6 +41,7 @@ __all__ = [
     "ExperienceSettings",
     "CompressionSettings",
     "COMPRESSION_KINDS",
+    "PrivacySettings",
     "TrainingSettings",
 ]
 
@@ -312,6 +314,70 @@ class CompressionSettings:
         return {"kind": self.kind, "block": self.block}
 
 
+DEFAULT_SECAGG_THRESHOLD = 0.6
+
+
+@dataclass(frozen=True)
+class PrivacySettings:
+    """``privacy`` (additive, docs/privacy.md): secure aggregation and the clip each participant applies.
+
+    ``threshold`` is the fraction of a round's participants whose shares
+    rebuild a dropped peer's masks: t = max(2, ceil(threshold * n)); above
+    one half, so two disjoint groups can never both unmask.
+    """
+
+    secure_aggregation: bool = False
+    clip: float | None = None
+    threshold: float = DEFAULT_SECAGG_THRESHOLD
+
+    def __post_init__(self) -> None:
+        _check.as_bool(self.secure_aggregation, _failer("privacy.secureAggregation"))
+        if self.clip is not None:
+            _check.as_number(self.clip, _failer("privacy.clip"))
+            if not 0 < self.clip <= MAX_NORM_CLIP:
+                raise SettingsError("privacy.clip", f"must be above 0 and at most {MAX_NORM_CLIP:g}, not {self.clip}",
+                                    SettingsReason.OUT_OF_RANGE)
+        _check.as_number(self.threshold, _failer("privacy.threshold"))
+        if not 0.5 < self.threshold <= 1:
+            raise SettingsError("privacy.threshold", f"must be above 0.5 and at most 1, not {self.threshold}",
+                                SettingsReason.OUT_OF_RANGE)
+        if self.secure_aggregation and self.clip is None:
+            raise SettingsError("privacy.clip", "is required with secureAggregation (each participant clips its own update)",
+                                SettingsReason.MISSING_SETTING)
+
+    @classmethod
+    def from_json(cls, obj: Any) -> PrivacySettings:
+        """Parse ``{secureAggregation, clip, threshold}``. Raises: SettingsError."""
+        obj = _check.as_object(obj, _failer("privacy"))
+        _check.no_unknown_keys(obj, {"secureAggregation", "clip", "threshold"}, _unknown("privacy."))
+        return cls(obj.get("secureAggregation", False), obj.get("clip"), obj.get("threshold", DEFAULT_SECAGG_THRESHOLD))
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON form, with every field (the invitation shows what a participant agrees to)."""
+        out: dict[str, Any] = {"secureAggregation": self.secure_aggregation, "threshold": self.threshold}
+        if self.clip is not None:
+            out["clip"] = self.clip
+        return out
+
+    def threshold_of(self, participants: int) -> int:
+        """t for a round of ``participants``: max(2, ceil(threshold * participants))."""
+        return max(2, math.ceil(self.threshold * participants))
+
+
+NO_PRIVACY = PrivacySettings()
+
+
+def _check_secure_aggregation(aggregation: AggregationSettings) -> None:
+    # The coordinator sees only the sum: nothing that needs each update (a robust combine, a clip or an
+    # exclusion it applies, a server step of another method) can run.
+    per_update = [f"aggregation.{json}" for json, attr in _ROBUST_OPTIONS.items() if getattr(aggregation, attr) is not None]
+    if aggregation.method != FEDAVG.method:
+        per_update.insert(0, f"aggregation.method {aggregation.method!r}")
+    if per_update:
+        raise SettingsError("privacy.secureAggregation", f"works with plain FedAvg only, not with {', '.join(per_update)}",
+                            SettingsReason.CONFLICTING_SETTING)
+
+
 _TOP_KEYS = frozenset(
     {
         "epochs",
@@ -325,6 +391,7 @@ _TOP_KEYS = frozenset(
         "experience",
         "workers",
         "compression",
+        "privacy",
     }
 )
 
@@ -348,6 +415,7 @@ class TrainingSettings:
     experience: ExperienceSettings | None = None
     workers: int | None = None
     compression: CompressionSettings | None = None
+    privacy: PrivacySettings = field(default=NO_PRIVACY)
 
     def __post_init__(self) -> None:
         # Objects built in Python get the same count checks as parsed ones.
@@ -356,6 +424,8 @@ class TrainingSettings:
         if self.workers is not None:
             _check.as_int(self.workers, _failer("workers"), minimum=1)
         _check.as_bool(self.coordinator_participates, _failer("coordinatorParticipates"))
+        if self.privacy.secure_aggregation:
+            _check_secure_aggregation(self.aggregation)
 
     @classmethod
     def from_json(cls, obj: Any) -> TrainingSettings:
@@ -398,6 +468,7 @@ class TrainingSettings:
             experience = ExperienceSettings.from_json(obj["experience"])
         workers = _count(obj, "workers", "workers") if "workers" in obj else None
         compression = CompressionSettings.from_json(obj["compression"]) if "compression" in obj else None
+        privacy = PrivacySettings.from_json(obj["privacy"]) if "privacy" in obj else NO_PRIVACY
         return cls(
             epochs=epochs,
             local_epochs=local_epochs,
@@ -409,6 +480,7 @@ class TrainingSettings:
             experience=experience,
             workers=workers,
             compression=compression,
+            privacy=privacy,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -431,4 +503,6 @@ class TrainingSettings:
             out["workers"] = self.workers
         if self.compression is not None:
             out["compression"] = self.compression.to_json()
+        if self.privacy != NO_PRIVACY:
+            out["privacy"] = self.privacy.to_json()
         return out

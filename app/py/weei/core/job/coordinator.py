@@ -70,7 +70,7 @@ from ..aggregation.compression import decompress_update, layout
 from ..floats import BytesLike
 from .attempts import Attempt, Received, RoundAttempts, check_update
 from ..wire.commands import Command, Log, Outbox, RoundPhase, RunValidation, SaveCheckpoint, Send
-from ..errors import UsageError, WeeiError, UsageReason
+from ..errors import SettingsError, SettingsReason, UsageError, WeeiError, UsageReason
 from .spec import JobSpec
 from .participant import CHECKPOINTS_KEPT
 from ..wire.messages import (
@@ -138,6 +138,11 @@ class Coordinator:
                  now: float, job_seed: int | None, round_timeout_ms: float, aggregation_state: AggregationState | None,
                  dataset: DatasetSchedule | None, experience: ExperienceSchedule | None,
                  checkpoint_hashes: dict[int, str], first_round: int) -> None:
+        if spec.settings.privacy.secure_aggregation:
+            # The rounds do not run the protocol yet (docs/privacy.md): refusing beats sending updates in the clear
+            # under an invitation that says they are masked.
+            raise SettingsError("privacy.secureAggregation", "is not carried by a job's rounds in this version",
+                                SettingsReason.UNSUPPORTED_SETTING)
         self.spec = spec
         self.my_peer_id = my_peer_id
         #: This device's display name, which invitations carry (the host sets it; core/observe/peer_names.py).
@@ -192,6 +197,7 @@ class Coordinator:
 
         Raises:
             UsageError: an experience job without ``job_seed``, or weights of the wrong size.
+            SettingsError: ``privacy.secureAggregation`` on (unsupported-setting: the rounds do not carry it yet).
         """
         if len(initial_weights) != spec.weight_bytes:
             raise UsageError(UsageReason.WRONG_WEIGHT_SIZE, f"initial weights are {len(initial_weights)} bytes, "

@@ -24,6 +24,10 @@ from ..errors import WeeiError
 from ..limits import MAX_FILE_BYTES, MAX_METRIC_ID_CHARS, MAX_METRICS, MAX_SHADER_ARCHIVE_BYTES
 from ..formats.seeds import parse_seed
 from ..observe.peer_names import MAX_NAME_CHARS, PeerCard, clean_name
+from ..privacy import shamir
+from ..privacy.secagg import (COMMITMENT_BYTES, SALT_BYTES, SEALED_SHARE_BYTES, AdvertiseKeys, Roster, ShareKeys,
+                              SharesFor, Unmask, UnmaskShares)
+from ..privacy.x25519 import KEY_BYTES
 
 __all__ = [
     "MessageReason",
@@ -57,6 +61,14 @@ __all__ = [
     "RoomChallenge",
     "RoomProof",
     "Presence",
+    "MAX_SECAGG_PEERS",
+    "SecAggKeys",
+    "SecAggRoster",
+    "SecAggShares",
+    "SecAggSharesFor",
+    "SecAggMasked",
+    "SecAggUnmask",
+    "SecAggReveal",
     "Message",
     "check_gpu_offer",
     "decode_message",
@@ -834,10 +846,197 @@ class Presence(_Message):
         return cls(card)
 
 
+# ------------------------------------------------------------ secure aggregation (docs/privacy.md; weei.core.privacy)
+
+#: At most this many participants in one secure-aggregation round (each message lists them once).
+MAX_SECAGG_PEERS = 256
+
+
+def _hex(value: Any, at: Where, nbytes: int) -> bytes:
+    text = as_str(value, at, max_chars=2 * nbytes)
+    if len(text) != 2 * nbytes or text.strip("0123456789abcdef"):
+        at(f"must be {2 * nbytes} lowercase hex digits")
+    return bytes.fromhex(text)
+
+
+def _peers(obj: Mapping[str, Any], key: str) -> tuple[str, ...]:
+    at = _AT.at(key)
+    peers = tuple(as_str(p, at.at(i), max_chars=_PEER) for i, p in enumerate(as_list(obj.get(key), at, MAX_SECAGG_PEERS)))
+    if first_duplicate(peers) is not None:
+        at("must name distinct peers")
+    return peers
+
+
+def _rows(obj: Mapping[str, Any], key: str, columns: tuple[tuple[str, int], ...]) -> list[tuple[Any, ...]]:
+    """A list of objects, each ``{peer: id, <column>: hex of n bytes, ...}``, at most one per peer."""
+    at = _AT.at(key)
+    rows = []
+    for i, item in enumerate(as_list(obj.get(key), at, MAX_SECAGG_PEERS)):
+        row = as_object(item, at.at(i))
+        rows.append((_str(row, "peer", limit=_PEER, at=at.at(i)),
+                     *(_hex(row.get(name), at.at(i).at(name), n) for name, n in columns)))
+    if first_duplicate(r[0] for r in rows) is not None:
+        at("must name each peer once")
+    return rows
+
+
+@dataclass(frozen=True)
+class _SecAgg(_Message):
+    """A secure-aggregation message of one round's attempt (a retry is a new attempt with fresh keys)."""
+
+    job_id: str
+    round: int
+    attempt: int
+
+    def _head(self) -> dict[str, Any]:
+        return {"jobId": self.job_id, "round": self.round, "attempt": self.attempt}
+
+    @staticmethod
+    def _parse_head(obj: dict[str, Any]) -> tuple[str, int, int]:
+        return _str(obj, "jobId"), _int(obj, "round", minimum=1), _int(obj, "attempt", minimum=1)
+
+
+@dataclass(frozen=True)
+class SecAggKeys(_SecAgg):
+    """A participant's two public keys for this attempt (``AdvertiseKeys``)."""
+
+    TYPE: ClassVar[str] = "secaggKeys"
+    DIRECTION: ClassVar[Direction] = Direction.TO_COORDINATOR
+    keys: AdvertiseKeys
+
+    def _body(self) -> dict[str, Any]:
+        return {**self._head(), "cPk": self.keys.c_pk.hex(), "sPk": self.keys.s_pk.hex()}
+
+    @classmethod
+    def _parse(cls, obj: dict[str, Any]) -> SecAggKeys:
+        return cls(*cls._parse_head(obj), AdvertiseKeys(_hex(obj.get("cPk"), _AT.at("cPk"), KEY_BYTES),
+                                                         _hex(obj.get("sPk"), _AT.at("sPk"), KEY_BYTES)))
+
+
+@dataclass(frozen=True)
+class SecAggRoster(_SecAgg):
+    """U1 and each member's keys (``Roster``), with the threshold and vector length every member checks."""
+
+    TYPE: ClassVar[str] = "secaggRoster"
+    DIRECTION: ClassVar[Direction] = Direction.TO_PARTICIPANT
+    threshold: int
+    length: int
+    roster: Roster
+
+    def _body(self) -> dict[str, Any]:
+        return {**self._head(), "threshold": self.threshold, "length": self.length,
+                "keys": [{"peer": p, "cPk": k.c_pk.hex(), "sPk": k.s_pk.hex()} for p, k in self.roster.keys]}
+
+    @classmethod
+    def _parse(cls, obj: dict[str, Any]) -> SecAggRoster:
+        rows = _rows(obj, "keys", (("cPk", KEY_BYTES), ("sPk", KEY_BYTES)))
+        threshold = _int(obj, "threshold", minimum=2)
+        if threshold > len(rows):
+            _AT.at("threshold")("must be at most the number of keys")
+        return cls(*cls._parse_head(obj), threshold, _int(obj, "length", minimum=1),
+                   Roster(tuple((p, AdvertiseKeys(c, s)) for p, c, s in rows)))
+
+
+@dataclass(frozen=True)
+class SecAggShares(_SecAgg):
+    """A participant's sealed share pair for each peer, its commitments and its seed's (``ShareKeys``)."""
+
+    TYPE: ClassVar[str] = "secaggShares"
+    DIRECTION: ClassVar[Direction] = Direction.TO_COORDINATOR
+    shares: ShareKeys
+
+    def _body(self) -> dict[str, Any]:
+        return {**self._head(), "sealed": [{"peer": p, "data": d.hex()} for p, d in self.shares.sealed],
+                "commitments": [{"peer": p, "key": k.hex(), "seed": b.hex()} for p, k, b in self.shares.commitments],
+                "seedCommitment": self.shares.seed_commitment.hex()}
+
+    @classmethod
+    def _parse(cls, obj: dict[str, Any]) -> SecAggShares:
+        sealed = tuple((p, d) for p, d in _rows(obj, "sealed", (("data", SEALED_SHARE_BYTES),)))
+        commitments = tuple((p, k, b) for p, k, b in _rows(obj, "commitments", (("key", COMMITMENT_BYTES), ("seed", COMMITMENT_BYTES))))
+        return cls(*cls._parse_head(obj), ShareKeys(sealed, commitments,
+                                                    _hex(obj.get("seedCommitment"), _AT.at("seedCommitment"), COMMITMENT_BYTES)))
+
+
+@dataclass(frozen=True)
+class SecAggSharesFor(_SecAgg):
+    """U2 and the sealed shares its peers dealt this participant (``SharesFor``)."""
+
+    TYPE: ClassVar[str] = "secaggSharesFor"
+    DIRECTION: ClassVar[Direction] = Direction.TO_PARTICIPANT
+    shares: SharesFor
+
+    def _body(self) -> dict[str, Any]:
+        return {**self._head(), "u2": list(self.shares.u2),
+                "inbox": [{"peer": p, "data": d.hex()} for p, d in self.shares.inbox]}
+
+    @classmethod
+    def _parse(cls, obj: dict[str, Any]) -> SecAggSharesFor:
+        inbox = tuple((p, d) for p, d in _rows(obj, "inbox", (("data", SEALED_SHARE_BYTES),)))
+        return cls(*cls._parse_head(obj), SharesFor(_peers(obj, "u2"), inbox))
+
+
+@dataclass(frozen=True)
+class SecAggMasked(_SecAgg):
+    """The masked update: ``length`` little-endian u64 ring elements, travelling beside the message."""
+
+    TYPE: ClassVar[str] = "secaggMasked"
+    DIRECTION: ClassVar[Direction] = Direction.TO_COORDINATOR
+    masked: ArtifactRef
+
+    def _body(self) -> dict[str, Any]:
+        return {**self._head(), "masked": self.masked.to_json()}
+
+    @classmethod
+    def _parse(cls, obj: dict[str, Any]) -> SecAggMasked:
+        masked = ArtifactRef.from_json(obj.get("masked"), _AT.at("masked"))
+        if masked.kind != "update" or masked.bytes < 8 or masked.bytes % 8 or masked.bytes > MAX_FILE_BYTES:
+            _AT.at("masked")("must be an update of whole 8-byte ring elements")
+        return cls(*cls._parse_head(obj), masked)
+
+
+@dataclass(frozen=True)
+class SecAggUnmask(_SecAgg):
+    """U3: whose self masks to reveal shares of; the rest of U2 dropped (``Unmask``)."""
+
+    TYPE: ClassVar[str] = "secaggUnmask"
+    DIRECTION: ClassVar[Direction] = Direction.TO_PARTICIPANT
+    unmask: Unmask
+
+    def _body(self) -> dict[str, Any]:
+        return {**self._head(), "u3": list(self.unmask.u3)}
+
+    @classmethod
+    def _parse(cls, obj: dict[str, Any]) -> SecAggUnmask:
+        return cls(*cls._parse_head(obj), Unmask(_peers(obj, "u3")))
+
+
+@dataclass(frozen=True)
+class SecAggReveal(_SecAgg):
+    """A survivor's shares: of dropped peers' keys and of survivors' seeds (``UnmaskShares``)."""
+
+    TYPE: ClassVar[str] = "secaggReveal"
+    DIRECTION: ClassVar[Direction] = Direction.TO_COORDINATOR
+    reveal: UnmaskShares
+
+    def _body(self) -> dict[str, Any]:
+        def rows(entries: tuple[tuple[str, int, bytes], ...]) -> list[dict[str, str]]:
+            return [{"peer": p, "share": y.to_bytes(shamir.SHARE_BYTES, "big").hex(), "salt": s.hex()} for p, y, s in entries]
+        return {**self._head(), "keyShares": rows(self.reveal.key_shares), "seedShares": rows(self.reveal.seed_shares)}
+
+    @classmethod
+    def _parse(cls, obj: dict[str, Any]) -> SecAggReveal:
+        def rows(key: str) -> tuple[tuple[str, int, bytes], ...]:
+            return tuple((p, int.from_bytes(y, "big"), s)
+                         for p, y, s in _rows(obj, key, (("share", shamir.SHARE_BYTES), ("salt", SALT_BYTES))))
+        return cls(*cls._parse_head(obj), UnmaskShares(rows("keyShares"), rows("seedShares")))
+
+
 Message = (
     Invitation | InvitationDecision | Deliver | ModuleStatus | Assign | TrainingStarted | Update | AssignmentFailed
     | ArtifactMissing | UpdateReceipt | PauseContribution | Leave | JobFinished | DiagnosticsReport | Progress | CheckpointNote
-    | RelayPlan | RelayPiece | RelayDone | RoomChallenge | RoomProof | Presence
+    | RelayPlan | RelayPiece | RelayDone | RoomChallenge | RoomProof | Presence | SecAggKeys | SecAggRoster | SecAggShares
+    | SecAggSharesFor | SecAggMasked | SecAggUnmask | SecAggReveal
 )
 
 #: The one decode table: every message type on the wire.
@@ -845,7 +1044,8 @@ _TYPES: dict[str, Any] = {
     cls.TYPE: cls
     for cls in (Invitation, InvitationDecision, Deliver, ModuleStatus, Assign, TrainingStarted, Update, AssignmentFailed,
                 ArtifactMissing, UpdateReceipt, PauseContribution, Leave, JobFinished, DiagnosticsReport, Progress, CheckpointNote,
-                RelayPlan, RelayPiece, RelayDone, RoomChallenge, RoomProof, Presence)
+                RelayPlan, RelayPiece, RelayDone, RoomChallenge, RoomProof, Presence, SecAggKeys, SecAggRoster, SecAggShares,
+                SecAggSharesFor, SecAggMasked, SecAggUnmask, SecAggReveal)
 }
 
 

@@ -1,0 +1,8 @@
+"""Privacy a participant can check: secure aggregation (the coordinator learns only a round's sum).
+
+Pure Python (no numpy, no ``cryptography``) so the same bytes come out in
+CPython and in Pyodide: ``x25519`` (RFC 7748 key agreement), ``prg``
+(SHAKE-256 expansion and the pairwise channel's encryption), ``shamir``
+(threshold sharing over a prime field), ``fixedpoint`` (updates into
+Z_{2^64}), ``secagg`` (the protocol's two sides, sans-I/O).
+"""

@@ -1,0 +1,124 @@
+"""Fixed-point encoding of updates into the ring Z_{2^64}, where masked sums are exact.
+
+A value v becomes round(v * 2^bits) mod 2^64 (two's complement); sums wrap
+mod 2^64 and the integer sum is exact as long as its magnitude stays below
+2^63. ``frac_bits`` picks the largest scale that keeps a sum of ``count``
+values, each at most ``bound`` in magnitude, inside that range; every peer
+computes it from the same settings, so the grid is the same everywhere.
+Decoding divides one exact integer by a power of two: one correctly
+rounded float operation, bit-identical on every platform.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from array import array
+from collections.abc import Iterable, Sequence
+
+__all__ = ["RING_BITS", "MODULUS", "frac_bits", "encode", "decode", "to_bytes", "from_bytes", "RingSum"]
+
+RING_BITS = 64
+MODULUS = 1 << RING_BITS
+_MASK = MODULUS - 1
+_HALF = 1 << (RING_BITS - 1)
+MAX_FRAC_BITS = 40
+
+
+def frac_bits(bound: float, count: int) -> int:
+    """The scale 2^bits for ``count`` values of magnitude <= ``bound``: their sum stays under 2^62 on the grid.
+
+    Raises ValueError when even 2^0 would overflow (bound * count too large) or inputs are not positive.
+    """
+    if not (math.isfinite(bound) and bound > 0) or count < 1:
+        raise ValueError("bound must be finite and positive, count at least 1")
+    room = 62 - math.ceil(math.log2(bound * count + 1))
+    if room < 0:
+        raise ValueError(f"a sum of {count} values of magnitude {bound:g} does not fit the ring")
+    return min(room, MAX_FRAC_BITS)
+
+
+def encode(values: Iterable[float], bits: int, bound: float) -> list[int]:
+    """Each value clamped to [-bound, bound] (a NaN becomes 0), scaled by 2^bits, rounded, mod 2^64."""
+    scale = float(1 << bits)
+    out = []
+    for v in values:
+        if v != v:
+            v = 0.0
+        v = -bound if v < -bound else bound if v > bound else v
+        out.append(round(v * scale) & _MASK)
+    return out
+
+
+def decode(words: Sequence[int], bits: int) -> list[float]:
+    """Ring elements back to floats: two's complement, then divided by 2^bits."""
+    scale = float(1 << bits)
+    return [((w - MODULUS) if w >= _HALF else w) / scale for w in words]
+
+
+def to_bytes(words: Sequence[int]) -> bytes:
+    """Ring elements as little-endian u64, the form masks and masked vectors travel in."""
+    out = array("Q", words)
+    if sys.byteorder != "little":
+        out.byteswap()
+    return out.tobytes()
+
+
+def from_bytes(data: bytes) -> list[int]:
+    """Little-endian u64 back to ring elements (the length is the caller's to check: a multiple of 8)."""
+    out = array("Q")
+    out.frombytes(data)
+    if sys.byteorder != "little":
+        out.byteswap()
+    return out.tolist()
+
+
+class RingSum:
+    """A running sum of vectors in Z_{2^64}, each given as little-endian u64 bytes.
+
+    A vector becomes two Python integers, its elements' low and high 32-bit
+    halves each in a 64-bit lane, so a whole vector adds in one big-integer
+    addition (in C, in CPython and Pyodide alike) instead of a loop per
+    element. A lane's upper 32 bits catch the carries: 2^32 additions
+    before they could reach the next lane, far beyond any round.
+    Subtraction adds the complements of the halves, which never borrow.
+    """
+
+    def __init__(self, length: int) -> None:
+        self.length = length
+        self._halves = (1 << (64 * length)) // ((1 << 64) - 1) * 0xFFFFFFFF  # 0xFFFFFFFF in every lane
+        self._two32 = (self._halves + self._halves // 0xFFFFFFFF)  # 2^32 in every lane
+        self._lo = self._hi = 0
+        self._adds = 0
+
+    def _split(self, data: bytes) -> tuple[int, int]:
+        if len(data) != 8 * self.length:
+            raise ValueError(f"a vector of {self.length} ring elements is {8 * self.length} bytes, not {len(data)}")
+        whole = int.from_bytes(data, "little")
+        return whole & self._halves, (whole >> 32) & self._halves
+
+    def add(self, data: bytes) -> None:
+        """Add a vector. Raises ValueError on the wrong length."""
+        lo, hi = self._split(data)
+        self._lo += lo
+        self._hi += hi
+        self._count()
+
+    def sub(self, data: bytes) -> None:
+        """Subtract a vector. Raises ValueError on the wrong length."""
+        lo, hi = self._split(data)
+        # -v = (2^32 - lo) + 2^32 * (2^32 - 1 - hi) - 2^64: both terms in 0..2^32, so nothing borrows.
+        self._lo += self._two32 - lo
+        self._hi += self._halves - hi
+        self._count()
+
+    def _count(self) -> None:
+        self._adds += 1
+        if self._adds >= 1 << 31:
+            raise OverflowError("a ring sum of 2^31 vectors could carry across lanes")
+
+    def value(self) -> bytes:
+        """The sum mod 2^64, as little-endian u64 bytes."""
+        lo = self._lo & self._halves
+        hi = (self._hi + ((self._lo >> 32) & self._halves)) & self._halves
+        return (lo | (hi << 32)).to_bytes(8 * self.length, "little")

@@ -1,0 +1,60 @@
+"""``settings.privacy`` for secure aggregation: parsed, refused by name where it cannot work, shown in the invitation."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from weei.core.errors import SettingsError, SettingsReason
+from weei.core.formats.settings import PrivacySettings, TrainingSettings
+
+BASE: dict[str, Any] = {"epochs": 2, "localEpochs": 1, "batchSize": 8, "coordinatorParticipates": False}
+
+
+def test_secure_aggregation_round_trips_and_sets_the_threshold() -> None:
+    settings = TrainingSettings.from_json({**BASE, "privacy": {"secureAggregation": True, "clip": 5}})
+    assert settings.privacy == PrivacySettings(True, 5, 0.6)
+    assert settings.to_json()["privacy"] == {"secureAggregation": True, "clip": 5, "threshold": 0.6}
+    assert TrainingSettings.from_json(settings.to_json()) == settings
+    assert [settings.privacy.threshold_of(n) for n in (2, 3, 5, 10)] == [2, 2, 3, 6]
+    assert "privacy" not in TrainingSettings.from_json(BASE).to_json()  # off: the spec's settings keep their bytes
+
+
+@pytest.mark.parametrize("aggregation,named", [
+    ({"method": "fedavg", "combine": "trimmedMean"}, "aggregation.combine"),
+    ({"method": "fedavg", "combine": "median"}, "aggregation.combine"),
+    ({"method": "fedavg", "normClip": 3}, "aggregation.normClip"),
+    ({"method": "fedavgm"}, "aggregation.method 'fedavgm'"),
+])
+def test_secure_aggregation_refuses_what_needs_single_updates_by_name(aggregation: dict[str, Any], named: str) -> None:
+    with pytest.raises(SettingsError) as err:
+        TrainingSettings.from_json({**BASE, "aggregation": aggregation, "privacy": {"secureAggregation": True, "clip": 5}})
+    assert err.value.reason == SettingsReason.CONFLICTING_SETTING and err.value.field == "privacy.secureAggregation"
+    assert named in str(err.value)
+
+
+@pytest.mark.parametrize("privacy,field,reason", [
+    ({"secureAggregation": True}, "privacy.clip", SettingsReason.MISSING_SETTING),
+    ({"secureAggregation": True, "clip": 0}, "privacy.clip", SettingsReason.OUT_OF_RANGE),
+    ({"secureAggregation": True, "clip": 1, "threshold": 0.5}, "privacy.threshold", SettingsReason.OUT_OF_RANGE),
+    ({"secureAggregation": "yes", "clip": 1}, "privacy.secureAggregation", SettingsReason.INVALID_SETTING),
+    ({"secureAggregation": True, "clip": 1, "noise": 1}, "privacy.noise", SettingsReason.UNKNOWN_SETTING),
+])
+def test_bad_privacy_settings_are_refused_naming_the_field(privacy: dict[str, Any], field: str, reason: SettingsReason) -> None:
+    with pytest.raises(SettingsError) as err:
+        TrainingSettings.from_json({**BASE, "privacy": privacy})
+    assert err.value.field == field and err.value.reason == reason
+
+
+def test_a_coordinator_refuses_a_job_that_promises_secure_aggregation_its_rounds_do_not_run_yet() -> None:
+    # Until the rounds carry the protocol, a job with it on would send updates in the clear under an invitation
+    # that says otherwise: refused by name instead.
+    from sim import Sim, dataset_spec
+    spec, store = dataset_spec(3, settings={**BASE, "privacy": {"secureAggregation": True, "clip": 5}})
+    with pytest.raises(SettingsError) as err:
+        Sim.create(spec, store)
+    assert err.value.reason == SettingsReason.UNSUPPORTED_SETTING and err.value.field == "privacy.secureAggregation"
+    spec, store = dataset_spec(3, settings={**BASE, "privacy": {"secureAggregation": False, "clip": 5}})
+    assert Sim.create(spec, store).coordinator.spec.settings.to_json()["privacy"] == {
+        "secureAggregation": False, "clip": 5, "threshold": 0.6}
