@@ -10,7 +10,7 @@ Side by side in one run, same settings and seeds:
 * Weei's own engine cost per client message, in CPU time (the machine is shared: wall clock is not Weei's):
   the same job through an in-process Flower ``Grid`` (:class:`MemoryGrid`: no Ray, no gRPC; Weei's
   ``drive`` loop, codec and resident participants, all in this process) against ``weei demo``'s in-process
-  run, CPU seconds of the rounds (from the checkpoint-0 row to the last) / client messages (one assignment
+  run, CPU seconds of the rounds (from the job's start() to the run's end) / client messages (one assignment
   and its reply per client a round). What ``run_simulation`` adds on top (Ray's actors) is the first line's.
   Goal: <= 3 ms at 1,000.
 * a deployment round: a SuperLink with TLS and node authentication, 4 SuperNodes on loopback, ``flwr run``
@@ -126,21 +126,34 @@ def count_compute() -> None:
     ThreadWorkerPool._run = timed  # type: ignore[method-assign]
 
 
-class CpuStamps(io.StringIO):
-    """A table stream that notes the process's CPU time, and the model's share of it, at each checkpoint row."""
+class CpuWindow:
+    """The process's CPU time, and the model's share of it, from the job's ``start()`` (the rounds begin) to the
+    end of the ``with`` block (the run returned): the rounds' cost, not the job's preparation."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.rows: list[tuple[float, float]] = []
+    def __enter__(self) -> CpuWindow:
+        from weei.api.controller import TrainingController
 
-    def write(self, text: str) -> int:
-        self.rows += [(time.process_time(), _COMPUTE[0]) for line in text.splitlines() if _ROW.match(line)]
-        return super().write(text)
+        self.start: tuple[float, float] | None = None
+        self.original = TrainingController.start
+        window, original = self, self.original
+
+        async def start(controller: Any, *args: Any, **kwargs: Any) -> Any:
+            window.start = (time.process_time(), _COMPUTE[0])
+            return await original(controller, *args, **kwargs)
+
+        TrainingController.start = start  # type: ignore[method-assign]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        from weei.api.controller import TrainingController
+
+        self.end = (time.process_time(), _COMPUTE[0])
+        TrainingController.start = self.original  # type: ignore[method-assign]
 
     def per_message(self, messages: int) -> tuple[float, float]:
-        """CPU ms a message from the first row to the last: all of it, and the model's compute."""
-        (c0, m0), (c1, m1) = self.rows[0], self.rows[-1]
-        return 1000 * (c1 - c0) / messages, 1000 * (m1 - m0) / messages
+        """CPU ms a message: all of it, and the model's compute."""
+        assert self.start is not None
+        return (1000 * (self.end[0] - self.start[0]) / messages, 1000 * (self.end[1] - self.start[1]) / messages)
 
 
 def memory_grid(node_ids: Iterable[int]) -> Any:
@@ -197,16 +210,15 @@ def engine_cpu(n: int, work: Path, local: bool = True) -> dict[str, float]:
     settings = {**DEMO_JOBS[0].settings, "epochs": 1, "localEpochs": 1, "coordinatorParticipates": False}
     job = DemoJob(f"digits-{n}", "digits-mlp", settings, validation="validation.bin", peers=n + 1, package=package)
     out: dict[str, float] = {"rounds": rounds}
-    grid_stream = CpuStamps()
     t0 = time.perf_counter()
-    asyncio.run(drive(memory_grid(range(1, n + 1)), job, settings=settings, seed=SEED, out=work / f"grid-{n}",
-                      stream=grid_stream))
+    with CpuWindow() as grid:
+        asyncio.run(drive(memory_grid(range(1, n + 1)), job, settings=settings, seed=SEED, out=work / f"grid-{n}"))
     out["grid_wall_s"] = time.perf_counter() - t0
-    out["grid"], out["grid_model"] = grid_stream.per_message(n * rounds)
+    out["grid"], out["grid_model"] = grid.per_message(n * rounds)
     if local:
-        local_stream = CpuStamps()
-        run_job(job, work / f"cpu-local-{n}", stream=local_stream, settings=settings, seed=SEED, flat=True)
-        out["local"], out["local_model"] = local_stream.per_message(n * rounds)
+        with CpuWindow() as in_process:
+            run_job(job, work / f"cpu-local-{n}", stream=io.StringIO(), settings=settings, seed=SEED, flat=True)
+        out["local"], out["local_model"] = in_process.per_message(n * rounds)
         out["same"] = float(all((work / f"cpu-local-{n}" / p.name).read_bytes() == p.read_bytes()
                                 for p in (work / f"grid-{n}").iterdir()))
     return out
