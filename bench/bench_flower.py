@@ -265,7 +265,7 @@ def main() -> None:
     parser.add_argument("--grid", type=int, nargs="*", default=None, help="clients through the in-process grid")
     parser.add_argument("--local-max", type=int, default=100,
                         help="the largest N whose in-process run is measured too (weei demo's table snapshots the "
-                             "whole state at every change: O(N^2) a round, hours at 1,000)")
+                             "whole state at every change: its CPU a message grows with N, 8 ms at 10, 57 ms at 100)")
     parser.add_argument("--no-sim", action="store_true")
     parser.add_argument("--no-deploy", action="store_true")
     args = parser.parse_args()
