@@ -48,6 +48,7 @@ from ..core.aggregation.aggregate import AggregationKernel
 from ..core.formats.checkpoint import Checkpoint, read_checkpoint
 from ..core.wire.commands import SaveCheckpoint
 from ..core.job.coordinator import Coordinator
+from ..core.job.spec import JobSpec
 from ..core.errors import CheckpointError, WeeiError, CheckpointReason, WeeiReason
 from ..core.verified import VerifiedBlobs, is_verified, sha256_hex
 from ..core.states import JobStatus
@@ -84,6 +85,10 @@ class JobStore:
         self._held: dict[str, bytes] = {}  # in-memory copies of what the active job needs now
         self.latest_checkpoint: tuple[str, bytes] | None = None  # (file name, file) last made durable
         self.saved_round: dict[str, int] = {}  # job id -> the round of its last durable checkpoint
+        # The spec's part of the job record, for the spec object it was made of (a JobSpec is frozen; new
+        # settings make a new one): built once, not at every drain (its chunk list is O(chunks) to build and to
+        # compare, and a drain comes with every message).
+        self._spec_record: tuple[JobSpec, int | None, str | None, dict[str, Any]] | None = None
         # Job id -> the raw record of a job set aside (now or at an earlier start): what it names is kept.
         self.set_aside_jobs: dict[str, Any] = {}
         self.set_aside_now: list[dict[str, str]] = []  # what this start set aside: {store, key, reason, message}
@@ -243,7 +248,11 @@ class JobStore:
                               validation_sha256: str | None, now: float, status: str | None = None,
                               active: bool | None = None) -> None:
         """Write the active job's record, if anything in it changed."""
-        record = spec_to_record(coordinator.spec, job_seed=job_seed, validation_sha256=validation_sha256)
+        cached = self._spec_record
+        if cached is None or cached[0] is not coordinator.spec or cached[1:3] != (job_seed, validation_sha256):
+            built = spec_to_record(coordinator.spec, job_seed=job_seed, validation_sha256=validation_sha256)
+            cached = self._spec_record = (coordinator.spec, job_seed, validation_sha256, built)
+        record = dict(cached[3])
         previous = self.saved_jobs.get(coordinator.spec.job_id, {})
         record["status"] = status or (coordinator.status if coordinator.status is not JobStatus.READY else previous.get(
             "status", JobStatus.READY))

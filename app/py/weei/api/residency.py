@@ -38,6 +38,9 @@ class Residency:
         self.assigned: dict[int, set[str]] = {}  # round -> artifacts this device's assignments named
         self.pinned: dict[str, int] = {}  # artifacts a task was handed and has not read yet
         self.job_id: str | None = None  # the job whose assignments ``assigned`` holds
+        # The coordinator's spec and the artifacts it names: asked after every drain (every message), and
+        # a generator over every chunk each time was O(chunks) of Python a message.
+        self._spec_refs: tuple[object, frozenset[str]] | None = None
 
     def assignment_taken(self, assign: Assign) -> set[str]:
         """Note a Train command's artifacts and pin them until the task read them; returns the pinned set."""
@@ -72,8 +75,11 @@ class Residency:
         coordinator = session.coordinator
         if coordinator is not None:
             spec = coordinator.spec
-            keep |= {spec.module.sha256, coordinator.weights_sha256, *(c.sha256 for c in spec.chunks),
-                     *(ref.sha256 for ref in spec.auxiliary_files.values())}
+            if self._spec_refs is None or self._spec_refs[0] is not spec:
+                self._spec_refs = (spec, frozenset({spec.module.sha256, *(c.sha256 for c in spec.chunks),
+                                                    *(ref.sha256 for ref in spec.auxiliary_files.values())}))
+            keep |= self._spec_refs[1]
+            keep.add(coordinator.weights_sha256)
             if session.validation_sha256 is not None:
                 keep.add(session.validation_sha256)
             if spec.gpu is not None:  # sent to the participants that ask for it

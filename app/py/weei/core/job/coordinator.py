@@ -164,6 +164,7 @@ class Coordinator:
         self.checkpoint_hashes = dict(checkpoint_hashes)
         self.checkpoints: list[dict[str, Any]] = []
         self.peers: dict[str, PeerRecord] = {}
+        self._recorded: tuple[tuple[int, int], list[str], dict[str, dict[str, Any]]] | None = None
         self.round: Round | None = None  # the open round, or the last one, closed
         self._no_round = RoundAttempts()  # the attempts' ledger before the first round
         self.rejected: list[RejectedUpdate] = []
@@ -433,12 +434,21 @@ class Coordinator:
 
     def remote_participants(self) -> list[str]:
         """The other peers that accepted and still take part (kept in the job record)."""
-        return sorted(p for p, r in self.peers.items() if p != self.my_peer_id and r.approved)
+        return list(self._recorded_peers()[0])
 
     def robust_records(self) -> dict[str, dict[str, Any]]:
         """Outlier counts and exclusions of the remote participants (kept in the job record)."""
-        return {p: state for p, r in sorted(self.peers.items())
-                if p != self.my_peer_id and r.approved and (state := r.robust_state()) is not None}
+        return {p: dict(state) for p, state in self._recorded_peers()[1].items()}
+
+    def _recorded_peers(self) -> tuple[list[str], dict[str, dict[str, Any]]]:
+        # Asked after every drain; rebuilt only when what a record says of its peer changed
+        # (PeerRecord.revision) or a record came.
+        key = (PeerRecord.revision, len(self.peers))
+        if self._recorded is None or self._recorded[0] != key:
+            members = sorted(p for p, r in self.peers.items() if p != self.my_peer_id and r.approved)
+            robust = {p: state for p in members if (state := self.peers[p].robust_state()) is not None}
+            self._recorded = (key, members, robust)
+        return self._recorded[1], self._recorded[2]
 
     def restore_participants(self, peers: Any, robust: Any = None) -> list[str]:
         """After a reload: the job's participants, disconnected until their channel opens again

@@ -1,0 +1,83 @@
+"""The coordinator's per-message work does not grow with its number of peers (counted, not timed).
+
+The job record is saved after every drain, i.e. after every message: what it derives from all peers (who takes
+part, robust aggregation's counts) must not be recomputed over every peer each time, or a round at N peers
+costs O(N^2) (it did: through a Flower grid at 100 nodes that was most of the coordinator's own time)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from sim import Sim, dataset_spec
+from weei.core.job.peers import PeerRecord
+
+
+def _counting(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Counts the ``approved`` evaluations that the job record's accessors make."""
+    counts = {"approved": 0, "asking": 0}
+    plain = PeerRecord.approved.fget
+    assert plain is not None
+
+    def approved(record: PeerRecord) -> bool:
+        counts["approved"] += counts["asking"]
+        return plain(record)
+
+    monkeypatch.setattr(PeerRecord, "approved", property(approved))
+    return counts
+
+
+def _job_record_after_each_message(sim: Sim, counts: dict[str, int]) -> list[tuple[list[str], Any]]:
+    """Ask what the job record keeps after every message the coordinator receives, as a drain does."""
+    coordinator = sim.coordinator
+    receive = coordinator.receive
+    seen: list[tuple[list[str], Any]] = []
+
+    def receive_then_record(*args: Any, **kwargs: Any) -> Any:
+        out = receive(*args, **kwargs)
+        if coordinator.status == "running":  # at the end every peer leaves: each a change, seen once
+            counts["asking"] = 1
+            seen.append((coordinator.remote_participants(), coordinator.robust_records()))
+            counts["asking"] = 0
+        return out
+
+    coordinator.receive = receive_then_record  # type: ignore[method-assign]
+    return seen
+
+
+@pytest.mark.parametrize("n", [8, 64])
+def test_job_record_is_not_rebuilt_over_every_peer_per_message(monkeypatch: pytest.MonkeyPatch, n: int) -> None:
+    counts = _counting(monkeypatch)
+    peers = [f"p{i:03d}" for i in range(n)]
+    spec, store = dataset_spec(2 * n, settings={"epochs": 2, "localEpochs": 1, "batchSize": 1,
+                                                "coordinatorParticipates": False})
+    sim = Sim.start_job(spec, store, peers, start=False)
+    seen = _job_record_after_each_message(sim, counts)
+    sim.coordinator.start(sim.now)
+    sim.pump()
+    sim.run_to_end()
+    assert sim.coordinator.status == "completed"
+    assert len(seen) >= 4 * n  # every peer sent an update (and more) in each of the 4 rounds
+    assert all(p == peers and r == {} for p, r in seen)
+    # Nobody joined or left during the rounds: the participants were worked out once, not once a message.
+    assert counts["approved"] <= n
+
+
+def test_a_change_of_membership_is_seen_at_once() -> None:
+    spec, store = dataset_spec(8, settings={"epochs": 1, "coordinatorParticipates": False})
+    sim = Sim.start_job(spec, store, ["p1", "p2", "p3"], start=False)
+    c = sim.coordinator
+
+    def naive() -> list[str]:
+        return sorted(p for p, r in c.peers.items() if p != c.my_peer_id and r.approved)
+
+    assert c.remote_participants() == naive() == ["p1", "p2", "p3"]
+    c.peers["p2"].outliers = 1
+    assert c.robust_records() == {"p2": {"outlierRounds": 0, "outliers": 1, "excluded": False}}
+    sim.join("p4")
+    assert c.remote_participants() == naive() == ["p1", "p2", "p3", "p4"]
+    c.start(sim.now)
+    sim.pump()
+    sim.run_to_end()
+    assert c.status == "completed" and c.remote_participants() == naive()
