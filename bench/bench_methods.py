@@ -101,6 +101,7 @@ STUDY: dict[str, tuple[tuple[str, dict[str, Any], dict[str, Any]], ...]] = {
         ("FedAvgM μ0.9 η0.3", {}, _m(0.9, 0.3)),
         ("FedAvgM μ0.7 η0.5", {}, _m(0.7, 0.5)),
         ("FedAvgM μ0.5 η1", {}, _m(0.5, 1)),
+        ("FedAvgM μ0.5 η1.2", {}, _m(0.5, 1.2)),
         ("FedAvgM μ0.3 η1", {}, _m(0.3, 1)),
         ("FedAvgM μ0 η1.5", {}, _m(0, 1.5)),
         ("FedAvgM μ0 η2", {}, _m(0, 2)),
@@ -130,6 +131,7 @@ STUDY: dict[str, tuple[tuple[str, dict[str, Any], dict[str, Any]], ...]] = {
     "byte-transformer": (
         ("FedAvg", {}, _FEDAVG),
         ("FedAvgM μ0.5 η1", {}, _m(0.5, 1)),
+        ("FedAvgM μ0.5 η1.2", {}, _m(0.5, 1.2)),
         ("FedAvgM μ0 η1.5", {}, _m(0, 1.5)),
         ("FedAdam η0.03", {}, {"method": "fedadam", "serverLearningRate": 0.03}),
         ("FedAvg", {"learningRate": 0.0005}, _FEDAVG),
