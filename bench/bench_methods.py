@@ -249,6 +249,12 @@ def compare(model: str, seeds: list[int], epochs: int, log: io.TextIOBase, paral
             finals = [r["validation"]["accuracy"][-1] for r in entry["runs"]]
             print(f"  {entry['name']:<14} final accuracy " + " ".join(f"{a:.4f}" for a in finals)
                   + f"  (central {central['accuracy']:.4f})")
+    relative = {(e["seed"], row["method"]): row["roundsRelative"] for e in summaries for row in e["methods"]}
+    fast = [name for name, _ in METHODS[1:]
+            if all(relative[seed, name] is not None and relative[seed, name] <= 2 / 3 for seed in seeds)]
+    goal = "Q4" if model == "byte-transformer" else "outer optimizer"
+    print(f"\n{goal}: a method reaching FedAvg's final validation loss in <= 2/3 of its rounds on every seed "
+          f"({len(seeds)}): " + (", ".join(fast) + " -> MET" if fast else "none -> not met"))
     print(f"\n{model}: {len(seeds)} seed(s) x {len(METHODS)} methods in {result['seconds']:.0f} s "
           f"({result['cpuSeconds']:.0f} CPU seconds)", flush=True)
     return result

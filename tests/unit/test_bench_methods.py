@@ -22,6 +22,7 @@ def test_quick_comparison_records_every_round_of_every_method(tmp_path: Path) ->
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "reaches FedAvg final at round" in done.stdout
+    assert "outer optimizer: a method reaching FedAvg's final validation loss" in done.stdout
 
     document = json.loads((tmp_path / "methods.json").read_text())
     assert document["quick"] is True and document["seeds"] == [1]
