@@ -24,6 +24,19 @@ the same model trained for the same epochs on all chunks joined.
     python bench/bench_methods.py                       # byte-transformer and digits-mlp, seed 1
     python bench/bench_methods.py --model digits-mlp --seeds 1 2 3
     python bench/bench_methods.py --quick --out /tmp/m  # 1 epoch of digits-mlp (the unit test)
+
+``--study`` runs the measurement study of docs/methods.md ("Where server
+momentum and server Adam help") instead: for each model a grid of local
+settings (learning rate, batch size, local epochs: the models' local
+optimizer is Adam, fixed in their C code) crossed with server methods and
+steps, every configuration on every seed, each compared with FedAvg at the
+same local settings. It prints the goal lines: Q4 (an outer optimizer
+reaching FedAvg's final validation loss in <= 2/3 of FedAvg's rounds on the
+byte-transformer on every seed) and digits-mlp at localEpochs 1 within 1
+point of central training on every seed, each MET or not met.
+
+    python bench/bench_methods.py --study --model digits-mlp --seeds 1 2 3
+    python bench/bench_methods.py --study --quick        # digits-mlp, the grid's first rows, 1 epoch
 """
 
 from __future__ import annotations
@@ -42,7 +55,8 @@ from typing import Any
 from bench_learning import central_digits
 from weei.demo.run import DemoJob, models_dir, run_job
 
-__all__ = ["METHODS", "MODELS", "check_same_work", "main", "markdown", "summarize", "svg"]
+__all__ = ["METHODS", "MODELS", "STUDY", "check_same_work", "goal_lines", "main", "markdown", "study", "summarize",
+           "svg"]
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -72,11 +86,66 @@ MODELS: dict[str, Setup] = {
 }
 
 
+def _m(momentum: float, step: float) -> dict[str, Any]:
+    return {"method": "fedavgm", "momentum": momentum, "serverLearningRate": step}
+
+
+_FEDAVG: dict[str, Any] = {"method": "fedavg"}
+
+#: The study's grid per model: (label, local settings over the model's Setup, aggregation). FedAvg
+#: rows are the baselines of the rows with the same local settings. Long-run FedAvgM step: η / (1 - μ).
+STUDY: dict[str, tuple[tuple[str, dict[str, Any], dict[str, Any]], ...]] = {
+    "digits-mlp": (
+        ("FedAvg", {}, _FEDAVG),
+        ("FedAvgM μ0.9 η1", {}, _m(0.9, 1)),
+        ("FedAvgM μ0.9 η0.3", {}, _m(0.9, 0.3)),
+        ("FedAvgM μ0.7 η0.5", {}, _m(0.7, 0.5)),
+        ("FedAvgM μ0.5 η1", {}, _m(0.5, 1)),
+        ("FedAvgM μ0.5 η1.2", {}, _m(0.5, 1.2)),
+        ("FedAvgM μ0.3 η1", {}, _m(0.3, 1)),
+        ("FedAvgM μ0 η1.5", {}, _m(0, 1.5)),
+        ("FedAvgM μ0 η2", {}, _m(0, 2)),
+        ("FedAdam η0.01", {}, {"method": "fedadam"}),
+        ("FedAdam η0.03", {}, {"method": "fedadam", "serverLearningRate": 0.03}),
+        ("FedAdam η0.05", {}, {"method": "fedadam", "serverLearningRate": 0.05}),
+        ("FedAdam η0.1", {}, {"method": "fedadam", "serverLearningRate": 0.1}),
+        ("FedAvg", {"learningRate": 0.003}, _FEDAVG),
+        ("FedAvgM μ0.9 η1", {"learningRate": 0.003}, _m(0.9, 1)),
+        ("FedAvgM μ0.5 η1", {"learningRate": 0.003}, _m(0.5, 1)),
+        ("FedAvg", {"learningRate": 0.005}, _FEDAVG),
+        ("FedAvgM μ0.9 η1", {"learningRate": 0.005}, _m(0.9, 1)),
+        ("FedAvgM μ0.7 η1", {"learningRate": 0.005}, _m(0.7, 1)),
+        ("FedAvg", {"learningRate": 0.03}, _FEDAVG),
+        ("FedAvgM μ0.9 η1", {"learningRate": 0.03}, _m(0.9, 1)),
+        ("FedAvg", {"batchSize": 4}, _FEDAVG),
+        ("FedAvgM μ0.9 η1", {"batchSize": 4}, _m(0.9, 1)),
+        ("FedAvg", {"batchSize": 8}, _FEDAVG),
+        ("FedAvgM μ0.5 η1", {"batchSize": 8}, _m(0.5, 1)),
+        ("FedAvg", {"batchSize": 64}, _FEDAVG),
+        ("FedAvgM μ0.9 η1", {"batchSize": 64}, _m(0.9, 1)),
+        ("FedAvg", {"localEpochs": 4}, _FEDAVG),
+        ("FedAvgM μ0.9 η1", {"localEpochs": 4}, _m(0.9, 1)),
+    ),
+    # About 100 CPU seconds an epoch per job: the rows that decide Q4 (the methods comparison gives
+    # FedAvgM μ0.9 and FedAdam η0.01 at the defaults).
+    "byte-transformer": (
+        ("FedAvg", {}, _FEDAVG),
+        ("FedAvgM μ0.5 η1", {}, _m(0.5, 1)),
+        ("FedAvgM μ0.5 η1.2", {}, _m(0.5, 1.2)),
+        ("FedAvgM μ0 η1.5", {}, _m(0, 1.5)),
+        ("FedAdam η0.03", {}, {"method": "fedadam", "serverLearningRate": 0.03}),
+        ("FedAvg", {"learningRate": 0.0005}, _FEDAVG),
+        ("FedAvgM μ0.9 η1", {"learningRate": 0.0005}, _m(0.9, 1)),
+    ),
+}
+
+
 def run_method(model: str, setup: Setup, aggregation: dict[str, Any], seed: int, epochs: int,
-               log: io.TextIOBase) -> dict[str, Any]:
-    """One job to completion; its validation metrics per round (round 0 = the initial weights)."""
+               log: io.TextIOBase, local: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One job to completion; its validation metrics per round (round 0 = the initial weights).
+    ``local``: settings over the setup's (learningRate, batchSize, localEpochs)."""
     job = DemoJob(f"methods-{model}", model, {}, peers=setup.peers, validation="validation.bin")
-    settings = dict(setup.settings, epochs=epochs, aggregation=aggregation)
+    settings = dict(setup.settings, **(local or {}), epochs=epochs, aggregation=aggregation)
     started = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:
         report = run_job(job, Path(tmp), stream=log, settings=settings, seed=seed)
@@ -180,9 +249,91 @@ def compare(model: str, seeds: list[int], epochs: int, log: io.TextIOBase, paral
             finals = [r["validation"]["accuracy"][-1] for r in entry["runs"]]
             print(f"  {entry['name']:<14} final accuracy " + " ".join(f"{a:.4f}" for a in finals)
                   + f"  (central {central['accuracy']:.4f})")
+    relative = {(e["seed"], row["method"]): row["roundsRelative"] for e in summaries for row in e["methods"]}
+    fast = [name for name, _ in METHODS[1:]
+            if all(relative[seed, name] is not None and relative[seed, name] <= 2 / 3 for seed in seeds)]
+    goal = "Q4" if model == "byte-transformer" else "outer optimizer"
+    print(f"\n{goal}: a method reaching FedAvg's final validation loss in <= 2/3 of its rounds on every seed "
+          f"({len(seeds)}): " + (", ".join(fast) + " -> MET" if fast else "none -> not met"))
     print(f"\n{model}: {len(seeds)} seed(s) x {len(METHODS)} methods in {result['seconds']:.0f} s "
           f"({result['cpuSeconds']:.0f} CPU seconds)", flush=True)
     return result
+
+
+def _local_text(local: dict[str, Any]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in local.items()) or "defaults"
+
+
+def study(model: str, seeds: list[int], epochs: int, log: io.TextIOBase, rows: int | None = None) -> dict[str, Any]:
+    """Every configuration of STUDY[model] (its first ``rows``) on every seed, against FedAvg at the
+    same local settings and against FedAvg at the defaults (the goal lines' reference)."""
+    setup = MODELS[model]
+    grid = STUDY[model][:rows]
+    started, cpu_started = time.monotonic(), time.process_time()
+    configs = []
+    for label, local, aggregation in grid:
+        runs = [run_method(model, setup, aggregation, seed, epochs, log, local) for seed in seeds]
+        configs.append({"label": label, "local": local, "aggregation": aggregation, "runs": runs})
+        print(f"{model} {label} ({_local_text(local)}): final loss "
+              + " / ".join(f"{r['validation']['loss'][-1]:.4f}" for r in runs), flush=True)
+    reference = next(c for c in configs if c["aggregation"] == _FEDAVG and not c["local"])
+    for config in configs:
+        base = next(c for c in configs if c["aggregation"] == _FEDAVG and c["local"] == config["local"])
+        config["summary"] = []
+        for i, run in enumerate(config["runs"]):
+            curve = run["validation"]["loss"]
+            target = reference["runs"][i]["validation"]["loss"][-1]
+            reached = next((r for r, v in enumerate(curve) if r > 0 and v <= target), None)
+            config["summary"].append({
+                "seed": seeds[i], "final": curve[-1],
+                "accuracy": run["validation"].get("accuracy", [None])[-1],
+                "vsSameLocalFedAvg": curve[-1] / base["runs"][i]["validation"]["loss"][-1],
+                "reachesFedAvgFinalAt": reached})
+    result: dict[str, Any] = {"settings": dict(setup.settings, epochs=epochs), "seeds": seeds, "configs": configs,
+                              "seconds": round(time.monotonic() - started, 1),
+                              "cpuSeconds": round(time.process_time() - cpu_started, 1)}
+    if setup.central:
+        result["central"] = {"epochs": epochs, "validation": central_digits(epochs, setup.settings["batchSize"])}
+    rounds = len(reference["runs"][0]["rounds"]) - 1
+    print(f"\n{model}: {len(seeds)} seed(s), {epochs} epoch(s), {rounds} rounds; loss relative to FedAvg at the "
+          "same local settings; round reaching FedAvg's final loss at the defaults")
+    print(f"{'configuration':<44} {'final loss':<26} {'vs FedAvg same local':<22} {'accuracy':<22} reaches")
+    for c in configs:
+        name = f"{c['label']} ({_local_text(c['local'])})"
+        cells = [" / ".join(f"{x[k]:.4f}" if x[k] is not None else "-" for x in c["summary"])
+                 for k in ("final", "vsSameLocalFedAvg", "accuracy")]
+        reach = " / ".join("never" if x["reachesFedAvgFinalAt"] is None else str(x["reachesFedAvgFinalAt"])
+                           for x in c["summary"])
+        print(f"{name:<44} {cells[0]:<26} {cells[1]:<22} {cells[2]:<22} {reach}")
+    for line in goal_lines(model, result):
+        print(line)
+    print(f"{model} study: {result['seconds']:.0f} s wall, {result['cpuSeconds']:.0f} CPU seconds", flush=True)
+    return result
+
+
+def goal_lines(model: str, result: dict[str, Any]) -> list[str]:
+    """Q4 (an outer optimizer at <= 2/3 of FedAvg's rounds on every seed) and, with a central
+    reference, every seed within 1 point of central accuracy at the setup's localEpochs."""
+    configs = result["configs"]
+    reference = next(c for c in configs if c["aggregation"] == _FEDAVG and not c["local"])
+    rounds = len(reference["runs"][0]["rounds"]) - 1
+    fast = [c["label"] + (f" ({_local_text(c['local'])})" if c["local"] else "") for c in configs
+            if c["aggregation"] != _FEDAVG and all(x["reachesFedAvgFinalAt"] is not None
+                                                   and x["reachesFedAvgFinalAt"] <= rounds * 2 / 3
+                                                   for x in c["summary"])]
+    goal = "Q4" if model == "byte-transformer" else "outer optimizer"
+    lines = [f"{goal}: an outer optimizer reaching FedAvg's final validation loss in <= 2/3 of its {rounds} rounds "
+             f"on every seed ({len(result['seeds'])}): " + (", ".join(fast) + " -> MET" if fast else
+                                                              "none -> not met")]
+    if "central" in result:
+        central = result["central"]["validation"]["accuracy"]
+        within = [c["label"] + (f" ({_local_text(c['local'])})" if c["local"] else "") for c in configs
+                  if "localEpochs" not in c["local"]
+                  and all(x["accuracy"] >= central - 0.01 for x in c["summary"])]
+        lines.append(f"digits-mlp at localEpochs {result['settings']['localEpochs']} within 1 point of central "
+                     f"({central:.4f}) on every seed ({len(result['seeds'])}): "
+                     + (", ".join(within) + " -> MET" if within else "none -> not met"))
+    return lines
 
 
 def markdown(models: dict[str, Any]) -> str:
@@ -267,6 +418,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="model package (repeatable; default: byte-transformer and digits-mlp)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1], help="seeds of the initial weights and job id")
     parser.add_argument("--quick", action="store_true", help="1 epoch of digits-mlp: the harness's own test")
+    parser.add_argument("--study", action="store_true",
+                        help="the grid of local settings x server methods (STUDY) instead of the comparison")
     parser.add_argument("--out", type=Path, default=ROOT / "out" / "bench", help="folder of methods.json/.svg")
     parser.add_argument("--log", action="store_true", help="print every job's round table too")
     parser.add_argument("--parallel", action="store_true",
@@ -274,6 +427,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     models = args.model or (["digits-mlp"] if args.quick else ["byte-transformer", "digits-mlp"])
     log = sys.stdout if args.log else io.StringIO()
+    if args.study:
+        return _main_study(args, models, log)
     results = {}
     for model in models:
         epochs = 1 if args.quick else MODELS[model].settings["epochs"]
@@ -293,6 +448,19 @@ def main(argv: list[str] | None = None) -> int:
     for problem in problems:
         print(f"FAILED: {problem}")
     return 1 if problems else 0
+
+
+def _main_study(args: argparse.Namespace, models: list[str], log: io.TextIOBase) -> int:
+    results = {}
+    for model in models:
+        epochs = 1 if args.quick else MODELS[model].settings["epochs"]
+        results[model] = study(model, args.seeds, epochs, log, rows=3 if args.quick else None)
+    args.out.mkdir(parents=True, exist_ok=True)
+    document = {"version": 1, "quick": args.quick, "seeds": args.seeds, "study": results,
+                "command": "python bench/bench_methods.py " + " ".join(sys.argv[1:])}
+    (args.out / "methods-study.json").write_text(json.dumps(document, indent=1) + "\n")
+    print(f"\nwrote methods-study.json in {args.out}")
+    return 0
 
 
 if __name__ == "__main__":

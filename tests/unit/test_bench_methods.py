@@ -22,6 +22,7 @@ def test_quick_comparison_records_every_round_of_every_method(tmp_path: Path) ->
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "reaches FedAvg final at round" in done.stdout
+    assert "outer optimizer: a method reaching FedAvg's final validation loss" in done.stdout
 
     document = json.loads((tmp_path / "methods.json").read_text())
     assert document["quick"] is True and document["seeds"] == [1]
@@ -68,3 +69,27 @@ def test_quick_comparison_records_every_round_of_every_method(tmp_path: Path) ->
 
     plot = (tmp_path / "methods.svg").read_text()
     assert plot.startswith("<svg") and plot.count("<polyline") == 4
+
+
+def test_quick_study_compares_each_configuration_with_fedavg_and_prints_the_goal_lines(tmp_path: Path) -> None:
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "app" / "py"))
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_methods.py"), "--study", "--quick",
+                           "--out", str(tmp_path)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "on every seed (1): " in done.stdout and "within 1 point of central" in done.stdout
+    assert done.stdout.count("MET") + done.stdout.count("not met") >= 2
+
+    digits = json.loads((tmp_path / "methods-study.json").read_text())["study"]["digits-mlp"]
+    configs = {c["label"]: c for c in digits["configs"]}
+    assert list(configs) == ["FedAvg", "FedAvgM μ0.9 η1", "FedAvgM μ0.9 η0.3"]
+    fedavg = configs["FedAvg"]["runs"][0]["validation"]["loss"]
+    for config in configs.values():
+        (row,) = config["summary"]
+        loss = config["runs"][0]["validation"]["loss"]
+        assert loss[0] == fedavg[0] and row["final"] == loss[-1]
+        assert math.isclose(row["vsSameLocalFedAvg"], loss[-1] / fedavg[-1])
+        at = row["reachesFedAvgFinalAt"]
+        assert (at is None and min(loss[1:]) > fedavg[-1]) or loss[at] <= fedavg[-1] < min(loss[1:at] + [math.inf])
+    # The server step changes the outcome: the two FedAvgM rows differ from round 2 on.
+    assert configs["FedAvgM μ0.9 η1"]["runs"][0]["validation"]["loss"][2] != \
+        configs["FedAvgM μ0.9 η0.3"]["runs"][0]["validation"]["loss"][2]

@@ -10,7 +10,7 @@ import pytest
 
 from weei.core.errors import SettingsError
 from weei.core.formats.settings import TrainingSettings
-from weei.core.job.settings_review import WorkFacts, facts_from_manifest, review_settings
+from weei.core.job.settings_review import WarningCode, WorkFacts, facts_from_manifest, review_settings
 
 MODELS = Path(__file__).resolve().parents[2] / "app" / "static" / "models"
 
@@ -91,3 +91,31 @@ def test_hard_limits_stay_errors() -> None:
     with pytest.raises(SettingsError) as err:
         settings(learningRate=-1)
     assert err.value.field == "learningRate"
+
+
+def outer_step_warnings(aggregation: dict[str, Any]) -> list[Any]:
+    review = review_settings(settings(aggregation=aggregation), DIGITS)
+    return [w for w in review.warnings if w.code is not None]
+
+
+def test_fedavgm_momentum_measured_to_overshoot_is_noted_by_code() -> None:
+    # The defaults (μ 0.9, η 1: up to 10 x the round's change) ended above FedAvg's loss on both
+    # reference models (docs/methods.md); a note, not a confirmation: it helps with small local steps.
+    (warning,) = outer_step_warnings({"method": "fedavgm"})
+    assert warning.code == WarningCode.OUTER_MOMENTUM_OVERSHOOTS and warning.level == "note"
+    assert warning.field == "aggregation.momentum" and "10 x" in warning.message
+    assert warning.to_json()["code"] == "outer-momentum-overshoots"
+    assert not review_settings(settings(aggregation={"method": "fedavgm"}), DIGITS).needs_confirmation
+    (smaller,) = outer_step_warnings({"method": "fedavgm", "momentum": 0.9, "serverLearningRate": 0.3})
+    assert "3 x" in smaller.message  # still above FedAvg's loss on digits-mlp, 3 seeds
+
+
+@pytest.mark.parametrize("aggregation", [
+    {"method": "fedavg"},
+    {"method": "fedadam"},
+    {"method": "fedavgm", "momentum": 0.5, "serverLearningRate": 1},  # measured to help on both models
+    {"method": "fedavgm", "momentum": 0.7, "serverLearningRate": 0.5},  # 1.7 x, helped on digits-mlp
+])
+def test_outer_steps_not_measured_to_overshoot_raise_no_code(aggregation: dict[str, Any]) -> None:
+    assert outer_step_warnings(aggregation) == []
+    assert all("code" not in w.to_json() for w in review_settings(settings(aggregation=aggregation), DIGITS).warnings)

@@ -10,6 +10,10 @@ legal and still absurd: 10^9 epochs, a batch of 10^9, a learning rate of
 * ``confirm``: far outside the model's defaults or a job that would run for
   days; the window asks before it creates the job or applies the settings.
 
+A warning may carry a ``code`` (:class:`WarningCode`) where a program may
+want to act on it: the outer-optimizer advice of docs/methods.md
+("Where server momentum and server Adam help") is one.
+
 The estimate is the job's work (examples, or the model's units, times local
 epochs) over a measured speed (examples per second of the job's peers, when
 one is known: ``state.progress[peer].recordsPerSecond``); without one, the
@@ -20,6 +24,7 @@ amount of work alone decides. Thresholds are module constants (docs/api.md,
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any, Literal, Mapping
 
 from .coordinator import Coordinator
@@ -30,8 +35,8 @@ from ..formats.settings import TrainingSettings
 
 __all__ = [
     "CONFIRM_EPOCHS", "CONFIRM_ROUNDS", "CONFIRM_LOCAL_EPOCHS", "CONFIRM_BATCH_SIZE", "NOTE_LEARNING_RATE",
-    "CONFIRM_LEARNING_RATE", "CONFIRM_UNITS_FACTOR", "CONFIRM_WORK", "CONFIRM_MS",
-    "SettingsWarning", "WorkFacts", "Review", "review_settings", "facts_from_manifest", "facts_from_job",
+    "CONFIRM_LEARNING_RATE", "CONFIRM_UNITS_FACTOR", "CONFIRM_WORK", "CONFIRM_MS", "NOTE_OUTER_STEP",
+    "WarningCode", "SettingsWarning", "WorkFacts", "Review", "review_settings", "facts_from_manifest", "facts_from_job",
 ]
 
 CONFIRM_EPOCHS = 1_000            # dataset passes
@@ -43,20 +48,38 @@ CONFIRM_LEARNING_RATE = 10.0
 CONFIRM_UNITS_FACTOR = 16         # units per round above 16 x the model's default
 CONFIRM_WORK = 10**10             # examples (or units) processed by the whole job, without a measured speed
 CONFIRM_MS = 24 * 3600 * 1000     # an estimated job longer than a day
+# FedAvgM's long-run step is η / (1 - μ) times the round's average change. Measured (docs/methods.md):
+# 10 (μ 0.9, η 1) ends above FedAvg's loss on both reference models at their default local Adam, 3
+# (μ 0.9, η 0.3) still above on digits-mlp; 2 (μ 0.5, η 1) below on both, 1.7 (μ 0.7, η 0.5) below on
+# digits-mlp. The threshold lies between the measured points.
+NOTE_OUTER_STEP = 2.5
+
+
+class WarningCode(str, Enum):
+    """Names of warnings a program may act on (docs/api.md, ``reviewSettings``)."""
+
+    #: FedAvgM whose long-run step η / (1 - μ) is above NOTE_OUTER_STEP: measured to overshoot
+    #: when participants train with Adam at the model's default learning rate.
+    OUTER_MOMENTUM_OVERSHOOTS = "outer-momentum-overshoots"
 
 Level = Literal["note", "confirm"]
 
 
 @dataclass(frozen=True)
 class SettingsWarning:
-    """One warning: the settings field it is about (``learningRate``), its level, a sentence."""
+    """One warning: the settings field it is about (``learningRate``), its level, a sentence,
+    and a code where one is defined."""
 
     field: str
     level: Level
     message: str
+    code: WarningCode | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"field": self.field, "level": self.level, "message": self.message}
+        out = {"field": self.field, "level": self.level, "message": self.message}
+        if self.code is not None:
+            out["code"] = self.code.value
+        return out
 
 
 @dataclass(frozen=True)
@@ -116,8 +139,8 @@ def review_settings(settings: TrainingSettings, facts: WorkFacts) -> Review:
     experience = settings.experience is not None or facts.default_units is not None
     unit = (facts.unit_label or "units").lower() if experience else "examples"
 
-    def warn(field: str, level: Level, message: str) -> None:
-        out.append(SettingsWarning(field, level, message))
+    def warn(field: str, level: Level, message: str, code: WarningCode | None = None) -> None:
+        out.append(SettingsWarning(field, level, message, code))
 
     if experience:
         if settings.epochs > CONFIRM_ROUNDS:
@@ -141,6 +164,7 @@ def review_settings(settings: TrainingSettings, facts: WorkFacts) -> Review:
                                         "training will most likely diverge (leave it empty for the model's default)")
     elif lr is not None and lr > NOTE_LEARNING_RATE:
         warn("learningRate", "note", f"a learning rate of {lr:g} is above usual values (0.0001 to 1)")
+    _review_outer_step(settings, warn)
     if settings.experience is not None and facts.default_units is not None and \
             settings.experience.units_per_assignment > CONFIRM_UNITS_FACTOR * facts.default_units:
         warn("experience.unitsPerAssignment", "confirm",
@@ -158,6 +182,21 @@ def review_settings(settings: TrainingSettings, facts: WorkFacts) -> Review:
         warn("epochs", "confirm", f"the job processes {work:,} {unit} in all (above {CONFIRM_WORK:.0e}): "
                                   "days or years of training")
     return Review(tuple(out), work, estimated)
+
+
+def _review_outer_step(settings: TrainingSettings, warn: Any) -> None:
+    aggregation = settings.aggregation
+    if aggregation.method != "fedavgm":
+        return
+    eta, mu = aggregation.option("serverLearningRate"), aggregation.option("momentum")
+    step = eta / (1.0 - mu)
+    if step > NOTE_OUTER_STEP:
+        warn("aggregation.momentum", "note",
+             f"FedAvgM with momentum {mu:g} and server step {eta:g} moves up to {step:.3g} x the round's average "
+             "change; with local Adam at the model's default learning rate this was measured to end above "
+             "FedAvg's loss (docs/methods.md). Momentum 0.5 with step 1 helped on both reference models; "
+             "0.9 helps only when local training moves little (a local learning rate well below the default)",
+             WarningCode.OUTER_MOMENTUM_OVERSHOOTS)
 
 
 def _work(settings: TrainingSettings, facts: WorkFacts, experience: bool) -> int | None:
