@@ -124,7 +124,9 @@ def test_pool_cancel_interrupts_the_running_task_and_the_worker_trains_the_next(
             tag="other"))
         while not reports:
             await asyncio.sleep(0.01)
-        assert pool.active == 2
+        # The endless task runs; the other tag's one-epoch task may already be done (a module compiled once per
+        # process loads in under a millisecond), so only the first is sure to be active.
+        assert pool.active >= 1
         started = time.monotonic()
         assert pool.cancel("old") == 2
         for task in (running, queued):

@@ -209,7 +209,9 @@ class Sent:
         transport.send = send  # type: ignore[method-assign]
 
     def types(self) -> list[str]:
-        return [m.TYPE for m in self.messages]
+        """The job's messages: a presence card (a peer's name, sent to every peer whose channel opens) is about
+        no job and may go before or between them."""
+        return [m.TYPE for m in self.messages if m.TYPE != "presence"]
 
 
 async def accepted(network: MemoryNetwork, engine: WasmtimeEngine, room: str | None) \
