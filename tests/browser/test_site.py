@@ -250,7 +250,8 @@ def test_cross_origin_embed_opens_the_window_and_hides_the_test_hooks(
                open: !!document.querySelector('[data-weei-widget]') };
     }""")
     assert out["origin"] == host_origin
-    assert out["sections"] == ["setup", "progress", "metrics", "checkpoints", "diagnostics", "peers", "saved", "debug"]
+    assert out["sections"] == ["setup", "progress", "events", "metrics", "checkpoints", "tryit", "diagnostics", "peers",
+                               "saved", "debug"]
     assert out["hooks"] == "undefined" and out["debug"] is False and out["open"] is False
     assert not log.errors, log.errors
 

@@ -152,12 +152,15 @@ export function copyButton(text, what, { label = 'Copy', name = null, primary = 
     'aria-label': small ? `Copy ${what}` : null, title: titleOf(), 'data-copy': typeof text === 'string' ? text : null,
   });
   let shownUntil = 0;
+  // The accessible name must contain the visible text (WCAG 2.5.3): it changes with the button's answer.
+  const name_ = (said) => { if (small) button.setAttribute('aria-label', `${said} ${what}`); };
   const show = (said, title, until) => {
     button.textContent = said;
     button.title = title;
+    name_(said);
     shownUntil = until;
     setTimeout(() => { // a second click within the 1.5 s keeps its own answer for its full time
-      if (performance.now() + 1 >= shownUntil) { button.textContent = label; button.title = titleOf(); }
+      if (performance.now() + 1 >= shownUntil) { button.textContent = label; button.title = titleOf(); name_(label); }
     }, until - performance.now());
   };
   const recent = recentFeedback.get(`${what}\n${read()}`);
