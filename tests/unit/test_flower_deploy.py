@@ -47,9 +47,9 @@ def _received(state: Path, node_id: int) -> int:
 
 
 # Known regression, issue 22 stays open for it: the test passed 3 times on its branch (flower-deploy, from
-# 7852eab), but on main after the merges of this stop (presence cards, stall deadlines, the Flower per-message
-# work) `flwr run` prints no checkpoint row within 240 s of node c being killed (twice: a clean-clone CI run and
-# a run on main). Not yet bisected.
+# 7852eab), but from its merge into main (6a47a21, beside flower-matrix's settle that waits for a message up to
+# the round deadline, and i24-hangs) `flwr run` prints no checkpoint row within 240 s of node c being killed
+# (three runs). Not yet bisected further.
 @pytest.mark.xfail(reason="deployment with a node killed mid-job stalls on merged main (issue 22, not bisected)",
                    strict=False, raises=subprocess.TimeoutExpired)
 def test_deployment_tls_node_keys_accept_lists_and_a_node_killed_mid_job(tmp_path: Path) -> None:
