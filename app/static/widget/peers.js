@@ -200,12 +200,23 @@ export class Peers {
         h('dt', { text: 'SHA-256' }), h('dd', { class: 'mono', text: show(mod.sha256) }),
         h('dt', { text: 'Data' }), h('dd', { text: exp ? 'none: the model plays episodes' : fmtBytes(inv.dataBytes) }),
         h('dt', { text: 'Settings' }), h('dd', { text: settingsText }),
+        ...privacyRow(entry && entry.privacy),
         h('dt', { text: 'Job' }), h('dd', { class: 'mono', text: jobId })),
       entry && entry.replacesFinishedJob ? h('p', { class: 'small', 'data-field': 'replaces',
         text: `Accepting replaces your finished job ${entry.replacesFinishedJob} in this window (it stays in Saved jobs).` }) : null,
       h('p', { class: 'small muted', text: 'Nothing is downloaded before you accept. Only use models you trust: the module runs in your browser.' }),
       h('div', { class: 'row' }, accept, decline));
   }
+}
+
+/** The invitation's differential privacy, as this browser's own accountant computed it (core/job/invitations.py). */
+function privacyRow(privacy) {
+  const dp = privacy && privacy.dp;
+  if (!dp) return [];
+  const text = dp.invalid ? `invalid: ${dp.invalid}`
+    : dp.plannedEpsilon === null ? `clipped to ${dp.clip}, no noise: no differential privacy`
+      : `differential privacy ε ≤ ${Number(dp.plannedEpsilon).toPrecision(3)} at δ ${dp.delta} over at most ${dp.maxRounds} rounds (clip ${dp.clip}, noise ×${dp.noiseMultiplier})`;
+  return [h('dt', { text: 'Privacy' }), h('dd', { 'data-field': 'privacy', text })];
 }
 
 /** Why Invite is disabled for this job (null when it is not). */

@@ -28,6 +28,7 @@ from typing import Any, Literal, NoReturn
 from .. import _check
 from ..aggregation.methods import METHODS, Method
 from ..errors import SettingsError, SettingsReason
+from ..privacy.dp_settings import DpSettings
 
 __all__ = [
     "AggregationSettings",
@@ -37,6 +38,7 @@ __all__ = [
     "MAX_EXCLUDE_AFTER",
     "ValidationSchedule",
     "ExperienceSettings",
+    "PrivacySettings",
     "TrainingSettings",
 ]
 
@@ -269,8 +271,29 @@ class ExperienceSettings:
         return {"unitsPerAssignment": self.units_per_assignment}
 
 
+@dataclass(frozen=True)
+class PrivacySettings:
+    """``settings.privacy`` (additive; docs/privacy.md): ``dp`` is client-level differential privacy."""
+
+    dp: DpSettings | None = None
+
+    @classmethod
+    def from_json(cls, obj: Any) -> PrivacySettings:
+        """Parse ``{dp}``. Raises: SettingsError."""
+        obj = _check.as_object(obj, _failer("privacy"))
+        _check.no_unknown_keys(obj, {"dp"}, _unknown("privacy."))
+        return cls(DpSettings.from_json(obj["dp"]) if "dp" in obj else None)
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON form."""
+        return {"dp": self.dp.to_json()} if self.dp is not None else {}
+
+
+NO_PRIVACY = PrivacySettings()
+
 _TOP_KEYS = frozenset(
     {
+        "privacy",
         "epochs",
         "rounds",
         "localEpochs",
@@ -303,6 +326,7 @@ class TrainingSettings:
     aggregation: AggregationSettings = field(default=FEDAVG)
     experience: ExperienceSettings | None = None
     workers: int | None = None
+    privacy: PrivacySettings = field(default=NO_PRIVACY)
 
     def __post_init__(self) -> None:
         # Objects built in Python get the same count checks as parsed ones.
@@ -311,6 +335,13 @@ class TrainingSettings:
         if self.workers is not None:
             _check.as_int(self.workers, _failer("workers"), minimum=1)
         _check.as_bool(self.coordinator_participates, _failer("coordinatorParticipates"))
+        if self.privacy.dp is not None and (self.aggregation.norm_clip is not None
+                                            or self.aggregation.combine not in (None, "mean")):
+            # Robust statistics make one participant's effect depend on the others' updates:
+            # the sensitivity DP's noise is scaled to would no longer be the clip.
+            raise SettingsError("privacy.dp", "cannot be combined with aggregation.normClip or a trimmed "
+                                "mean or median (DP clips each update to privacy.dp.clip itself)",
+                                SettingsReason.CONFLICTING_SETTING)
 
     @classmethod
     def from_json(cls, obj: Any) -> TrainingSettings:
@@ -352,6 +383,7 @@ class TrainingSettings:
         if "experience" in obj:
             experience = ExperienceSettings.from_json(obj["experience"])
         workers = _count(obj, "workers", "workers") if "workers" in obj else None
+        privacy = PrivacySettings.from_json(obj["privacy"]) if "privacy" in obj else NO_PRIVACY
         return cls(
             epochs=epochs,
             local_epochs=local_epochs,
@@ -362,6 +394,7 @@ class TrainingSettings:
             aggregation=aggregation,
             experience=experience,
             workers=workers,
+            privacy=privacy,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -382,4 +415,6 @@ class TrainingSettings:
             out["experience"] = self.experience.to_json()
         if self.workers is not None:
             out["workers"] = self.workers
+        if self.privacy != NO_PRIVACY:
+            out["privacy"] = self.privacy.to_json()
         return out

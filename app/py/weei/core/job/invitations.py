@@ -20,6 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
+from ..errors import WeeiError
+from ..formats.settings import TrainingSettings
+from ..privacy.dp_accountant import epsilon_json
 from ..wire.messages import Invitation
 
 __all__ = ["MAX_PENDING", "INVITATION_TTL_MS", "Pending", "PendingInvitations"]
@@ -44,6 +47,25 @@ class Pending:
         object.__setattr__(self, "entry", {"invitation": {
             "coordinator": inv.coordinator, "modelInfo": inv.model_info, "module": inv.module,
             "dataBytes": inv.data_bytes, "settings": inv.settings}, "receivedAt": self.received_at})
+        privacy = planned_privacy(inv.settings)
+        if privacy is not None:
+            self.entry["privacy"] = privacy
+
+
+def planned_privacy(settings: Any) -> dict[str, Any] | None:
+    """``{dp: {plannedEpsilon, delta, maxRounds, clip, noiseMultiplier}}`` of an invitation's settings, computed
+    here by the participant's own accountant (not taken from the coordinator); None without privacy.dp, or
+    ``{dp: {invalid: message}}`` when the settings do not parse (the window says so; accepting fails anyway)."""
+    if not isinstance(settings, dict) or "privacy" not in settings:
+        return None
+    try:
+        dp = TrainingSettings.from_json(settings).privacy.dp
+    except WeeiError as exc:
+        return {"dp": {"invalid": exc.message}}
+    if dp is None:
+        return None
+    return {"dp": {"plannedEpsilon": epsilon_json(dp.planned_epsilon), "delta": dp.delta,
+                   "maxRounds": dp.max_rounds, "clip": dp.clip, "noiseMultiplier": dp.noise_multiplier}}
 
 
 class PendingInvitations:

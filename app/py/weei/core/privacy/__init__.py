@@ -1,0 +1,1 @@
+"""Privacy of participants' updates: client-level differential privacy (dp_*) and secure aggregation."""
