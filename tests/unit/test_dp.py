@@ -273,3 +273,24 @@ def test_review_and_invitation_state_the_planned_epsilon() -> None:
                                                    "clip": 0.02, "noiseMultiplier": 1.0}}
     assert planned_privacy(base()) is None
     assert "invalid" in planned_privacy(base(privacy={"dp": {**DP, "delta": 2}}))["dp"]
+
+
+def test_the_participant_clips_its_own_update_as_the_kernel_would() -> None:
+    from weei.core.privacy.dp_noise import assigned_clip, clip_to_norm
+
+    rng = np.random.default_rng(4)
+    start = rng.standard_normal(777).astype(np.float32)
+    kernel = NumpyKernel()
+    for scale in (1e-3, 0.3, 50.0):
+        update = floats(start + scale * rng.standard_normal(start.size))
+        ours = clip_to_norm(floats(start), update, 0.5)
+        assert np.linalg.norm(to_floats(ours).astype(np.float64) - start) <= 0.5 * (1 + 1e-6) + 1e-5
+        # the same factor as the coordinator's kernel gives the same bits, up to the norm's last bit
+        assert np.allclose(to_floats(ours), to_floats(clip_update(kernel, floats(start), update, 0.5)),
+                           rtol=0, atol=1e-6)
+    spec, _ = dataset_spec(2, settings=base(privacy={"dp": DP}))
+    sim = Sim.start_job(spec, _, ["p1"], dp_noise_seed=SEED)
+    from weei.core.wire.messages import Assign
+    sent = sim.messages(Assign)
+    assert sent and all(assigned_clip(a.settings) == 0.02 for a in sent)
+    assert assigned_clip({"dpClip": float("nan")}) is None and assigned_clip({}) is None

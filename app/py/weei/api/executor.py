@@ -20,12 +20,14 @@ and a running job pauses, its checkpoints already saved untouched.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from typing import Any, Callable, Coroutine
 
 from ..core.wire.commands import Command, LoadModule, Log, RoundPhase, RunValidation, SaveCheckpoint, Send, Train
 from ..core.errors import UsageError, WeeiError, UsageReason
 from ..core.wire.messages import Assign, Progress
 from ..core.job.spec import JobSpec
+from ..core.privacy.dp_noise import assigned_clip, clip_to_norm
 from ..core.verified import VerifiedBlobs
 from ..core.states import JobStatus, PeerState
 from .compute import ComputeBackend
@@ -377,6 +379,9 @@ class Executor:
                               "examples": outcome.count, "ms": max(0.0, s.clock() - now),
                               "metrics": {k: v for k, v in list(outcome.metrics.items())[:8]}}
             s.record("assignment.trained", s.last_trained)
+            clip = assigned_clip(assign.settings)
+            if clip is not None and len(outcome.weights) == len(weights):
+                outcome = replace(outcome, weights=clip_to_norm(weights, outcome.weights, clip))
             participant.training_finished(assign.attempt_id, outcome, s.clock())
         s.live.drop(s.my_peer_id)
         s.recorder.update_execution({"activeWorkers": 0})

@@ -165,6 +165,8 @@ def assignment_settings(settings: TrainingSettings) -> dict[str, Any]:
     out: dict[str, Any] = {"localEpochs": settings.local_epochs, "batchSize": settings.batch_size}
     if settings.learning_rate is not None:
         out["learningRate"] = settings.learning_rate
+    if settings.privacy.dp is not None:  # the participant clips its own update (dp_noise.clip_to_norm)
+        out["dpClip"] = settings.privacy.dp.clip
     return out
 
 

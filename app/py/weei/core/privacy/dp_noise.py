@@ -45,12 +45,12 @@ import hashlib
 import math
 import struct
 from array import array
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol, Union
+from typing import Any, Protocol, Union
 
 __all__ = ["SEED_BYTES", "DpKernel", "DpReport", "noise_key", "ln", "uniforms", "gaussians",
-           "clip_factor", "clip_update", "dp_average"]
+           "clip_factor", "clip_update", "clip_to_norm", "assigned_clip", "dp_average"]
 
 SEED_BYTES = 32
 _Buf = Union[bytes, bytearray, memoryview]
@@ -137,6 +137,33 @@ def clip_update(kernel: DpKernel, start: _Buf, update: _Buf, clip: float) -> byt
     norm = math.sqrt(kernel.delta_sq_norms(start, [update])[0])
     factor = clip_factor(norm, clip)
     return bytes(update) if factor == 1.0 else kernel.scale_delta(start, update, factor)
+
+
+def clip_to_norm(start: _Buf, update: _Buf, clip: float) -> bytes:
+    """What a participant sends under DP (no kernel needed): ``update`` with its delta from ``start``
+    clipped to norm ``clip``, ``f32(f64(s) + f·(f64(x) - f64(s)))`` as ``scale_delta``; the norm is
+    ``math.fsum`` of the squares (correctly rounded, the same on every platform). The coordinator
+    clips again with its kernel: a participant's clip is a courtesy it does not rely on.
+
+    Raises ValueError when the buffers differ in length or are not whole float32 values.
+    """
+    s, x = array("f", bytes(start)), array("f", bytes(update))
+    if len(s) != len(x) or len(bytes(start)) % 4:
+        raise ValueError("start and update must be float32 buffers of the same length")
+    norm = math.sqrt(math.fsum((b - a) * (b - a) for a, b in zip(s, x)))
+    factor = clip_factor(norm, clip)
+    if factor == 1.0:
+        return bytes(update)
+    return array("f", [a + factor * (b - a) for a, b in zip(s, x)]).tobytes()
+
+
+def assigned_clip(settings: Mapping[str, Any]) -> float | None:
+    """The DP clip an assignment's settings carry (``dpClip``, weei.core.job.round_rules), or None;
+    a value that is not a finite number above 0 counts as none (the coordinator clips anyway)."""
+    clip = settings.get("dpClip")
+    if isinstance(clip, bool) or not isinstance(clip, (int, float)) or not math.isfinite(clip) or clip <= 0:
+        return None
+    return float(clip)
 
 
 def dp_average(kernel: DpKernel, start: _Buf, updates: Sequence[_Buf], clip: float, noise_multiplier: float,
