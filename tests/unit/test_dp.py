@@ -294,3 +294,14 @@ def test_the_participant_clips_its_own_update_as_the_kernel_would() -> None:
     sent = sim.messages(Assign)
     assert sent and all(assigned_clip(a.settings) == 0.02 for a in sent)
     assert assigned_clip({"dpClip": float("nan")}) is None and assigned_clip({}) is None
+
+
+def test_a_checkpoint_with_a_damaged_privacy_record_is_refused() -> None:
+    from weei.core.errors import CheckpointError, CheckpointReason
+    from weei.core.formats.checkpoint import CheckpointMetadata
+
+    meta = _dp_job(SEED).checkpoint(1).metadata.to_json()
+    for bad in ({"dp": {"rounds": -1, "rho": 0.5}}, {"dp": {"rounds": 1, "rho": "x"}}, {"dp": []}, []):
+        with pytest.raises(CheckpointError) as info:
+            CheckpointMetadata.from_json({**meta, "privacy": bad})
+        assert info.value.reason == CheckpointReason.INVALID_METADATA
