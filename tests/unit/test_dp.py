@@ -305,3 +305,14 @@ def test_a_checkpoint_with_a_damaged_privacy_record_is_refused() -> None:
         with pytest.raises(CheckpointError) as info:
             CheckpointMetadata.from_json({**meta, "privacy": bad})
         assert info.value.reason == CheckpointReason.INVALID_METADATA
+
+
+def test_the_job_record_keeps_the_seed_and_refuses_a_damaged_one() -> None:
+    from weei.api.job_store import _dp_noise_seed
+    from weei.api.ports import StorageError, StorageReason
+
+    assert _dp_noise_seed({"dpNoiseSeed": SEED.hex()}) == SEED and _dp_noise_seed({}) is None
+    for bad in ("zz" * 32, SEED.hex()[:-2], 7, ""):
+        with pytest.raises(StorageError) as info:
+            _dp_noise_seed({"dpNoiseSeed": bad})
+        assert info.value.reason == StorageReason.CORRUPT
