@@ -166,7 +166,7 @@ def build_all(static_dir: Path, data_root: Path | None = None) -> list[Path]:
             manifest_text = stringify(model_manifest(wasm, facts, archive), 2) + "\n"
             (out_dir / "manifest.json").write_text(manifest_text, encoding="utf-8")
             written += [out_dir / "model.wasm", out_dir / "manifest.json"]
-    written.append(build_onnx_runtime(static_dir))
+    written.extend(build_onnx_runtime(static_dir))
     kernel_sources = sorted((ROOT / KERNEL_DIR).glob("*.c")) if (ROOT / KERNEL_DIR).is_dir() else []
     if kernel_sources:
         (static_dir / "kernel").mkdir(parents=True, exist_ok=True)
@@ -177,15 +177,22 @@ def build_all(static_dir: Path, data_root: Path | None = None) -> list[Path]:
     return written
 
 
-def build_onnx_runtime(static_dir: Path) -> Path:
+def build_onnx_runtime(static_dir: Path) -> list[Path]:
     """c/onnx (the ONNX graph runtime, docs/onnx.md) into static_dir/onnx/runtime.wasm: a module
-    without a graph, to which `weei model import` appends one (weei.onnx.wasm)."""
+    without a graph, to which `weei model import` appends one (weei.onnx.wasm); and beside it
+    kernels.wgsl.json, the wgsl/ modules its device programs may name (weei.onnx.gpu), from
+    which the importer packs each package's archive."""
+    from weei.gpu import pack_archive
+    from weei.onnx.gpu import GPU_MODULES, KERNELS_NAME
+
     out = static_dir / "onnx" / "runtime.wasm"
     out.parent.mkdir(parents=True, exist_ok=True)
     sources = [p.relative_to(ROOT) for p in sorted((ROOT / ONNX_DIR).glob("*.c")) + sorted((ROOT / SDK_DIR).glob("*.c"))]
     _run(["clang", *WASM_FLAGS, *MODEL_EXTRA_FLAGS, "-DWEEI_HEAP_FLOOR=onnx_heap_floor", "-o", str(out),
           *(str(s) for s in sources)])
-    return out
+    kernels = out.parent / KERNELS_NAME
+    kernels.write_bytes(pack_archive({name: (ROOT / WGSL_DIR / name).read_text(encoding="utf-8") for name in GPU_MODULES}))
+    return [out, kernels]
 
 
 def cmd_wasm(args: argparse.Namespace) -> int:
@@ -206,7 +213,7 @@ def check_against(committed: Path, built_files: list[Path], built_root: Path) ->
         elif not filecmp.cmp(mine, path, shallow=False):
             problems.append(f"{STATIC_DIR / rel}: differs from a fresh build (run python build.py wasm)")
     built_rel = {p.relative_to(built_root) for p in built_files}
-    for pattern in ("models/*/model.wasm", "models/*/manifest.json", f"models/*/{ARCHIVE_NAME}", "kernel/*.wasm", "onnx/*.wasm"):
+    for pattern in ("models/*/model.wasm", "models/*/manifest.json", f"models/*/{ARCHIVE_NAME}", "kernel/*.wasm", "onnx/*.wasm", "onnx/*.json"):
         for path in sorted(committed.glob(pattern)):
             if path.relative_to(committed) not in built_rel:
                 problems.append(f"{STATIC_DIR / path.relative_to(committed)}: committed but no source builds it")

@@ -479,6 +479,13 @@
       setMaxLocalWorkers(count) { return callAsync('setMaxLocalWorkers', { count }); },
       setGpuMemoryBudgetMiB(mib) { return callAsync('setGpuMemoryBudgetMiB', { mib }); },
       setBackendPreference(preference) { return callAsync('setBackendPreference', { preference }); },
+      // What the other peers and this tab's invitations call it (state.displayName; state.peerNames for all).
+      setDisplayName(name) { return callAsync('setDisplayName', { name }); },
+      // What the latest checkpoint says about one input: {example} or {prompt, maxBytes} (docs/api.md).
+      tryCheckpoint(request = {}) { return callAsync('tryCheckpoint', { request }); },
+      // Keep the newest `keepLast` checkpoint files of a job and its best (0: every one); bytes stored per job.
+      setCheckpointRetention(keepLast) { return callAsync('setCheckpointRetention', { keepLast }); },
+      getStorageUse() { return callAsync('getStorageUse'); },
       pauseContribution(paused) { return callAsync('pauseContribution', { paused: !!paused }); },
       listSavedJobs() { return callAsync('listSavedJobs'); },
       openSavedJob(jobId) { return callAsync('openSavedJob', { jobId }); },

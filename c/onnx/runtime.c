@@ -181,10 +181,19 @@ static void resolve(uint32_t b) {
 static float *g_scratch;
 static uint64_t g_scratch_floats;
 
+/* A MatMul by a trained [K, N] weight is a dense layer without a bias (what exporters write for
+ * Linear(bias=False) and for a transformer's projections): it runs the SDK's dense kernels, those of
+ * the hand-written models, with a zero bias. Their sums are mm_acc's, in the same order of k. */
+static int mm_dense(const node *n) {
+    const tensor *B = &g_t[n->in[1]];
+    return B->kind == T_PARAM && B->ndim == 2;
+}
+
 static uint64_t mm_scratch_floats(const node *n) {
     if (n->op != OP_MATMUL && n->op != OP_GEMM) return 0;
     const tensor *A = &g_t[n->in[0]], *B = &g_t[n->in[1]], *Y = &g_t[n->out[0]];
     uint64_t kn = B->ndim >= 2 ? (uint64_t)B->d[B->ndim - 1] * B->d[B->ndim - 2] : B->size, y = Y->size, a = A->size;
+    if (n->op == OP_MATMUL && mm_dense(n)) return Y->d[Y->ndim - 1] + (kn > Y->d[Y->ndim - 1] ? kn : Y->d[Y->ndim - 1]);   /* zeros, then db or B transposed */
     if (n->op == OP_MATMUL) return kn;   /* B transposed, one batch at a time */
     uint64_t most = kn > a ? kn : a;
     return (most > y ? most : y) + y;
@@ -329,6 +338,21 @@ static void matmul(node *n, int backward) {
     if (B->ndim == 2) M = A->size / K;
     else { M = A->d[A->ndim - 2]; batches = A->size / (M * K); }
     uint64_t sa = M * K, sb = B->ndim == 2 ? 0 : (uint64_t)K * N, sy = M * N;
+    if (mm_dense(n)) {
+        float *zeros = g_scratch, *db = g_scratch + N;
+        if (!backward) {
+            weei_memzero(zeros, (size_t)N * 4);
+            weei_dense_forward(A->val, (uint32_t)M, K, N, B->val, zeros, Y->val);
+            return;
+        }
+        if (!B->grad) return;   /* evaluation plans no gradients */
+        weei_memzero(db, (size_t)N * 4);
+        weei_dense_backward(A->val, Y->grad, (uint32_t)M, K, N, B->val, B->grad, db, 0);
+        /* dA += dY B^T: the SDK's dx is a dot product per value (a transposed copy of W only up to 8192
+         * values); B transposed into the scratch and the blocked kernel accumulate instead */
+        if (A->grad) { transpose2(g_scratch + N, B->val, K, N); mm_acc(A->grad, Y->grad, g_scratch + N, (uint32_t)M, N, K); }
+        return;
+    }
     if (!backward) {
         weei_memzero(Y->val, Y->size * 4);
         for (uint64_t i = 0; i < batches; i++) mm_acc(Y->val + i * sy, A->val + i * sa, B->val + i * sb, (uint32_t)M, K, N);
@@ -416,6 +440,15 @@ static void strides_for(const tensor *x, const tensor *y, uint32_t *s) {
     }
 }
 
+/* x's dims, leading 1s aside, are y's last dims: x repeats every x->size elements of y. */
+static int suffix_of(const tensor *x, const tensor *y) {
+    uint32_t r = x->ndim;
+    while (r > 0 && x->d[x->ndim - r] == 1) r--;
+    if (r > y->ndim) return 0;
+    for (uint32_t k = 0; k < r; k++) if (x->d[x->ndim - r + k] != y->d[y->ndim - r + k]) return 0;
+    return 1;
+}
+
 static void binary(node *n, int backward) {
     tensor *A = &g_t[n->in[0]], *B = &g_t[n->in[1]], *Y = &g_t[n->out[0]];
     uint32_t op = n->op, R = Y->ndim;
@@ -436,6 +469,39 @@ static void binary(node *n, int backward) {
             float db = op == OP_ADD ? 1.0f : op == OP_SUB ? -1.0f : op == OP_MUL ? a[i] : -a[i] / (b[i] * b[i]);
             if (A->grad) A->grad[i] += g[i] * da;
             if (B->grad) B->grad[i] += g[i] * db;
+        }
+        return;
+    }
+    if (A->size == Y->size && suffix_of(B, Y)) {
+        /* B repeats along the leading dims (a bias, a mask, a scalar): flat inner loops over each
+         * repetition, the same operations in the same order as the general walk below */
+        uint64_t bs = B->size, reps = Y->size / bs;
+        const float *b = B->val;
+        for (uint64_t o = 0; o < reps; o++) {
+            const float *a = A->val + o * bs;
+            if (!backward) {
+                float *y = Y->val + o * bs;
+                if (op == OP_ADD) for (uint64_t j = 0; j < bs; j++) y[j] = a[j] + b[j];
+                else if (op == OP_SUB) for (uint64_t j = 0; j < bs; j++) y[j] = a[j] - b[j];
+                else if (op == OP_MUL) for (uint64_t j = 0; j < bs; j++) y[j] = a[j] * b[j];
+                else for (uint64_t j = 0; j < bs; j++) y[j] = a[j] / b[j];
+                continue;
+            }
+            const float *g = Y->grad + o * bs;
+            if (A->grad) {
+                float *ga = A->grad + o * bs;
+                if (op == OP_ADD) for (uint64_t j = 0; j < bs; j++) ga[j] += g[j];
+                else if (op == OP_SUB) for (uint64_t j = 0; j < bs; j++) ga[j] += g[j];
+                else if (op == OP_MUL) for (uint64_t j = 0; j < bs; j++) ga[j] += g[j] * b[j];
+                else for (uint64_t j = 0; j < bs; j++) ga[j] += g[j] * (1.0f / b[j]);
+            }
+            if (B->grad) {
+                float *gb = B->grad;
+                if (op == OP_ADD) for (uint64_t j = 0; j < bs; j++) gb[j] += g[j];
+                else if (op == OP_SUB) for (uint64_t j = 0; j < bs; j++) gb[j] += g[j] * -1.0f;
+                else if (op == OP_MUL) for (uint64_t j = 0; j < bs; j++) gb[j] += g[j] * a[j];
+                else for (uint64_t j = 0; j < bs; j++) gb[j] += g[j] * (-a[j] / (b[j] * b[j]));
+            }
         }
         return;
     }
@@ -506,6 +572,12 @@ static void unary(node *n, int backward) {
 }
 
 /* Softmax / LogSoftmax over dims [ia[0], ia[1]) flattened (opset 13 names one axis, older ones a suffix). */
+/* e^x that underflows to 0 as float's does: weei_expf clamps at -87 and gives 1.6e-38 there, so a
+ * masked score (-1e9, -inf: the causal mask exporters write) would become that tiny probability
+ * instead of onnxruntime's 0, and every product with it subnormal (a slow path on x86: the attention's
+ * MatMuls ran 3x slower). Below -87.3 e^x is subnormal or 0; 0 is within 1.2e-38 of it. */
+static float exp_or_zero(float x) { return x < -87.3f ? 0.0f : weei_expf(x); }
+
 static void softmax(node *n, int backward) {
     tensor *X = &g_t[n->in[0]], *Y = &g_t[n->out[0]];
     uint64_t outer = 1, len = 1, inner = 1;
@@ -520,16 +592,16 @@ static void softmax(node *n, int backward) {
             float mx = x[0];
             for (uint64_t j = 1; j < len; j++) if (x[j * inner] > mx) mx = x[j * inner];
             double s = 0.0;
-            for (uint64_t j = 0; j < len; j++) s += weei_expf(x[j * inner] - mx);
+            for (uint64_t j = 0; j < len; j++) s += exp_or_zero(x[j * inner] - mx);
             float ls = weei_logf((float)s);
-            for (uint64_t j = 0; j < len; j++) y[j * inner] = lg ? x[j * inner] - mx - ls : weei_expf(x[j * inner] - mx - ls);
+            for (uint64_t j = 0; j < len; j++) y[j * inner] = lg ? x[j * inner] - mx - ls : exp_or_zero(x[j * inner] - mx - ls);
         } else if (X->grad) {
             float *g = Y->grad + base, *gx = X->grad + base;
             double dot = 0.0;
             for (uint64_t j = 0; j < len; j++) dot += lg ? g[j * inner] : g[j * inner] * y[j * inner];
             for (uint64_t j = 0; j < len; j++) {
                 uint64_t q = j * inner;
-                gx[q] += lg ? g[q] - weei_expf(y[q]) * (float)dot : y[q] * (g[q] - (float)dot);
+                gx[q] += lg ? g[q] - exp_or_zero(y[q]) * (float)dot : y[q] * (g[q] - (float)dot);
             }
         }
     }
@@ -1214,3 +1286,6 @@ static int op_gradient(const wj_doc *in) {
 
 WEEI_EXPORT("onnxForward") uint32_t onnx_forward_export(uint32_t ptr, uint32_t bytes) { return weei_run_op(ptr, bytes, op_forward); }
 WEEI_EXPORT("onnxGradient") uint32_t onnx_gradient_export(uint32_t ptr, uint32_t bytes) { return weei_run_op(ptr, bytes, op_gradient); }
+
+/* The GPU backend (gpuBegin / gpuNext / gpuEnd): docs/gpu.md, "Imported ONNX graphs". */
+#include "gpu.inc"

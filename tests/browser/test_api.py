@@ -500,7 +500,8 @@ def test_methods_wait_for_python_and_the_api_lists_every_method(weei_server: Any
         "pause", "resume", "stop", "updateSettings", "reviewSettings", "runValidation", "shuffleChunks", "exportCheckpoint",
         "exportModule", "leave", "getDebugLog", "exportDebugLog", "clearDebugLog", "setMaxLocalWorkers",
         "setGpuMemoryBudgetMiB", "setBackendPreference", "pauseContribution", "listSavedJobs", "openSavedJob",
-        "deleteSavedJob", "enable", "importOnnx", "exportOnnx"])
+        "deleteSavedJob", "enable", "importOnnx", "exportOnnx", "setDisplayName", "tryCheckpoint",
+        "setCheckpointRetention", "getStorageUse"])
     assert not log.errors, log.errors
 
 

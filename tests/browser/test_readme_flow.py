@@ -76,7 +76,9 @@ def follow_the_readme(first: Any, second: Any) -> None:
                 # The invitation raised a notice at the top of the window and a live announcement.
                 notice = pg.locator(".notices .notice")
                 expect(notice).to_be_visible(timeout=TIMEOUT_MS)
-                assert ids["first"][:16] in notice.inner_text()
+                # It says who invited by name ("Chrome on Linux"), the peer ID in the name's title.
+                assert "from Chrome on Linux" in notice.inner_text()
+                assert notice.locator(f'[title="{ids["first"]}"]').count() == 1
                 assert "Invitation to train" in (shadow(pg, "[role=status][aria-live]") or "")
                 box = pg.evaluate("() => { const r = document.querySelector('[data-weei-widget]').shadowRoot"
                                   ".querySelector('.notices').getBoundingClientRect(); return r.top; }")

@@ -63,8 +63,10 @@ async def crash(a: Agent) -> None:
 
 
 def sent_by(transport: AgentTransport, peer: str, after: int = 0) -> list[str]:
-    """The types of the messages ``transport`` received from ``peer`` (from record number ``after`` on)."""
-    return [r.type for r in list(transport.log)[after:] if r.direction == "receive" and r.peer == peer]
+    """The types of the job's messages ``transport`` received from ``peer`` (from record number ``after`` on): not
+    the card (name, activity) every peer sends (docs/api.md "Names")."""
+    return [r.type for r in list(transport.log)[after:]
+            if r.direction == "receive" and r.peer == peer and r.type != "presence"]
 
 
 def test_a_restarted_agent_re_proves_its_coordinator_and_refuses_one_without_the_key(tmp_path: Path) -> None:

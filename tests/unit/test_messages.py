@@ -14,8 +14,9 @@ from weei.core.wire.messages import (
     _TYPES, ArtifactMissing, ArtifactRef, Assign, AssignmentFailed, CheckpointNote, ChunkRef, Deliver, DiagnosticsReport, Direction, Invitation,
     InvitationDecision, JobFinished, Leave, MessageError, MessageReason, ModuleStatus, PauseContribution,
     Piece, Progress, RelayDone, RelayPiece, RelayPlan, RoomChallenge, RoomProof, TrainingStarted, UnitRange, Update,
-    UpdateReceipt, decode_message, encode_message,
+    UpdateReceipt, decode_message, encode_message, Presence,
 )
+from weei.core.observe.peer_names import PeerCard
 
 H1, H2, H3 = "a" * 64, "b" * 64, "0123456789abcdef" * 4
 REF = ArtifactRef("checkpoint", H1, 64)
@@ -73,6 +74,11 @@ SAMPLES = [
     # A participant asks for an artifact a message named as held (issue 24); a decline says why.
     ArtifactMissing("job-1", H2),
     InvitationDecision("job-1", False, "this peer coordinates job job-2"),
+    # Names (core/observe/peer_names.py): a peer's card; the coordinator's name in an invitation.
+    Presence(PeerCard("Chrome on Linux", agent=False, activity="coordinating", job="Digits")),
+    Presence(PeerCard("Weei agent on Linux", agent=True)),
+    Invitation("job-2", "coord", {"id": "m", "metrics": []}, {"fileName": "m.wasm", "bytes": 10, "sha256": H1}, 0,
+               {"epochs": 3}, "Ana's laptop"),
 ]
 
 
@@ -86,9 +92,11 @@ def test_each_type_knows_its_direction() -> None:
                       "relayPiece", "roomProof"}
     to_coordinator = {"invitationDecision", "moduleStatus", "trainingStarted", "update", "assignmentFailed",
                       "pauseContribution", "leave", "diagnostics", "progress", "relayDone", "roomChallenge", "artifactMissing"}
-    assert to_participant | to_coordinator == set(_TYPES)
+    any_peer = {"presence"}  # outside a job: a peer's name and what it does
+    assert to_participant | to_coordinator | any_peer == set(_TYPES)
     for kind, cls in _TYPES.items():
-        want = Direction.TO_PARTICIPANT if kind in to_participant else Direction.TO_COORDINATOR
+        want = Direction.TO_PARTICIPANT if kind in to_participant else Direction.ANY_PEER if kind in any_peer \
+            else Direction.TO_COORDINATOR
         assert cls.DIRECTION is want, kind
 
 

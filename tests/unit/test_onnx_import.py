@@ -1,6 +1,6 @@
 """An ONNX file in, a federated job, a trained ONNX file out; hostile files refused by name.
 
-The MLP is built with onnx.helper (no PyTorch needed), imported with
+The MLP and the CNN are built with onnx.helper (no PyTorch needed), imported with
 `weei model import`, trained by a federated job in one process
 (weei.demo.run, as `weei demo` does) on the digits data, and exported with
 `weei model export`; onnxruntime's predictions on the exported file equal
@@ -60,8 +60,9 @@ def test_mlp_imported_trained_in_a_federated_job_and_exported(tmp_path: Path, mo
     assert main(["model", "import", str(tmp_path / "mlp.onnx"), "--loss", "cross-entropy", "--optimizer", "adam",
                  "--lr", "0.01", "--data-format", "digits", "--data", str(DIGITS), "--id", "mlp",
                  "--out", str(package)]) == 0
-    assert "OK: wrote" in capsys.readouterr().out
-    assert {p.name for p in package.iterdir()} == {"model.wasm", "manifest.json", "model.onnx", "data"}
+    out = capsys.readouterr().out
+    assert "OK: wrote" in out and "GPU: model.wgsl.json" in out  # the MLP has a device program (docs/gpu.md)
+    assert {p.name for p in package.iterdir()} == {"model.wasm", "manifest.json", "model.onnx", "data", "model.wgsl.json"}
 
     monkeypatch.setenv("WEEI_MODELS", str(tmp_path / "models"))
     job = DemoJob("mlp", "mlp", {"epochs": 2, "localEpochs": 1, "batchSize": 32, "coordinatorParticipates": True,
@@ -88,8 +89,9 @@ def test_mlp_imported_trained_in_a_federated_job_and_exported(tmp_path: Path, mo
     assert abs(weei_acc - float((theirs.argmax(1) == records[:, 64]).mean())) < 1e-9
 
 
-def test_cnn_with_batchnorm_trains_and_lists_running_stats_as_average_only() -> None:
-    rng = np.random.default_rng(3)
+def cnn(seed: int = 3) -> bytes:
+    """Conv + BatchNormalization + MaxPool (+ Dropout) on the digits images: [N, 64] pixels seen as 1x8x8."""
+    rng = np.random.default_rng(seed)
     inits = {"W": (rng.standard_normal((4, 1, 3, 3)) * 0.3).astype(np.float32), "cb": np.zeros(4, np.float32),
              "s": np.ones(4, np.float32), "bb": np.zeros(4, np.float32), "m": np.zeros(4, np.float32),
              "v": np.ones(4, np.float32), "shape": np.array([-1, 1, 8, 8], np.int64),
@@ -100,28 +102,56 @@ def test_cnn_with_batchnorm_trains_and_lists_running_stats_as_average_only() -> 
              helper.make_node("Relu", ["n"], ["r"]),
              helper.make_node("MaxPool", ["r"], ["p"], kernel_shape=[3, 3], strides=[3, 3], ceil_mode=1),
              helper.make_node("Flatten", ["p"], ["f"]),
-             helper.make_node("Dropout", ["f"], ["d"], ratio=0.1),
+             helper.make_node("Constant", [], ["ratio"], value=numpy_helper.from_array(np.array(0.1, np.float32))),
+             helper.make_node("Dropout", ["f", "ratio"], ["d"]),
              helper.make_node("Gemm", ["d", "F", "fb"], ["y"])]
     graph = helper.make_graph(nodes, "cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 64])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 10])],
                               [numpy_helper.from_array(v, k) for k, v in inits.items()])
-    wasm, compiled = import_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString(),
-                                 Settings(data="digits", lr=0.01))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+def test_cnn_with_batchnorm_trains_in_a_federated_job_and_exports(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """The issue's CNN: trained by a federated job, its running statistics averaged (averageOnly) and moved,
+    and onnxruntime's predictions on the exported file are evaluate's on the same checkpoint."""
+    (tmp_path / "cnn.onnx").write_bytes(cnn())
+    package = tmp_path / "models" / "cnn"
+    assert main(["model", "import", str(tmp_path / "cnn.onnx"), "--loss", "cross-entropy", "--optimizer", "adam",
+                 "--lr", "0.01", "--data-format", "digits", "--data", str(DIGITS), "--id", "cnn",
+                 "--out", str(package)]) == 0
+    assert "OK: wrote" in capsys.readouterr().out
+    _, compiled = import_onnx(cnn(), Settings(data="digits", lr=0.01))
     weights = len(compiled.weights)
     assert compiled.info["aggregation"] == {"averageOnly": [{"offset": (weights - 8) * 4, "bytes": 32}]}
-    rt = ModelRuntime.load(wasm, WasmtimeEngine())
-    w = rt.create_initial_weights(0)
-    val = (DIGITS / "validation.bin").read_bytes()
-    rt.load_model(w)
-    before = rt.evaluate(data=val, format="weei-digits-v1").metrics["accuracy"]
-    for k in range(1, 9):
-        result = rt.train(data=(DIGITS / f"training-00{k}.bin").read_bytes(), format="weei-digits-v1", seed=k,
-                          settings={"localEpochs": 2, "batchSize": 32})
-        rt.load_model(result.weights)
-    after = rt.evaluate(data=val, format="weei-digits-v1").metrics["accuracy"]
-    assert after > before + 0.4 and after >= 0.6, (before, after)
-    stats = np.frombuffer(result.weights, np.float32)[-8:]
+
+    monkeypatch.setenv("WEEI_MODELS", str(tmp_path / "models"))
+    job = DemoJob("cnn", "cnn", {"epochs": 2, "localEpochs": 2, "batchSize": 32, "coordinatorParticipates": True,
+                                 "validationSchedule": {"enabled": True, "unit": "round", "every": 1}},
+                  peers=3, validation="validation.bin")
+    report = run_job(job, tmp_path / "out", stream=io.StringIO())
+    accuracy = [r["validation"]["accuracy"] for r in report.rounds if "validation" in r]
+    assert report.rejected == 0 and len(accuracy) >= 3
+    assert accuracy[-1] > accuracy[0] + 0.4 and accuracy[-1] >= 0.6, accuracy
+
+    last = sorted((tmp_path / "out" / "cnn").glob("*.weei-checkpoint"))[-1]
+    trained = read_checkpoint(last.read_bytes()).weights
+    stats = np.frombuffer(trained, np.float32)[-8:]
     assert not np.allclose(stats, [0, 0, 0, 0, 1, 1, 1, 1])   # the running statistics moved
+    assert main(["model", "export", str(last), "--package", str(package), "--onnx", str(tmp_path / "trained.onnx")]) == 0
+    records = _digits(DIGITS / "validation.bin")
+    x = (records[:, :64] / 16.0).astype(np.float32)
+    theirs = ort.InferenceSession(str(tmp_path / "trained.onnx")).run(None, {"x": x})[0]
+    rt = ModelRuntime.load((package / "model.wasm").read_bytes(), WasmtimeEngine())
+    rt.load_model(trained)
+    _, out = rt._operation("onnxForward", lambda r: {"input": r[0], "batch": len(x)},
+                           inputs=[memoryview(x.tobytes())], output="output")
+    ours = np.frombuffer(out, np.float32).reshape(theirs.shape)
+    np.testing.assert_allclose(ours, theirs, atol=1e-5, rtol=1e-5)
+    assert (ours.argmax(1) == theirs.argmax(1)).all()
+    weei_acc = rt.evaluate(data=(DIGITS / "validation.bin").read_bytes(), format="weei-digits-v1").metrics["accuracy"]
+    assert abs(weei_acc - float((theirs.argmax(1) == records[:, 64]).mean())) < 1e-9
+    assert abs(weei_acc - accuracy[-1]) < 1e-6
 
 
 def _refused(data: bytes, reason: str, words: str = "") -> None:

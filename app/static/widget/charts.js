@@ -94,6 +94,23 @@ export function smooth(ys, weight) {
   });
 }
 
+/** The values a metric can take, as far as its name and values say: [0, 1] for a share (accuracy…) whose values
+ * are all in it, [0, ∞) for a loss or error and for values never below 0; the padded axis stays inside. */
+export function metricRange(metric, ys) {
+  const id = `${metric && metric.id} ${metric && metric.label}`.toLowerCase();
+  const inUnit = ys.every((y) => y >= 0 && y <= 1);
+  if (inUnit && /accuracy|precision|recall|\bf1\b|\bauc\b|rate|share|fraction/.test(id)) return [0, 1];
+  if (/loss|error|mse|mae|perplexity/.test(id) || ys.every((y) => y >= 0)) return [0, Infinity];
+  return [-Infinity, Infinity];
+}
+
+function clampTicks(t, [lo, hi]) {
+  const out = { lo: Math.max(t.lo, lo), hi: Math.min(t.hi, hi) };
+  out.ticks = t.ticks.filter((v) => v >= out.lo - 1e-12 && v <= out.hi + 1e-12);
+  if (!(out.hi > out.lo)) return t;
+  return out;
+}
+
 function niceTicks(min, max, count = 4) {
   if (!(max > min)) { const d = Math.abs(min) || 1; min -= d / 2; max += d / 2; }
   const raw = (max - min) / Math.max(1, count);
@@ -172,7 +189,7 @@ function chart(metric, train, val, opts) {
   const ys = series.flatMap((s) => s.pts.flatMap((p, i) => (inView(xOf(p)) ? [p.y, s.sm[i]] : [])));
   if (!ys.length) ys.push(...all.map((p) => p.y));
   const fy = opts.log ? Math.log10 : (y) => y;
-  const yt = opts.log ? logTicks(Math.min(...ys), Math.max(...ys)) : niceTicks(Math.min(...ys), Math.max(...ys));
+  const yt = opts.log ? logTicks(Math.min(...ys), Math.max(...ys)) : clampTicks(niceTicks(Math.min(...ys), Math.max(...ys)), metricRange(metric, ys));
   const xt = niceTicks(xmin, xmax, opts.axis === 'time' ? 5 : Math.min(6, Math.max(1, xmax - xmin)));
   const xTicks = xt.ticks.filter((v) => inView(v) && (opts.axis === 'time' || Number.isInteger(v)));
   const px = (x) => M.l + ((x - xmin) / (xmax - xmin)) * (W - M.l - M.r);

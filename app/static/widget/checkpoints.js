@@ -13,7 +13,8 @@ export class Checkpoints {
       const file = await this.api.exportCheckpoint();
       saveFile(this.root, file, 'checkpoint.weei-checkpoint');
     }));
-    c.module = h('button', { type: 'button', text: 'Export module' });
+    c.module = h('button', { type: 'button', name: 'downloadModule', text: 'Download module (.wasm, no weights)',
+      title: 'The model\'s WebAssembly module: its code, without trained weights (those are in the checkpoint)' });
     c.module.addEventListener('click', () => this.act(c.module, c.error, async () => {
       const file = await this.api.exportModule();
       if (!file) throw new Error('This browser does not keep the model module of this job');
@@ -49,7 +50,7 @@ export class Checkpoints {
     this.sections.checkpoints.note.textContent = last ? `${cps.length}, latest round ${last.artifact.round}` : '';
     // Download as ONNX: for a job of the model this window imported from an ONNX file, whose checkpoints it keeps.
     const onnx = Boolean(job && !participant && this.onnxSource && job.info && job.info.id === this.onnxSource.modelId);
-    const key = job ? [job.id, onnx, cps.length, cps.map((x) => (x.validationMetrics ? 'v' : '') + (x.validationError ? 'e' : '')).join('')] : null;
+    const key = job ? [job.id, onnx, cps.length, cps.map((x) => (x.validationMetrics ? 'v' : '') + (x.validationError ? 'e' : '') + (x.fileKept === false ? 'r' : '')).join('')] : null;
     this.section('checkpoints', key, () => {
       if (!job) return h('p', { class: 'muted', text: 'No job.' });
       if (!cps.length) {
@@ -64,7 +65,7 @@ export class Checkpoints {
         h('td', { text: fmtNum(x.metrics ? x.metrics.examplesProcessed : undefined) }),
         h('td', { text: x.artifact.round === 0 ? '—' : values(x.metrics) }),
         h('td', { title: x.validationError || '' }, x.validationError ? h('span', { class: 'chip error', text: 'failed' }) : values(x.validationMetrics)),
-        h('td', { text: fmtTime(x.createdAt) }),
+        h('td', {}, fmtTime(x.createdAt), x.fileKept === false ? h('div', { class: 'sub', text: 'file removed (retention)' }) : null),
         ...(onnx ? [h('td', {}, this.onnxButton(x.artifact.round))] : [])));
       const label = metrics.length === 1 ? ` (${metrics[0].label})` : '';
       // Focusable: the table scrolls in its box, and keyboard users must be able to scroll it.

@@ -2,12 +2,15 @@
 // Methods of the window's Widget class (mixed into it by window.js): `this` is the Widget.
 
 import { h, missing, show, fmtNum, fmtMs, shortHash, copyButton } from './dom.js';
+import { peerLabel } from './names.js';
+import { peerCardsView } from './peercards.js';
+import { gpuNote } from './status.js';
 
 export class Diagnostics {
   renderDiagnostics(state, job) {
     const diag = state.diagnostics || {};
     const ended = Boolean(job && job.status === 'completed'); // the last snapshots are final, not live or stale
-    const key = [diag, state.myPeerId, ended];
+    const key = [diag, state.myPeerId, ended, state.peerNames];
     this.section('diagnostics', key, () => {
       const entries = Object.entries(diag);
       this.sections.diagnostics.note.textContent = entries.length ? `${entries.length} peer${entries.length === 1 ? '' : 's'}` : '';
@@ -21,22 +24,22 @@ export class Diagnostics {
         const p = d.performance || {};
         const adapter = gpu.adapter && gpu.adapter !== 'unknown'
           ? [gpu.adapter.vendor, gpu.adapter.device || gpu.adapter.architecture].filter((x) => !missing(x)).join(' ') || gpu.adapter.description : null;
-        const gpuErr = typeof gpu.initializationError === 'string' && gpu.initializationError !== 'unknown' ? gpu.initializationError : null;
+        const note = gpuNote(d); // one line, as information for the normal CPU fallback on a software GPU
         const timing = [['prep', t.preparationMs], ['compile', t.compilationMs], ['train', t.trainingMs], ['upload', t.uploadMs]]
           .filter(([, v]) => typeof v === 'number').map(([k, v]) => `${k} ${fmtMs(v)}`);
         const fresh = ended ? 'final' : d.stale ? `stale ${Math.round((d.ageMs || 0) / 1000)} s` : 'live';
         const stage = ended && d.stage !== 'error' ? 'finished' : d.stage;
         return h('tr', { class: peer === state.myPeerId ? 'me' : '', 'data-peer': peer },
-          h('td', { title: peer }, peer === state.myPeerId ? 'this browser' : peer.slice(0, 10), copyButton(peer, 'peer ID'),
+          h('td', { title: peer }, peerLabel(state, peer, { you: 'this browser' }), copyButton(peer, 'peer ID'),
             d.connected === false ? h('div', { class: 'sub', text: 'disconnected' }) : null),
           h('td', {}, `${show(env.browser)} ${missing(env.browserVersion) ? '' : env.browserVersion}`.trim(),
             h('div', { class: 'sub', text: `${show(env.os)}${missing(env.logicalCores) ? '' : ` · ${env.logicalCores} cores`}` })),
           h('td', {}, show(ex.actual), ex.requested && ex.requested !== 'auto' && ex.requested !== ex.actual ? h('span', { class: 'sub', text: ` (asked ${ex.requested})` }) : null,
             h('div', { class: 'sub', text: show(ex.backend) }),
-            ex.fallbackReason ? h('div', { class: 'sub wrap', text: `fallback: ${ex.fallbackReason}` }) : null),
+            ex.fallbackReason && !(note && !note.error) ? h('div', { class: 'sub wrap', text: `fallback: ${ex.fallbackReason}` }) : null),
           h('td', { text: `${show(ex.activeWorkers)} / ${show(ex.workerLimit)}` }),
           h('td', {}, gpu.webgpu === 'available' ? 'WebGPU' : 'no WebGPU', h('div', { class: 'sub', text: adapter || '—' }),
-            h('div', { class: 'sub', text: `budget ${show(gpu.memoryBudgetMiB)} MiB` }), gpuErr ? h('div', { class: 'sub wrap', text: `error: ${gpuErr}` }) : null),
+            h('div', { class: 'sub', text: `budget ${show(gpu.memoryBudgetMiB)} MiB` }), note ? h('div', { class: `sub wrap${note.error ? ' gpuerror' : ' gpuinfo'}`, text: note.error ? `error: ${note.text}` : note.text }) : null),
           h('td', {}, a ? `round ${a.round}` : '—', a ? h('div', { class: 'sub', text: `${show(a.chunkId)} · ${fmtNum(a.exampleCount)} ex` }) : null,
             a ? h('div', { class: 'sub', text: `batch ${show(a.batchSize)} · ${show(a.localEpochs)} ep · lr ${show(a.learningRate, fmtNum)}` }) : null),
           h('td', {}, h('span', { class: `chip ${stage === 'error' ? 'error' : stage === 'training' ? 'training' : stage === 'finished' ? 'completed' : ''}`, text: show(stage), title: show(d.stage) }),
@@ -48,14 +51,20 @@ export class Diagnostics {
           h('td', {}, h('span', { class: `chip ${ended ? 'completed' : d.stale ? 'stale' : 'live'}`, text: fresh })));
       });
       const { text, hashes } = consistency(entries, state.myPeerId);
-      return [
+      const wrap = h('div', { class: 'tablewrap wide', tabindex: '0', role: 'region', 'aria-label': 'Diagnostics table (scrolls sideways)' }, h('table', { class: 'diagnostics' },
+        h('thead', {}, h('tr', {}, ['Peer', 'Browser / OS', 'Mode', 'Workers', 'GPU', 'Assignment', 'Stage', 'Timings', 'Speed', 'Fresh']
+          .map((t) => h('th', { text: t })))),
+        h('tbody', {}, rows)));
+      // The table is rebuilt as the diagnostics change (several times a second while training): where the
+      // person scrolled it stays.
+      const kept = this.diagScroll || [0, 0];
+      wrap.addEventListener('scroll', () => { this.diagScroll = [wrap.scrollLeft, wrap.scrollTop]; });
+      requestAnimationFrame(() => { wrap.scrollLeft = kept[0]; wrap.scrollTop = kept[1]; });
+      return [peerCardsView(state, ended),
         h('p', { class: 'small consistency' }, text,
           hashes.map((sha) => copyButton(sha, hashes.length > 1 ? `model hash ${shortHash(sha)}` : 'model hash'))),
         // Wider than a narrow window: it scrolls inside its own box (focusable, so keys scroll it too).
-        h('div', { class: 'tablewrap wide', tabindex: '0', role: 'region', 'aria-label': 'Diagnostics table (scrolls sideways)' }, h('table', { class: 'diagnostics' },
-          h('thead', {}, h('tr', {}, ['Peer', 'Browser / OS', 'Mode', 'Workers', 'GPU', 'Assignment', 'Stage', 'Timings', 'Speed', 'Fresh']
-            .map((t) => h('th', { text: t })))),
-          h('tbody', {}, rows))),
+        wrap,
       ];
     });
   }

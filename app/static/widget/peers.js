@@ -2,6 +2,10 @@
 // Methods of the window's Widget class (mixed into it by window.js): `this` is the Widget.
 
 import { h, append, show, fmtBytes, experienceOf, copyButton } from './dom.js';
+import { peerName, peerCard, activityText } from './names.js';
+
+// More idle peers than this fold into a "N idle peers" disclosure (stale tabs pile up in a room).
+const SHOWN_IDLE = 3;
 
 export class Peers {
   buildPeersDevice() {
@@ -36,11 +40,16 @@ export class Peers {
     const r = (this.roomBar = { room });
     r.peer = h('span', { class: 'mono', 'data-field': 'myPeerId', text: '…' });
     r.copyPeer = copyButton(() => this.state && this.state.myPeerId, 'this browser\'s peer ID', { label: 'Copy ID', name: 'copyPeerId' });
+    // This tab's display name: what the other peers and its invitations call it (setDisplayName).
+    r.name = h('input', { type: 'text', name: 'displayName', maxlength: 48, 'aria-label': 'Your name in the room', placeholder: 'Your name' });
+    r.nameError = h('span', { class: 'error hidden', role: 'alert' });
+    r.name.addEventListener('change', () => this.act(null, r.nameError, () => this.api.setDisplayName(r.name.value)));
+    r.nameRow = h('label', { class: 'namefield' }, h('span', { class: 'muted', text: 'Your name ' }), r.name);
     if (!room) {
       r.el = h('div', { class: 'roombar', 'data-room': '' },
         h('p', {}, h('b', { text: 'Not in a room' }), ': this browser trains alone. To train with others, open an invite link '
           + '(…/#room=KEY: `weei serve` prints one) here and in the other browsers.'),
-        h('p', { class: 'row' }, h('span', { class: 'muted', text: 'This browser: ' }), r.peer, r.copyPeer));
+        h('p', { class: 'row' }, h('span', { class: 'muted', text: 'This browser: ' }), r.peer, r.copyPeer, r.nameRow), r.nameError);
       return r.el;
     }
     const link = h('input', { type: 'text', name: 'inviteLink', readonly: true, value: room.invite, 'aria-label': 'Invite link' });
@@ -50,7 +59,8 @@ export class Peers {
       h('p', { class: 'row' }, h('span', { class: 'muted', text: 'Room' }),
         h('span', { class: 'mono', title: room.key, text: room.key.length > 12 ? room.key.slice(0, 10) + '…' : room.key }),
         h('span', { class: 'muted', text: '· this browser' }), r.peer, r.copyPeer),
-      h('div', { class: 'row invite' }, link, copy),
+      // The name shares the invite link's row: the bar stays as tall as it was.
+      h('div', { class: 'row invite' }, link, copy, r.nameRow), r.nameError,
       h('p', { class: 'small muted', text: 'Anyone with this link joins the room (the key after # is its secret): '
         + 'open it in another tab, browser or machine, then invite that peer to a job.' }));
     return r.el;
@@ -62,6 +72,7 @@ export class Peers {
     r.peer.textContent = me || (r.room ? 'connecting…' : '…');
     r.peer.title = me;
     r.copyPeer.disabled = !me;
+    if (this.root.activeElement !== r.name) r.name.value = state.displayName || '';
   }
 
   // An invitation raises a notice at the top of the window (and says so in a live region):
@@ -76,7 +87,7 @@ export class Peers {
       const [jobId, entry] = fresh[0];
       const inv = (entry && entry.invitation) || entry || {};
       this.live.textContent = `Invitation to train ${(inv.modelInfo && inv.modelInfo.name) || jobId}`
-        + ` from ${inv.coordinator || 'a peer'}: review it at the top of the window.`;
+        + ` from ${inv.coordinatorName || inv.coordinator || 'a peer'}: review it at the top of the window.`;
     }
     this.section('notice', ids, () => invitations.map(([jobId, entry]) => {
       const inv = (entry && entry.invitation) || entry || {};
@@ -84,7 +95,7 @@ export class Peers {
       review.addEventListener('click', () => this.reviewInvitation(jobId));
       return h('div', { class: 'notice', 'data-job': jobId },
         h('span', {}, h('b', { text: 'Invitation' }), ` to train ${(inv.modelInfo && inv.modelInfo.name) || 'a model'} from `,
-          h('span', { class: 'mono', text: String(inv.coordinator || 'a peer') }), '.'), review);
+          h('b', { title: String(inv.coordinator || ''), text: String(inv.coordinatorName || (inv.coordinator || 'a peer').slice(0, 10)) }), '.'), review);
     }), this.noticeBox);
   }
 
@@ -119,10 +130,12 @@ export class Peers {
       invitations.length ? `${invitations.length} invitation${invitations.length > 1 ? 's' : ''}` : ''].filter(Boolean).join(' · ');
     const coordinator = job && job.role === 'coordinator' && job.status !== 'completed';
 
-    // Connected peers with Invite buttons: rebuilt only when who can be invited changes.
+    // Connected peers with their names and what each does, and Invite buttons: rebuilt only when who can be
+    // invited, or what they say about themselves, changes. Idle peers past SHOWN_IDLE fold away.
     const why = inviteBlocked(job);
     const inviteKey = Object.entries(participants).map(([peer, p]) => [peer, p.state, p.approved, p.declined || '']);
-    this.section('peers.list', [peers, coordinator, inviteKey, why], () => {
+    const names = state.peerNames || {};
+    this.section('peers.list', [peers, coordinator, inviteKey, why, peers.map((p) => names[p] || null)], () => {
       const errorEl = h('div', { class: 'error hidden', role: 'alert' });
       const out = [h('h3', { text: 'Connected peers' })];
       if (!peers.length) {
@@ -132,29 +145,41 @@ export class Peers {
       } else if (why) {
         out.push(h('p', { class: 'small muted', 'data-field': 'inviteHint', text: why }));
       }
-      for (const peer of peers) {
+      const row = (peer) => {
+        const card = peerCard(state, peer);
         // Only a peer that takes part cannot be invited: an unanswered, declined or expired invitation can be sent again.
         const p = participants[peer];
         const invite = h('button', { type: 'button', name: 'invite', text: p && p.approved ? 'In this job' : p ? 'Invite again' : 'Invite',
           disabled: !coordinator || Boolean(p && p.approved),
-          title: p && p.approved ? 'Already in this job' : (why || `Offer this job to ${peer}`) });
+          title: p && p.approved ? 'Already in this job' : (why || `Offer this job to ${card ? card.label : peer}`) });
         invite.addEventListener('click', () => this.act(invite, errorEl, () => this.api.invite(peer)));
         const said = p && p.state === 'invited' ? 'invited, waiting for an answer' : p && p.declined ? `declined: ${p.declined}` : '';
-        out.push(h('div', { class: 'row', 'data-peer': peer }, h('span', { class: 'mono', text: peer }),
-          said ? h('span', { class: 'small muted', 'data-field': 'inviteAnswer', text: said }) : null, invite));
+        const doing = activityText(card);
+        return h('div', { class: 'peerrow', 'data-peer': peer },
+          peerName(state, peer),
+          h('span', { class: `small what ${doing ? '' : 'muted'}`, 'data-field': 'activity', text: doing || 'has not said who it is' }),
+          said ? h('span', { class: 'small muted', 'data-field': 'inviteAnswer', text: said }) : null,
+          invite);
+      };
+      // Busy peers and this job's first; idle and silent ones after, folded when there are many.
+      const busy = peers.filter((p) => participants[p] || (peerCard(state, p) && peerCard(state, p).activity !== 'idle'));
+      const idle = peers.filter((p) => !busy.includes(p));
+      out.push(...busy.map(row), ...idle.slice(0, idle.length > SHOWN_IDLE ? 0 : SHOWN_IDLE).map(row));
+      if (idle.length > SHOWN_IDLE) {
+        out.push(h('details', { class: 'idlepeers' }, h('summary', { text: `${idle.length} idle peers` }), idle.map(row)));
       }
       out.push(errorEl);
       return out;
     }, d.peersBox);
 
-    this.section('peers.parts', [job && job.id, participants, state.myPeerId], () => {
+    this.section('peers.parts', [job && job.id, participants, state.myPeerId, Object.keys(participants).map((p) => names[p] && names[p].label)], () => {
       const parts = Object.entries(participants);
       if (!job) return null;
       return [h('h3', { text: 'Participants' }),
         !parts.length ? h('p', { class: 'small muted', text: 'Nobody yet.' }) : h('div', { class: 'tablewrap' }, h('table', { class: 'participants' },
           h('thead', {}, h('tr', {}, ['Peer', 'State', 'Connected', 'Approved', 'Paused'].map((t) => h('th', { text: t })))),
           h('tbody', {}, parts.map(([peer, p]) => { const finished = job.status === 'completed' && p.state === 'stopped' && !p.missedEnd; return h('tr', {},
-            h('td', { class: 'mono', title: peer, text: peer === state.myPeerId ? 'this browser' : peer.slice(0, 16) }),
+            h('td', {}, peerName(state, peer)),
             // A member of a finished job is 'stopped' in the spec's terms: said as success, not as a red stop.
             h('td', {}, h('span', { class: `chip ${finished ? 'completed' : p.state}`, text: finished ? 'finished' : p.state, title: p.state }),
               p.excluded ? h('span', { class: 'chip error', text: 'excluded', title: 'an outlier round after round (aggregation.excludeOutliersAfter)' }) : null,
@@ -195,7 +220,8 @@ export class Peers {
     return h('div', { class: 'card invitation', 'data-job': jobId },
       h('dl', { class: 'kv' },
         h('dt', { text: 'Model' }), h('dd', { text: `${info.name || '—'} (${info.id || '—'} ${info.version || ''})` }),
-        h('dt', { text: 'From' }), h('dd', { class: 'mono', text: inv.coordinator || '—' }),
+        h('dt', { text: 'From' }), h('dd', { title: inv.coordinator || '' }, inv.coordinatorName ? h('b', { text: inv.coordinatorName }) : null,
+          h('div', { class: 'mono small', text: inv.coordinator || '—' })),
         h('dt', { text: 'Module' }), h('dd', { text: `${mod.fileName || ''} ${fmtBytes(mod.bytes)}` }),
         h('dt', { text: 'SHA-256' }), h('dd', { class: 'mono', text: show(mod.sha256) }),
         h('dt', { text: 'Data' }), h('dd', { text: exp ? 'none: the model plays episodes' : fmtBytes(inv.dataBytes) }),

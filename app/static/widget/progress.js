@@ -3,6 +3,8 @@
 // Methods of the window's Widget class (mixed into it by window.js): `this` is the Widget.
 
 import { h, fmtNum, fmtBytes, fmtDuration, experienceOf } from './dom.js';
+import { peerLabel } from './names.js';
+import { EtaSmoother, elapsedText } from './status.js';
 
 // What a peer is doing before its first progress report (diagnostics stage), in words.
 const STAGE_TEXT = {
@@ -27,7 +29,8 @@ export class Progress {
     const stages = Object.fromEntries(Object.entries(diag).map(([p, d]) => [p, d && d.stage]));
     const key = job ? [job.status, job.role, job.progress, job.slots, job.checkpoints.length, job.settings && job.settings.epochs,
       job.incomplete, state.progress, state.transfers, state.transferErrors, state.estimatedRemainingMs, state.transitioning,
-      state.evaluating, state.busy, stages, state.execution && state.execution.phase, job.privacy] : null;
+      state.evaluating, state.busy, stages, state.execution && state.execution.phase, job.privacy,
+      job.status === 'running' ? Math.floor(Date.now() / 1000) : 0] : null; // the elapsed time ticks
     this.section('progress', key, () => {
       if (!job) return h('p', { class: 'muted', text: 'No job.' });
       const out = [];
@@ -79,7 +82,11 @@ export class Progress {
       const flags = [];
       if (state.transitioning) flags.push('averaging updates into a checkpoint');
       if (state.evaluating) flags.push('validating');
-      if (!done && typeof eta === 'number') flags.push(`about ${fmtDuration(eta)} left at the measured speed`);
+      this.etaSmoother = this.etaSmoother || new EtaSmoother();
+      const smooth = done ? null : this.etaSmoother.update(eta);
+      const elapsed = job.status === 'ready' ? null : elapsedText(job);
+      if (elapsed) flags.push(elapsed);
+      if (!done && typeof smooth === 'number') flags.push(`about ${fmtDuration(smooth)} left at the measured speed`);
       else if (!done && job.status === 'running' && job.role === 'coordinator') flags.push('estimating the time left once the first progress arrives…');
       if (flags.length) out.push(h('p', { class: 'small', 'data-eta': typeof eta === 'number' ? eta : '', text: flags.join(' · ') }));
 
@@ -126,7 +133,7 @@ export class Progress {
       const processed = pr ? pr.processedExamples : 0;
       const total = pr && pr.totalExamples ? pr.totalExamples : 0;
       const frac = received ? 1 : total ? Math.min(1, processed / total) : 0;
-      const who = peer === state.myPeerId ? 'this browser' : peer.slice(0, 10);
+      const who = peerLabel(state, peer, { you: 'this browser' });
       // What: the chunk, or the model's units ("32 episodes") instead of an id like "units-64".
       const what = slot && slot.units ? unitWords(job, slot.units.count) : slot ? slot.chunkId : null;
       const doing = pr && !received ? null

@@ -76,11 +76,12 @@ export class Setup {
     f.onnxError = h('div', { class: 'error hidden', role: 'alert' });
     const onnxBox = h('fieldset', { class: 'files onnx' }, h('legend', { class: 'small muted', text: 'Or bring an ONNX file (PyTorch, TensorFlow, JAX)' }),
       fileInput('onnx', 'ONNX model (.onnx)', { accept: '.onnx' }),
-      select('onnxLoss', 'Loss', [['cross-entropy', 'cross-entropy (classes)'], ['mse', 'mean squared error']]),
+      select('onnxLoss', 'Loss', [['cross-entropy', 'cross-entropy (classes)'], ['mse', 'mean squared error'],
+        ['next-token', 'next token (a language model)']]),
       select('onnxOptimizer', 'Optimizer', [['adam', 'Adam'], ['adamw', 'AdamW'], ['sgd', 'SGD']]),
       num('onnxLr', 'Model learning rate', { min: 0, step: 'any', value: 0.01, required: true }),
       select('onnxFormat', 'Data format', [['records', 'records (weei data chunk)'],
-        ['digits', 'digits (weei-digits-v1)']]),
+        ['digits', 'digits (weei-digits-v1)'], ['tokens', 'tokens (weei-bytes-v1)']]),
       h('div', { class: 'row' }, f.onnxImport), f.onnxError);
 
     f.method = h('select', { name: 'method' },

@@ -30,6 +30,12 @@ import { Metrics } from './charts.js';
 import { Checkpoints } from './checkpoints.js';
 import { Diagnostics } from './diagnostics.js';
 import { Peers, ROOM_CSS } from './peers.js';
+import { NAMES_CSS } from './names.js';
+import { TryIt, TRY_CSS } from './tryit.js';
+import { StorageUse } from './storage.js';
+import { PEERCARDS_CSS } from './peercards.js';
+import { Events, EVENTS_CSS } from './events.js';
+import { statusText } from './status.js';
 import { Saved } from './saved.js';
 import { DebugLog } from './debuglog.js';
 
@@ -51,13 +57,13 @@ export function mountWidget(api, { container = null, onClose = null, starting = 
   // Constructed style sheets: a page whose Content-Security-Policy allows no inline style (Weei's own
   // landing page, or a strict embedding page) applies them, where it would refuse <style> elements.
   if (typeof CSSStyleSheet === 'function' && 'adoptedStyleSheets' in root && 'replaceSync' in CSSStyleSheet.prototype) {
-    root.adoptedStyleSheets = [CSS, ROOM_CSS].map((text) => {
+    root.adoptedStyleSheets = [CSS, ROOM_CSS, NAMES_CSS, TRY_CSS, PEERCARDS_CSS, EVENTS_CSS].map((text) => {
       const sheet = new CSSStyleSheet();
       sheet.replaceSync(text);
       return sheet;
     });
   } else {
-    root.append(h('style', { text: CSS }), h('style', { text: ROOM_CSS }));
+    root.append(h('style', { text: CSS }), h('style', { text: ROOM_CSS }), h('style', { text: NAMES_CSS }), h('style', { text: TRY_CSS }), h('style', { text: PEERCARDS_CSS }), h('style', { text: EVENTS_CSS }));
   }
   (container || document.body).append(host);
 
@@ -67,7 +73,7 @@ export function mountWidget(api, { container = null, onClose = null, starting = 
 }
 
 const SECTIONS = [
-  ['setup', 'Job setup'], ['progress', 'Progress'], ['metrics', 'Metrics'], ['checkpoints', 'Checkpoints'],
+  ['setup', 'Job setup'], ['progress', 'Progress'], ['events', 'Events'], ['metrics', 'Metrics'], ['checkpoints', 'Checkpoints'], ['tryit', 'Try the model'],
   ['diagnostics', 'Execution diagnostics'], ['peers', 'Peers & invitations'], ['saved', 'Saved jobs'],
   ['debug', 'Debug log'],
 ];
@@ -221,9 +227,12 @@ class Widget {
     this.root.append(this.win);
     this.dragging();
     this.buildSetup();
+    this.buildEvents();
     this.buildCheckpoints();
+    this.buildTryIt();
     this.buildPeersDevice();
     this.buildSaved();
+    this.buildStorage();
     this.buildDebug();
   }
 
@@ -274,8 +283,7 @@ class Widget {
     // A participant whose coordinator is away does not know the job runs: it says since when it is away.
     const away = job && job.coordinatorOffline;
     const status = away ? `participant · coordinator offline${away.since ? ` since ${new Date(away.since).toLocaleTimeString()}` : ''}`
-      : job ? `${job.role === 'participant' ? 'participant' : 'coordinator'} · ${job.status}`
-      : this.starting ? 'Starting Weei…' : 'no job';
+      : job ? statusText(state, job) : this.starting ? 'Starting Weei…' : 'no job';
     if (status !== this.status.textContent) this.live.textContent = `Weei: ${status}`;
     this.status.textContent = status;
     this.status.className = `chip ${job ? job.status : ''}`;
@@ -291,17 +299,20 @@ class Widget {
     this.renderNotice(state);
     this.renderSetup(state, job);
     this.renderProgress(state, job);
+    this.renderEvents(state);
     this.renderMetrics(state, job);
     this.renderCheckpoints(state, job);
+    this.renderTryIt(state, job);
     this.renderDiagnostics(state, job);
     this.renderPeers(state, job);
     this.renderSaved(state, job);
+    this.renderStorage(state, job);
     this.renderDebug(state);
   }
 }
 
 // Each section module holds its build/render methods; they become methods of Widget.
-for (const section of [Setup, Progress, Metrics, Checkpoints, Diagnostics, Peers, Saved, DebugLog]) {
+for (const section of [Setup, Progress, Events, Metrics, Checkpoints, TryIt, Diagnostics, Peers, Saved, StorageUse, DebugLog]) {
   for (const name of Object.getOwnPropertyNames(section.prototype)) {
     if (name !== 'constructor') Object.defineProperty(Widget.prototype, name, Object.getOwnPropertyDescriptor(section.prototype, name));
   }

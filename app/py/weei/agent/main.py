@@ -105,6 +105,7 @@ class AgentOptions:
     backend: str = "auto"  # backendPreference: auto (a hardware GPU only), cpu, gpu (any adapter)
     memory_limit_mib: int | None = None  # a model module's memory cap (weei.runtime.sandbox); default 1 GiB
     disk_budget_mib: int = DEFAULT_DISK_BUDGET_MIB  # the most a coordinator's files may take on disk (keep.py)
+    name: str | None = None  # the display name the room sees (default "Weei agent on <OS>"; core/observe/peer_names.py)
 
 
 def restrict_host_addresses(addresses: tuple[str, ...]) -> None:
@@ -176,6 +177,8 @@ class Agent:
         if opts.workers is not None:
             await controller.set_max_local_workers(opts.workers)
         await controller.set_backend_preference(opts.backend)
+        if opts.name is not None:
+            await controller.set_display_name(opts.name)
         self.controller = controller
         if controller.peer_events.room_check is not None:
             controller.peer_events.room_check.listeners.append(self._on_room_proof)
@@ -373,6 +376,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="train jobs that have a WGSL archive on this machine's GPU (wgpu: Vulkan, Metal, D3D12): "
                              "auto uses a hardware adapter only, gpu any adapter (lavapipe too), cpu never "
                              "(default: auto)")
+    parser.add_argument("--name", default=None, help="the name the room's peers see this agent by "
+                        "(default: 'Weei agent on <OS>'; shown with an agent marker)")
     parser.add_argument("--memory-limit-mib", type=int, default=None, metavar="MIB",
                         help="the most linear memory a model module may use on this machine; each task gets "
                              "its package's estimatedWorkingBytes plus inputs and headroom, up to this "
@@ -420,7 +425,7 @@ def run_cli(args: argparse.Namespace, out: TextIO | None = None) -> int:
     options = AgentOptions(server=server, room=invite.key, data_dir=args.data_dir or default_data_dir(),
                            accept_models=models, trust=trust, interactive=args.interactive, workers=args.workers,
                            backend=args.backend, memory_limit_mib=args.memory_limit_mib,
-                           disk_budget_mib=args.disk_budget_mib)
+                           disk_budget_mib=args.disk_budget_mib, name=args.name)
     return asyncio.run(_run(options, out))
 
 

@@ -53,6 +53,9 @@ from .executor import Executor
 from .gpu_backend import GpuComputeBackend, GpuHost
 from .job_store import PARTICIPATION_KEY, JobStore
 from .log_writer import DEBUG_LOG_KEY
+from .peer_cards import PeerCards
+from .retention import Retention, storage_use
+from .try_model import Trials
 from .peer_events import PeerEvents
 from .ports import KeyValue, Storage, StorageError, Transport, WorkerPool
 from .session import Session
@@ -86,7 +89,8 @@ class TrainingController:
                  monotonic: Callable[[], float], random_bytes: Callable[[int], bytes],
                  transport: Transport | None = None, environment: Mapping[str, Any] | None = None,
                  backend: ComputeBackend | None = None, gpu: Any = None, gpu_host: GpuHost | None = None,
-                 room_key: str | None = None, accept_archive: Callable[[str], bool] | None = None) -> None:
+                 room_key: str | None = None, accept_archive: Callable[[str], bool] | None = None,
+                 keep_checkpoints: int = 0) -> None:
         self.pool = pool
         self.kernel = kernel
         self.engine = engine
@@ -107,6 +111,15 @@ class TrainingController:
         self.executor = Executor(self.session, self.store, self.backend, kv, self.view)
         self.peer_events = PeerEvents(self.session, self.store, self.executor, room_key, random_bytes)
         self.peer_events.replace_finished = self._put_finished_job_away
+        self.trials = Trials(self.session, self.store, engine)
+        # keep_checkpoints: how many newest checkpoint files a job keeps besides the best (0: all; retention.py).
+        self.retention = Retention(self.store, keep_checkpoints)
+        self.executor.prune = self.retention.prune
+        self.view.extras.append(self.retention.state)
+        self.peer_cards = PeerCards(self.session, self.store, environment)
+        self.peer_events.cards = self.peer_cards
+        self.executor.after_drain.append(self.peer_cards.sync)
+        self.view.extras.append(self.peer_cards.state)
         self.kv = kv
 
     # What hosts read (the agent, the transports' dedupe, the demo network).
@@ -164,6 +177,8 @@ class TrainingController:
         s.device = await self.store.read_setting(
             "device", lambda v: parse_device_settings(v, default_workers=limit)) or \
             parse_device_settings({}, default_workers=limit)
+        await self.peer_cards.load()
+        await self.retention.load()
         removed = await self.store.load()
         if removed:
             s.record("storage.collected", {"entries": removed})
@@ -183,6 +198,7 @@ class TrainingController:
             except WeeiError as exc:
                 s.error = f"saved job {latest['id']} could not be reopened: {exc}"
                 s.record("job.reopen-failed", {"jobId": latest["id"], "error": str(exc)})
+        self.peer_cards.sync()
         self.view.notify()
 
     # ------------------------------------------------------------ API methods
@@ -275,7 +291,9 @@ class TrainingController:
         return coordinator
 
     def invite(self, peer_id: str) -> None:
-        self.check_invite(peer_id).invite(peer_id, self.clock())
+        coordinator = self.check_invite(peer_id)
+        coordinator.display_name = self.peer_cards.name
+        coordinator.invite(peer_id, self.clock())
         self.executor.spawn(self._drain())
 
     @_busy
@@ -426,6 +444,27 @@ class TrainingController:
             raise UsageError(UsageReason.BAD_BACKEND, "the backend preference is 'auto', 'cpu', 'gpu' or 'hybrid'")
         self.session.device.backend_preference = preference
         await self._save_device_settings()
+
+    async def try_checkpoint(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        """tryCheckpoint(request): what the latest checkpoint says about one input (try_model.py)."""
+        return await self.trials.run(request)
+
+    async def set_checkpoint_retention(self, keep_last: int) -> None:
+        """setCheckpointRetention(keepLast): keep the newest ``keep_last`` checkpoint files and the best (0: all)."""
+        await self.retention.set_keep_last(keep_last)
+        coordinator = self.session.coordinator
+        if coordinator is not None and await self.retention.prune(coordinator):
+            await self._drain()
+        self.view.notify()
+
+    async def storage_use(self) -> dict[str, Any]:
+        """getStorageUse(): bytes this device stores, per saved job (retention.py)."""
+        return await storage_use(self.store)
+
+    async def set_display_name(self, name: str) -> None:
+        """setDisplayName(name): what the other peers and invitations call this device (peer_cards.py)."""
+        await self.peer_cards.set_name(name)
+        self.view.notify()
 
     def get_debug_log(self) -> dict[str, Any]:
         return self.session.debug_log.to_file(self.clock())

@@ -62,6 +62,10 @@ class Executor:
         self.tasks: set[asyncio.Task[Any]] = set()
         self.timer: asyncio.Task[Any] | None = None
         self.refused_error: str | None = None  # state.error set by the last refused write
+        #: Called after every drain, before subscribers hear of it (peer_cards.py tells the room what changed).
+        self.after_drain: list[Callable[[], None]] = []
+        #: Removes the checkpoint files a job no longer keeps, after each save (retention.py; the controller sets it).
+        self.prune: Callable[[Coordinator], Awaitable[int]] | None = None
 
     # ---------------------------------------------------------------- drain
 
@@ -105,6 +109,8 @@ class Executor:
         self.arm_timer()
         self.diagnostics.report()
         self.log_writer.write()
+        for hook in self.after_drain:
+            hook()
         if quiet:
             self.view.notify_soon()
         else:
@@ -212,6 +218,8 @@ class Executor:
             assert coordinator is not None
             started = s.monotonic()
             await self.store.save_checkpoint(coordinator.spec.job_id, command)
+            if self.prune is not None and (removed := await self.prune(coordinator)):
+                s.record("checkpoints.pruned", {"round": command.round, "files": removed})
             finished = s.monotonic()
             # The round's last phase (after its training and aggregation): the round ends with it.
             s.debug_log.round_phase(command.round, "indexeddb.checkpoint-save", started, finished, s.clock())

@@ -16,8 +16,8 @@ from typing import Any, Awaitable, Callable, Mapping
 
 from ..core.wire.commands import Send
 from ..core.errors import UsageError, UsageReason
-from ..core.wire.messages import (Direction, Invitation, InvitationDecision, Message, Progress, RelayPiece, RelayPlan,
-                                  RoomChallenge, RoomProof)
+from ..core.wire.messages import (Direction, Invitation, InvitationDecision, Message, Presence, Progress, RelayPiece,
+                                  RelayPlan, RoomChallenge, RoomProof)
 from ..core.job.participant import Participant
 from ..core.links.relay import RelayNode
 from ..core.job.restored_proof import Hold, RestoredProof
@@ -25,6 +25,7 @@ from ..core.job.invitations import INVITATION_TTL_MS
 from ..core.links.room_proof import ProofVerdict, answer_challenge, proof_key
 from ..core.states import JobStatus, PeerState, is_free
 from .executor import Executor
+from .peer_cards import PeerCards
 from .job_store import PARTICIPATION_KEY, JobStore
 from .room_check import RoomCheck, refusal_text
 from .session import Session
@@ -56,6 +57,7 @@ class PeerEvents:
         #: Puts this device's finished job away (it stays in Saved jobs) before an accepted invitation replaces it.
         self.replace_finished: Callable[[], Awaitable[None]] | None = None
         executor.holds_back = self._holds_outgoing
+        self.cards: PeerCards | None = None  # who the other peers say they are (the controller sets it)
 
     def renamed(self) -> None:
         """This device's peer ID is ``session.my_peer_id`` (again): proofs name it."""
@@ -115,6 +117,9 @@ class PeerEvents:
                 s.record(note.pop("event"), note)
         elif isinstance(message, (RelayPlan, RelayPiece)):
             self._relay(peer, message, blobs)
+        elif isinstance(message, Presence):
+            if self.cards is not None:
+                self.cards.received(peer, message)
         elif isinstance(message, RoomChallenge):
             self._prove_room_key(peer, message)
         elif isinstance(message, RoomProof):
@@ -243,6 +248,8 @@ class PeerEvents:
     async def peer_connected(self, peer: str) -> None:
         """A peer's channel opened (again): a returning participant catches up."""
         s = self.session
+        if self.cards is not None:
+            self.cards.connected(peer)
         if s.coordinator is not None:
             s.coordinator.peer_connected(peer, self.session.clock())
         if s.participant is not None and peer == s.participant.coordinator:
@@ -308,6 +315,8 @@ class PeerEvents:
 
     async def peer_disconnected(self, peer: str) -> None:
         s = self.session
+        if self.cards is not None:
+            self.cards.disconnected(peer)
         if s.coordinator is not None:
             s.coordinator.peer_disconnected(peer, self.session.clock())
             s.book.mark_disconnected(peer)

@@ -32,6 +32,8 @@ class StateView:
         self.store = store
         self.backend = backend
         self.listeners: list[Listener] = []
+        #: More of the state from other parts (peer_cards.py: displayName, peerNames), merged in last.
+        self.extras: list[Callable[[], dict[str, Any]]] = []
         self._notify_pending: asyncio.TimerHandle | None = None
 
     # ----------------------------------------------------------- subscribers
@@ -105,6 +107,8 @@ class StateView:
             "savedJobs": [self._saved_summary(r) for r in sorted(self.store.saved_jobs.values(),
                                                                   key=lambda r: -r.get("updatedAt", 0))],
         }
+        for extra in self.extras:
+            state.update(extra())
         if s.error:
             state["error"] = s.error
         if s.renamed_to is not None:

@@ -36,6 +36,7 @@ import js  # type: ignore[import-not-found]
 from pyodide.ffi import JsException, JsProxy  # type: ignore[import-not-found]
 
 from weei.api.controller import TrainingController
+from weei.api.retention import DEFAULT_KEEP_LAST
 from weei.core.aggregation.aggregate import AggregationState, aggregate_round
 from weei.core.formats.modelinfo import ModelAggregation
 from weei.core.formats.settings import AggregationSettings
@@ -152,7 +153,7 @@ class PageSession:
             kernel=kernel, engine=engine,
             clock=lambda: float(date_now()), monotonic=lambda: float(performance.now()),
             random_bytes=random_bytes, transport=transport, environment=environment(), gpu=webgpu.gpu,
-            gpu_host=WorkerGpuHost(pool), room_key=room)
+            gpu_host=WorkerGpuHost(pool), room_key=room, keep_checkpoints=DEFAULT_KEEP_LAST)
         await controller.init()
         if transport is not None and room is not None:
             transport.on_change = controller.changed

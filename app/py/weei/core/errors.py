@@ -155,6 +155,8 @@ class UsageReason(str, Enum):
     """The job has no validation file."""
     NO_EVALUATION = "no-evaluation"
     """The model does not declare the evaluation capability."""
+    NOT_TRYABLE = "not-tryable"
+    """tryCheckpoint: the model reads no data format with a try-it view (weei-digits-v1, weei-bytes-v1)."""
     BAD_DATASET_MODE = "bad-dataset-mode"
     """`datasetMode` is not `'new'` or `'resume'`."""
     BAD_WORKER_COUNT = "bad-worker-count"

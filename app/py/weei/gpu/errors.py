@@ -78,6 +78,8 @@ class GpuReason(str, Enum):
     """An upload does not fit its buffer."""
     GPU_STEP_LIMIT = "gpu-step-limit"
     """The program ran more steps than allowed."""
+    GRAPH_NOT_ON_GPU = "graph-not-on-gpu"
+    """An imported ONNX graph has an operator, loss or shape without a WGSL kernel (the message names it)."""
     # admission gate
     GATE_MISMATCH = "gate-mismatch"
     """The admission gate's result differs from the CPU's."""

@@ -37,8 +37,8 @@ __all__ = [
 ]
 
 PROGRAM_FORMAT = "weei-device-program-v1"
-MAX_BUFFERS = 64
-MAX_PIPELINES = 64
+MAX_BUFFERS = 256  # an imported graph: two per activation (docs/gpu.md, "Imported ONNX graphs")
+MAX_PIPELINES = 256
 MAX_STEPS = 4096
 MAX_CONSTANTS = 32
 MAX_READBACKS = 16

@@ -104,6 +104,9 @@ def train_on_gpu(
     ``time.monotonic()`` clock) is checked before each step and between its submissions (``gpu-timeout``)."""
     check_budget(backend.estimated_working_bytes, budget_mib)
     begin, weights, unit_count = runtime.gpu_begin(**work.inputs(), step_limit=step_limit)
+    unsupported = begin.get("unsupported")
+    if unsupported is not None:  # the model has no device program for this work (an imported graph's operator)
+        raise GpuError(GpuReason.GRAPH_NOT_ON_GPU, str(unsupported)[:500])
     program = parse_program(
         begin.get("program"),
         archive=archive,

@@ -49,6 +49,9 @@ def run_onnx_command(args: argparse.Namespace, stream: Any, errors: Any) -> int:
             print("checks before sharing passed (weei.prepare.prepare_job); one train and one evaluate: "
                   + ", ".join(f"train {k} {v:.4g}" for k, v in done["train"].items()) + "; "
                   + ", ".join(f"eval {k} {v:.4g}" for k, v in done["evaluate"].items()), file=stream)
+            gpu = done["gpu"]
+            print(f"GPU: model.wgsl.json ({', '.join(gpu)}), the gpu-webgpu backend" if isinstance(gpu, list)
+                  else f"GPU: none, the package trains on the CPU ({gpu})", file=stream)
             print(f"OK: wrote {args.out / 'model.wasm'}, manifest.json, model.onnx and data/", file=stream)
             return 0
         count = export_checkpoint(args.checkpoint, args.package, args.onnx)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.formats.jsonfmt import stringify
+from .package import ARCHIVE_NAME
 from ..onnx import OnnxError, Settings, OnnxReason
 
 __all__ = ["ONNX_NAME", "default_model_id", "import_package", "export_checkpoint"]
@@ -38,14 +39,18 @@ def _read(path: Path, limit: int) -> bytes:
 
 
 def import_package(onnx_path: Path, settings: Settings, out: Path, data: Path | None = None, *,
-                   engine: Any = None, runtime: bytes | None = None) -> dict[str, Any]:
+                   engine: Any = None, runtime: bytes | None = None, kernels: bytes | None = None) -> dict[str, Any]:
     """Write the package into ``out``; returns {"info", "weights", "train", "evaluate"} of the check run.
 
     ``data`` holds training-*.bin chunks (and an optional validation.bin) of the
     model's format; they are copied into ``out/data`` unless they are there.
     ``engine`` runs the checks (default wasmtime; the page gives its own) and
     ``runtime`` is the graph runtime's bytes (default the package data; the
-    page fetches the site's onnx/runtime.wasm, which weei-py.zip does not hold).
+    page fetches the site's onnx/runtime.wasm, which weei-py.zip does not hold);
+    ``kernels`` the WGSL archive beside it (default the package data): when
+    the graph's device program runs (docs/gpu.md, "Imported ONNX graphs"),
+    the package gets ``model.wgsl.json`` and a GPU backend, else none
+    (``gpu`` in the result says which, or why not).
     Raises: OnnxError; the checker's ManifestError/SettingsError/ModelError.
     """
     from ..onnx import import_onnx
@@ -70,7 +75,18 @@ def import_package(onnx_path: Path, settings: Settings, out: Path, data: Path | 
         raise OnnxError(OnnxReason.NO_DATA, f"{data_dir} has no training-*.bin chunks (weei data chunk writes them; "
                                    "give --data DIR)")
     facts = probe_model(wasm, data_dir, engine)
-    manifest = model_manifest(wasm, facts)
+    from ..onnx.gpu import gpu_archive, kernels as packaged_kernels
+
+    source = kernels if kernels is not None else packaged_kernels()
+    archive = gpu_archive(facts.gpu_modules, source) if facts.gpu_modules and source is not None else None
+    manifest = model_manifest(wasm, facts, archive)
+    if archive is not None:
+        gpu = next(b for b in manifest["execution"]["backends"] if b["kind"] == "gpu")
+        # onnx_conv.wgsl's bn_param_grad binds six storage buffers (WebGPU guarantees eight)
+        gpu["minimumDeviceLimits"]["maxStorageBuffersPerShaderStage"] = 6
+        (out / ARCHIVE_NAME).write_bytes(archive)
+    elif (out / ARCHIVE_NAME).exists():
+        (out / ARCHIVE_NAME).unlink()  # a package imported again without a device program
     (out / "model.wasm").write_bytes(wasm)
     (out / "manifest.json").write_text(stringify(manifest, 2) + "\n", encoding="utf-8")
     (out / ONNX_NAME).write_bytes(onnx)
@@ -87,7 +103,19 @@ def import_package(onnx_path: Path, settings: Settings, out: Path, data: Path | 
     report = BuildReport(out)
     _train_once(prepared, files, False, report)
     return {"info": facts.info, "weights": len(compiled.weights), "train": report.train_metrics,
-            "evaluate": report.eval_metrics, "chunks": len(facts.chunks)}
+            "evaluate": report.eval_metrics, "chunks": len(facts.chunks),
+            "gpu": list(facts.gpu_modules) if archive is not None else _why_not_gpu(wasm, data_dir, facts.info, engine)}
+
+
+def _why_not_gpu(wasm: bytes, data_dir: Path, info: dict[str, Any], engine: Any) -> str:
+    """gpuBegin's reason the graph has no device program (the first chunk, default settings)."""
+    from ..runtime import ModelRuntime
+
+    first = sorted(data_dir.glob("training-*.bin"))
+    runtime = ModelRuntime.load(wasm, engine)
+    runtime.load_model(runtime.create_initial_weights(0))
+    begun, _, _ = runtime.gpu_begin(data=first[0].read_bytes(), format=info["dataFormats"][0]["id"], seed=1)
+    return str(begun.get("unsupported", "no WGSL kernels shipped with this runtime"))
 
 
 def export_checkpoint(checkpoint: Path, package: Path, out: Path) -> int:

@@ -95,7 +95,7 @@ def probe_model(wasm: bytes, data_dir: Path, engine: Any = None) -> ModelFacts:
     auxiliary = {slot["id"]: data_dir / auxiliary_file_name(slot["id"]) for slot in info.get("auxiliaryWeights", [])}
     peak = measure_working_bytes(wasm, info, first.read_bytes() if first else None,
                                  {k: p.read_bytes() for k, p in auxiliary.items() if p.is_file()}, engine)
-    programs = gpu_programs(wasm, info, first.read_bytes() if first else None) if runtime.has_gpu_operations else []
+    programs = gpu_programs(wasm, info, first.read_bytes() if first else None, engine) if runtime.has_gpu_operations else []
     modules = sorted({str(p["module"]) for program in programs for p in program["pipelines"]})
     return ModelFacts(info, weight_bytes, chunks, runtime.has_gpu_operations, peak, _largest(programs), tuple(modules))
 
@@ -114,13 +114,18 @@ def _largest(programs: list[dict[str, Any]]) -> int:
     return largest
 
 
-def gpu_programs(wasm: bytes, info: dict[str, Any], chunk: bytes | None) -> list[dict[str, Any]]:
+def gpu_programs(wasm: bytes, info: dict[str, Any], chunk: bytes | None, engine: Any = None) -> list[dict[str, Any]]:
     """The device programs gpuBegin emits at the model's default settings and, for a dataset model,
-    with the whole chunk as one batch when the model takes it (the largest a batch gets)."""
+    with the whole chunk as one batch when the model takes it (the largest a batch gets); run in
+    ``engine`` (default wasmtime)."""
     from ..core.errors import ModelError
-    from ..runtime import ModelRuntime, WasmtimeEngine
+    from ..runtime import ModelRuntime
 
-    runtime = ModelRuntime.load(wasm, WasmtimeEngine())
+    if engine is None:
+        from ..runtime import WasmtimeEngine
+
+        engine = WasmtimeEngine()
+    runtime = ModelRuntime.load(wasm, engine)
     weights = runtime.create_initial_weights(INIT_SEED)
     source = info.get("workSource")
     tries: list[dict[str, Any]] = [{}]
@@ -144,6 +149,8 @@ def gpu_programs(wasm: bytes, info: dict[str, Any], chunk: bytes | None) -> list
             if not settings:
                 raise
             continue  # a batch the GPU program does not take trains on the CPU: no program to size
+        if "unsupported" in begun:  # an imported graph without kernels for it (docs/gpu.md): no program
+            continue
         programs.append(begun["program"])
     return programs
 

@@ -144,6 +144,8 @@ class Coordinator:
                              f"a job with privacy.dp needs a noise seed of {SEED_BYTES} secret bytes")
         self.spec = spec
         self.my_peer_id = my_peer_id
+        #: This device's display name, which invitations carry (the host sets it; core/observe/peer_names.py).
+        self.display_name: str | None = None
         self.kernel = kernel
         self.round_timeout_ms = round_timeout_ms
         self.stall_timeout_ms: float = STALL_TIMEOUT_MS
@@ -328,7 +330,8 @@ class Coordinator:
         record.move("invite")
         self._invited_at[peer] = now
         self._send(peer, Invitation(self.spec.job_id, self.my_peer_id, self.spec.info.raw,
-                                    self.spec.module.descriptor(), self.spec.data_bytes, self.spec.settings.to_json()))
+                                    self.spec.module.descriptor(), self.spec.data_bytes, self.spec.settings.to_json(),
+                                    self.display_name))
         self._log("invitation.sent", peer=peer)
 
     def start(self, now: float) -> None:

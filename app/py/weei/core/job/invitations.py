@@ -46,7 +46,8 @@ class Pending:
         inv = self.invitation
         object.__setattr__(self, "entry", {"invitation": {
             "coordinator": inv.coordinator, "modelInfo": inv.model_info, "module": inv.module,
-            "dataBytes": inv.data_bytes, "settings": inv.settings}, "receivedAt": self.received_at})
+            "dataBytes": inv.data_bytes, "settings": inv.settings, "coordinatorName": inv.coordinator_name},
+            "receivedAt": self.received_at})
         privacy = planned_privacy(inv.settings)
         if privacy is not None:
             self.entry["privacy"] = privacy

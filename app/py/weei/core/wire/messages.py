@@ -23,6 +23,7 @@ from .._check import Where, as_bool, as_choice, as_int, as_list, as_number, as_o
 from ..errors import WeeiError
 from ..limits import MAX_FILE_BYTES, MAX_METRIC_ID_CHARS, MAX_METRICS, MAX_SHADER_ARCHIVE_BYTES
 from ..formats.seeds import parse_seed
+from ..observe.peer_names import MAX_NAME_CHARS, PeerCard, clean_name
 
 __all__ = [
     "MessageReason",
@@ -55,6 +56,7 @@ __all__ = [
     "RelayDone",
     "RoomChallenge",
     "RoomProof",
+    "Presence",
     "Message",
     "check_gpu_offer",
     "decode_message",
@@ -86,6 +88,8 @@ class Direction(str, Enum):
     """Sent by the coordinator, handled by a participant."""
     TO_COORDINATOR = "participant->coordinator"
     """Sent by a participant, handled by the coordinator."""
+    ANY_PEER = "peer->peer"
+    """Sent by any peer to any other of the room, outside a job (its name and what it does)."""
 
 
 class MessageError(WeeiError):
@@ -301,14 +305,17 @@ class Invitation(_Message):
     module: dict[str, Any]  # {fileName, bytes, sha256}
     data_bytes: int
     settings: dict[str, Any]
+    #: The coordinator's display name (core/observe/peer_names.py), cleaned on arrival; None from older peers.
+    coordinator_name: str | None = None
 
     @classmethod
     def _parse(cls, obj: dict[str, Any]) -> Invitation:
         module = _obj(obj, "module")
         _sha(module, "sha256", _AT.at("module"))
         _int(module, "bytes", at=_AT.at("module"))
+        name = clean_name(_str(obj, "coordinatorName", optional=True, limit=4 * MAX_NAME_CHARS))
         return cls(_str(obj, "jobId"), _str(obj, "coordinator"), _obj(obj, "modelInfo"), module,
-                   _int(obj, "dataBytes"), _obj(obj, "settings"))
+                   _int(obj, "dataBytes"), _obj(obj, "settings"), name or None)
 
 
 @dataclass(frozen=True)
@@ -795,10 +802,42 @@ class RoomProof(_Message):
         return cls(_str(obj, "jobId"), _sha(obj, "proof") if obj.get("proof") is not None else None)
 
 
+# ------------------------------------------------------------ names (core/observe/peer_names.py)
+
+
+@dataclass(frozen=True)
+class Presence(_Message):
+    """A peer's card: its display name, whether it is an agent, what it does. Sent to every peer whose
+    channel opens, and to all again when it changes."""
+
+    TYPE: ClassVar[str] = "presence"
+    DIRECTION: ClassVar[Direction] = Direction.ANY_PEER
+    card: PeerCard
+
+    @property
+    def job_id(self) -> str:
+        """About no job: a state machine handed one by mistake finds it names none of its jobs."""
+        return ""
+
+    def _body(self) -> dict[str, Any]:
+        return {"card": self.card.to_json()}
+
+    @classmethod
+    def _parse(cls, obj: dict[str, Any]) -> Presence:
+        raw = _obj(obj, "card")
+        _str(raw, "name", limit=4 * MAX_NAME_CHARS, at=_AT.at("card"))
+        if raw.get("job") is not None:
+            as_str(raw["job"], _AT.at("card").at("job"), nonempty=False, max_chars=4 * MAX_NAME_CHARS)
+        card = PeerCard.from_json(raw)
+        if card is None:
+            _AT.at("card").at("name")("has no printable character")
+        return cls(card)
+
+
 Message = (
     Invitation | InvitationDecision | Deliver | ModuleStatus | Assign | TrainingStarted | Update | AssignmentFailed
     | ArtifactMissing | UpdateReceipt | PauseContribution | Leave | JobFinished | DiagnosticsReport | Progress | CheckpointNote
-    | RelayPlan | RelayPiece | RelayDone | RoomChallenge | RoomProof
+    | RelayPlan | RelayPiece | RelayDone | RoomChallenge | RoomProof | Presence
 )
 
 #: The one decode table: every message type on the wire.
@@ -806,7 +845,7 @@ _TYPES: dict[str, Any] = {
     cls.TYPE: cls
     for cls in (Invitation, InvitationDecision, Deliver, ModuleStatus, Assign, TrainingStarted, Update, AssignmentFailed,
                 ArtifactMissing, UpdateReceipt, PauseContribution, Leave, JobFinished, DiagnosticsReport, Progress, CheckpointNote,
-                RelayPlan, RelayPiece, RelayDone, RoomChallenge, RoomProof)
+                RelayPlan, RelayPiece, RelayDone, RoomChallenge, RoomProof, Presence)
 }
 
 
