@@ -58,3 +58,23 @@ def test_a_coordinator_refuses_a_job_that_promises_secure_aggregation_its_rounds
     spec, store = dataset_spec(3, settings={**BASE, "privacy": {"secureAggregation": False, "clip": 5}})
     assert Sim.create(spec, store).coordinator.spec.settings.to_json()["privacy"] == {
         "secureAggregation": False, "clip": 5, "threshold": 0.6}
+
+
+DP = {"clip": 2.0, "noiseMultiplier": 1.0, "delta": 1e-5, "maxRounds": 3}
+
+
+def test_one_privacy_setting_holds_secure_aggregation_and_dp_with_one_clip() -> None:
+    from weei.core.job.invitations import planned_privacy
+
+    both = TrainingSettings.from_json({**BASE, "privacy": {"secureAggregation": True, "dp": DP}})
+    assert both.privacy.participant_clip == 2.0  # DP's clip satisfies secure aggregation's need for one
+    assert TrainingSettings.from_json(both.to_json()) == both
+    assert both.to_json()["privacy"] == {"secureAggregation": True, "threshold": 0.6, "dp": DP}
+    assert TrainingSettings.from_json({**BASE, "privacy": {"dp": DP}}).to_json()["privacy"] == {"dp": DP}
+    shown = planned_privacy(both.to_json())
+    assert shown is not None and shown["secureAggregation"] == {"clip": 2.0, "threshold": 0.6}
+    assert shown["dp"]["clip"] == 2.0 and shown["dp"]["maxRounds"] == 3
+    with pytest.raises(SettingsError) as err:  # two clips: one would be a promise nobody keeps
+        TrainingSettings.from_json({**BASE, "privacy": {"secureAggregation": True, "clip": 5, "dp": DP}})
+    assert err.value.field == "privacy.clip" and err.value.reason == SettingsReason.CONFLICTING_SETTING
+    assert TrainingSettings.from_json({**BASE, "privacy": {"clip": 2.0, "dp": DP}}).privacy.participant_clip == 2.0

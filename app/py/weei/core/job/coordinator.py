@@ -65,9 +65,11 @@ from typing import Any, Callable, Mapping
 
 from ..formats import checkpoint as ckpt
 from . import progress
-from ..aggregation.aggregate import AggregationState
+from ..aggregation.aggregate import AggregationState, DpRound
 from ..aggregation.compression import decompress_update, layout
 from ..floats import BytesLike
+from ..privacy.dp_accountant import DpLedger, epsilon_json
+from ..privacy.dp_noise import SEED_BYTES, noise_key
 from .attempts import Attempt, Received, RoundAttempts, check_update
 from ..wire.commands import Command, Log, Outbox, RoundPhase, RunValidation, SaveCheckpoint, Send
 from ..errors import SettingsError, SettingsReason, UsageError, WeeiError, UsageReason
@@ -137,12 +139,16 @@ class Coordinator:
     def __init__(self, spec: JobSpec, *, my_peer_id: str, kernel: Kernel, weights: bytes, round_: int,
                  now: float, job_seed: int | None, round_timeout_ms: float, aggregation_state: AggregationState | None,
                  dataset: DatasetSchedule | None, experience: ExperienceSchedule | None,
-                 checkpoint_hashes: dict[int, str], first_round: int) -> None:
+                 checkpoint_hashes: dict[int, str], first_round: int,
+                 dp_noise_seed: bytes | None = None, dp_ledger: DpLedger = DpLedger()) -> None:
         if spec.settings.privacy.secure_aggregation:
             # The rounds do not run the protocol yet (docs/privacy.md): refusing beats sending updates in the clear
             # under an invitation that says they are masked.
             raise SettingsError("privacy.secureAggregation", "is not carried by a job's rounds in this version",
                                 SettingsReason.UNSUPPORTED_SETTING)
+        if spec.settings.privacy.dp is not None and (dp_noise_seed is None or len(dp_noise_seed) != SEED_BYTES):
+            raise UsageError(UsageReason.INVALID_ARGUMENT,
+                             f"a job with privacy.dp needs a noise seed of {SEED_BYTES} secret bytes")
         self.spec = spec
         self.my_peer_id = my_peer_id
         #: This device's display name, which invitations carry (the host sets it; core/observe/peer_names.py).
@@ -158,6 +164,9 @@ class Coordinator:
         self.checkpoint_round = round_
         self.first_round = first_round  # rounds before it belong to the checkpoint we continued from
         self.job_seed = job_seed
+        # DP's noise seed: the coordinator's secret (docs/privacy.md); no message, checkpoint or view holds it.
+        self._dp_noise_seed = dp_noise_seed
+        self.dp_ledger = dp_ledger
         self.aggregation_state = aggregation_state
         self.dataset = dataset
         self.experience = experience
@@ -193,8 +202,10 @@ class Coordinator:
 
     @classmethod
     def create(cls, spec: JobSpec, initial_weights: bytes, *, my_peer_id: str, kernel: Kernel, now: float,
-               job_seed: int | None = None, round_timeout_ms: float = DEFAULT_ROUND_TIMEOUT_MS) -> Coordinator:
-        """A new job at checkpoint 0; emits SaveCheckpoint for it.
+               job_seed: int | None = None, round_timeout_ms: float = DEFAULT_ROUND_TIMEOUT_MS,
+               dp_noise_seed: bytes | None = None) -> Coordinator:
+        """A new job at checkpoint 0; emits SaveCheckpoint for it. A job with ``privacy.dp`` needs
+        ``dp_noise_seed`` (32 secret bytes: the same seed gives the same noise, round after round).
 
         Raises:
             UsageError: an experience job without ``job_seed``, or weights of the wrong size.
@@ -206,7 +217,7 @@ class Coordinator:
         dataset, experience = progress.new_schedules(spec, job_seed)
         self = cls(spec, my_peer_id=my_peer_id, kernel=kernel, weights=bytes(initial_weights), round_=0, now=now,
                    job_seed=job_seed, round_timeout_ms=round_timeout_ms, aggregation_state=None, dataset=dataset,
-                   experience=experience, checkpoint_hashes={}, first_round=1)
+                   experience=experience, checkpoint_hashes={}, first_round=1, dp_noise_seed=dp_noise_seed)
         self._save_checkpoint(now, metrics={}, examples=0)
         return self
 
@@ -214,7 +225,8 @@ class Coordinator:
     def continue_from(cls, spec: JobSpec, checkpoint: ckpt.Checkpoint, *, mode: str, my_peer_id: str, kernel: Kernel,
                now: float,
                new_job_seed: int | None = None, reopening: bool = False,
-               round_timeout_ms: float = DEFAULT_ROUND_TIMEOUT_MS) -> Coordinator:
+               round_timeout_ms: float = DEFAULT_ROUND_TIMEOUT_MS,
+               dp_noise_seed: bytes | None = None) -> Coordinator:
         """Continue from a read checkpoint (``weei.core.formats.checkpoint.Checkpoint``).
 
         ``mode`` 'resume' restores the dataset queue (or the experience seed
@@ -233,7 +245,7 @@ class Coordinator:
                    aggregation_state=restored.aggregation_state, dataset=restored.dataset,
                    experience=restored.experience,
                    checkpoint_hashes={round_: hashlib.sha256(checkpoint.weights).hexdigest()},
-                   first_round=round_ + 1)
+                   first_round=round_ + 1, dp_noise_seed=dp_noise_seed, dp_ledger=checkpoint.metadata.dp_ledger)
         self._commands.append(Log("job.continued", {"fromRound": round_, "datasetMode": mode}))
         return self
 
@@ -396,6 +408,10 @@ class Coordinator:
                 experience job's last round is not above the current one.
         """
         check_method(self.spec.info, settings)
+        if settings.privacy != self.spec.settings.privacy:
+            # Participants accepted the job under its privacy: a change needs a new job (continue from a checkpoint).
+            raise SettingsError("privacy", "cannot change while the job runs; continue from a checkpoint with "
+                                "the new settings", SettingsReason.CONFLICTING_SETTING)
         if self.spec.is_experience:
             rounds_to_train(self.checkpoint_round, settings.epochs)
         if self.spec.is_experience and settings.experience is not None:
@@ -842,7 +858,8 @@ class Coordinator:
         started = self.stopwatch()
         try:
             record = round_.aggregate(self.kernel, self.weights, self.aggregation_state, received,
-                                      digest=lambda w: self.relays.digest(w, relayed=self._relay_likely()))
+                                      digest=lambda w: self.relays.digest(w, relayed=self._relay_likely()),
+                                      dp=self._dp_round(round_))
             aggregated = self.stopwatch()
             closed = self._closing(round_, record, now)
         except Exception as exc:  # noqa: BLE001 - whatever fails, the round must not half-close (issue 20)
@@ -856,6 +873,18 @@ class Coordinator:
         self._commands.append(RoundPhase(round_.number, method, started, aggregated))
         self._report_robust(round_, record)
         self._take_round(round_, closed, now)
+
+    @property
+    def dp_noise_seed(self) -> bytes | None:
+        """The DP noise seed, for the owner's own job record (api/job_store.py) and nothing else."""
+        return self._dp_noise_seed
+
+    def _dp_round(self, round_: Round) -> DpRound | None:
+        dp = round_.spec.settings.privacy.dp
+        if dp is None:
+            return None
+        assert self._dp_noise_seed is not None  # __init__ refused a DP job without one
+        return DpRound(dp, noise_key(self._dp_noise_seed, self.spec.job_id, round_.number))
 
     def _round_failed(self, round_: int, received: list[Received], reason: str, text: str) -> None:
         """Closing ``round_`` failed before anything was written down: the previous checkpoint stays, the
@@ -917,11 +946,13 @@ class Coordinator:
                 dataset.mark_trained(chunk_id)
             dataset.end_round()
             epoch_done = dataset.epoch > epoch_before
+        dp = round_.spec.settings.privacy.dp
+        ledger = self.dp_ledger.after_round(dp.noise_multiplier) if dp is not None else None
         save, incomplete = self._build_checkpoint(
             now, round_=record.round, weights=record.weights, weights_sha256=record.weights_sha256,
             state=record.aggregation_state, dataset=dataset, metrics=record.metrics, examples=record.examples,
-            spec=round_.spec)
-        return RoundClosed(record, dataset, epoch_done, save, incomplete)
+            spec=round_.spec, dp_ledger=ledger)
+        return RoundClosed(record, dataset, epoch_done, save, incomplete, ledger)
 
     def _take_round(self, round_: Round, closed: RoundClosed, now: float) -> None:
         """Write down a closed round's checkpoint: schedules, weights, the saved file, validation, what next."""
@@ -931,6 +962,9 @@ class Coordinator:
         self.weights_sha256 = record.weights_sha256
         self.aggregation_state = record.aggregation_state
         self.checkpoint_round = record.round
+        if closed.dp_ledger is not None:
+            self.dp_ledger = closed.dp_ledger
+            self._log("privacy.spent", round=record.round, **self._dp_view())
         self._record_checkpoint(save, closed.incomplete)
         work_done = self._work_done()
         if validation_due(self.spec, self.checkpoint_round, dataset_epoch=self.dataset.epoch if self.dataset else None,
@@ -951,7 +985,26 @@ class Coordinator:
             self._after_opening(opened[0], now)
 
     def _work_done(self) -> bool:
-        return progress.work_done(self.dataset, self.checkpoint_round, self.spec.settings.epochs)
+        return (progress.work_done(self.dataset, self.checkpoint_round, self.spec.settings.epochs)
+                or self._dp_rounds_spent())
+
+    def _dp_rounds_spent(self) -> bool:
+        """privacy.dp.maxRounds rounds have run under DP: the planned ε is spent, the job ends."""
+        dp = self.spec.settings.privacy.dp
+        return dp is not None and self.dp_ledger.rounds >= dp.max_rounds
+
+    def _dp_metadata(self, ledger: DpLedger | None, spec: JobSpec) -> dict[str, Any] | None:
+        """A checkpoint's ``privacy``: the ledger after its round, or the one it continues."""
+        dp = spec.settings.privacy.dp
+        # Settings without DP record nothing: their rounds add unbounded loss, which no ε states.
+        return None if dp is None else {"dp": (ledger or self.dp_ledger).to_json(dp.delta)}
+
+    def _dp_view(self) -> dict[str, Any]:
+        """ε spent so far and planned, at the job's δ (the state's ``privacy.dp``)."""
+        dp = self.spec.settings.privacy.dp
+        assert dp is not None
+        return {**self.dp_ledger.to_json(dp.delta), "maxRounds": dp.max_rounds,
+                "plannedEpsilon": epsilon_json(dp.planned_epsilon)}
 
     def _dropped_work(self) -> bool:
         return progress.dropped_work(self.dataset, self.experience)
@@ -999,7 +1052,7 @@ class Coordinator:
     def _build_checkpoint(self, now: float, *, round_: int, weights: bytes, weights_sha256: str,
                           state: AggregationState | None, dataset: DatasetSchedule | None,
                           metrics: dict[str, float], examples: int,
-                          spec: JobSpec | None = None) -> tuple[SaveCheckpoint, bool]:
+                          spec: JobSpec | None = None, dp_ledger: DpLedger | None = None) -> tuple[SaveCheckpoint, bool]:
         """Checkpoint ``round_``'s checked file and summary (recording ``spec``'s settings: the round's; by
         default the job's), and whether it says the job ended incomplete; changes nothing. Raises
         CheckpointError when the file would not pass the reader's checks."""
@@ -1009,7 +1062,7 @@ class Coordinator:
             spec or self.spec, round_=round_, weights_sha256=weights_sha256, weight_bytes=len(weights),
             metrics=metrics, examples=examples, incomplete=incomplete,
             progress=progress.recorded(dataset, self.experience, self.job_seed),
-            aggregation=state)
+            aggregation=state, privacy=self._dp_metadata(dp_ledger, spec or self.spec))
         # Aggregation already refused non-finite results; checkpoint 0 and continued weights are checked here.
         checked = ckpt.prepare_checkpoint(metadata, weights, state.data if state is not None else None,
                                           weights_sha256=weights_sha256,
@@ -1071,6 +1124,8 @@ class Coordinator:
                 "totalChunks": len(self.spec.chunks),
                 "running": self.status == JobStatus.RUNNING,
             }
+        if self.spec.settings.privacy.dp is not None:
+            out["privacy"] = {"dp": self._dp_view()}
         if self.error:
             out["error"] = self.error
         return out

@@ -25,7 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from ..aggregation.aggregate import AggregationState
+from ..aggregation.aggregate import AggregationState, DpRound
+from ..privacy.dp_accountant import DpLedger
 from ..links.relay import Broadcast, Relays, relay_assignments
 from ..wire.commands import Command, SaveCheckpoint
 from ..wire.messages import ArtifactRef
@@ -46,6 +47,7 @@ class RoundClosed:
     epoch_done: bool
     save: SaveCheckpoint
     incomplete: bool  # the checkpoint says the job ended incomplete
+    dp_ledger: DpLedger | None = None  # the privacy spent with this round (None: the job has no DP)
 
 
 @dataclass(frozen=True)
@@ -93,14 +95,15 @@ class Round:
         return received
 
     def aggregate(self, kernel: Kernel, weights: bytes, state: AggregationState | None,
-                  received: Sequence[Received], digest: Callable[[bytes], str]) -> RoundRecord:
+                  received: Sequence[Received], digest: Callable[[bytes], str],
+                  dp: DpRound | None = None) -> RoundRecord:
         """Checkpoint ``number``'s record, under the settings the round opened with.
 
         Raises:
             SettingsError, AggregationError: as ``round_rules.close_round``.
         """
         return close_round(kernel, self.number, weights, state, self.spec.settings, self.spec.info, received,
-                           digest=digest)
+                           digest=digest, dp=dp)
 
     def end(self, outcome: RoundOutcome) -> None:
         self.closing = False

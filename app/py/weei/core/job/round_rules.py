@@ -22,7 +22,8 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
-from ..aggregation.aggregate import AggregationKernel, AggregationState, BytesLike, aggregate_round, weighted_mean
+from ..aggregation.aggregate import AggregationKernel, AggregationState, BytesLike, DpRound, aggregate_round, weighted_mean
+from ..privacy.dp_noise import DpReport
 from .attempts import Attempt, Received
 from ..wire.commands import RunValidation
 from ..errors import SettingsError, UsageError, SettingsReason, UsageReason
@@ -67,11 +68,12 @@ class RoundRecord:
     robust: RobustReport | None = None  # what robust aggregation did (None: off), by assignment id
     outliers: list[str] = field(default_factory=list)  # peers whose delta norm was an outlier, sorted
     clipped: list[str] = field(default_factory=list)  # peers whose update normClip scaled down, sorted
+    dp: DpReport | None = None  # what DP's clipping and noise did (None: the job has no DP)
 
 
 def close_round(kernel: Kernel, round_: int, weights: bytes, state: AggregationState | None,
                 settings: TrainingSettings, info: ModelInfo, received: Sequence[Received],
-                digest: Callable[[bytes], str] | None = None) -> RoundRecord:
+                digest: Callable[[bytes], str] | None = None, dp: DpRound | None = None) -> RoundRecord:
     """Aggregate round ``round_``'s valid updates (canonical order, at least one) into its checkpoint.
 
     ``digest`` names the new weights (hex SHA-256); by default the kernel's
@@ -84,7 +86,7 @@ def close_round(kernel: Kernel, round_: int, weights: bytes, state: AggregationS
     """
     check_method(info, settings)
     contributions = [(r.attempt.assignment_id, r.update.count, r.weights) for r in received]
-    result = aggregate_round(kernel, weights, contributions, settings.aggregation, state, info.aggregation)
+    result = aggregate_round(kernel, weights, contributions, settings.aggregation, state, info.aggregation, dp)
     # Keyed as the report names contributions (str | int); here every id is an assignment id (str).
     peer_of: dict[str | int, str] = {r.attempt.assignment_id: r.attempt.peer for r in received}
     report = result.report
@@ -100,6 +102,7 @@ def close_round(kernel: Kernel, round_: int, weights: bytes, state: AggregationS
         robust=report,
         outliers=sorted({peer_of[a] for a in report.outliers}) if report else [],
         clipped=sorted({peer_of[a] for a in report.clipped}) if report else [],
+        dp=result.dp,
     )
 
 
@@ -162,6 +165,8 @@ def assignment_settings(settings: TrainingSettings) -> dict[str, Any]:
     out: dict[str, Any] = {"localEpochs": settings.local_epochs, "batchSize": settings.batch_size}
     if settings.learning_rate is not None:
         out["learningRate"] = settings.learning_rate
+    if settings.privacy.dp is not None:  # the participant clips its own update (dp_noise.clip_to_norm)
+        out["dpClip"] = settings.privacy.dp.clip
     return out
 
 
