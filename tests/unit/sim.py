@@ -421,7 +421,7 @@ class Sim:
         elif isinstance(result, str):
             participant.training_failed(assign.attempt_id, result, self.now)
         else:
-            participant.training_finished(assign.attempt_id, result, self.now)
+            participant.training_finished(assign.attempt_id, result, self.now, start=start)
 
     def finish(self, order: list[int] | None = None) -> None:
         """Train the pending assignments (those of index ``order``, in that order; default all), pumping after each."""

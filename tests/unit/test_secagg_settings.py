@@ -47,17 +47,24 @@ def test_bad_privacy_settings_are_refused_naming_the_field(privacy: dict[str, An
     assert err.value.field == field and err.value.reason == reason
 
 
-def test_a_coordinator_refuses_a_job_that_promises_secure_aggregation_its_rounds_do_not_run_yet() -> None:
-    # Until the rounds carry the protocol, a job with it on would send updates in the clear under an invitation
-    # that says otherwise: refused by name instead.
+def test_a_coordinator_runs_a_job_with_secure_aggregation_and_the_assignments_state_its_terms() -> None:
+    # Before the rounds carried the protocol, the coordinator refused such a job (unsupported-setting).
     from sim import Sim, dataset_spec
     spec, store = dataset_spec(3, settings={**BASE, "privacy": {"secureAggregation": True, "clip": 5}})
-    with pytest.raises(SettingsError) as err:
-        Sim.create(spec, store)
-    assert err.value.reason == SettingsReason.UNSUPPORTED_SETTING and err.value.field == "privacy.secureAggregation"
+    sim = Sim.start_job(spec, store, peers=("p1", "p2", "p3"))
+    assert sim.coordinator.status == "completed"
+    assert sim.trained[0][1].settings["secureAggregation"] == {"clip": 5, "maxWeight": 12.0, "threshold": 0.6,
+                                                              "opening": 1, "weighted": True}
     spec, store = dataset_spec(3, settings={**BASE, "privacy": {"secureAggregation": False, "clip": 5}})
     assert Sim.create(spec, store).coordinator.spec.settings.to_json()["privacy"] == {
         "secureAggregation": False, "clip": 5, "threshold": 0.6}
+
+
+def test_secure_aggregation_refuses_compressed_updates_by_name() -> None:
+    with pytest.raises(SettingsError) as err:
+        TrainingSettings.from_json({**BASE, "compression": {"kind": "int8"},
+                                    "privacy": {"secureAggregation": True, "clip": 5}})
+    assert err.value.reason == SettingsReason.CONFLICTING_SETTING and "compression" in str(err.value)
 
 
 DP = {"clip": 2.0, "noiseMultiplier": 1.0, "delta": 1e-5, "maxRounds": 3}

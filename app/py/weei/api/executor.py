@@ -400,7 +400,7 @@ class Executor:
             s.record("assignment.trained", s.last_trained)
             if len(outcome.weights) == assign.checkpoint.bytes:  # else no update leaves: the result is refused
                 s.recorder.update_sent(len(outcome.compressed if outcome.compressed is not None else outcome.weights))
-            participant.training_finished(assign.attempt_id, outcome, s.clock())
+            participant.training_finished(assign.attempt_id, outcome, s.clock(), start=weights)
         s.live.drop(s.my_peer_id)
         s.recorder.update_execution({"activeWorkers": 0})
         await self.drain()

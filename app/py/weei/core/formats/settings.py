@@ -387,12 +387,14 @@ class PrivacySettings:
 NO_PRIVACY = PrivacySettings()
 
 
-def _check_secure_aggregation(aggregation: AggregationSettings) -> None:
+def _check_secure_aggregation(aggregation: AggregationSettings, compression: CompressionSettings | None) -> None:
     # The coordinator sees only the sum: nothing that needs each update (a robust combine, a clip or an
-    # exclusion it applies, a server step of another method) can run.
+    # exclusion it applies, a server step of another method, a compressed update it decodes) can run.
     per_update = [f"aggregation.{json}" for json, attr in _ROBUST_OPTIONS.items() if getattr(aggregation, attr) is not None]
     if aggregation.method != FEDAVG.method:
         per_update.insert(0, f"aggregation.method {aggregation.method!r}")
+    if compression is not None:
+        per_update.append("compression")
     if per_update:
         raise SettingsError("privacy.secureAggregation", f"works with plain FedAvg only, not with {', '.join(per_update)}",
                             SettingsReason.CONFLICTING_SETTING)
@@ -445,7 +447,7 @@ class TrainingSettings:
             _check.as_int(self.workers, _failer("workers"), minimum=1)
         _check.as_bool(self.coordinator_participates, _failer("coordinatorParticipates"))
         if self.privacy.secure_aggregation:
-            _check_secure_aggregation(self.aggregation)
+            _check_secure_aggregation(self.aggregation, self.compression)
         if self.privacy.dp is not None and (self.aggregation.norm_clip is not None
                                             or self.aggregation.combine not in (None, "mean")):
             # Robust statistics make one participant's effect depend on the others' updates:

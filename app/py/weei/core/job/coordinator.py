@@ -60,6 +60,7 @@ call ``handle_timer``. Nothing here reads a clock or does I/O.
 from __future__ import annotations
 
 import hashlib
+from array import array
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping
 
@@ -69,7 +70,8 @@ from ..aggregation.aggregate import AggregationState, DpRound
 from ..aggregation.compression import decompress_update, layout
 from ..floats import BytesLike
 from ..privacy.dp_accountant import DpLedger, epsilon_json
-from ..privacy.dp_noise import SEED_BYTES, noise_key
+from ..privacy.dp_noise import SEED_BYTES, DpReport, gaussians, noise_key
+from ..privacy.secagg import SecAggError, SecAggReason, check_keys
 from .attempts import Attempt, Received, RoundAttempts, check_update
 from ..wire.commands import Command, Log, Outbox, RoundPhase, RunValidation, SaveCheckpoint, Send
 from ..errors import SettingsError, SettingsReason, UsageError, WeeiError, UsageReason
@@ -77,13 +79,14 @@ from .spec import JobSpec
 from .participant import CHECKPOINTS_KEPT
 from ..wire.messages import (
     ArtifactMissing, ArtifactRef, Assign, AssignmentFailed, CheckpointNote, Deliver, DiagnosticsReport, Invitation, InvitationDecision,
-    JobFinished, Leave, Message, ModuleStatus, PauseContribution, Progress, RelayDone, TrainingStarted, Update,
-    UpdateReceipt,
+    JobFinished, Leave, Message, ModuleStatus, PauseContribution, Progress, RelayDone, SecAggKeys, SecAggMasked,
+    SecAggReveal, SecAggShares, TrainingStarted, Update, UpdateReceipt,
 )
 from .invitations import INVITATION_TTL_MS
 from .peers import PeerRecord, available, eligible, loading
 from ..links.relay import Broadcast, Relays
 from .round import Round, RoundClosed, RoundEmpty, RoundFailed
+from .secure_round import SECAGG_PHASE_TIMEOUT_MS, SecureRound
 from .round_rules import (
     Kernel, RoundRecord, check_can_validate, check_method, check_units, chunk_seed, held_round, make_assign,
     snapshot_rounds, validation_command, validation_due,
@@ -141,11 +144,6 @@ class Coordinator:
                  dataset: DatasetSchedule | None, experience: ExperienceSchedule | None,
                  checkpoint_hashes: dict[int, str], first_round: int,
                  dp_noise_seed: bytes | None = None, dp_ledger: DpLedger = DpLedger()) -> None:
-        if spec.settings.privacy.secure_aggregation:
-            # The rounds do not run the protocol yet (docs/privacy.md): refusing beats sending updates in the clear
-            # under an invitation that says they are masked.
-            raise SettingsError("privacy.secureAggregation", "is not carried by a job's rounds in this version",
-                                SettingsReason.UNSUPPORTED_SETTING)
         if spec.settings.privacy.dp is not None and (dp_noise_seed is None or len(dp_noise_seed) != SEED_BYTES):
             raise UsageError(UsageReason.INVALID_ARGUMENT,
                              f"a job with privacy.dp needs a noise seed of {SEED_BYTES} secret bytes")
@@ -156,6 +154,7 @@ class Coordinator:
         self.kernel = kernel
         self.round_timeout_ms = round_timeout_ms
         self.stall_timeout_ms: float = STALL_TIMEOUT_MS
+        self.secagg_phase_timeout_ms: float = SECAGG_PHASE_TIMEOUT_MS  # one stage of secure aggregation
         self.status = JobStatus.READY
         self.error: str | None = None
         self.incomplete = False
@@ -209,7 +208,6 @@ class Coordinator:
 
         Raises:
             UsageError: an experience job without ``job_seed``, or weights of the wrong size.
-            SettingsError: ``privacy.secureAggregation`` on (unsupported-setting: the rounds do not carry it yet).
         """
         if len(initial_weights) != spec.weight_bytes:
             raise UsageError(UsageReason.WRONG_WEIGHT_SIZE, f"initial weights are {len(initial_weights)} bytes, "
@@ -279,6 +277,10 @@ class Coordinator:
         relay_due = self.broadcast.next_timer() if self.broadcast is not None else None
         if relay_due is not None:
             times.append(relay_due)
+        secure_due = self.round.secure.deadline if self.round is not None and self.round.securing and \
+            self.round.secure is not None else None
+        if secure_due is not None:
+            times.append(secure_due)
         return min(times) if times else None
 
     def handle_timer(self, now: float) -> None:
@@ -296,6 +298,10 @@ class Coordinator:
         if self.broadcast is not None:
             self.broadcast.handle_timer(now)
             self._commands.extend(self.broadcast.take_commands())
+        round_ = self.round
+        if round_ is not None and round_.securing and round_.secure is not None:
+            self._commands.extend(round_.secure.handle_timer(now))
+            self._maybe_secure_done(round_, now)
         stalled = self.attempts.stalled(now)
         for attempt in stalled:
             self._stalled(attempt, now)
@@ -374,6 +380,8 @@ class Coordinator:
         for attempt in self.attempts.open():
             self._end_attempt(attempt, "the job was stopped", now, failed=False, reassign=False)
         self.attempts.clear()
+        if self.round is not None and self.round.securing:
+            self.round.end(RoundEmpty(self.round.number))  # its secure aggregation is abandoned
         self._finish(now, incomplete=True)
 
     def reopened_completed(self) -> None:
@@ -510,6 +518,7 @@ class Coordinator:
         for attempt in self.attempts.open_of(peer):
             self._end_attempt(attempt, "participant disconnected", now, failed=False, reassign=True)
         self._log("peer.disconnected", peer=peer)
+        self._secure_drop(peer, now)
         self._maybe_close_round(now)
 
     def receive(self, peer: str, message: Message, blobs: Mapping[str, bytes], now: float) -> None:
@@ -561,6 +570,7 @@ class Coordinator:
             for attempt in self.attempts.open_of(peer):
                 self._end_attempt(attempt, "participant left", now, failed=False, reassign=True)
             self._log("participant.left", peer=peer)
+            self._secure_drop(peer, now)
             self._maybe_close_round(now)
         elif isinstance(message, RelayDone):
             if self.broadcast is not None:
@@ -576,6 +586,10 @@ class Coordinator:
                 self.attempts.heard(attempt, now, self.stall_timeout_ms)
         elif isinstance(message, ArtifactMissing):
             self._on_artifact_missing(peer, record, message.artifact, now)
+        elif isinstance(message, SecAggKeys):
+            self._on_keys(peer, record, message, now)
+        elif isinstance(message, (SecAggShares, SecAggMasked, SecAggReveal)):
+            self._on_secagg(peer, message, blobs, now)
         else:
             self._log("message.ignored", peer=peer, reason="unexpected-type", type=message.TYPE)
 
@@ -668,7 +682,8 @@ class Coordinator:
         not emitted yet. None when no round opens (the job may have completed instead)."""
         if self._grace_until is not None and not loading(self.peers):
             self._grace_until = None
-        if self.status != JobStatus.RUNNING or self.attempts.round_open() or self._grace_until is not None:
+        if self.status != JobStatus.RUNNING or self.attempts.round_open() or self._grace_until is not None \
+                or (self.round is not None and self.round.securing):
             return None
         if self._work_done():
             self._finish(now, incomplete=False)
@@ -676,7 +691,9 @@ class Coordinator:
         peers = self._eligible()
         if not peers:
             return None
-        round_ = self.round = Round(self.checkpoint_round + 1, self.spec, self.attempts.next_round(), self.stopwatch())
+        number, last = self.checkpoint_round + 1, self.round
+        opening = last.opening + 1 if last is not None and last.number == number else 1
+        round_ = self.round = Round(number, self.spec, self.attempts.next_round(), self.stopwatch(), opening)
         planned: list[Command] = []
         for peer in peers:
             sent = self._hand_out(round_, peer, now)
@@ -725,7 +742,8 @@ class Coordinator:
         first one was refused on arrival, and with it everything attached to it."""
         checkpoint_ref = ArtifactRef("checkpoint", self.weights_sha256, len(self.weights))
         assign, attachments = make_assign(round_.spec, attempt, checkpoint_ref, self.checkpoint_hashes,
-                                          self.job_seed, shader_archive=record.wants_shader_archive)
+                                          self.job_seed, shader_archive=record.wants_shader_archive,
+                                          secure=round_.terms)
         if again:
             record.held -= {a.sha256 for a in attachments}
         needed: list[ArtifactRef] = []
@@ -747,7 +765,7 @@ class Coordinator:
                 continue
             checkpoint_ref = ArtifactRef("checkpoint", self.weights_sha256, len(self.weights))
             assign, _ = make_assign(round_.spec, attempt, checkpoint_ref, self.checkpoint_hashes, self.job_seed,
-                                    shader_archive=record.wants_shader_archive)
+                                    shader_archive=record.wants_shader_archive, secure=round_.terms)
             if artifact not in assign.artifacts():
                 continue
             self.attempts.heard(attempt, now, self.stall_timeout_ms)
@@ -789,8 +807,11 @@ class Coordinator:
     def _on_update(self, peer: str, record: PeerRecord, update: Update, blobs: Mapping[str, bytes],
                    now: float) -> None:
         checked: tuple[str, str] | BytesLike
-        if record.excluded:  # aggregation.excludeOutliersAfter
-            checked = ("participant-excluded", "this participant was excluded from the job as a repeated outlier")
+        if record.excluded:  # aggregation.excludeOutliersAfter, or a bad share under secure aggregation
+            checked = ("participant-excluded", "this participant was excluded from the job")
+        elif self.spec.settings.privacy.secure_aggregation:
+            # The job promised masked updates: one in the clear is not looked at, let alone averaged.
+            checked = ("secure-aggregation", "this job's updates are securely aggregated, never sent in the clear")
         else:
             checked = check_update(self.attempts, peer, update, blobs, checkpoint_round=self.checkpoint_round,
                                    weights_sha256=self.weights_sha256, weight_bytes=self.spec.weight_bytes,
@@ -845,6 +866,9 @@ class Coordinator:
         for attempt in round_.attempts.open():
             self._end_attempt(attempt, "round closed", now, failed=False, reassign=False)
         received = round_.begin_closing()
+        if round_.terms is not None:
+            self._begin_secure(round_, now)
+            return
         self.last_contributors = sorted(r.attempt.peer for r in received)
         if not received:
             round_.end(RoundEmpty(round_.number))
@@ -896,6 +920,157 @@ class Coordinator:
                       "stays. Fix the cause (a lower server learning rate, for a non-finite aggregate), then Resume")
         self._log("round.failed", round=round_, reason=reason, error=text)
         self._log("job.paused", reason="round-failed")
+
+    # ------------------------------------------------------ secure aggregation
+
+    def _on_keys(self, peer: str, record: PeerRecord, message: SecAggKeys, now: float) -> None:
+        """A participant trained under secure aggregation and holds its update: its keys end its attempt."""
+        round_ = self.round
+        attempts = [a for a in self.attempts.open_of(peer) if round_ is not None and a.round == round_.number]
+        if round_ is None or round_.terms is None or round_.secure is not None or message.round != round_.number \
+                or message.attempt != round_.terms.opening or not attempts:
+            self._log("message.ignored", peer=peer, reason="no-open-secure-attempt", type=message.TYPE)
+            return
+        attempt = attempts[0]
+        try:
+            check_keys(peer, message.keys)
+        except SecAggError as exc:
+            self._log("secagg.refused", peer=peer, reason=exc.reason, error=exc.message)
+            self._end_attempt(attempt, f"secure aggregation: {exc.message}", now, failed=True, reassign=True)
+            self._maybe_close_round(now)
+            return
+        record.stuck = None
+        self.attempts.end_keyed(attempt)
+        round_.keyed[peer] = (attempt, message.keys)
+        if record.can("update_received"):
+            record.move("update_received")
+        self._send(peer, UpdateReceipt(self.spec.job_id, attempt.attempt_id, True))
+        self._log("update.keyed", peer=peer, attempt=attempt.attempt_id)
+        self._maybe_close_round(now)
+
+    def _on_secagg(self, peer: str, message: SecAggShares | SecAggMasked | SecAggReveal, blobs: Mapping[str, bytes],
+                   now: float) -> None:
+        round_ = self.round
+        if round_ is None or not round_.securing or round_.secure is None:
+            self._log("message.ignored", peer=peer, reason="no-secure-round", type=message.TYPE)
+            return
+        try:
+            sends = round_.secure.receive(peer, message, blobs, now)
+        except SecAggError as exc:  # dropped, named: the round goes on without this message
+            self._log("secagg.refused", peer=peer, reason=exc.reason, error=exc.message)
+            return
+        self._commands.extend(sends)
+        self._maybe_secure_done(round_, now)
+
+    def _secure_drop(self, peer: str, now: float) -> None:
+        round_ = self.round
+        if round_ is not None and round_.securing and round_.secure is not None:
+            self._commands.extend(round_.secure.drop(peer, now))
+            self._maybe_secure_done(round_, now)
+
+    def _begin_secure(self, round_: Round, now: float) -> None:
+        """Every attempt of ``round_`` ended: secure aggregation runs among those that trained (they sent keys)."""
+        keyed = round_.keyed
+        self.last_contributors = []
+        if not keyed:
+            round_.end(RoundEmpty(round_.number))
+            self._empty_round(now)
+            return
+        assert round_.terms is not None
+        round_.closing = True
+        if self.closing_sink is not None:
+            self.closing_sink(round_.number)
+        self._commands.append(RoundPhase(round_.number, "round.training", round_.opened_at, self.stopwatch()))
+        self._log("secagg.started", round=round_.number, opening=round_.terms.opening, participants=sorted(keyed))
+        secure = round_.secure = SecureRound(self.spec.job_id, round_.number, round_.terms,
+                                             self.spec.weight_bytes // 4, {p: k for p, (_, k) in keyed.items()},
+                                             now, self.secagg_phase_timeout_ms)
+        secure.started_at = self.stopwatch()
+        self._commands.extend(secure.start(now))
+        for peer in sorted(keyed):
+            record = self.peers.get(peer)
+            if record is None or not record.connected or record.state == PeerState.STOPPED:
+                self._commands.extend(secure.drop(peer, now))
+        self._maybe_secure_done(round_, now)
+
+    def _maybe_secure_done(self, round_: Round, now: float) -> None:
+        secure = round_.secure
+        if secure is None or not secure.done or round_.outcome is not None:
+            return
+        server = secure.server
+        for peer in sorted(server.bad_peers):
+            self._exclude(peer, round_.number, SecAggReason.BAD_SHARE, "sent a share that fails its commitment")
+        failure = server.failure
+        if failure is not None:
+            self._secure_failed(round_, failure, now)
+            return
+        keyed = round_.keyed
+        dropped = sorted(p for p in keyed if p not in server.contributors)
+        for peer in dropped:  # they trained, but vanished before their masked vector came: their work goes back
+            progress.give_back(self.dataset, self.experience, keyed[peer][0], failed=False)
+        try:
+            weights, contributors = secure.result(self.weights)
+            record = self._secure_record(round_, weights, contributors)
+            closed = self._closing(round_, record, now)
+        except Exception as exc:  # noqa: BLE001 - as _close_round: the round must not half-close
+            reason = exc.reason if isinstance(exc, WeeiError) else type(exc).__name__
+            text = (exc.message if isinstance(exc, WeeiError) else str(exc))[:500]
+            for peer in server.contributors:
+                progress.give_back(self.dataset, self.experience, keyed[peer][0], failed=False)
+            round_.end(RoundFailed(round_.number, reason, text))
+            self._round_failed(round_.number, [], reason, text)
+            return
+        self.last_contributors = list(contributors)
+        self._empty_rounds = 0
+        self._last_failure = None
+        self._commands.append(RoundPhase(round_.number, "secagg", secure.started_at, self.stopwatch()))
+        self._log("secagg.finished", round=round_.number, opening=secure.terms.opening,
+                  contributors=list(contributors), dropped=dropped)
+        self._take_round(round_, closed, now)
+
+    def _secure_failed(self, round_: Round, failure: SecAggError, now: float) -> None:
+        """Secure aggregation of ``round_`` failed (fewer than t left, a bad dealer): nothing is written down, the
+        trained work goes back, and the round opens again with fresh keys (an empty round, as far as pausing
+        after MAX_EMPTY_ROUNDS goes)."""
+        for attempt, _ in round_.keyed.values():
+            progress.give_back(self.dataset, self.experience, attempt, failed=False)
+        round_.end(RoundFailed(round_.number, failure.reason, failure.message))
+        self._last_failure = f"secure aggregation: {failure.message[:300]}"
+        self._log("secagg.failed", round=round_.number, opening=round_.opening, reason=failure.reason,
+                  error=failure.message, peer=failure.peer)
+        if failure.peer is not None and failure.reason in (SecAggReason.BAD_SHARE, SecAggReason.BAD_DEALER):
+            self._exclude(failure.peer, round_.number, failure.reason, failure.message)
+        self._empty_round(now)
+
+    def _exclude(self, peer: str, round_: int, reason: str, why: str) -> None:
+        """``peer`` broke the protocol: named in the log, and left out of the job's next rounds."""
+        record = self.peers.get(peer)
+        self._log("secagg.bad-peer", peer=peer, round=round_, reason=reason, error=why)
+        if record is not None and not record.excluded:
+            record.excluded = True  # eligible() skips it from now on
+            self._log("peer.excluded", peer=peer, round=round_, reason=reason)
+
+    def _secure_record(self, round_: Round, weights: bytes, contributors: tuple[str, ...]) -> RoundRecord:
+        """Checkpoint ``round_``'s record from the unmasked mean: FedAvg's (the settings allow nothing else with
+        secure aggregation), under DP with the noise of σ·C/n added to the mean here, at the coordinator."""
+        attempts = sorted((round_.keyed[p][0] for p in contributors), key=lambda a: a.assignment_id)
+        dp = round_.spec.settings.privacy.dp
+        report = None
+        if dp is not None:
+            std = dp.noise_multiplier * dp.clip / len(contributors)
+            if std > 0:
+                assert self._dp_noise_seed is not None
+                noise = gaussians(noise_key(self._dp_noise_seed, self.spec.job_id, round_.number), len(weights) // 4)
+                weights = array("f", [v + std * z for v, z in zip(array("f", weights), noise, strict=True)]).tobytes()
+                if self.kernel.first_non_finite(weights) >= 0:
+                    raise SecAggError(SecAggReason.SUM_OUT_OF_RANGE, "the noised weights are not finite as float32")
+            report = DpReport((), (), std)
+        return RoundRecord(
+            round=round_.number, weights=weights,
+            weights_sha256=self.relays.digest(weights, relayed=self._relay_likely()),
+            aggregation_state=None, metrics={}, examples=sum(self._assigned_count(a) for a in attempts),
+            contributors=sorted(contributors),
+            trained_chunks=[a.chunk_id for a in attempts if a.chunk_id is not None], dp=report)
 
     def _report_robust(self, round_: Round, record: RoundRecord) -> None:
         """Log what robust aggregation did and name peers that are outliers round after round."""

@@ -72,6 +72,7 @@ __all__ = [
     "weighted_vector",
     "fedavg_from_sum",
     "mask_vector",
+    "check_keys",
 ]
 
 RandomBytes = Callable[[int], bytes]
@@ -228,6 +229,15 @@ def _pair_seed(tag: bytes, shared: bytes, a: str, b: str) -> bytes:
     return prg.derive("pair-mask", tag, shared, lo.encode(), hi.encode())
 
 
+def check_keys(sender: str, keys: AdvertiseKeys) -> None:
+    """Refuse public keys that are malformed or of low order, naming ``sender``: raises SecAggError(BAD_KEY).
+    The coordinator checks them as they arrive, rather than every peer aborting the round later."""
+    if len(keys.c_pk) != KEY_BYTES or len(keys.s_pk) != KEY_BYTES:
+        raise SecAggError(SecAggReason.BAD_KEY, f"{sender}'s public keys are not 32 bytes each", sender)
+    _agree(_PROBE, keys.c_pk, sender)
+    _agree(_PROBE, keys.s_pk, sender)
+
+
 def _rebuild(shares: list[tuple[int, int]], size: int) -> bytes | None:
     try:
         return shamir.combine(shares, size)
@@ -304,13 +314,20 @@ class SecAggClient:
         self._step(0, "advertise")
         return AdvertiseKeys(public_key(self._c_sk), public_key(self._s_sk))
 
-    def share(self, roster: Roster) -> ShareKeys:
+    def share(self, roster: Roster, params: SecAggParams | None = None) -> ShareKeys:
         """Split and seal this participant's s_sk and self-mask seed to every peer of U1.
 
-        Raises SecAggError: BAD_MESSAGE (this participant missing or its keys altered, an id twice),
-        BELOW_THRESHOLD, BAD_KEY (a peer's key of low order).
+        ``params``: the round's, when the roster is what settles them (a job's rounds learn the threshold
+        with U1); the round tag and the length must be those the keys were made for.
+
+        Raises SecAggError: BAD_MESSAGE (this participant missing or its keys altered, an id twice, other
+        params), BELOW_THRESHOLD, BAD_KEY (a peer's key of low order).
         """
         self._step(1, "share")
+        if params is not None:
+            if params.round_tag != self.params.round_tag or params.length != self.params.length:
+                raise SecAggError(SecAggReason.BAD_MESSAGE, "the roster's round or vector length is not this round's")
+            self.params = params
         ids = [peer for peer, _ in roster.keys]
         if len(set(ids)) != len(ids) or ids != sorted(ids) or dict(roster.keys).get(self.me) != AdvertiseKeys(
                 public_key(self._c_sk), public_key(self._s_sk)):
@@ -436,6 +453,13 @@ class SecAggServer:
             return self._close(now)
         return []
 
+    def drop(self, peer: str, now: float) -> list[Outgoing]:
+        """``peer`` is gone (its channel closed, it left): the stage stops waiting for it. Returns what to send."""
+        if self.done or peer not in self._expected or peer in self._got:
+            return []
+        self._expected.discard(peer)
+        return self._close(now) if set(self._got) == self._expected else []
+
     def handle_timer(self, now: float) -> list[Outgoing]:
         """Close the stage at its deadline. Returns what to send."""
         if self.done or now < self.deadline:
@@ -445,11 +469,7 @@ class SecAggServer:
     def _check(self, sender: str, message: Message) -> None:
         length = self.params.length
         if isinstance(message, AdvertiseKeys):
-            if len(message.c_pk) != KEY_BYTES or len(message.s_pk) != KEY_BYTES:
-                raise SecAggError(SecAggReason.BAD_KEY, f"{sender}'s public keys are not 32 bytes each", sender)
-            # Refused here, naming the sender, rather than by every peer that would then abort the round.
-            _agree(_PROBE, message.c_pk, sender)
-            _agree(_PROBE, message.s_pk, sender)
+            check_keys(sender, message)
         elif isinstance(message, ShareKeys):
             peers = set(self._keys) - {sender}
             if ({p for p, _ in message.sealed} != peers or len(message.sealed) != len(peers)
