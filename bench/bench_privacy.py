@@ -24,6 +24,20 @@ ratios to no DP, the ε each job's last checkpoint reports, and ‖noise‖/C =
     python bench/bench_privacy.py                          # both models, 1 epoch each, seed 1
     python bench/bench_privacy.py --quick                  # digits-mlp only
     python bench/bench_privacy.py --epochs 3 --seeds 1 2   # longer
+
+``--secagg`` measures secure aggregation instead: the same job (5 peers, the
+coordinator one of them; clip 1000, so nothing is clipped and the two jobs'
+validation must agree to the fixed-point grid) plain and with
+``privacy.secureAggregation``, side by side, same seed: the median round time
+(checkpoint to checkpoint, round 1 left out: it loads the module), their
+ratio, and the secure-aggregation messages and bytes per remote participant
+per round against the plain update's. Every peer runs in this one process,
+so each participant's masking work, like its training, is serialized with the
+others': in a browser each does its own in parallel. Written to
+``out/bench/secagg.{json,md}``.
+
+    python bench/bench_privacy.py --secagg --quick         # digits-mlp
+    python bench/bench_privacy.py --secagg                 # digits-mlp and the byte-transformer
 """
 
 from __future__ import annotations
@@ -93,6 +107,49 @@ def compare(model: str, seed: int, epochs: int, log: io.TextIOBase) -> dict[str,
             "participants": MODELS[model][0], "weights": plain["weights"]}
 
 
+SECAGG_TYPES = ("secaggKeys", "secaggRoster", "secaggShares", "secaggSharesFor", "secaggMasked", "secaggUnmask",
+                "secaggReveal")
+SECAGG_PEERS = 5
+
+
+def _timed(model: str, settings: dict[str, Any], seed: int, log: io.TextIOBase) -> dict[str, Any]:
+    job = DemoJob(f"secagg-{model}", model, {}, peers=SECAGG_PEERS, validation="validation.bin")
+    with tempfile.TemporaryDirectory() as tmp:
+        report = run_job(job, Path(tmp), stream=log, settings=settings, seed=seed, flat=True)
+    rounds = sorted(report.rounds, key=lambda r: r["round"])
+    return {"rounds": len(rounds) - 1, "roundSeconds": statistics.median(r["seconds"] for r in rounds[2:] or rounds[1:]),
+            "validation": rounds[-1]["validation"], "traffic": report.traffic}
+
+
+def compare_secagg(model: str, seed: int, epochs: int, log: io.TextIOBase) -> dict[str, Any]:
+    """One model's round time and traffic, plain FedAvg against secure aggregation, same seed."""
+    _, settings = MODELS[model]
+    settings = dict(settings, epochs=epochs, coordinatorParticipates=True)
+    plain = _timed(model, settings, seed, log)
+    secure = _timed(model, dict(settings, privacy={"secureAggregation": True, "clip": 1000}), seed, log)
+    per = (SECAGG_PEERS - 1) * secure["rounds"]  # remote participants' rounds (the coordinator's own stay local)
+    messages = sum(secure["traffic"].get(k, (0, 0))[1] for k in SECAGG_TYPES) / per
+    secagg_bytes = sum(secure["traffic"].get(k, (0, 0))[0] for k in SECAGG_TYPES) / per
+    update_bytes = plain["traffic"].get("update", (0, 0))[0] / ((SECAGG_PEERS - 1) * plain["rounds"])
+    return {"model": model, "seed": seed, "rounds": secure["rounds"], "plainRoundSeconds": plain["roundSeconds"],
+            "secaggRoundSeconds": secure["roundSeconds"], "ratio": secure["roundSeconds"] / plain["roundSeconds"],
+            "messagesPerParticipantRound": messages, "secaggBytesPerParticipantRound": secagg_bytes,
+            "updateBytesPerParticipantRound": update_bytes,
+            "plainValidation": plain["validation"], "secaggValidation": secure["validation"]}
+
+
+def markdown_secagg(results: list[dict[str, Any]]) -> str:
+    lines = [f"| model | rounds | plain s/round | secure s/round | ratio | secagg messages / participant / round "
+             f"| secagg bytes / participant / round | plain update bytes | val loss plain / secure |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        lines.append(f"| {r['model']} (seed {r['seed']}) | {r['rounds']} | {r['plainRoundSeconds']:.3f} "
+                     f"| {r['secaggRoundSeconds']:.3f} | {r['ratio']:.2f} | {r['messagesPerParticipantRound']:.1f} "
+                     f"| {r['secaggBytesPerParticipantRound']:,.0f} | {r['updateBytesPerParticipantRound']:,.0f} "
+                     f"| {r['plainValidation']['loss']:.6f} / {r['secaggValidation']['loss']:.6f} |")
+    return "\n".join(lines) + "\n"
+
+
 def _metric(validation: dict[str, Any]) -> tuple[str, float] | None:
     return next(((k, v) for k, v in validation.items() if k != "loss"), None)
 
@@ -128,9 +185,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--quick", action="store_true", help="digits-mlp only, 1 epoch")
     parser.add_argument("--out", type=Path, default=ROOT / "out" / "bench")
+    parser.add_argument("--secagg", action="store_true", help="round time and traffic of secure aggregation instead")
     args = parser.parse_args(argv)
     models = args.model or (["digits-mlp"] if args.quick else ["digits-mlp", "byte-transformer"])
     log = io.StringIO()
+    args.out.mkdir(parents=True, exist_ok=True)
+    if args.secagg:
+        measured = [compare_secagg(model, seed, 1 if args.quick else args.epochs, log)
+                    for model in models for seed in args.seeds]
+        print(markdown_secagg(measured))
+        (args.out / "secagg.json").write_text(json.dumps({"version": 1, "results": measured}, indent=1))
+        (args.out / "secagg.md").write_text(markdown_secagg(measured))
+        return 0
     results = [compare(model, seed, 1 if args.quick else args.epochs, log) for model in models for seed in args.seeds]
     table = markdown(results)
     print(table)

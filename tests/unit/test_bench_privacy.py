@@ -31,3 +31,18 @@ def test_quick_privacy_table_reports_the_planned_epsilon_of_every_run(tmp_path: 
     for run in runs[2:]:
         assert run["epsilon"] == pytest.approx(run["target"], rel=1e-5) and run["epsilon"] <= run["target"]
     assert "| ε=1 |" in (tmp_path / "privacy.md").read_text()
+
+
+def test_quick_secagg_round_time_line_trains_the_same_model_with_seven_messages_a_participant(tmp_path: Path) -> None:
+    # Not a timing test: the round times are printed, not asserted. With nothing clipped, the securely
+    # aggregated job validates as the plain one does (to the fixed-point grid, far below the printed digits).
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "app" / "py"), str(ROOT / "bench")]))
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_privacy.py"), "--secagg", "--quick",
+                           "--out", str(tmp_path)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    result, = json.loads((tmp_path / "secagg.json").read_text())["results"]
+    assert result["rounds"] == 3  # 15 chunks over 5 peers
+    # keys, shares, masked, reveal out; roster, sharesFor, unmask in: O(1) messages, each O(n) in size
+    assert result["messagesPerParticipantRound"] == 7
+    assert result["secaggValidation"]["loss"] == pytest.approx(result["plainValidation"]["loss"], rel=1e-5)
+    assert result["plainRoundSeconds"] > 0 and result["secaggRoundSeconds"] > 0

@@ -294,6 +294,9 @@ class SecAggClient:
         self._roster: dict[str, AdvertiseKeys] = {}
         self._u2: tuple[str, ...] = ()
         self._held: dict[str, tuple[int, int, bytes, int, bytes]] = {}  # dealer -> (x, y_sk, salt_sk, y_b, salt_b)
+        # X25519 is most of a peer's cost: its own public keys and each pair's c-agreement are computed once.
+        self._keys = AdvertiseKeys(public_key(self._c_sk), public_key(self._s_sk))
+        self._c_shared: dict[str, bytes] = {}
         self._stage = 0
 
     def _step(self, stage: int, name: str) -> None:
@@ -312,7 +315,7 @@ class SecAggClient:
     def advertise(self) -> AdvertiseKeys:
         """This round's public keys."""
         self._step(0, "advertise")
-        return AdvertiseKeys(public_key(self._c_sk), public_key(self._s_sk))
+        return self._keys
 
     def share(self, roster: Roster, params: SecAggParams | None = None) -> ShareKeys:
         """Split and seal this participant's s_sk and self-mask seed to every peer of U1.
@@ -329,8 +332,7 @@ class SecAggClient:
                 raise SecAggError(SecAggReason.BAD_MESSAGE, "the roster's round or vector length is not this round's")
             self.params = params
         ids = [peer for peer, _ in roster.keys]
-        if len(set(ids)) != len(ids) or ids != sorted(ids) or dict(roster.keys).get(self.me) != AdvertiseKeys(
-                public_key(self._c_sk), public_key(self._s_sk)):
+        if len(set(ids)) != len(ids) or ids != sorted(ids) or dict(roster.keys).get(self.me) != self._keys:
             raise SecAggError(SecAggReason.BAD_MESSAGE, "the roster is not sorted and distinct, or does not hold this participant's keys")
         if len(ids) < self.params.threshold:
             raise SecAggError(SecAggReason.BELOW_THRESHOLD, f"{len(ids)} participants advertised, below {self.params.threshold}")
@@ -349,8 +351,8 @@ class SecAggClient:
                 self._held[peer] = (index + 1, y_sk, salt_sk, y_b, salt_b)
                 continue
             plain = (y_sk.to_bytes(shamir.SHARE_BYTES, "big") + salt_sk + y_b.to_bytes(shamir.SHARE_BYTES, "big") + salt_b)
-            key = _seal_key(tag, _agree(self._c_sk, self._roster[peer].c_pk, peer), self.me, peer)
-            sealed.append((peer, prg.seal(key, plain)))
+            shared = self._c_shared[peer] = _agree(self._c_sk, self._roster[peer].c_pk, peer)
+            sealed.append((peer, prg.seal(_seal_key(tag, shared, self.me, peer), plain)))
         return ShareKeys(tuple(sealed), tuple(commitments), _seed_commit(tag, self.me, self._seed))
 
     def mask(self, shares: SharesFor, vector: Sequence[float]) -> MaskedInput:
@@ -370,7 +372,7 @@ class SecAggClient:
             raise SecAggError(SecAggReason.BAD_MESSAGE, "the inbox does not hold exactly one sealed share per peer of U2")
         ids = sorted(self._roster)
         for dealer, sealed in inbox.items():
-            key = _seal_key(tag, _agree(self._c_sk, self._roster[dealer].c_pk, dealer), dealer, self.me)
+            key = _seal_key(tag, self._c_shared[dealer], dealer, self.me)
             plain = prg.open_sealed(key, sealed)
             if plain is None or len(plain) != _SHARE_PLAIN:
                 raise SecAggError(SecAggReason.BAD_CIPHERTEXT, f"the share {dealer} sealed does not open", dealer)
