@@ -79,7 +79,7 @@ from .spec import JobSpec
 from .participant import CHECKPOINTS_KEPT
 from ..wire.messages import (
     ArtifactMissing, ArtifactRef, Assign, AssignmentFailed, CheckpointNote, Deliver, DiagnosticsReport, Invitation, InvitationDecision,
-    JobFinished, Leave, Message, ModuleStatus, PauseContribution, Progress, RelayDone, SecAggKeys, SecAggMasked,
+    MAX_SECAGG_PEERS, JobFinished, Leave, Message, ModuleStatus, PauseContribution, Progress, RelayDone, SecAggKeys, SecAggMasked,
     SecAggReveal, SecAggShares, TrainingStarted, Update, UpdateReceipt,
 )
 from .invitations import INVITATION_TTL_MS
@@ -694,6 +694,8 @@ class Coordinator:
         number, last = self.checkpoint_round + 1, self.round
         opening = last.opening + 1 if last is not None and last.number == number else 1
         round_ = self.round = Round(number, self.spec, self.attempts.next_round(), self.stopwatch(), opening)
+        if round_.terms is not None:
+            peers = peers[:MAX_SECAGG_PEERS]  # the most a secure-aggregation roster lists
         planned: list[Command] = []
         for peer in peers:
             sent = self._hand_out(round_, peer, now)
