@@ -107,10 +107,9 @@ def _from_bytes(data: bytes) -> Any:
 @contextmanager
 def _address(path: Path) -> Iterator[str]:
     """The AF_UNIX address of the socket file ``path``: the path itself when it fits, else the same file
-    reached through a descriptor of its directory (``/proc/self/fd/N/NAME``). A node's state directory is
-    as deep as its operator (or pytest: /tmp/pytest-of-USER/pytest-N/TEST/state/node-ID is 110 bytes
-    with the socket's name) makes it; a path that does not fit made the resident process fail to bind and
-    every message of the node fail."""
+    reached through a descriptor of its directory (``/proc/self/fd/N/NAME``). A node's state directory may
+    be deeper than an address holds (under pytest's temporary directory the socket's path is 110 bytes), and
+    then the resident process could not bind and every message of the node failed."""
     if len(os.fsencode(path)) <= _SUN_PATH_MAX:
         yield str(path)
         return
