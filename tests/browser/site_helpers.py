@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -42,11 +43,17 @@ class Server:
     lines: list[str] = field(default_factory=list)
 
 
+#: `weei serve` keeps its signaling secret under $XDG_STATE_HOME; the tests' servers keep theirs here, one folder
+#: per test process (a restart within a test still finds it), never in the user's home.
+STATE_HOME = tempfile.mkdtemp(prefix="weei-test-state-")
+
+
 def start_server(site: Path, *extra: str) -> Server:
     """Start `weei serve` on a free port; return it once it printed its URL."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "weei.cli", "serve", "--port", "0", "--dir", str(site), "--test-hooks", *extra],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "XDG_STATE_HOME": STATE_HOME},
     )
     assert proc.stdout is not None
     first = proc.stdout.readline()

@@ -119,3 +119,22 @@ def test_attachments_of_another_kind_refused_by_name(array: Array, reason: str) 
     with pytest.raises(WeeiError) as info:
         decode_frames(content)
     assert isinstance(info.value, FlowerError) and info.value.reason == FlowerReason(reason)
+
+
+def test_every_attachment_a_message_names_travels_and_a_missing_one_is_named() -> None:
+    """Whatever field names an artifact (a secure-aggregation masked update, a relayed checkpoint piece) is
+    attached and checked like an update's weights, not only the fields a list once named."""
+    import hashlib
+
+    from weei.core.wire.messages import ArtifactRef, RelayPiece, SecAggMasked
+    from weei.flower.codec import encode_frames
+
+    masked, piece = bytes(range(16)), b"checkpoint piece"
+    sha_m, sha_p = hashlib.sha256(masked).hexdigest(), hashlib.sha256(piece).hexdigest()
+    frames = [("node-1", SecAggMasked("job-1", 1, 1, ArtifactRef("update", sha_m, len(masked))), {sha_m: masked}),
+              ("coord", RelayPiece("job-1", 1, "ab" * 32, 0, ArtifactRef("checkpoint", sha_p, len(piece))),
+               {sha_p: piece})]
+    decoded, missing = decode_frames(encode_frames(frames))
+    assert missing == [] and [blobs for _, _, blobs in decoded] == [{sha_m: masked}, {sha_p: piece}]
+    _, missing = decode_frames(encode_frames(frames, omit=frozenset({sha_m})))
+    assert missing == [sha_m]

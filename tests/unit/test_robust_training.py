@@ -20,7 +20,7 @@ from typing import Any, Callable
 import numpy as np
 import pytest
 
-from weei.api.job_store import JobStore
+from weei.api.job_store import JobStore, members_key
 from weei.api.ports import StorageError
 from weei.core.errors import ModelError
 from weei.core.job.spec import ChunkInfo, JobSpec, ModuleInfo
@@ -237,8 +237,9 @@ def test_an_exclusion_and_the_outlier_counts_survive_a_reopen() -> None:
         page = JobStore(storage)  # the reloaded page
         await page.load()
         reopened = await page.reopen(job_id, my_peer_id=me, kernel=NumpyKernel(), now=sim.now)
-        record = await storage.get("jobs", job_id)
-        await storage.put("jobs", job_id, {**record, "robust": {"p4": {**record["robust"]["p4"], "excluded": "no"}}})
+        members = await storage.get("jobs", members_key(job_id))
+        await storage.put("jobs", members_key(job_id),
+                          {**members, "robust": {"p4": {**members["robust"]["p4"], "excluded": "no"}}})
         damaged = JobStore(storage)
         await damaged.load()
         with pytest.raises(StorageError) as err:

@@ -41,7 +41,8 @@ def test_deleting_saved_jobs_leaves_the_stores_empty() -> None:
             await c.start()
             await run_until_done(c)
             await c.leave()
-        assert len(await storage.keys("jobs")) == 3 and len(await storage.keys("checkpoints")) == 16 + 16 + 4
+        # Each job: its record and its members entry.
+        assert len(await storage.keys("jobs")) == 3 * 2 and len(await storage.keys("checkpoints")) == 16 + 16 + 4
         # The two digits jobs share their module and chunks: stored once.
         digits_files = 1 + 15 + 1  # module, chunks, validation
         cartpole_files = 1
@@ -217,3 +218,86 @@ def test_the_debug_log_is_written_when_it_changed_at_most_every_two_seconds() ->
         assert kv.sets == writes + 1 and json.loads(kv.values[DEBUG_LOG_KEY])["events"] == []
 
     asyncio.run(main())
+
+
+class _KeyedPuts(MemoryStorage):
+    """Counts the writes of each key."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.by_key: dict[tuple[str, str], int] = {}
+
+    async def put(self, store: str, key: str, value: object) -> None:
+        await super().put(store, key, value)
+        self.by_key[(store, key)] = self.by_key.get((store, key), 0) + 1
+
+
+def test_peers_coming_and_going_rewrite_the_members_entry_not_the_record_and_its_chunks() -> None:
+    """Issue 22 (1,000 Flower clients): a join rewrote the whole record, chunk list included,
+    so keeping a job of N peers cost O(N x chunks). Now it writes the small members entry; a reload
+    reads both back as one record."""
+    from sim import Sim, dataset_spec
+
+    from weei.api.job_store import members_key
+
+    spec, store = dataset_spec(200)
+    sim = Sim.create(spec, store)
+    storage = _KeyedPuts()
+    jobs = JobStore(storage)
+    job_id = spec.job_id
+
+    async def save() -> None:
+        await jobs.save_job_record(sim.coordinator, job_seed=None, validation_sha256=None, now=sim.now)
+
+    async def main() -> dict[str, object]:
+        await save()
+        for n in range(12):
+            sim.join(f"p{n}")
+            await save()
+        page = JobStore(storage)  # the reloaded page
+        await page.load()
+        return page.saved_jobs[job_id]
+
+    reloaded = asyncio.run(main())
+    assert storage.by_key[("jobs", job_id)] == 1
+    assert storage.by_key[("jobs", members_key(job_id))] == 1 + 12
+    assert reloaded["participants"] == sorted(f"p{n}" for n in range(12))
+    assert reloaded == jobs.saved_jobs[job_id] and len(reloaded["chunks"]) == 200
+
+
+def test_an_older_record_with_its_members_inside_loads_and_a_damaged_members_entry_is_set_aside() -> None:
+    from sim import Sim, dataset_spec
+
+    from weei.api.job_store import members_key
+
+    spec, store = dataset_spec(4)
+    sim = Sim.create(spec, store)
+    for peer in ("p1", "p2"):
+        sim.join(peer)
+    job_id = spec.job_id
+
+    async def main() -> tuple[dict[str, object], dict[str, object], list[str], list[str]]:
+        storage = MemoryStorage()
+        writer = JobStore(storage)
+        await writer.save_job_record(sim.coordinator, job_seed=None, validation_sha256=None, now=sim.now)
+        record, members = await storage.get("jobs", job_id), await storage.get("jobs", members_key(job_id))
+        # As an older version wrote it: one record, its members inside.
+        await storage.delete("jobs", members_key(job_id))
+        await storage.put("jobs", job_id, {**record, **members})
+        older = JobStore(storage)
+        await older.load()
+        # A members entry that does not parse: set aside by name; the record (and what it says) stands.
+        await storage.put("jobs", members_key(job_id), {"participants": "p1,p2"})
+        damaged = JobStore(storage)
+        await damaged.load()
+        # A members entry whose record is gone (a page closed between two writes) is deleted at start-up.
+        await storage.put("jobs", members_key("job-gone"), members)
+        again = JobStore(storage)
+        await again.load()
+        return (older.saved_jobs[job_id], damaged.saved_jobs[job_id],
+                [e["key"] for e in damaged.set_aside_now], await storage.keys("jobs"))
+
+    older, damaged, set_aside, keys = asyncio.run(main())
+    assert older["participants"] == damaged["participants"] == ["p1", "p2"]
+    assert set_aside == [members_key(job_id)]
+    assert keys == [job_id]

@@ -5,6 +5,12 @@ Theory of operation
 What is durable (docs/architecture.md, Persistence):
 
 * ``jobs/<jobId>``: the job record (``records.spec_to_record`` plus status).
+* ``jobs/<jobId>/members``: who takes part and robust aggregation's counts of
+  them (``participants``, ``robust``, ``updatedAt``), apart from the record:
+  they change at every join and leave, and rewriting the record with its
+  chunk list each time cost a job of N peers O(N x chunks) (issue 22: 1,000
+  Flower clients). A record of an older version holds them itself; the
+  members entry, when there is one, wins.
 * ``checkpoints/<jobId>/<round, 8 digits>``: ``{"summary", "file"}``. The
   checkpoint file holds the round's weights; they are stored nowhere else.
 * ``artifacts/<sha256>``: the bytes job records name (module, chunks,
@@ -82,6 +88,20 @@ def checkpoint_key(job_id: str, round_: int) -> str:
     return f"{job_id}/{round_:08d}"
 
 
+_MEMBERS = "/members"
+MEMBER_FIELDS = ("participants", "robust")
+
+
+def members_key(job_id: str) -> str:
+    return job_id + _MEMBERS
+
+
+def _split(record: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the record without its members, the members), neither with ``updatedAt``."""
+    main = {k: v for k, v in record.items() if k not in MEMBER_FIELDS and k != "updatedAt"}
+    return main, {k: record[k] for k in MEMBER_FIELDS if k in record}
+
+
 @dataclass(frozen=True)
 class Reopened:
     """A saved job made active again: its coordinator at the last durable checkpoint."""
@@ -115,16 +135,45 @@ class JobStore:
         names; returns how many entries went."""
         for key in await self.storage.keys(QUARANTINE_STORE):
             entry = await self.storage.get(QUARANTINE_STORE, key)
-            if key.startswith("jobs/") and isinstance(entry, dict):
+            if key.startswith("jobs/") and not key.endswith(_MEMBERS) and isinstance(entry, dict):
                 self.set_aside_jobs[key[len("jobs/"):]] = entry.get("value")
-        for key in await self.storage.keys("jobs"):
+        keys = await self.storage.keys("jobs")
+        for key in keys:
+            if key.endswith(_MEMBERS):
+                continue
             record = await self.storage.get("jobs", key)
             try:
-                self.saved_jobs[key] = parse_job_record(key, record)
+                parsed = parse_job_record(key, record)
             except StorageError as exc:
                 self.set_aside_jobs[key] = record
                 await self.set_aside("jobs", key, record, exc)
+                continue
+            if members_key(key) in keys:
+                parsed = await self._with_members(key, parsed)
+            self.saved_jobs[key] = parsed
+        for key in keys:  # the members of a job no record names (a page closed between two writes)
+            job_id = key[:-len(_MEMBERS)]
+            if key.endswith(_MEMBERS) and job_id not in self.saved_jobs and job_id not in self.set_aside_jobs:
+                await self.storage.delete("jobs", key)
         return await self.collect_garbage()
+
+    async def _with_members(self, job_id: str, record: dict[str, Any]) -> dict[str, Any]:
+        """``record`` with its members entry read in. A members entry that does not parse is set aside,
+        and what the record itself says of its members (an older version's) stands."""
+        key = members_key(job_id)
+        members = await self.storage.get("jobs", key)
+        main, _ = _split(record)
+        try:
+            if not isinstance(members, dict):
+                raise StorageError(StorageReason.CORRUPT, f"job {job_id}: its members entry is not an object")
+            merged = parse_job_record(job_id, {**main, **{k: members[k] for k in MEMBER_FIELDS if k in members}})
+        except StorageError as exc:
+            await self.set_aside("jobs", key, members, exc)
+            return record
+        stamps = [t for t in (record.get("updatedAt"), members.get("updatedAt"))
+                  if isinstance(t, (int, float)) and not isinstance(t, bool)]
+        merged["updatedAt"] = max(stamps) if stamps else None
+        return merged
 
     async def set_aside(self, store: str, key: str, value: Any, error: StorageError) -> None:
         """Move a record that did not parse to the quarantine store (kept, with why) and note it in
@@ -285,23 +334,33 @@ class JobStore:
         if coordinator.dp_noise_seed is not None:  # this browser's own storage: the seed never leaves it
             record["dpNoiseSeed"] = coordinator.dp_noise_seed.hex()
         record["createdAt"] = previous.get("createdAt", now)
-        record["updatedAt"] = previous.get("updatedAt")
-        if record != previous:
-            # Written only when something in it changed: every drain asks, few change it.
-            record["updatedAt"] = now
-            # Before the await: a save that interleaves (a validation task's
-            # drain during leave()) must build on this record, not the old one.
-            job_id = coordinator.spec.job_id
-            self.saved_jobs[job_id] = record
-            try:
-                await self.storage.put("jobs", job_id, record)
-            except StorageError:
-                if self.saved_jobs.get(job_id) is record:  # the stored record is still the old one
-                    if previous:
-                        self.saved_jobs[job_id] = previous
-                    else:
-                        self.saved_jobs.pop(job_id, None)
-                raise
+        main, members = _split(record)
+        old_main, old_members = _split(previous)
+        # Written only when something in it changed (every drain asks, few change it), and only the part
+        # that changed: a join rewrites the members, not the chunk list.
+        if previous and main == old_main and members == old_members:
+            return
+        record["updatedAt"] = now
+        # Before the await: a save that interleaves (a validation task's
+        # drain during leave()) must build on this record, not the old one.
+        job_id = coordinator.spec.job_id
+        self.saved_jobs[job_id] = record
+        wrote_main = False
+        try:
+            if not previous or main != old_main:
+                await self.storage.put("jobs", job_id, {**main, "updatedAt": now})
+                wrote_main = True
+            if not previous or members != old_members:
+                await self.storage.put("jobs", members_key(job_id), {**members, "updatedAt": now})
+        except StorageError:
+            if self.saved_jobs.get(job_id) is record:  # what storage holds is not this record
+                if wrote_main:
+                    self.saved_jobs[job_id] = {**main, **old_members, "updatedAt": now}
+                elif previous:
+                    self.saved_jobs[job_id] = previous
+                else:
+                    self.saved_jobs.pop(job_id, None)
+            raise
 
     async def delete_job(self, job_id: str) -> None:
         """Delete a saved job: its checkpoints, its record, and the artifacts no other job names."""
@@ -309,6 +368,7 @@ class JobStore:
         for key in await self.storage.keys("checkpoints"):
             if key.startswith(job_id + "/"):
                 await self.storage.delete("checkpoints", key)
+        await self.storage.delete("jobs", members_key(job_id))
         await self.storage.delete("jobs", job_id)
         self.saved_jobs.pop(job_id, None)
         named = self._named(None)

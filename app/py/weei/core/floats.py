@@ -13,8 +13,9 @@ bit gives the first index. Everything runs in C inside CPython.
 
 from __future__ import annotations
 
-__all__ = ["first_non_finite"]
+__all__ = ["BytesLike", "first_non_finite"]
 
+# A float32 little-endian buffer; a memoryview must be C-contiguous bytes.
 BytesLike = bytes | bytearray | memoryview
 
 # Byte 3 contributes exponent bits 1-7 (its low 7 bits), byte 2 bit 0 (its top bit).

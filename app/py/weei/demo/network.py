@@ -16,6 +16,7 @@ from typing import Any, Mapping
 
 from ..api.controller import TrainingController
 from ..core.wire.commands import Send
+from ..core.wire.framing import referenced_artifacts
 from ..core.errors import WeeiError, WeeiReason
 from ..core.wire.messages import decode_message, encode_message
 from ..core.verified import VerifiedBlobs
@@ -93,7 +94,7 @@ class MemoryNetwork:
     async def _deliver(self, peer: str, src: str, text: str, blobs: dict[str, bytes]) -> None:
         try:
             message = decode_message(json.loads(text))
-            refs = {ref.sha256: ref for ref in _attachments(message)}
+            refs = {ref.sha256: ref for ref in referenced_artifacts(message)}
             for sha, data in blobs.items():
                 if hashlib.sha256(data).hexdigest() != sha or (sha in refs and refs[sha].bytes != len(data)):
                     raise WeeiError(WeeiReason.HASH_MISMATCH, f"an attachment from {src} does not match its hash or size")
@@ -126,16 +127,3 @@ class MemoryNetwork:
         for task in self.workers.values():
             task.cancel()
         await asyncio.gather(*self.workers.values(), return_exceptions=True)
-
-
-def _attachments(message: object) -> list:  # type: ignore[type-arg]
-    refs = []
-    for name in ("checkpoint", "module", "weights", "shader_archive"):
-        ref = getattr(message, name, None)
-        if ref is not None and hasattr(ref, "sha256"):
-            refs.append(ref)
-    chunk = getattr(message, "chunk", None)
-    if chunk is not None:
-        refs.append(chunk.data)
-    refs.extend(getattr(message, "auxiliary", {}).values())
-    return refs

@@ -25,6 +25,7 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 
 from .errors import FlowerError, FlowerReason
+from ..core.wire.framing import referenced_artifacts
 from ..core.wire.messages import Message, decode_message, encode_message
 
 __all__ = ["Frame", "encode_frames", "decode_frames", "weights_to_array", "array_to_weights",
@@ -124,7 +125,7 @@ def decode_frames(content: Any, held: Mapping[str, bytes] = {}) -> tuple[list[Fr
         except ValueError as exc:
             raise FlowerError(FlowerReason.BAD_JSON, f"{name}: {exc}") from None
         attached: dict[str, bytes] = {}
-        for ref in _attachments(message):
+        for ref in referenced_artifacts(message):
             data = blobs.get(ref.sha256, held.get(ref.sha256))
             if data is None:
                 missing.append(ref.sha256)
@@ -135,16 +136,3 @@ def decode_frames(content: Any, held: Mapping[str, bytes] = {}) -> tuple[list[Fr
                 attached[ref.sha256] = data
         frames.append((record["from"], message, attached))
     return frames, missing
-
-
-def _attachments(message: object) -> list[Any]:
-    refs = []
-    for name in ("checkpoint", "module", "weights", "shader_archive"):
-        ref = getattr(message, name, None)
-        if ref is not None and hasattr(ref, "sha256"):
-            refs.append(ref)
-    chunk = getattr(message, "chunk", None)
-    if chunk is not None:
-        refs.append(chunk.data)
-    refs.extend(getattr(message, "auxiliary", {}).values())
-    return refs

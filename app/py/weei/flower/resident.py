@@ -32,6 +32,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -44,6 +46,8 @@ STATE_DIR_KEY = "weei-state-dir"
 _HEADER_MAX = 64 * 1024
 _START_S = 60.0
 _IDLE_S = 900.0
+# An AF_UNIX address holds at most 107 bytes of path on Linux (sun_path is 108, NUL included).
+_SUN_PATH_MAX = 107
 
 
 def state_dir(node_id: int, node_config: Mapping[str, Any]) -> Path:
@@ -100,10 +104,27 @@ def _from_bytes(data: bytes) -> Any:
     return recorddict_from_proto(ProtoRecordDict.FromString(data))
 
 
+@contextmanager
+def _address(path: Path) -> Iterator[str]:
+    """The AF_UNIX address of the socket file ``path``: the path itself when it fits, else the same file
+    reached through a descriptor of its directory (``/proc/self/fd/N/NAME``). A node's state directory may
+    be deeper than an address holds (under pytest's temporary directory the socket's path is 110 bytes), and
+    then the resident process could not bind and every message of the node failed."""
+    if len(os.fsencode(path)) <= _SUN_PATH_MAX:
+        yield str(path)
+        return
+    fd = os.open(path.parent, os.O_PATH | os.O_DIRECTORY)
+    try:
+        yield f"/proc/self/fd/{fd}/{path.name}"
+    finally:
+        os.close(fd)
+
+
 def _connect(path: Path) -> socket.socket | None:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        sock.connect(str(path))
+        with _address(path) as address:
+            sock.connect(address)
         return sock
     except OSError:
         sock.close()
@@ -133,16 +154,22 @@ def forward(node_id: int, node_config: Mapping[str, Any], content: Any) -> Any:
 
 def _start(folder: Path, path: Path, node_id: int) -> socket.socket:
     path.unlink(missing_ok=True)
-    log = open(folder / "participant.log", "ab")
-    subprocess.Popen([sys.executable, "-m", "weei.flower.resident", "--dir", str(folder), "--node-id",
-                      str(node_id), "--watch-pid", str(os.getppid())],
-                     stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, close_fds=True)
-    log.close()
+    log_path = folder / "participant.log"
+    with open(log_path, "ab") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "weei.flower.resident", "--dir", str(folder), "--node-id", str(node_id),
+             "--watch-pid", str(os.getppid())],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, close_fds=True)
     deadline = time.monotonic() + _START_S
     while time.monotonic() < deadline:
         sock = _connect(path)
         if sock is not None:
             return sock
+        if process.poll() is not None:  # it will not start: say why now, not after the whole wait
+            lines = log_path.read_bytes().decode(errors="replace").strip().splitlines()
+            raise FlowerError(FlowerReason.RESIDENT_FAILED,
+                              f"node {node_id}'s resident participant exited ({process.returncode}): "
+                              f"{lines[-1] if lines else 'no output'} (see {log_path})")
         time.sleep(0.05)
     raise FlowerError(FlowerReason.RESIDENT_FAILED,
                       f"node {node_id}'s resident participant did not start in {_START_S} s (see {folder})")
@@ -158,7 +185,8 @@ def serve(folder: Path, node_id: int, watch_pid: int, idle_s: float = _IDLE_S) -
     path = folder / "participant.sock"
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     path.unlink(missing_ok=True)
-    server.bind(str(path))
+    with _address(path) as address:
+        server.bind(address)
     os.chmod(path, 0o600)
     server.listen(4)
     server.settimeout(1.0)

@@ -15,7 +15,7 @@ import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from weei.core.aggregation.aggregate import BytesLike
+from weei.core.floats import BytesLike
 from weei.core.links.relay import sequential_sha256
 
 __all__ = ["PARALLEL_MIN_BYTES", "sha256_many"]

@@ -21,7 +21,8 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from weei.core.aggregation.aggregate import BytesLike, Segment
+from weei.core.aggregation.aggregate import Segment
+from weei.core.floats import BytesLike
 from weei.kernel import kernel_source
 from weei.kernel.digests import sha256_many as _sha256_many
 from weei.kernel.numpy_kernel import F32, as_f32

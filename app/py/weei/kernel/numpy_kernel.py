@@ -17,7 +17,8 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from weei.core.aggregation.aggregate import BytesLike, Segment
+from weei.core.aggregation.aggregate import Segment
+from weei.core.floats import BytesLike
 from weei.kernel.digests import sha256_many as _sha256_many
 
 __all__ = ["BLOCK", "LANES", "NumpyKernel", "as_f32"]

@@ -20,7 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from weei.core.aggregation.aggregate import BytesLike, Segment
+from weei.core.aggregation.aggregate import Segment
+from weei.core.floats import BytesLike
 from weei.core.links.relay import sequential_sha256
 from weei.runtime.engine import Instance
 

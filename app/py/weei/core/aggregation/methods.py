@@ -24,7 +24,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol, Union
+from typing import Protocol
+
+from ..floats import BytesLike
 
 __all__ = [
     "BytesLike",
@@ -37,9 +39,6 @@ __all__ = [
     "FEDAVG",
     "markdown_table",
 ]
-
-BytesLike = Union[bytes, bytearray, memoryview]
-"""A float32 little-endian buffer (a memoryview must be C-contiguous bytes)."""
 
 Segment = tuple[int, int]
 """A half-open element range ``[lo, hi)`` (elements, not bytes)."""

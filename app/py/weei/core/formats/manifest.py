@@ -32,9 +32,10 @@ import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Union
+from typing import Any
 
 from .. import _check
+from ..floats import BytesLike
 from ..errors import ManifestError, ManifestReason
 from .jsonfmt import descriptor
 from .modelinfo import AuxiliarySlot, ModelInfo, WorkSource, check_weight_size, parse_auxiliary_weights, parse_work_source
@@ -66,7 +67,6 @@ EXECUTION_SCHEMA = "weei-model-execution"
 HOST_RUNTIME_ID = "weei-device-program-v1"
 HOST_RUNTIME_DELIVERY = "installed-in-host"
 
-BytesLike = Union[bytes, bytearray, memoryview]
 
 
 def _at(reason: Enum, path: str) -> _check.Where:

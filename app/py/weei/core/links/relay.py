@@ -54,7 +54,7 @@ import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ..aggregation.aggregate import BytesLike
+from ..floats import BytesLike
 from ..wire.commands import Command, Log, Send
 from ..wire.messages import MAX_FORWARD, MAX_PIECES, ArtifactRef, Piece, RelayDone, RelayPiece, RelayPlan
 from ..verified import VerifiedBlobs, is_verified, sha256_hex
