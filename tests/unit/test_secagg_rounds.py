@@ -195,3 +195,14 @@ def test_dp_with_secure_aggregation_noises_the_unmasked_mean_reproducibly() -> N
     mean = array("f", expected_round(sim, 1, PEERS, weighted=False))
     noise = gaussians(noise_key(bytes(range(32)), spec.job_id, 1), len(mean))
     assert sim.checkpoint(1).weights == array("f", [m + CLIP / 5 * z for m, z in zip(mean, noise)]).tobytes()
+
+
+def test_an_experience_job_is_securely_aggregated_with_the_models_most_units_as_the_largest_weight() -> None:
+    from sim import experience_spec
+    spec, store = experience_spec(settings={**BASE, "epochs": 2, "privacy": {"secureAggregation": True, "clip": CLIP}})
+    sim = Sim.start_job(spec, store, peers=PEERS, job_seed=11)
+    assert sim.coordinator.status == "completed" and sim.rounds == [0, 1, 2]
+    terms = SecureTerms.from_settings(sim.trained[0][1].settings)
+    assert terms is not None and terms.max_weight == 64.0  # experience_info's unitsPerAssignment maximum
+    for round_ in (1, 2):
+        assert sim.checkpoint(round_).weights == expected_round(sim, round_, PEERS)
