@@ -85,3 +85,14 @@ def test_one_privacy_setting_holds_secure_aggregation_and_dp_with_one_clip() -> 
         TrainingSettings.from_json({**BASE, "privacy": {"secureAggregation": True, "clip": 5, "dp": DP}})
     assert err.value.field == "privacy.clip" and err.value.reason == SettingsReason.CONFLICTING_SETTING
     assert TrainingSettings.from_json({**BASE, "privacy": {"clip": 2.0, "dp": DP}}).privacy.participant_clip == 2.0
+
+
+def test_review_settings_notes_what_secure_aggregation_asks_of_a_round() -> None:
+    from weei.core.job.settings_review import WorkFacts, review_settings
+
+    review = review_settings(TrainingSettings.from_json({**BASE, "privacy": {"secureAggregation": True, "dp": DP}}),
+                             WorkFacts()).to_json()
+    assert review["privacy"]["secureAggregation"] == {"clip": 2.0, "threshold": 0.6}
+    assert "plannedEpsilon" in review["privacy"]["dp"]
+    assert [w["field"] for w in review["warnings"]] == ["privacy.secureAggregation", "privacy.dp"]
+    assert not review["needsConfirmation"]

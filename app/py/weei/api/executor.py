@@ -29,6 +29,7 @@ from ..core.wire.messages import Assign, Progress
 from ..core.job.spec import JobSpec
 from ..core.formats.modelinfo import ModelInfo
 from ..core.privacy.dp_noise import assigned_clip, clip_to_norm
+from ..core.job.secure_round import ASSIGN_KEY as SECURE_KEY
 from ..core.verified import VerifiedBlobs
 from ..core.states import JobStatus, PeerState
 from .compression import UpdateCompressor
@@ -398,7 +399,8 @@ class Executor:
                               "examples": outcome.count, "ms": max(0.0, s.clock() - now),
                               "metrics": {k: v for k, v in list(outcome.metrics.items())[:8]}}
             s.record("assignment.trained", s.last_trained)
-            if len(outcome.weights) == assign.checkpoint.bytes:  # else no update leaves: the result is refused
+            # else no update leaves: the result is refused, or masked under secure aggregation (no update at all)
+            if len(outcome.weights) == assign.checkpoint.bytes and SECURE_KEY not in assign.settings:
                 s.recorder.update_sent(len(outcome.compressed if outcome.compressed is not None else outcome.weights))
             participant.training_finished(assign.attempt_id, outcome, s.clock(), start=weights)
         s.live.drop(s.my_peer_id)

@@ -107,7 +107,8 @@ class Review:
     warnings: tuple[SettingsWarning, ...]
     work: int | None  # examples (or units) the whole job processes, when known
     estimated_ms: int | None  # work over the measured speed, when both are known
-    privacy: dict[str, Any] | None = None  # privacy.dp's plan: {dp: {plannedEpsilon, delta, maxRounds}}
+    # privacy's plan: {secureAggregation?: {clip, threshold}, dp?: {plannedEpsilon, delta, maxRounds}}
+    privacy: dict[str, Any] | None = None
 
     @property
     def needs_confirmation(self) -> bool:
@@ -185,8 +186,20 @@ def review_settings(settings: TrainingSettings, facts: WorkFacts) -> Review:
     elif work is not None and work > CONFIRM_WORK:
         warn("epochs", "confirm", f"the job processes {work:,} {unit} in all (above {CONFIRM_WORK:.0e}): "
                                   "days or years of training")
-    privacy = _review_dp(settings, warn)
-    return Review(tuple(out), work, estimated, privacy)
+    privacy = {**(_review_secure(settings, warn) or {}), **(_review_dp(settings, warn) or {})}
+    return Review(tuple(out), work, estimated, privacy or None)
+
+
+def _review_secure(settings: TrainingSettings, warn: Callable[..., None]) -> dict[str, Any] | None:
+    """What secure aggregation asks of a round, said as a note."""
+    privacy = settings.privacy
+    if not privacy.secure_aggregation:
+        return None
+    warn("privacy.secureAggregation", "note",
+         f"secure aggregation: each participant clips its update to {privacy.participant_clip:g} and masks it; the "
+         f"coordinator sees only each round's sum, which counts only when max(2, {privacy.threshold:g} x n) of the "
+         "round's n participants stay to its end (a round of one always fails); no training metrics are collected")
+    return {"secureAggregation": {"clip": privacy.participant_clip, "threshold": privacy.threshold}}
 
 
 def _review_dp(settings: TrainingSettings, warn: Callable[[str, Level, str], None]) -> dict[str, Any] | None:
