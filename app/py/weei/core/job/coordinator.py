@@ -987,7 +987,7 @@ class Coordinator:
         secure = round_.secure = SecureRound(self.spec.job_id, round_.number, round_.terms,
                                              self.spec.weight_bytes // 4, {p: k for p, (_, k) in keyed.items()},
                                              now, self.secagg_phase_timeout_ms)
-        secure.started_at = self.stopwatch()
+        round_.secured_at = self.stopwatch()
         self._commands.extend(secure.start(now))
         for peer in sorted(keyed):
             record = self.peers.get(peer)
@@ -1025,7 +1025,7 @@ class Coordinator:
         self.last_contributors = list(contributors)
         self._empty_rounds = 0
         self._last_failure = None
-        self._commands.append(RoundPhase(round_.number, "secagg", secure.started_at, self.stopwatch()))
+        self._commands.append(RoundPhase(round_.number, "secagg", round_.secured_at, self.stopwatch()))
         self._log("secagg.finished", round=round_.number, opening=secure.terms.opening,
                   contributors=list(contributors), dropped=dropped)
         self._take_round(round_, closed, now)

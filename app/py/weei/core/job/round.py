@@ -82,6 +82,7 @@ class Round:
         self.terms = secure_terms(spec, opening)
         self.keyed: dict[str, tuple[Attempt, AdvertiseKeys]] = {}
         self.secure: SecureRound | None = None
+        self.secured_at = 0.0  # the host's stopwatch when secure aggregation started
         self.spec = spec  # as the round opened: its settings aggregate it and are recorded in its checkpoint
         self.attempts = attempts
         self.opened_at = opened_at  # the host's stopwatch when the round's work went out

@@ -151,7 +151,6 @@ class SecureRound:
         self.params = terms.params(job_id, round_, weight_count + 1, terms.threshold_of(len(keys)))
         self.server = SecAggServer(self.params, sorted(keys), now, phase_timeout)
         self._keys = dict(keys)
-        self.started_at = now
 
     @property
     def done(self) -> bool:
