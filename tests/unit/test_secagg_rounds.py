@@ -206,3 +206,23 @@ def test_an_experience_job_is_securely_aggregated_with_the_models_most_units_as_
     assert terms is not None and terms.max_weight == 64.0  # experience_info's unitsPerAssignment maximum
     for round_ in (1, 2):
         assert sim.checkpoint(round_).weights == expected_round(sim, round_, PEERS)
+
+
+def test_a_participant_invited_to_secure_aggregation_never_sends_its_update_in_the_clear() -> None:
+    # A coordinator whose assignments drop the terms the invitation promised: the participant fails the attempt.
+    spec, store = secure_spec(chunks=5)
+    sim = Sim.start_job(spec, store, peers=PEERS, start=False)
+
+    def strip(message: Message) -> Message:
+        from weei.core.wire.messages import Assign
+        if isinstance(message, Assign):
+            settings = {k: v for k, v in message.settings.items() if k != "secureAggregation"}
+            return replace(message, settings=settings)
+        return message
+
+    deliver = sim.participants["p1"].on_message
+    sim.participants["p1"].on_message = lambda src, message, now: deliver(src, strip(message), now)  # type: ignore
+    sim.coordinator.start(sim.now)
+    sim.pump()
+    assert not [m for m in sim.messages(Update, dst="coord")]
+    assert "asks for the update in the clear" in (sim.participants["p1"].last_error or "")

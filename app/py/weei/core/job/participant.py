@@ -31,7 +31,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..wire.commands import Command, LoadModule, Log, Send, Train
-from ..errors import UsageError, UsageReason
+from ..errors import UsageError, UsageReason, WeeiError
+from ..formats.settings import PrivacySettings, TrainingSettings
 from ..floats import BytesLike, first_non_finite
 from ..privacy.secagg import SecAggError
 from ..wire.messages import (
@@ -358,6 +359,7 @@ class Participant:
         except SecAggError as exc:
             problem = problem or exc.message
             terms = None
+        problem = problem or self._check_terms(terms)
         if problem is None and terms is not None and (start is None or len(start) != len(outcome.weights)):
             problem = "secure aggregation needs the weights the update was trained from (a host bug)"
         if problem is not None:
@@ -379,6 +381,28 @@ class Participant:
             self._move("trained")
             self._commands.append(Send(self.coordinator or "", update, (ref,), {sha: bytes(sent)}))
         self._next()
+
+    def _invited_privacy(self) -> PrivacySettings | None:
+        """The privacy the invitation promised (None: no invitation, as for the coordinator's own participant)."""
+        if self.invitation is None:
+            return None
+        try:
+            return TrainingSettings.from_json(self.invitation.settings).privacy
+        except WeeiError:
+            return None  # accepting such an invitation failed already; nothing to hold the coordinator to
+
+    def _check_terms(self, terms: SecureTerms | None) -> str | None:
+        """Why an assignment's secure-aggregation terms break the invitation's promise, or None. What this
+        participant agreed to decides, not the coordinator's later word: an update never leaves in the clear
+        under an invitation that said it would be masked, nor clipped more loosely than it said."""
+        invited = self._invited_privacy()
+        if invited is None or not invited.secure_aggregation:
+            return None
+        if terms is None:
+            return "the invitation promised secure aggregation; this assignment asks for the update in the clear"
+        if invited.participant_clip is not None and terms.clip > invited.participant_clip:
+            return (f"the assignment's clip {terms.clip:g} is above the invitation's {invited.participant_clip:g}")
+        return None
 
     def _on_secagg(self, message: SecAggRoster | SecAggSharesFor | SecAggUnmask) -> None:
         """A step of secure aggregation for the update this participant holds; a step it refuses ends its part."""
