@@ -67,3 +67,59 @@ def test_a_secure_aggregation_round_is_bit_identical_in_pyodide_and_cpython(weei
     }""", ROUND)
     assert json.loads(got) == expected
     assert not log.errors, log.errors
+
+
+JOB_ROUND = r'''
+def secure_job_round():
+    import hashlib, json, random
+    from array import array
+    from weei.core.job.secure_round import SecureContribution, SecureRound, SecureTerms
+    from weei.core.wire.messages import SecAggRoster, SecAggSharesFor, SecAggUnmask, decode_message, encode_message
+
+    def wire(message):  # what the other side decodes
+        return decode_message(json.loads(json.dumps(encode_message(message))))
+
+    rng = random.Random(7)
+    start = array("f", [rng.uniform(-1, 1) for _ in range(200)]).tobytes()
+    terms = SecureTerms(0.5, 40.0, 0.6, 1, True)
+    people = {}
+    for i, pid in enumerate(["p1", "p2", "p3", "p4", "p5"]):
+        trained = array("f", [w + rng.gauss(0, 0.05) for w in array("f", start)]).tobytes()
+        people[pid] = SecureContribution(pid, "job", 3, terms, start, trained, rng.randint(10, 40), random.Random(i).randbytes)
+    secure = SecureRound("job", 3, terms, 200, {pid: wire(c.keys()).keys for pid, c in people.items()}, 0.0)
+    queue = list(secure.start(0.0))
+    while queue:
+        send = queue.pop(0)
+        message, who = wire(send.message), people[send.peer]
+        if isinstance(message, SecAggRoster):
+            queue += secure.receive(send.peer, wire(who.on_roster(message)), {}, 0.0)
+        elif isinstance(message, SecAggSharesFor) and send.peer != "p2":  # p2 vanishes before masking
+            masked, data = who.on_shares_for(message)
+            queue += secure.receive(send.peer, wire(masked), {masked.masked.sha256: data}, 0.0)
+        elif isinstance(message, SecAggUnmask) and send.peer != "p4":  # p4 after
+            queue += secure.receive(send.peer, wire(who.on_unmask(message)), {}, 0.0)
+        if not queue and not secure.done:
+            queue += secure.handle_timer(secure.deadline)
+    weights, contributors = secure.result(start)
+    return json.dumps({"weights": hashlib.sha256(weights).hexdigest(), "contributors": list(contributors)})
+'''
+
+
+def test_a_job_round_under_secure_aggregation_writes_the_same_weights_in_pyodide_and_cpython(weei_server: Any,
+                                                                                             page: Any) -> None:
+    # The participants' clipping and encoding and the coordinator's decoding into float32 weights, through the wire
+    # messages: the checkpoint's bytes, not only the ring sum, are the same on both platforms.
+    scope: dict[str, Any] = {}
+    exec(JOB_ROUND, scope)
+    expected = json.loads(scope["secure_job_round"]())
+    assert expected["contributors"] == ["p1", "p3", "p4", "p5"]
+    pg, log = page
+    pg.goto(weei_server.url)
+    got = pg.evaluate("""async (source) => {
+      const { pyodide } = await __weeiTestHooks.get('distributed-training').mainThreadPython();
+      const ns = pyodide.globals.get('dict')();
+      pyodide.runPython(source, { globals: ns });
+      return pyodide.runPython('secure_job_round()', { globals: ns });
+    }""", JOB_ROUND)
+    assert json.loads(got) == expected
+    assert not log.errors, log.errors

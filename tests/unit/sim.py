@@ -243,10 +243,12 @@ class Sim:
 
     @classmethod
     def create(cls, spec: JobSpec, store: dict[str, bytes], *, weights: bytes | None = None,
-               job_seed: int | None = None, round_timeout_ms: float = 60_000, now: float = T0) -> Sim:
+               job_seed: int | None = None, round_timeout_ms: float = 60_000, now: float = T0,
+               dp_noise_seed: bytes | None = None) -> Sim:
         weights = weights if weights is not None else initial_weights(spec.weight_bytes // 4)
         coordinator = Coordinator.create(spec, weights, my_peer_id=COORD, kernel=NumpyKernel(), now=now,
-                                         job_seed=job_seed, round_timeout_ms=round_timeout_ms)
+                                         job_seed=job_seed, round_timeout_ms=round_timeout_ms,
+                                         dp_noise_seed=dp_noise_seed)
         sim = cls(coordinator, dict(store), now=now)
         sim.pump()
         return sim
@@ -266,9 +268,11 @@ class Sim:
     @classmethod
     def resume(cls, spec: JobSpec, store: dict[str, bytes], checkpoint: Checkpoint, *, mode: str,
                peers: list[str] | tuple[str, ...] = ("p1", "p2"), new_job_seed: int | None = None,
-               start: bool = True, now: float = T0, round_timeout_ms: float = 60_000) -> Sim:
+               start: bool = True, now: float = T0, round_timeout_ms: float = 60_000,
+               dp_noise_seed: bytes | None = None) -> Sim:
         coordinator = Coordinator.continue_from(spec, checkpoint, mode=mode, my_peer_id=COORD, kernel=NumpyKernel(),
-                                         now=now, new_job_seed=new_job_seed, round_timeout_ms=round_timeout_ms)
+                                         now=now, new_job_seed=new_job_seed, round_timeout_ms=round_timeout_ms,
+                                         dp_noise_seed=dp_noise_seed)
         store = dict(store)
         store[sha(checkpoint.weights)] = checkpoint.weights
         sim = cls(coordinator, store, now=now)
@@ -417,7 +421,7 @@ class Sim:
         elif isinstance(result, str):
             participant.training_failed(assign.attempt_id, result, self.now)
         else:
-            participant.training_finished(assign.attempt_id, result, self.now)
+            participant.training_finished(assign.attempt_id, result, self.now, start=start)
 
     def finish(self, order: list[int] | None = None) -> None:
         """Train the pending assignments (those of index ``order``, in that order; default all), pumping after each."""

@@ -39,7 +39,8 @@ ROOT = Path(weei.__file__).parent
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("weei", "weei.core"),
     ("weei.core.aggregation.methods",),  # the table of methods: the settings and model-info parsers read it
-    ("weei.core.formats", "weei.core.observe", "weei.core.privacy"),
+    ("weei.core.privacy",),  # DP settings, noise and accountant: the settings parser and aggregation read it
+    ("weei.core.formats", "weei.core.observe"),
     ("weei.core.aggregation",),
     ("weei.core.wire",),
     ("weei.core.links",),

@@ -47,14 +47,52 @@ def test_bad_privacy_settings_are_refused_naming_the_field(privacy: dict[str, An
     assert err.value.field == field and err.value.reason == reason
 
 
-def test_a_coordinator_refuses_a_job_that_promises_secure_aggregation_its_rounds_do_not_run_yet() -> None:
-    # Until the rounds carry the protocol, a job with it on would send updates in the clear under an invitation
-    # that says otherwise: refused by name instead.
+def test_a_coordinator_runs_a_job_with_secure_aggregation_and_the_assignments_state_its_terms() -> None:
+    # Before the rounds carried the protocol, the coordinator refused such a job (unsupported-setting).
     from sim import Sim, dataset_spec
     spec, store = dataset_spec(3, settings={**BASE, "privacy": {"secureAggregation": True, "clip": 5}})
-    with pytest.raises(SettingsError) as err:
-        Sim.create(spec, store)
-    assert err.value.reason == SettingsReason.UNSUPPORTED_SETTING and err.value.field == "privacy.secureAggregation"
+    sim = Sim.start_job(spec, store, peers=("p1", "p2", "p3"))
+    assert sim.coordinator.status == "completed"
+    assert sim.trained[0][1].settings["secureAggregation"] == {"clip": 5, "maxWeight": 12.0, "threshold": 0.6,
+                                                              "opening": 1, "weighted": True}
     spec, store = dataset_spec(3, settings={**BASE, "privacy": {"secureAggregation": False, "clip": 5}})
     assert Sim.create(spec, store).coordinator.spec.settings.to_json()["privacy"] == {
         "secureAggregation": False, "clip": 5, "threshold": 0.6}
+
+
+def test_secure_aggregation_refuses_compressed_updates_by_name() -> None:
+    with pytest.raises(SettingsError) as err:
+        TrainingSettings.from_json({**BASE, "compression": {"kind": "int8"},
+                                    "privacy": {"secureAggregation": True, "clip": 5}})
+    assert err.value.reason == SettingsReason.CONFLICTING_SETTING and "compression" in str(err.value)
+
+
+DP = {"clip": 2.0, "noiseMultiplier": 1.0, "delta": 1e-5, "maxRounds": 3}
+
+
+def test_one_privacy_setting_holds_secure_aggregation_and_dp_with_one_clip() -> None:
+    from weei.core.job.invitations import planned_privacy
+
+    both = TrainingSettings.from_json({**BASE, "privacy": {"secureAggregation": True, "dp": DP}})
+    assert both.privacy.participant_clip == 2.0  # DP's clip satisfies secure aggregation's need for one
+    assert TrainingSettings.from_json(both.to_json()) == both
+    assert both.to_json()["privacy"] == {"secureAggregation": True, "threshold": 0.6, "dp": DP}
+    assert TrainingSettings.from_json({**BASE, "privacy": {"dp": DP}}).to_json()["privacy"] == {"dp": DP}
+    shown = planned_privacy(both.to_json())
+    assert shown is not None and shown["secureAggregation"] == {"clip": 2.0, "threshold": 0.6}
+    assert shown["dp"]["clip"] == 2.0 and shown["dp"]["maxRounds"] == 3
+    with pytest.raises(SettingsError) as err:  # two clips: one would be a promise nobody keeps
+        TrainingSettings.from_json({**BASE, "privacy": {"secureAggregation": True, "clip": 5, "dp": DP}})
+    assert err.value.field == "privacy.clip" and err.value.reason == SettingsReason.CONFLICTING_SETTING
+    assert TrainingSettings.from_json({**BASE, "privacy": {"clip": 2.0, "dp": DP}}).privacy.participant_clip == 2.0
+
+
+def test_review_settings_notes_what_secure_aggregation_asks_of_a_round() -> None:
+    from weei.core.job.settings_review import WorkFacts, review_settings
+
+    review = review_settings(TrainingSettings.from_json({**BASE, "privacy": {"secureAggregation": True, "dp": DP}}),
+                             WorkFacts()).to_json()
+    assert review["privacy"]["secureAggregation"] == {"clip": 2.0, "threshold": 0.6}
+    assert "plannedEpsilon" in review["privacy"]["dp"]
+    assert [w["field"] for w in review["warnings"]] == ["privacy.secureAggregation", "privacy.dp"]
+    assert not review["needsConfirmation"]

@@ -226,12 +226,27 @@ export class Peers {
         h('dt', { text: 'SHA-256' }), h('dd', { class: 'mono', text: show(mod.sha256) }),
         h('dt', { text: 'Data' }), h('dd', { text: exp ? 'none: the model plays episodes' : fmtBytes(inv.dataBytes) }),
         h('dt', { text: 'Settings' }), h('dd', { text: settingsText }),
+        ...privacyRow(entry && entry.privacy),
         h('dt', { text: 'Job' }), h('dd', { class: 'mono', text: jobId })),
       entry && entry.replacesFinishedJob ? h('p', { class: 'small', 'data-field': 'replaces',
         text: `Accepting replaces your finished job ${entry.replacesFinishedJob} in this window (it stays in Saved jobs).` }) : null,
       h('p', { class: 'small muted', text: 'Nothing is downloaded before you accept. Only use models you trust: the module runs in your browser.' }),
       h('div', { class: 'row' }, accept, decline));
   }
+}
+
+/** The invitation's privacy, as this browser computed it from the settings (core/job/invitations.py). */
+function privacyRow(privacy) {
+  if (!privacy) return [];
+  const parts = [];
+  if (privacy.invalid) parts.push(`invalid: ${privacy.invalid}`);
+  const sa = privacy.secureAggregation;
+  if (sa) parts.push(`secure aggregation: the coordinator sees only the sum (your update clipped to ${sa.clip}; threshold ${sa.threshold})`);
+  const dp = privacy.dp;
+  if (dp) parts.push(dp.plannedEpsilon === null ? `clipped to ${dp.clip}, no noise: no differential privacy`
+    : `differential privacy ε ≤ ${Number(dp.plannedEpsilon).toPrecision(3)} at δ ${dp.delta} over at most ${dp.maxRounds} rounds (clip ${dp.clip}, noise ×${dp.noiseMultiplier})`);
+  if (!parts.length) return [];
+  return [h('dt', { text: 'Privacy' }), h('dd', { 'data-field': 'privacy', text: parts.join('; ') })];
 }
 
 /** Why Invite is disabled for this job (null when it is not). */

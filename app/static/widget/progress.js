@@ -29,7 +29,7 @@ export class Progress {
     const stages = Object.fromEntries(Object.entries(diag).map(([p, d]) => [p, d && d.stage]));
     const key = job ? [job.status, job.role, job.progress, job.slots, job.checkpoints.length, job.settings && job.settings.epochs,
       job.incomplete, state.progress, state.transfers, state.transferErrors, state.estimatedRemainingMs, state.transitioning,
-      state.evaluating, state.busy, stages, state.execution && state.execution.phase,
+      state.evaluating, state.busy, stages, state.execution && state.execution.phase, job.privacy,
       job.status === 'running' ? Math.floor(Date.now() / 1000) : 0] : null; // the elapsed time ticks
     this.section('progress', key, () => {
       if (!job) return h('p', { class: 'muted', text: 'No job.' });
@@ -53,6 +53,13 @@ export class Progress {
           text: job.incomplete ? `Finished, but some work could not be trained (see the debug log) · ${rounds} rounds`
             : `✓ Training finished · ${rounds} round${rounds === 1 ? '' : 's'} · ${job.checkpoints.length} checkpoint${job.checkpoints.length === 1 ? '' : 's'}`
               + (job.role === 'participant' ? ' · thank you for taking part' : '') }));
+      }
+      const dp = job.privacy && job.privacy.dp;
+      if (dp) {
+        // ε spent so far and planned, from the coordinator's accountant (core/privacy/dp_accountant.py).
+        const eps = (x) => (x === null ? '∞' : Number(x).toPrecision(3));
+        out.push(h('p', { class: 'small', 'data-field': 'privacy',
+          text: `Differential privacy: ε ${eps(dp.epsilon)} spent of ${eps(dp.plannedEpsilon)} planned at δ ${dp.delta} · ${dp.rounds} / ${dp.maxRounds} rounds` }));
       }
       if (exp) {
         const planned = job.settings && job.settings.epochs || 0;

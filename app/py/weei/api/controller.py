@@ -41,6 +41,7 @@ from ..core.wire.messages import Message
 from ..core.job.participant import Participant
 from ..core.states import JobStatus, is_engaged, takes_part
 from ..core.formats.settings import TrainingSettings
+from ..core.privacy.dp_noise import SEED_BYTES
 from ..core.job.settings_review import facts_from_job, facts_from_manifest, review_settings
 from ..core.verified import VerifiedBlobs
 from ..gpu.archive import check_descriptor, parse_archive
@@ -224,7 +225,8 @@ class TrainingController:
                 self._set_backend_job(prepared)
                 s.job_seed = prepared.job_seed
                 s.coordinator = Coordinator.create(prepared.spec, prepared.initial_weights, my_peer_id=s.my_peer_id,
-                                                   kernel=self.kernel, now=self.clock(), job_seed=prepared.job_seed)
+                                                   kernel=self.kernel, now=self.clock(), job_seed=prepared.job_seed,
+                                                   dp_noise_seed=self._dp_noise_seed(prepared.spec.settings))
                 self._setup_local_participant()
                 await self.store.save_job_record(s.coordinator, job_seed=s.job_seed,
                                                  validation_sha256=s.validation_sha256, now=self.clock(),
@@ -262,7 +264,8 @@ class TrainingController:
             async with _NewJobScope(self):
                 coordinator = Coordinator.continue_from(prepared.spec, read, mode=dataset_mode, my_peer_id=s.my_peer_id,
                                                  kernel=self.kernel, now=self.clock(),
-                                                 new_job_seed=prepared.job_seed)
+                                                 new_job_seed=prepared.job_seed,
+                                                 dp_noise_seed=self._dp_noise_seed(prepared.spec.settings))
                 await self._put_job_files(prepared.artifacts, prepared.validation)
                 self._set_backend_job(prepared)
                 s.coordinator = coordinator
@@ -586,6 +589,11 @@ class TrainingController:
                 raise UsageError(UsageReason.NOT_COORDINATOR, f"only the coordinator can {what}")
             raise UsageError(UsageReason.NO_JOB, f"there is no job to {what.split(' ')[0]}")
         return s.coordinator
+
+    def _dp_noise_seed(self, settings: TrainingSettings) -> bytes | None:
+        """A DP job's noise seed: secret bytes from this host's random source (drawn only for DP,
+        so a job without DP draws what it always drew)."""
+        return self.random_bytes(SEED_BYTES) if settings.privacy.dp is not None else None
 
     def _require_no_active_job(self) -> None:
         s = self.session

@@ -20,6 +20,7 @@ and a running job pauses, its checkpoints already saved untouched.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from typing import Any, Callable, Coroutine
 
 from ..core.wire.commands import Command, LoadModule, Log, RoundPhase, RunValidation, SaveCheckpoint, Send, Train
@@ -27,6 +28,8 @@ from ..core.errors import UsageError, WeeiError, UsageReason
 from ..core.wire.messages import Assign, Progress
 from ..core.job.spec import JobSpec
 from ..core.formats.modelinfo import ModelInfo
+from ..core.privacy.dp_noise import assigned_clip, clip_to_norm
+from ..core.job.secure_round import ASSIGN_KEY as SECURE_KEY
 from ..core.verified import VerifiedBlobs
 from ..core.states import JobStatus, PeerState
 from .compression import UpdateCompressor
@@ -373,6 +376,10 @@ class Executor:
                                                module=self.store.module(module_sha), weights=weights,
                                                auxiliary=aux, chunk=chunk, workers=workers,
                                                working_bytes=participant.working_bytes, parts=parts)
+            # The clip comes first: what leaves (compressed or not) is the clipped update.
+            clip = assigned_clip(assign.settings)
+            if clip is not None and len(outcome.weights) == len(weights):
+                outcome = replace(outcome, weights=clip_to_norm(weights, outcome.weights, clip))
             if settings is not None and settings.compression is not None:
                 aggregation = (s.coordinator.spec.info.aggregation if s.coordinator is not None
                                else ModelInfo.from_json(info).aggregation)
@@ -392,9 +399,10 @@ class Executor:
                               "examples": outcome.count, "ms": max(0.0, s.clock() - now),
                               "metrics": {k: v for k, v in list(outcome.metrics.items())[:8]}}
             s.record("assignment.trained", s.last_trained)
-            if len(outcome.weights) == assign.checkpoint.bytes:  # else no update leaves: the result is refused
+            # else no update leaves: the result is refused, or masked under secure aggregation (no update at all)
+            if len(outcome.weights) == assign.checkpoint.bytes and SECURE_KEY not in assign.settings:
                 s.recorder.update_sent(len(outcome.compressed if outcome.compressed is not None else outcome.weights))
-            participant.training_finished(assign.attempt_id, outcome, s.clock())
+            participant.training_finished(assign.attempt_id, outcome, s.clock(), start=weights)
         s.live.drop(s.my_peer_id)
         s.recorder.update_execution({"activeWorkers": 0})
         await self.drain()

@@ -58,6 +58,7 @@ from ..core.job.spec import JobSpec
 from ..core.errors import CheckpointError, WeeiError, CheckpointReason, WeeiReason
 from ..core.verified import VerifiedBlobs, is_verified, sha256_hex
 from ..core.states import JobStatus
+from ..core.privacy.dp_noise import SEED_BYTES
 from .ports import Storage, StorageError, StorageReason
 from .records import record_artifacts, spec_from_record, spec_to_record
 from .stored import QUARANTINE_STORE, parse_job_record, stored_checkpoint
@@ -67,6 +68,20 @@ __all__ = ["JobStore", "Reopened", "checkpoint_key", "PARTICIPATION_KEY"]
 _T = TypeVar("_T")
 
 PARTICIPATION_KEY = "participation"  # the job this device accepted, in the settings store
+
+
+def _dp_noise_seed(record: Mapping[str, Any]) -> bytes | None:
+    """The DP noise seed a job record keeps; a damaged one is refused as the record's corruption."""
+    text = record.get("dpNoiseSeed")
+    if text is None:
+        return None
+    try:
+        seed = bytes.fromhex(text) if isinstance(text, str) else b""
+    except ValueError:
+        seed = b""
+    if len(seed) != SEED_BYTES:
+        raise StorageError(StorageReason.CORRUPT, "job record: dpNoiseSeed is not 32 bytes of hex")
+    return seed
 
 
 def checkpoint_key(job_id: str, round_: int) -> str:
@@ -316,6 +331,8 @@ class JobStore:
         robust = coordinator.robust_records()
         if robust:
             record["robust"] = robust
+        if coordinator.dp_noise_seed is not None:  # this browser's own storage: the seed never leaves it
+            record["dpNoiseSeed"] = coordinator.dp_noise_seed.hex()
         record["createdAt"] = previous.get("createdAt", now)
         main, members = _split(record)
         old_main, old_members = _split(previous)
@@ -422,7 +439,8 @@ class JobStore:
         summaries, file = await self.read_checkpoints(job_id)
         read = read_checkpoint(file)
         coordinator = Coordinator.continue_from(spec, read, mode="resume", my_peer_id=my_peer_id, kernel=kernel,
-                                         now=now, new_job_seed=job_seed, reopening=True)
+                                         now=now, new_job_seed=job_seed, reopening=True,
+                                         dp_noise_seed=_dp_noise_seed(record))
         coordinator.restore_checkpoints(summaries)
         if record.get("status") == JobStatus.COMPLETED:
             coordinator.reopened_completed()

@@ -306,8 +306,6 @@ class SettingsReason(str, Enum):
     """Experience settings for a dataset model, or an experience figure asked of one."""
     EPOCHS_NOT_ABOVE_CHECKPOINT = "epochs-not-above-checkpoint"
     """Continuing from a checkpoint with `epochs` not above the checkpoint's epoch."""
-    UNSUPPORTED_SETTING = "unsupported-setting"
-    """A setting this version checks but a job's rounds do not carry yet (`privacy.secureAggregation`)."""
 
 
 class SettingsError(WeeiError):

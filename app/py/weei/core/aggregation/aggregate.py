@@ -76,6 +76,8 @@ from weei.core.aggregation.methods import METHODS, AggregationKernel, BytesLike,
 from weei.core.aggregation.robust import RobustReport, robust_average
 from weei.core.formats.modelinfo import ModelAggregation
 from weei.core.formats.settings import AggregationSettings
+from weei.core.privacy.dp_noise import DpReport, dp_average
+from weei.core.privacy.dp_settings import DpSettings
 
 __all__ = [
     "MAX_COUNT",
@@ -91,6 +93,7 @@ __all__ = [
     "trainable_segments",
     "server_step",
     "check_finite",
+    "DpRound",
     "aggregate_round",
 ]
 
@@ -127,6 +130,16 @@ class RoundAggregate:
     weights: bytes
     state: AggregationState | None
     report: RobustReport | None = None
+    dp: DpReport | None = None
+
+
+@dataclass(frozen=True)
+class DpRound:
+    """Differential privacy for one round: the settings and the round's noise key
+    (``weei.core.privacy.dp_noise.noise_key``; the coordinator's secret, never sent)."""
+
+    settings: DpSettings
+    key: bytes
 
 
 def _byte_len(buf: BytesLike) -> int:
@@ -277,8 +290,10 @@ def aggregate_round(
     settings: AggregationSettings | None,
     state: AggregationState | None,
     model: ModelAggregation | None = None,
+    dp: DpRound | None = None,
 ) -> RoundAggregate:
-    """Aggregate one round: FedAvg, then the configured method's server step.
+    """Aggregate one round: FedAvg (or with ``dp`` the clipped, noised, unweighted average of
+    weei.core.privacy.dp_noise), then the configured method's server step.
 
     Takes the round's start weights, ``(assignment_id, count, weights)``
     contributions in any order, the aggregation settings (None: FedAvg), the
@@ -303,13 +318,22 @@ def aggregate_round(
             reason=SettingsReason.METHOD_NOT_ALLOWED,
         )
     weight_bytes = _byte_len(start_weights)
-    average, report = _average(kernel, start_weights, contributions, settings, weight_bytes)
+    dp_report = None
+    if dp is not None:
+        if weight_bytes % 4:
+            raise AggregationError(AggregationReason.INVALID_CONTRIBUTION, f"weight bytes {weight_bytes} is not a multiple of 4")
+        updates, _ = canonical_contributions(contributions, weight_bytes)
+        average, dp_report = dp_average(kernel, start_weights, updates, dp.settings.clip,
+                                        dp.settings.noise_multiplier, dp.key)
+        report = None
+    else:
+        average, report = _average(kernel, start_weights, contributions, settings, weight_bytes)
     if method.step is None:
-        return check_finite(kernel, RoundAggregate(average, None, report))
+        return check_finite(kernel, RoundAggregate(average, None, report, dp_report))
     average_only = sorted((r.offset, r.bytes) for r in model.average_only)
     segments = trainable_segments(weight_bytes // 4, average_only)
     result = server_step(kernel, method, start_weights, average, state, segments, settings.option_values())
-    return check_finite(kernel, RoundAggregate(result.weights, result.state, report))
+    return check_finite(kernel, RoundAggregate(result.weights, result.state, report, dp_report))
 
 
 _FEDAVG = AggregationSettings()

@@ -29,6 +29,7 @@ from ..errors import CheckpointError, ManifestError, SettingsError, WeeiError, C
 from ..floats import first_non_finite
 from .jsonfmt import stringify
 from ..aggregation.methods import METHODS
+from ..privacy.dp_accountant import DpLedger
 from ..limits import MAX_FILE_BYTES
 from .modelinfo import ModelInfo, check_weight_size
 from .seeds import parse_retry
@@ -157,6 +158,12 @@ class CheckpointMetadata:
         return None if value is None else dict(value)
 
     @property
+    def dp_ledger(self) -> DpLedger:
+        """The privacy spent up to this checkpoint (``privacy.dp``; none recorded: nothing spent)."""
+        privacy = self._raw.get("privacy")
+        return DpLedger.from_json(privacy["dp"]) if isinstance(privacy, dict) and "dp" in privacy else DpLedger()
+
+    @property
     def auxiliary_weights(self) -> dict[str, str]:
         """SHA-256 of each auxiliary weights file, by slot id."""
         return dict(self._raw.get("auxiliaryWeights", {}))
@@ -270,6 +277,13 @@ def _check_progress(raw: dict[str, Any]) -> None:
                 parse_retry(exp["retry"], next_unit)
             except WeeiError as exc:
                 raise CheckpointError(CheckpointReason.INVALID_METADATA, f"checkpoint metadata {exc.message}") from None
+    if "privacy" in raw:
+        privacy = _check.as_object(raw["privacy"], _fail(CheckpointReason.INVALID_METADATA, "privacy"))
+        if "dp" in privacy:
+            try:
+                DpLedger.from_json(privacy["dp"])
+            except ValueError as exc:
+                raise CheckpointError(CheckpointReason.INVALID_METADATA, f"checkpoint metadata: {exc}") from None
     if "auxiliaryWeights" in raw:
         aux = _check.as_object(raw["auxiliaryWeights"], _fail(CheckpointReason.INVALID_METADATA, "auxiliaryWeights"))
         for key, sha in aux.items():

@@ -30,6 +30,7 @@ from .. import _check
 from ..aggregation.methods import METHODS, Method
 from ..errors import SettingsError, SettingsReason
 from .qdelta import MAX_BLOCK, MIN_BLOCK
+from ..privacy.dp_settings import DpSettings
 
 __all__ = [
     "AggregationSettings",
@@ -319,16 +320,19 @@ DEFAULT_SECAGG_THRESHOLD = 0.6
 
 @dataclass(frozen=True)
 class PrivacySettings:
-    """``privacy`` (additive, docs/privacy.md): secure aggregation and the clip each participant applies.
+    """``privacy`` (additive, docs/privacy.md): secure aggregation, the clip each participant applies,
+    and ``dp``, client-level differential privacy.
 
     ``threshold`` is the fraction of a round's participants whose shares
     rebuild a dropped peer's masks: t = max(2, ceil(threshold * n)); above
-    one half, so two disjoint groups can never both unmask.
+    one half, so two disjoint groups can never both unmask. With ``dp`` on, its
+    clip is the one participants apply; ``clip``, when also given, must equal it.
     """
 
     secure_aggregation: bool = False
     clip: float | None = None
     threshold: float = DEFAULT_SECAGG_THRESHOLD
+    dp: DpSettings | None = None
 
     def __post_init__(self) -> None:
         _check.as_bool(self.secure_aggregation, _failer("privacy.secureAggregation"))
@@ -341,22 +345,38 @@ class PrivacySettings:
         if not 0.5 < self.threshold <= 1:
             raise SettingsError("privacy.threshold", f"must be above 0.5 and at most 1, not {self.threshold}",
                                 SettingsReason.OUT_OF_RANGE)
-        if self.secure_aggregation and self.clip is None:
+        if self.dp is not None and self.clip is not None and self.clip != self.dp.clip:
+            # Two clips would leave one of them a promise the participants do not keep.
+            raise SettingsError("privacy.clip", f"must equal privacy.dp.clip ({self.dp.clip:g}) when both are given, "
+                                f"not {self.clip:g}", SettingsReason.CONFLICTING_SETTING)
+        if self.secure_aggregation and self.participant_clip is None:
             raise SettingsError("privacy.clip", "is required with secureAggregation (each participant clips its own update)",
                                 SettingsReason.MISSING_SETTING)
 
+    @property
+    def participant_clip(self) -> float | None:
+        """The L2 norm each participant clips its own update to: ``dp.clip``, else ``clip``."""
+        return self.dp.clip if self.dp is not None else self.clip
+
     @classmethod
     def from_json(cls, obj: Any) -> PrivacySettings:
-        """Parse ``{secureAggregation, clip, threshold}``. Raises: SettingsError."""
+        """Parse ``{secureAggregation, clip, threshold, dp}``. Raises: SettingsError."""
         obj = _check.as_object(obj, _failer("privacy"))
-        _check.no_unknown_keys(obj, {"secureAggregation", "clip", "threshold"}, _unknown("privacy."))
-        return cls(obj.get("secureAggregation", False), obj.get("clip"), obj.get("threshold", DEFAULT_SECAGG_THRESHOLD))
+        _check.no_unknown_keys(obj, {"secureAggregation", "clip", "threshold", "dp"}, _unknown("privacy."))
+        dp = DpSettings.from_json(obj["dp"]) if "dp" in obj else None
+        return cls(obj.get("secureAggregation", False), obj.get("clip"), obj.get("threshold", DEFAULT_SECAGG_THRESHOLD),
+                   dp)
 
     def to_json(self) -> dict[str, Any]:
-        """The JSON form, with every field (the invitation shows what a participant agrees to)."""
-        out: dict[str, Any] = {"secureAggregation": self.secure_aggregation, "threshold": self.threshold}
-        if self.clip is not None:
-            out["clip"] = self.clip
+        """The JSON form: secure aggregation's fields, all of them when any is set (the invitation shows what a
+        participant agrees to), and ``dp`` when set."""
+        out: dict[str, Any] = {}
+        if self.secure_aggregation or self.clip is not None or self.threshold != DEFAULT_SECAGG_THRESHOLD:
+            out.update({"secureAggregation": self.secure_aggregation, "threshold": self.threshold})
+            if self.clip is not None:
+                out["clip"] = self.clip
+        if self.dp is not None:
+            out["dp"] = self.dp.to_json()
         return out
 
     def threshold_of(self, participants: int) -> int:
@@ -367,12 +387,14 @@ class PrivacySettings:
 NO_PRIVACY = PrivacySettings()
 
 
-def _check_secure_aggregation(aggregation: AggregationSettings) -> None:
+def _check_secure_aggregation(aggregation: AggregationSettings, compression: CompressionSettings | None) -> None:
     # The coordinator sees only the sum: nothing that needs each update (a robust combine, a clip or an
-    # exclusion it applies, a server step of another method) can run.
+    # exclusion it applies, a server step of another method, a compressed update it decodes) can run.
     per_update = [f"aggregation.{json}" for json, attr in _ROBUST_OPTIONS.items() if getattr(aggregation, attr) is not None]
     if aggregation.method != FEDAVG.method:
         per_update.insert(0, f"aggregation.method {aggregation.method!r}")
+    if compression is not None:
+        per_update.append("compression")
     if per_update:
         raise SettingsError("privacy.secureAggregation", f"works with plain FedAvg only, not with {', '.join(per_update)}",
                             SettingsReason.CONFLICTING_SETTING)
@@ -425,7 +447,14 @@ class TrainingSettings:
             _check.as_int(self.workers, _failer("workers"), minimum=1)
         _check.as_bool(self.coordinator_participates, _failer("coordinatorParticipates"))
         if self.privacy.secure_aggregation:
-            _check_secure_aggregation(self.aggregation)
+            _check_secure_aggregation(self.aggregation, self.compression)
+        if self.privacy.dp is not None and (self.aggregation.norm_clip is not None
+                                            or self.aggregation.combine not in (None, "mean")):
+            # Robust statistics make one participant's effect depend on the others' updates:
+            # the sensitivity DP's noise is scaled to would no longer be the clip.
+            raise SettingsError("privacy.dp", "cannot be combined with aggregation.normClip or a trimmed "
+                                "mean or median (DP clips each update to privacy.dp.clip itself)",
+                                SettingsReason.CONFLICTING_SETTING)
 
     @classmethod
     def from_json(cls, obj: Any) -> TrainingSettings:

@@ -181,6 +181,13 @@ class RoundAttempts:
         self._open.pop(attempt.attempt_id, None)
         self.received[attempt.assignment_id] = Received(attempt, update, weights)
 
+    def end_keyed(self, attempt: Attempt) -> None:
+        """``attempt`` trained and its participant holds its update for secure aggregation (it sent its keys):
+        the attempt has its outcome, though no update is received in the clear."""
+        attempt.move("received")
+        self.closed.add(attempt.attempt_id)
+        self._open.pop(attempt.attempt_id, None)
+
     def take_round(self) -> list[Received]:
         """End the round: its valid updates in canonical order (by assignment id, as FedAvg
         sorts, so float sums and the checkpoint file do not depend on arrival order)."""

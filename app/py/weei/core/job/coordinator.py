@@ -60,14 +60,18 @@ call ``handle_timer``. Nothing here reads a clock or does I/O.
 from __future__ import annotations
 
 import hashlib
+from array import array
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping
 
 from ..formats import checkpoint as ckpt
 from . import progress
-from ..aggregation.aggregate import AggregationState
+from ..aggregation.aggregate import AggregationState, DpRound
 from ..aggregation.compression import decompress_update, layout
 from ..floats import BytesLike
+from ..privacy.dp_accountant import DpLedger, epsilon_json
+from ..privacy.dp_noise import SEED_BYTES, DpReport, gaussians, noise_key
+from ..privacy.secagg import SecAggError, SecAggReason, check_keys
 from .attempts import Attempt, Received, RoundAttempts, check_update
 from ..wire.commands import Command, Log, Outbox, RoundPhase, RunValidation, SaveCheckpoint, Send
 from ..errors import SettingsError, SettingsReason, UsageError, WeeiError, UsageReason
@@ -75,13 +79,14 @@ from .spec import JobSpec
 from .participant import CHECKPOINTS_KEPT
 from ..wire.messages import (
     ArtifactMissing, ArtifactRef, Assign, AssignmentFailed, CheckpointNote, Deliver, DiagnosticsReport, Invitation, InvitationDecision,
-    JobFinished, Leave, Message, ModuleStatus, PauseContribution, Progress, RelayDone, TrainingStarted, Update,
-    UpdateReceipt,
+    MAX_SECAGG_PEERS, JobFinished, Leave, Message, ModuleStatus, PauseContribution, Progress, RelayDone, SecAggKeys, SecAggMasked,
+    SecAggReveal, SecAggShares, TrainingStarted, Update, UpdateReceipt,
 )
 from .invitations import INVITATION_TTL_MS
 from .peers import PeerRecord, available, eligible, loading
 from ..links.relay import Broadcast, Relays
 from .round import Round, RoundClosed, RoundEmpty, RoundFailed
+from .secure_round import SECAGG_PHASE_TIMEOUT_MS, SecureRound
 from .round_rules import (
     Kernel, RoundRecord, check_can_validate, check_method, check_units, chunk_seed, held_round, make_assign,
     snapshot_rounds, validation_command, validation_due,
@@ -137,12 +142,11 @@ class Coordinator:
     def __init__(self, spec: JobSpec, *, my_peer_id: str, kernel: Kernel, weights: bytes, round_: int,
                  now: float, job_seed: int | None, round_timeout_ms: float, aggregation_state: AggregationState | None,
                  dataset: DatasetSchedule | None, experience: ExperienceSchedule | None,
-                 checkpoint_hashes: dict[int, str], first_round: int) -> None:
-        if spec.settings.privacy.secure_aggregation:
-            # The rounds do not run the protocol yet (docs/privacy.md): refusing beats sending updates in the clear
-            # under an invitation that says they are masked.
-            raise SettingsError("privacy.secureAggregation", "is not carried by a job's rounds in this version",
-                                SettingsReason.UNSUPPORTED_SETTING)
+                 checkpoint_hashes: dict[int, str], first_round: int,
+                 dp_noise_seed: bytes | None = None, dp_ledger: DpLedger = DpLedger()) -> None:
+        if spec.settings.privacy.dp is not None and (dp_noise_seed is None or len(dp_noise_seed) != SEED_BYTES):
+            raise UsageError(UsageReason.INVALID_ARGUMENT,
+                             f"a job with privacy.dp needs a noise seed of {SEED_BYTES} secret bytes")
         self.spec = spec
         self.my_peer_id = my_peer_id
         #: This device's display name, which invitations carry (the host sets it; core/observe/peer_names.py).
@@ -150,6 +154,7 @@ class Coordinator:
         self.kernel = kernel
         self.round_timeout_ms = round_timeout_ms
         self.stall_timeout_ms: float = STALL_TIMEOUT_MS
+        self.secagg_phase_timeout_ms: float = SECAGG_PHASE_TIMEOUT_MS  # one stage of secure aggregation
         self.status = JobStatus.READY
         self.error: str | None = None
         self.incomplete = False
@@ -158,6 +163,9 @@ class Coordinator:
         self.checkpoint_round = round_
         self.first_round = first_round  # rounds before it belong to the checkpoint we continued from
         self.job_seed = job_seed
+        # DP's noise seed: the coordinator's secret (docs/privacy.md); no message, checkpoint or view holds it.
+        self._dp_noise_seed = dp_noise_seed
+        self.dp_ledger = dp_ledger
         self.aggregation_state = aggregation_state
         self.dataset = dataset
         self.experience = experience
@@ -193,12 +201,13 @@ class Coordinator:
 
     @classmethod
     def create(cls, spec: JobSpec, initial_weights: bytes, *, my_peer_id: str, kernel: Kernel, now: float,
-               job_seed: int | None = None, round_timeout_ms: float = DEFAULT_ROUND_TIMEOUT_MS) -> Coordinator:
-        """A new job at checkpoint 0; emits SaveCheckpoint for it.
+               job_seed: int | None = None, round_timeout_ms: float = DEFAULT_ROUND_TIMEOUT_MS,
+               dp_noise_seed: bytes | None = None) -> Coordinator:
+        """A new job at checkpoint 0; emits SaveCheckpoint for it. A job with ``privacy.dp`` needs
+        ``dp_noise_seed`` (32 secret bytes: the same seed gives the same noise, round after round).
 
         Raises:
             UsageError: an experience job without ``job_seed``, or weights of the wrong size.
-            SettingsError: ``privacy.secureAggregation`` on (unsupported-setting: the rounds do not carry it yet).
         """
         if len(initial_weights) != spec.weight_bytes:
             raise UsageError(UsageReason.WRONG_WEIGHT_SIZE, f"initial weights are {len(initial_weights)} bytes, "
@@ -206,7 +215,7 @@ class Coordinator:
         dataset, experience = progress.new_schedules(spec, job_seed)
         self = cls(spec, my_peer_id=my_peer_id, kernel=kernel, weights=bytes(initial_weights), round_=0, now=now,
                    job_seed=job_seed, round_timeout_ms=round_timeout_ms, aggregation_state=None, dataset=dataset,
-                   experience=experience, checkpoint_hashes={}, first_round=1)
+                   experience=experience, checkpoint_hashes={}, first_round=1, dp_noise_seed=dp_noise_seed)
         self._save_checkpoint(now, metrics={}, examples=0)
         return self
 
@@ -214,7 +223,8 @@ class Coordinator:
     def continue_from(cls, spec: JobSpec, checkpoint: ckpt.Checkpoint, *, mode: str, my_peer_id: str, kernel: Kernel,
                now: float,
                new_job_seed: int | None = None, reopening: bool = False,
-               round_timeout_ms: float = DEFAULT_ROUND_TIMEOUT_MS) -> Coordinator:
+               round_timeout_ms: float = DEFAULT_ROUND_TIMEOUT_MS,
+               dp_noise_seed: bytes | None = None) -> Coordinator:
         """Continue from a read checkpoint (``weei.core.formats.checkpoint.Checkpoint``).
 
         ``mode`` 'resume' restores the dataset queue (or the experience seed
@@ -233,7 +243,7 @@ class Coordinator:
                    aggregation_state=restored.aggregation_state, dataset=restored.dataset,
                    experience=restored.experience,
                    checkpoint_hashes={round_: hashlib.sha256(checkpoint.weights).hexdigest()},
-                   first_round=round_ + 1)
+                   first_round=round_ + 1, dp_noise_seed=dp_noise_seed, dp_ledger=checkpoint.metadata.dp_ledger)
         self._commands.append(Log("job.continued", {"fromRound": round_, "datasetMode": mode}))
         return self
 
@@ -267,6 +277,10 @@ class Coordinator:
         relay_due = self.broadcast.next_timer() if self.broadcast is not None else None
         if relay_due is not None:
             times.append(relay_due)
+        secure_due = self.round.secure.deadline if self.round is not None and self.round.securing and \
+            self.round.secure is not None else None
+        if secure_due is not None:
+            times.append(secure_due)
         return min(times) if times else None
 
     def handle_timer(self, now: float) -> None:
@@ -284,6 +298,10 @@ class Coordinator:
         if self.broadcast is not None:
             self.broadcast.handle_timer(now)
             self._commands.extend(self.broadcast.take_commands())
+        round_ = self.round
+        if round_ is not None and round_.securing and round_.secure is not None:
+            self._commands.extend(round_.secure.handle_timer(now))
+            self._maybe_secure_done(round_, now)
         stalled = self.attempts.stalled(now)
         for attempt in stalled:
             self._stalled(attempt, now)
@@ -362,6 +380,8 @@ class Coordinator:
         for attempt in self.attempts.open():
             self._end_attempt(attempt, "the job was stopped", now, failed=False, reassign=False)
         self.attempts.clear()
+        if self.round is not None and self.round.securing:
+            self.round.end(RoundEmpty(self.round.number))  # its secure aggregation is abandoned
         self._finish(now, incomplete=True)
 
     def reopened_completed(self) -> None:
@@ -396,6 +416,10 @@ class Coordinator:
                 experience job's last round is not above the current one.
         """
         check_method(self.spec.info, settings)
+        if settings.privacy != self.spec.settings.privacy:
+            # Participants accepted the job under its privacy: a change needs a new job (continue from a checkpoint).
+            raise SettingsError("privacy", "cannot change while the job runs; continue from a checkpoint with "
+                                "the new settings", SettingsReason.CONFLICTING_SETTING)
         if self.spec.is_experience:
             rounds_to_train(self.checkpoint_round, settings.epochs)
         if self.spec.is_experience and settings.experience is not None:
@@ -494,6 +518,7 @@ class Coordinator:
         for attempt in self.attempts.open_of(peer):
             self._end_attempt(attempt, "participant disconnected", now, failed=False, reassign=True)
         self._log("peer.disconnected", peer=peer)
+        self._secure_drop(peer, now)
         self._maybe_close_round(now)
 
     def receive(self, peer: str, message: Message, blobs: Mapping[str, bytes], now: float) -> None:
@@ -545,6 +570,7 @@ class Coordinator:
             for attempt in self.attempts.open_of(peer):
                 self._end_attempt(attempt, "participant left", now, failed=False, reassign=True)
             self._log("participant.left", peer=peer)
+            self._secure_drop(peer, now)
             self._maybe_close_round(now)
         elif isinstance(message, RelayDone):
             if self.broadcast is not None:
@@ -560,6 +586,10 @@ class Coordinator:
                 self.attempts.heard(attempt, now, self.stall_timeout_ms)
         elif isinstance(message, ArtifactMissing):
             self._on_artifact_missing(peer, record, message.artifact, now)
+        elif isinstance(message, SecAggKeys):
+            self._on_keys(peer, record, message, now)
+        elif isinstance(message, (SecAggShares, SecAggMasked, SecAggReveal)):
+            self._on_secagg(peer, message, blobs, now)
         else:
             self._log("message.ignored", peer=peer, reason="unexpected-type", type=message.TYPE)
 
@@ -652,7 +682,8 @@ class Coordinator:
         not emitted yet. None when no round opens (the job may have completed instead)."""
         if self._grace_until is not None and not loading(self.peers):
             self._grace_until = None
-        if self.status != JobStatus.RUNNING or self.attempts.round_open() or self._grace_until is not None:
+        if self.status != JobStatus.RUNNING or self.attempts.round_open() or self._grace_until is not None \
+                or (self.round is not None and self.round.securing):
             return None
         if self._work_done():
             self._finish(now, incomplete=False)
@@ -660,7 +691,11 @@ class Coordinator:
         peers = self._eligible()
         if not peers:
             return None
-        round_ = self.round = Round(self.checkpoint_round + 1, self.spec, self.attempts.next_round(), self.stopwatch())
+        number, last = self.checkpoint_round + 1, self.round
+        opening = last.opening + 1 if last is not None and last.number == number else 1
+        round_ = self.round = Round(number, self.spec, self.attempts.next_round(), self.stopwatch(), opening)
+        if round_.terms is not None:
+            peers = peers[:MAX_SECAGG_PEERS]  # the most a secure-aggregation roster lists
         planned: list[Command] = []
         for peer in peers:
             sent = self._hand_out(round_, peer, now)
@@ -709,7 +744,8 @@ class Coordinator:
         first one was refused on arrival, and with it everything attached to it."""
         checkpoint_ref = ArtifactRef("checkpoint", self.weights_sha256, len(self.weights))
         assign, attachments = make_assign(round_.spec, attempt, checkpoint_ref, self.checkpoint_hashes,
-                                          self.job_seed, shader_archive=record.wants_shader_archive)
+                                          self.job_seed, shader_archive=record.wants_shader_archive,
+                                          secure=round_.terms)
         if again:
             record.held -= {a.sha256 for a in attachments}
         needed: list[ArtifactRef] = []
@@ -731,7 +767,7 @@ class Coordinator:
                 continue
             checkpoint_ref = ArtifactRef("checkpoint", self.weights_sha256, len(self.weights))
             assign, _ = make_assign(round_.spec, attempt, checkpoint_ref, self.checkpoint_hashes, self.job_seed,
-                                    shader_archive=record.wants_shader_archive)
+                                    shader_archive=record.wants_shader_archive, secure=round_.terms)
             if artifact not in assign.artifacts():
                 continue
             self.attempts.heard(attempt, now, self.stall_timeout_ms)
@@ -773,8 +809,11 @@ class Coordinator:
     def _on_update(self, peer: str, record: PeerRecord, update: Update, blobs: Mapping[str, bytes],
                    now: float) -> None:
         checked: tuple[str, str] | BytesLike
-        if record.excluded:  # aggregation.excludeOutliersAfter
-            checked = ("participant-excluded", "this participant was excluded from the job as a repeated outlier")
+        if record.excluded:  # aggregation.excludeOutliersAfter, or a bad share under secure aggregation
+            checked = ("participant-excluded", "this participant was excluded from the job")
+        elif self.spec.settings.privacy.secure_aggregation:
+            # The job promised masked updates: one in the clear is not looked at, let alone averaged.
+            checked = ("secure-aggregation", "this job's updates are securely aggregated, never sent in the clear")
         else:
             checked = check_update(self.attempts, peer, update, blobs, checkpoint_round=self.checkpoint_round,
                                    weights_sha256=self.weights_sha256, weight_bytes=self.spec.weight_bytes,
@@ -829,6 +868,9 @@ class Coordinator:
         for attempt in round_.attempts.open():
             self._end_attempt(attempt, "round closed", now, failed=False, reassign=False)
         received = round_.begin_closing()
+        if round_.terms is not None:
+            self._begin_secure(round_, now)
+            return
         self.last_contributors = sorted(r.attempt.peer for r in received)
         if not received:
             round_.end(RoundEmpty(round_.number))
@@ -842,7 +884,8 @@ class Coordinator:
         started = self.stopwatch()
         try:
             record = round_.aggregate(self.kernel, self.weights, self.aggregation_state, received,
-                                      digest=lambda w: self.relays.digest(w, relayed=self._relay_likely()))
+                                      digest=lambda w: self.relays.digest(w, relayed=self._relay_likely()),
+                                      dp=self._dp_round(round_))
             aggregated = self.stopwatch()
             closed = self._closing(round_, record, now)
         except Exception as exc:  # noqa: BLE001 - whatever fails, the round must not half-close (issue 20)
@@ -857,6 +900,18 @@ class Coordinator:
         self._report_robust(round_, record)
         self._take_round(round_, closed, now)
 
+    @property
+    def dp_noise_seed(self) -> bytes | None:
+        """The DP noise seed, for the owner's own job record (api/job_store.py) and nothing else."""
+        return self._dp_noise_seed
+
+    def _dp_round(self, round_: Round) -> DpRound | None:
+        dp = round_.spec.settings.privacy.dp
+        if dp is None:
+            return None
+        assert self._dp_noise_seed is not None  # __init__ refused a DP job without one
+        return DpRound(dp, noise_key(self._dp_noise_seed, self.spec.job_id, round_.number))
+
     def _round_failed(self, round_: int, received: list[Received], reason: str, text: str) -> None:
         """Closing ``round_`` failed before anything was written down: the previous checkpoint stays, the
         round's trained work goes back (not counted as a failure), and the job pauses with the cause."""
@@ -867,6 +922,157 @@ class Coordinator:
                       "stays. Fix the cause (a lower server learning rate, for a non-finite aggregate), then Resume")
         self._log("round.failed", round=round_, reason=reason, error=text)
         self._log("job.paused", reason="round-failed")
+
+    # ------------------------------------------------------ secure aggregation
+
+    def _on_keys(self, peer: str, record: PeerRecord, message: SecAggKeys, now: float) -> None:
+        """A participant trained under secure aggregation and holds its update: its keys end its attempt."""
+        round_ = self.round
+        attempts = [a for a in self.attempts.open_of(peer) if round_ is not None and a.round == round_.number]
+        if round_ is None or round_.terms is None or round_.secure is not None or message.round != round_.number \
+                or message.attempt != round_.terms.opening or not attempts:
+            self._log("message.ignored", peer=peer, reason="no-open-secure-attempt", type=message.TYPE)
+            return
+        attempt = attempts[0]
+        try:
+            check_keys(peer, message.keys)
+        except SecAggError as exc:
+            self._log("secagg.refused", peer=peer, reason=exc.reason, error=exc.message)
+            self._end_attempt(attempt, f"secure aggregation: {exc.message}", now, failed=True, reassign=True)
+            self._maybe_close_round(now)
+            return
+        record.stuck = None
+        self.attempts.end_keyed(attempt)
+        round_.keyed[peer] = (attempt, message.keys)
+        if record.can("update_received"):
+            record.move("update_received")
+        self._send(peer, UpdateReceipt(self.spec.job_id, attempt.attempt_id, True))
+        self._log("update.keyed", peer=peer, attempt=attempt.attempt_id)
+        self._maybe_close_round(now)
+
+    def _on_secagg(self, peer: str, message: SecAggShares | SecAggMasked | SecAggReveal, blobs: Mapping[str, bytes],
+                   now: float) -> None:
+        round_ = self.round
+        if round_ is None or not round_.securing or round_.secure is None:
+            self._log("message.ignored", peer=peer, reason="no-secure-round", type=message.TYPE)
+            return
+        try:
+            sends = round_.secure.receive(peer, message, blobs, now)
+        except SecAggError as exc:  # dropped, named: the round goes on without this message
+            self._log("secagg.refused", peer=peer, reason=exc.reason, error=exc.message)
+            return
+        self._commands.extend(sends)
+        self._maybe_secure_done(round_, now)
+
+    def _secure_drop(self, peer: str, now: float) -> None:
+        round_ = self.round
+        if round_ is not None and round_.securing and round_.secure is not None:
+            self._commands.extend(round_.secure.drop(peer, now))
+            self._maybe_secure_done(round_, now)
+
+    def _begin_secure(self, round_: Round, now: float) -> None:
+        """Every attempt of ``round_`` ended: secure aggregation runs among those that trained (they sent keys)."""
+        keyed = round_.keyed
+        self.last_contributors = []
+        if not keyed:
+            round_.end(RoundEmpty(round_.number))
+            self._empty_round(now)
+            return
+        assert round_.terms is not None
+        round_.closing = True
+        if self.closing_sink is not None:
+            self.closing_sink(round_.number)
+        self._commands.append(RoundPhase(round_.number, "round.training", round_.opened_at, self.stopwatch()))
+        self._log("secagg.started", round=round_.number, opening=round_.terms.opening, participants=sorted(keyed))
+        secure = round_.secure = SecureRound(self.spec.job_id, round_.number, round_.terms,
+                                             self.spec.weight_bytes // 4, {p: k for p, (_, k) in keyed.items()},
+                                             now, self.secagg_phase_timeout_ms)
+        round_.secured_at = self.stopwatch()
+        self._commands.extend(secure.start(now))
+        for peer in sorted(keyed):
+            record = self.peers.get(peer)
+            if record is None or not record.connected or record.state == PeerState.STOPPED:
+                self._commands.extend(secure.drop(peer, now))
+        self._maybe_secure_done(round_, now)
+
+    def _maybe_secure_done(self, round_: Round, now: float) -> None:
+        secure = round_.secure
+        if secure is None or not secure.done or round_.outcome is not None:
+            return
+        server = secure.server
+        for peer in sorted(server.bad_peers):
+            self._exclude(peer, round_.number, SecAggReason.BAD_SHARE, "sent a share that fails its commitment")
+        failure = server.failure
+        if failure is not None:
+            self._secure_failed(round_, failure, now)
+            return
+        keyed = round_.keyed
+        dropped = sorted(p for p in keyed if p not in server.contributors)
+        for peer in dropped:  # they trained, but vanished before their masked vector came: their work goes back
+            progress.give_back(self.dataset, self.experience, keyed[peer][0], failed=False)
+        try:
+            weights, contributors = secure.result(self.weights)
+            record = self._secure_record(round_, weights, contributors)
+            closed = self._closing(round_, record, now)
+        except Exception as exc:  # noqa: BLE001 - as _close_round: the round must not half-close
+            reason = exc.reason if isinstance(exc, WeeiError) else type(exc).__name__
+            text = (exc.message if isinstance(exc, WeeiError) else str(exc))[:500]
+            for peer in server.contributors:
+                progress.give_back(self.dataset, self.experience, keyed[peer][0], failed=False)
+            round_.end(RoundFailed(round_.number, reason, text))
+            self._round_failed(round_.number, [], reason, text)
+            return
+        self.last_contributors = list(contributors)
+        self._empty_rounds = 0
+        self._last_failure = None
+        self._commands.append(RoundPhase(round_.number, "secagg", round_.secured_at, self.stopwatch()))
+        self._log("secagg.finished", round=round_.number, opening=secure.terms.opening,
+                  contributors=list(contributors), dropped=dropped)
+        self._take_round(round_, closed, now)
+
+    def _secure_failed(self, round_: Round, failure: SecAggError, now: float) -> None:
+        """Secure aggregation of ``round_`` failed (fewer than t left, a bad dealer): nothing is written down, the
+        trained work goes back, and the round opens again with fresh keys (an empty round, as far as pausing
+        after MAX_EMPTY_ROUNDS goes)."""
+        for attempt, _ in round_.keyed.values():
+            progress.give_back(self.dataset, self.experience, attempt, failed=False)
+        round_.end(RoundFailed(round_.number, failure.reason, failure.message))
+        self._last_failure = f"secure aggregation: {failure.message[:300]}"
+        self._log("secagg.failed", round=round_.number, opening=round_.opening, reason=failure.reason,
+                  error=failure.message, peer=failure.peer)
+        if failure.peer is not None and failure.reason in (SecAggReason.BAD_SHARE, SecAggReason.BAD_DEALER):
+            self._exclude(failure.peer, round_.number, failure.reason, failure.message)
+        self._empty_round(now)
+
+    def _exclude(self, peer: str, round_: int, reason: str, why: str) -> None:
+        """``peer`` broke the protocol: named in the log, and left out of the job's next rounds."""
+        record = self.peers.get(peer)
+        self._log("secagg.bad-peer", peer=peer, round=round_, reason=reason, error=why)
+        if record is not None and not record.excluded:
+            record.excluded = True  # eligible() skips it from now on
+            self._log("peer.excluded", peer=peer, round=round_, reason=reason)
+
+    def _secure_record(self, round_: Round, weights: bytes, contributors: tuple[str, ...]) -> RoundRecord:
+        """Checkpoint ``round_``'s record from the unmasked mean: FedAvg's (the settings allow nothing else with
+        secure aggregation), under DP with the noise of σ·C/n added to the mean here, at the coordinator."""
+        attempts = sorted((round_.keyed[p][0] for p in contributors), key=lambda a: a.assignment_id)
+        dp = round_.spec.settings.privacy.dp
+        report = None
+        if dp is not None:
+            std = dp.noise_multiplier * dp.clip / len(contributors)
+            if std > 0:
+                assert self._dp_noise_seed is not None
+                noise = gaussians(noise_key(self._dp_noise_seed, self.spec.job_id, round_.number), len(weights) // 4)
+                weights = array("f", [v + std * z for v, z in zip(array("f", weights), noise, strict=True)]).tobytes()
+                if self.kernel.first_non_finite(weights) >= 0:
+                    raise SecAggError(SecAggReason.SUM_OUT_OF_RANGE, "the noised weights are not finite as float32")
+            report = DpReport((), (), std)
+        return RoundRecord(
+            round=round_.number, weights=weights,
+            weights_sha256=self.relays.digest(weights, relayed=self._relay_likely()),
+            aggregation_state=None, metrics={}, examples=sum(self._assigned_count(a) for a in attempts),
+            contributors=sorted(contributors),
+            trained_chunks=[a.chunk_id for a in attempts if a.chunk_id is not None], dp=report)
 
     def _report_robust(self, round_: Round, record: RoundRecord) -> None:
         """Log what robust aggregation did and name peers that are outliers round after round."""
@@ -917,11 +1123,13 @@ class Coordinator:
                 dataset.mark_trained(chunk_id)
             dataset.end_round()
             epoch_done = dataset.epoch > epoch_before
+        dp = round_.spec.settings.privacy.dp
+        ledger = self.dp_ledger.after_round(dp.noise_multiplier) if dp is not None else None
         save, incomplete = self._build_checkpoint(
             now, round_=record.round, weights=record.weights, weights_sha256=record.weights_sha256,
             state=record.aggregation_state, dataset=dataset, metrics=record.metrics, examples=record.examples,
-            spec=round_.spec)
-        return RoundClosed(record, dataset, epoch_done, save, incomplete)
+            spec=round_.spec, dp_ledger=ledger)
+        return RoundClosed(record, dataset, epoch_done, save, incomplete, ledger)
 
     def _take_round(self, round_: Round, closed: RoundClosed, now: float) -> None:
         """Write down a closed round's checkpoint: schedules, weights, the saved file, validation, what next."""
@@ -931,6 +1139,9 @@ class Coordinator:
         self.weights_sha256 = record.weights_sha256
         self.aggregation_state = record.aggregation_state
         self.checkpoint_round = record.round
+        if closed.dp_ledger is not None:
+            self.dp_ledger = closed.dp_ledger
+            self._log("privacy.spent", round=record.round, **self._dp_view())
         self._record_checkpoint(save, closed.incomplete)
         work_done = self._work_done()
         if validation_due(self.spec, self.checkpoint_round, dataset_epoch=self.dataset.epoch if self.dataset else None,
@@ -951,7 +1162,26 @@ class Coordinator:
             self._after_opening(opened[0], now)
 
     def _work_done(self) -> bool:
-        return progress.work_done(self.dataset, self.checkpoint_round, self.spec.settings.epochs)
+        return (progress.work_done(self.dataset, self.checkpoint_round, self.spec.settings.epochs)
+                or self._dp_rounds_spent())
+
+    def _dp_rounds_spent(self) -> bool:
+        """privacy.dp.maxRounds rounds have run under DP: the planned ε is spent, the job ends."""
+        dp = self.spec.settings.privacy.dp
+        return dp is not None and self.dp_ledger.rounds >= dp.max_rounds
+
+    def _dp_metadata(self, ledger: DpLedger | None, spec: JobSpec) -> dict[str, Any] | None:
+        """A checkpoint's ``privacy``: the ledger after its round, or the one it continues."""
+        dp = spec.settings.privacy.dp
+        # Settings without DP record nothing: their rounds add unbounded loss, which no ε states.
+        return None if dp is None else {"dp": (ledger or self.dp_ledger).to_json(dp.delta)}
+
+    def _dp_view(self) -> dict[str, Any]:
+        """ε spent so far and planned, at the job's δ (the state's ``privacy.dp``)."""
+        dp = self.spec.settings.privacy.dp
+        assert dp is not None
+        return {**self.dp_ledger.to_json(dp.delta), "maxRounds": dp.max_rounds,
+                "plannedEpsilon": epsilon_json(dp.planned_epsilon)}
 
     def _dropped_work(self) -> bool:
         return progress.dropped_work(self.dataset, self.experience)
@@ -999,7 +1229,7 @@ class Coordinator:
     def _build_checkpoint(self, now: float, *, round_: int, weights: bytes, weights_sha256: str,
                           state: AggregationState | None, dataset: DatasetSchedule | None,
                           metrics: dict[str, float], examples: int,
-                          spec: JobSpec | None = None) -> tuple[SaveCheckpoint, bool]:
+                          spec: JobSpec | None = None, dp_ledger: DpLedger | None = None) -> tuple[SaveCheckpoint, bool]:
         """Checkpoint ``round_``'s checked file and summary (recording ``spec``'s settings: the round's; by
         default the job's), and whether it says the job ended incomplete; changes nothing. Raises
         CheckpointError when the file would not pass the reader's checks."""
@@ -1009,7 +1239,7 @@ class Coordinator:
             spec or self.spec, round_=round_, weights_sha256=weights_sha256, weight_bytes=len(weights),
             metrics=metrics, examples=examples, incomplete=incomplete,
             progress=progress.recorded(dataset, self.experience, self.job_seed),
-            aggregation=state)
+            aggregation=state, privacy=self._dp_metadata(dp_ledger, spec or self.spec))
         # Aggregation already refused non-finite results; checkpoint 0 and continued weights are checked here.
         checked = ckpt.prepare_checkpoint(metadata, weights, state.data if state is not None else None,
                                           weights_sha256=weights_sha256,
@@ -1071,6 +1301,8 @@ class Coordinator:
                 "totalChunks": len(self.spec.chunks),
                 "running": self.status == JobStatus.RUNNING,
             }
+        if self.spec.settings.privacy.dp is not None:
+            out["privacy"] = {"dp": self._dp_view()}
         if self.error:
             out["error"] = self.error
         return out

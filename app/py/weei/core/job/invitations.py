@@ -20,6 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
+from ..errors import WeeiError
+from ..formats.settings import TrainingSettings
+from ..privacy.dp_accountant import epsilon_json
 from ..wire.messages import Invitation
 
 __all__ = ["MAX_PENDING", "INVITATION_TTL_MS", "Pending", "PendingInvitations"]
@@ -45,6 +48,30 @@ class Pending:
             "coordinator": inv.coordinator, "modelInfo": inv.model_info, "module": inv.module,
             "dataBytes": inv.data_bytes, "settings": inv.settings, "coordinatorName": inv.coordinator_name},
             "receivedAt": self.received_at})
+        privacy = planned_privacy(inv.settings)
+        if privacy is not None:
+            self.entry["privacy"] = privacy
+
+
+def planned_privacy(settings: Any) -> dict[str, Any] | None:
+    """What an invitation's ``privacy`` settings promise, computed here (the planned ε by the participant's own
+    accountant, not taken from the coordinator): ``{secureAggregation?: {clip, threshold}, dp?: {plannedEpsilon,
+    delta, maxRounds, clip, noiseMultiplier}}``; None without either, or ``{invalid: message}`` when the
+    settings do not parse (the window says so; accepting fails anyway)."""
+    if not isinstance(settings, dict) or "privacy" not in settings:
+        return None
+    try:
+        privacy = TrainingSettings.from_json(settings).privacy
+    except WeeiError as exc:
+        return {"invalid": exc.message}
+    out: dict[str, Any] = {}
+    if privacy.secure_aggregation:
+        out["secureAggregation"] = {"clip": privacy.participant_clip, "threshold": privacy.threshold}
+    dp = privacy.dp
+    if dp is not None:
+        out["dp"] = {"plannedEpsilon": epsilon_json(dp.planned_epsilon), "delta": dp.delta,
+                     "maxRounds": dp.max_rounds, "clip": dp.clip, "noiseMultiplier": dp.noise_multiplier}
+    return out or None
 
 
 class PendingInvitations:

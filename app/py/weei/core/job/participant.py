@@ -31,13 +31,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..wire.commands import Command, LoadModule, Log, Send, Train
-from ..errors import UsageError, UsageReason
-from ..floats import first_non_finite
+from ..errors import UsageError, UsageReason, WeeiError
+from ..formats.settings import PrivacySettings, TrainingSettings
+from ..floats import BytesLike, first_non_finite
+from ..privacy.secagg import SecAggError
 from ..wire.messages import (
     ArtifactMissing, ArtifactRef, Assign, AssignmentFailed, CheckpointNote, Deliver, Invitation, InvitationDecision, JobFinished, Leave,
     Message,
-    ModuleStatus, PauseContribution, Progress, TrainingStarted, Update, UpdateReceipt,
+    ModuleStatus, PauseContribution, Progress, SecAggRoster, SecAggSharesFor, SecAggUnmask, TrainingStarted, Update,
+    UpdateReceipt,
 )
+from .secure_round import SecureContribution, SecureTerms
 from ..observe.live_progress import ProgressThrottle
 from ..states import (
     PARTICIPANT_ANYWHERE, PARTICIPANT_TRANSITIONS, PeerState, allowed, has_job, is_free, is_member, is_working, move,
@@ -93,6 +97,8 @@ class Participant:
         self._asked: dict[str, float] = {}  # missing artifact -> when it was last asked for
         # When our coordinator's channel closed (None: connected, or restored before this device heard from it).
         self.offline_since: float | None = None
+        # Under secure aggregation: the trained update of the last round, held until it leaves masked.
+        self._secure: SecureContribution | None = None
         self._commands: list[Command] = []
 
     @property
@@ -193,7 +199,10 @@ class Participant:
         elif isinstance(message, JobFinished):
             self.incomplete = message.incomplete
             self.current = self.pending = None
+            self._secure = None
             self._move("finished")
+        elif isinstance(message, (SecAggRoster, SecAggSharesFor, SecAggUnmask)):
+            self._on_secagg(message)
         else:
             self._log("message.ignored", reason="unexpected-type", type=message.TYPE)
 
@@ -333,8 +342,10 @@ class Participant:
             return None
         return max(0, round(now - self._training_since))
 
-    def training_finished(self, attempt_id: str, outcome: TrainOutcome, now: float) -> None:
-        """The host trained ``attempt_id``; send the update (or say why it cannot count)."""
+    def training_finished(self, attempt_id: str, outcome: TrainOutcome, now: float, *,
+                          start: BytesLike | None = None) -> None:
+        """The host trained ``attempt_id``; send the update (or say why it cannot count). ``start``: the
+        weights it trained from, which a securely aggregated round needs (the update is masked as a delta)."""
         assign = self._finish_attempt(attempt_id)
         if assign is None:
             return
@@ -343,8 +354,23 @@ class Participant:
             # bytes, hashed against this reference, so a result of another size is the model's fault.
             self._weight_bytes = assign.checkpoint.bytes
         problem = self._check_outcome(outcome)
+        try:
+            terms = SecureTerms.from_settings(assign.settings)
+        except SecAggError as exc:
+            problem = problem or exc.message
+            terms = None
+        problem = problem or self._check_terms(terms)
+        if problem is None and terms is not None and (start is None or len(start) != len(outcome.weights)):
+            problem = "secure aggregation needs the weights the update was trained from (a host bug)"
         if problem is not None:
             self._fail(assign, problem)
+        elif terms is not None:
+            assert start is not None
+            # Nothing leaves in the clear: the keys say the update is ready, the masked vector follows.
+            self._secure = SecureContribution(self.my_peer_id, assign.job_id, assign.round, terms, start,
+                                              outcome.weights, outcome.count)
+            self._move("trained")
+            self._send(self._secure.keys())
         else:
             sent = outcome.compressed if outcome.compressed is not None else outcome.weights
             sha = hashlib.sha256(sent).hexdigest()
@@ -355,6 +381,48 @@ class Participant:
             self._move("trained")
             self._commands.append(Send(self.coordinator or "", update, (ref,), {sha: bytes(sent)}))
         self._next()
+
+    def _invited_privacy(self) -> PrivacySettings | None:
+        """The privacy the invitation promised (None: no invitation, as for the coordinator's own participant)."""
+        if self.invitation is None:
+            return None
+        try:
+            return TrainingSettings.from_json(self.invitation.settings).privacy
+        except WeeiError:
+            return None  # accepting such an invitation failed already; nothing to hold the coordinator to
+
+    def _check_terms(self, terms: SecureTerms | None) -> str | None:
+        """Why an assignment's secure-aggregation terms break the invitation's promise, or None. What this
+        participant agreed to decides, not the coordinator's later word: an update never leaves in the clear
+        under an invitation that said it would be masked, nor clipped more loosely than it said."""
+        invited = self._invited_privacy()
+        if invited is None or not invited.secure_aggregation:
+            return None
+        if terms is None:
+            return "the invitation promised secure aggregation; this assignment asks for the update in the clear"
+        if invited.participant_clip is not None and terms.clip > invited.participant_clip:
+            return (f"the assignment's clip {terms.clip:g} is above the invitation's {invited.participant_clip:g}")
+        return None
+
+    def _on_secagg(self, message: SecAggRoster | SecAggSharesFor | SecAggUnmask) -> None:
+        """A step of secure aggregation for the update this participant holds; a step it refuses ends its part."""
+        contribution = self._secure
+        if contribution is None or not contribution.matches(message):
+            self._log("message.ignored", reason="no-secure-contribution", type=message.TYPE)
+            return
+        try:
+            if isinstance(message, SecAggRoster):
+                self._send(contribution.on_roster(message))
+            elif isinstance(message, SecAggSharesFor):
+                masked, data = contribution.on_shares_for(message)
+                self._commands.append(Send(self.coordinator or "", masked, (masked.masked,), {masked.masked.sha256: data}))
+            else:
+                self._secure = None  # shares are revealed once
+                self._send(contribution.on_unmask(message))
+        except SecAggError as exc:
+            self._secure = None
+            self.last_error = f"secure aggregation: {exc.message}"
+            self._log("secagg.refused", reason=exc.reason, peer=exc.peer, error=exc.message)
 
     def training_failed(self, attempt_id: str, error: str, now: float) -> None:
         assign = self._finish_attempt(attempt_id)
@@ -396,6 +464,7 @@ class Participant:
     def disconnected(self, now: float) -> None:
         if self.job_id is not None and takes_part(self.state):
             self.current = self.pending = None
+            self._secure = None
             if self.state != P.DISCONNECTED:
                 self.offline_since = now
             self._move("disconnected")

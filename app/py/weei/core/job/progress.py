@@ -165,7 +165,8 @@ def give_back(dataset: DatasetSchedule | None, experience: ExperienceSchedule | 
 
 def checkpoint_metadata(spec: JobSpec, *, round_: int, weights_sha256: str, weight_bytes: int,
                         metrics: Mapping[str, float], examples: int, incomplete: bool,
-                        progress: Mapping[str, Any], aggregation: AggregationState | None) -> dict[str, Any]:
+                        progress: Mapping[str, Any], aggregation: AggregationState | None,
+                        privacy: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The metadata of checkpoint ``round_`` of the job ``spec``, as :func:`~weei.core.formats.checkpoint.write_checkpoint`
     takes it (its file name: ``checkpoint_file_name``).
 
@@ -190,6 +191,8 @@ def checkpoint_metadata(spec: JobSpec, *, round_: int, weights_sha256: str, weig
     }
     if spec.auxiliary_files:
         metadata["auxiliaryWeights"] = {k: v.sha256 for k, v in spec.auxiliary_files.items()}
+    if privacy is not None:
+        metadata["privacy"] = dict(privacy)  # what DP has spent so far (weei.core.privacy.dp_accountant)
     if aggregation is not None:
         metadata["aggregationState"] = {"method": aggregation.method, "step": aggregation.step,
                                         "bytes": len(aggregation.data)}

@@ -25,12 +25,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from ..aggregation.aggregate import AggregationState
+from ..aggregation.aggregate import AggregationState, DpRound
+from ..privacy.dp_accountant import DpLedger
 from ..links.relay import Broadcast, Relays, relay_assignments
 from ..wire.commands import Command, SaveCheckpoint
 from ..wire.messages import ArtifactRef
-from .attempts import Received, RoundAttempts
-from .round_rules import Kernel, RoundRecord, close_round
+from ..privacy.secagg import AdvertiseKeys
+from .attempts import Attempt, Received, RoundAttempts
+from .round_rules import Kernel, RoundRecord, close_round, secure_terms
+from .secure_round import SecureRound
 from .schedule import DatasetSchedule
 from .spec import JobSpec
 
@@ -46,6 +49,7 @@ class RoundClosed:
     epoch_done: bool
     save: SaveCheckpoint
     incomplete: bool  # the checkpoint says the job ended incomplete
+    dp_ledger: DpLedger | None = None  # the privacy spent with this round (None: the job has no DP)
 
 
 @dataclass(frozen=True)
@@ -70,8 +74,15 @@ RoundOutcome = RoundClosed | RoundEmpty | RoundFailed
 class Round:
     """One round: its spec (settings), attempts, relayed checkpoint, and once closed, its outcome."""
 
-    def __init__(self, number: int, spec: JobSpec, attempts: RoundAttempts, opened_at: float) -> None:
+    def __init__(self, number: int, spec: JobSpec, attempts: RoundAttempts, opened_at: float, opening: int = 1) -> None:
         self.number = number
+        self.opening = opening  # 1, then 2 for the round's first retry, ...
+        #: Secure aggregation (docs/privacy.md): the terms its assignments carry, the keys of the participants
+        #: that trained (by peer, with their attempt), and the protocol once the training phase closed.
+        self.terms = secure_terms(spec, opening)
+        self.keyed: dict[str, tuple[Attempt, AdvertiseKeys]] = {}
+        self.secure: SecureRound | None = None
+        self.secured_at = 0.0  # the host's stopwatch when secure aggregation started
         self.spec = spec  # as the round opened: its settings aggregate it and are recorded in its checkpoint
         self.attempts = attempts
         self.opened_at = opened_at  # the host's stopwatch when the round's work went out
@@ -93,14 +104,20 @@ class Round:
         return received
 
     def aggregate(self, kernel: Kernel, weights: bytes, state: AggregationState | None,
-                  received: Sequence[Received], digest: Callable[[bytes], str]) -> RoundRecord:
+                  received: Sequence[Received], digest: Callable[[bytes], str],
+                  dp: DpRound | None = None) -> RoundRecord:
         """Checkpoint ``number``'s record, under the settings the round opened with.
 
         Raises:
             SettingsError, AggregationError: as ``round_rules.close_round``.
         """
         return close_round(kernel, self.number, weights, state, self.spec.settings, self.spec.info, received,
-                           digest=digest)
+                           digest=digest, dp=dp)
+
+    @property
+    def securing(self) -> bool:
+        """The training phase closed and secure aggregation runs: no new round opens meanwhile."""
+        return self.secure is not None and not self.secure.done and self.outcome is None
 
     def end(self, outcome: RoundOutcome) -> None:
         self.closing = False

@@ -22,8 +22,10 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
-from ..aggregation.aggregate import AggregationKernel, AggregationState, BytesLike, aggregate_round, weighted_mean
+from ..aggregation.aggregate import AggregationKernel, AggregationState, BytesLike, DpRound, aggregate_round, weighted_mean
+from ..privacy.dp_noise import DpReport
 from .attempts import Attempt, Received
+from .secure_round import ASSIGN_KEY, SecureTerms
 from ..wire.commands import RunValidation
 from ..errors import SettingsError, UsageError, SettingsReason, UsageReason
 from .spec import JobSpec
@@ -35,7 +37,7 @@ from ..formats.settings import TrainingSettings
 
 __all__ = [
     "Kernel", "RoundRecord", "close_round", "weighted_metrics", "check_method", "check_units", "chunk_seed",
-    "make_assign", "assignment_settings", "auxiliary_for", "snapshot_round", "snapshot_rounds", "held_round", "check_can_validate", "validation_due", "validation_command",
+    "make_assign", "secure_terms", "assignment_settings", "auxiliary_for", "snapshot_round", "snapshot_rounds", "held_round", "check_can_validate", "validation_due", "validation_command",
 ]
 
 
@@ -67,11 +69,12 @@ class RoundRecord:
     robust: RobustReport | None = None  # what robust aggregation did (None: off), by assignment id
     outliers: list[str] = field(default_factory=list)  # peers whose delta norm was an outlier, sorted
     clipped: list[str] = field(default_factory=list)  # peers whose update normClip scaled down, sorted
+    dp: DpReport | None = None  # what DP's clipping and noise did (None: the job has no DP)
 
 
 def close_round(kernel: Kernel, round_: int, weights: bytes, state: AggregationState | None,
                 settings: TrainingSettings, info: ModelInfo, received: Sequence[Received],
-                digest: Callable[[bytes], str] | None = None) -> RoundRecord:
+                digest: Callable[[bytes], str] | None = None, dp: DpRound | None = None) -> RoundRecord:
     """Aggregate round ``round_``'s valid updates (canonical order, at least one) into its checkpoint.
 
     ``digest`` names the new weights (hex SHA-256); by default the kernel's
@@ -84,7 +87,7 @@ def close_round(kernel: Kernel, round_: int, weights: bytes, state: AggregationS
     """
     check_method(info, settings)
     contributions = [(r.attempt.assignment_id, r.update.count, r.weights) for r in received]
-    result = aggregate_round(kernel, weights, contributions, settings.aggregation, state, info.aggregation)
+    result = aggregate_round(kernel, weights, contributions, settings.aggregation, state, info.aggregation, dp)
     # Keyed as the report names contributions (str | int); here every id is an assignment id (str).
     peer_of: dict[str | int, str] = {r.attempt.assignment_id: r.attempt.peer for r in received}
     report = result.report
@@ -100,6 +103,7 @@ def close_round(kernel: Kernel, round_: int, weights: bytes, state: AggregationS
         robust=report,
         outliers=sorted({peer_of[a] for a in report.outliers}) if report else [],
         clipped=sorted({peer_of[a] for a in report.clipped}) if report else [],
+        dp=result.dp,
     )
 
 
@@ -138,9 +142,10 @@ def chunk_seed(job_id: str, assignment_id: str) -> int:
 
 
 def make_assign(spec: JobSpec, attempt: Attempt, checkpoint: ArtifactRef, checkpoint_hashes: Mapping[int, str],
-                job_seed: int | None, *, shader_archive: bool = False) -> tuple[Assign, list[ArtifactRef]]:
+                job_seed: int | None, *, shader_archive: bool = False,
+                secure: SecureTerms | None = None) -> tuple[Assign, list[ArtifactRef]]:
     """The Assign message of ``attempt`` and every artifact it refers to (checkpoint, files, chunk, and
-    the WGSL archive for a participant that asked for it)."""
+    the WGSL archive for a participant that asked for it); ``secure``: the round's secure-aggregation terms."""
     chunk_ref = None
     if attempt.chunk_id is not None:
         chunk = spec.chunk(attempt.chunk_id)
@@ -149,12 +154,32 @@ def make_assign(spec: JobSpec, attempt: Attempt, checkpoint: ArtifactRef, checkp
     unit_range = UnitRange(units.start, units.count, attempt.seed, job_seed or 0) if units is not None else None
     aux = auxiliary_for(spec, checkpoint_hashes, attempt.round)
     archive = spec.gpu.ref if shader_archive and spec.gpu is not None else None
+    settings = assignment_settings(spec.settings)
+    if secure is not None:
+        settings[ASSIGN_KEY] = secure.to_json()
     assign = Assign(spec.job_id, attempt.round, attempt.assignment_id, attempt.attempt_id, checkpoint,
-                    assignment_settings(spec.settings), attempt.seed, chunk_ref, unit_range, aux, archive)
+                    settings, attempt.seed, chunk_ref, unit_range, aux, archive)
     attachments = [checkpoint, *aux.values(), *([archive] if archive is not None else [])]
     if chunk_ref is not None:
         attachments.append(chunk_ref.data)
     return assign, attachments
+
+
+def secure_terms(spec: JobSpec, opening: int) -> SecureTerms | None:
+    """The secure-aggregation terms of a round of ``spec`` (None: off). The largest weight is a bound every
+    assignment of the job respects: the largest chunk's examples, the model's most units, or 1 under DP."""
+    privacy = spec.settings.privacy
+    if not privacy.secure_aggregation:
+        return None
+    assert privacy.participant_clip is not None  # the settings refuse secure aggregation without a clip
+    if privacy.dp is not None:
+        max_weight = 1.0
+    elif spec.is_experience:
+        assert spec.info.work_source is not None
+        max_weight = float(spec.info.work_source.maximum_units)
+    else:
+        max_weight = float(max((c.example_count for c in spec.chunks), default=1))
+    return SecureTerms(privacy.participant_clip, max_weight, privacy.threshold, opening, privacy.dp is None)
 
 
 def assignment_settings(settings: TrainingSettings) -> dict[str, Any]:
@@ -162,6 +187,8 @@ def assignment_settings(settings: TrainingSettings) -> dict[str, Any]:
     out: dict[str, Any] = {"localEpochs": settings.local_epochs, "batchSize": settings.batch_size}
     if settings.learning_rate is not None:
         out["learningRate"] = settings.learning_rate
+    if settings.privacy.dp is not None:  # the participant clips its own update (dp_noise.clip_to_norm)
+        out["dpClip"] = settings.privacy.dp.clip
     return out
 
 

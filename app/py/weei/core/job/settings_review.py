@@ -25,13 +25,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Literal, Mapping
+from typing import Any, Callable, Literal, Mapping
 
 from .coordinator import Coordinator
 from ..errors import WeeiError
 from ..observe.live_progress import LiveProgress
 from ..formats.manifest import ModelPackage, parse_manifest_file
 from ..formats.settings import TrainingSettings
+from ..privacy.dp_accountant import epsilon_json
 
 __all__ = [
     "CONFIRM_EPOCHS", "CONFIRM_ROUNDS", "CONFIRM_LOCAL_EPOCHS", "CONFIRM_BATCH_SIZE", "NOTE_LEARNING_RATE",
@@ -106,6 +107,8 @@ class Review:
     warnings: tuple[SettingsWarning, ...]
     work: int | None  # examples (or units) the whole job processes, when known
     estimated_ms: int | None  # work over the measured speed, when both are known
+    # privacy's plan: {secureAggregation?: {clip, threshold}, dp?: {plannedEpsilon, delta, maxRounds}}
+    privacy: dict[str, Any] | None = None
 
     @property
     def needs_confirmation(self) -> bool:
@@ -118,6 +121,8 @@ class Review:
             out["work"] = self.work
         if self.estimated_ms is not None:
             out["estimatedMs"] = self.estimated_ms
+        if self.privacy is not None:
+            out["privacy"] = self.privacy
         return out
 
 
@@ -181,7 +186,36 @@ def review_settings(settings: TrainingSettings, facts: WorkFacts) -> Review:
     elif work is not None and work > CONFIRM_WORK:
         warn("epochs", "confirm", f"the job processes {work:,} {unit} in all (above {CONFIRM_WORK:.0e}): "
                                   "days or years of training")
-    return Review(tuple(out), work, estimated)
+    privacy = {**(_review_secure(settings, warn) or {}), **(_review_dp(settings, warn) or {})}
+    return Review(tuple(out), work, estimated, privacy or None)
+
+
+def _review_secure(settings: TrainingSettings, warn: Callable[..., None]) -> dict[str, Any] | None:
+    """What secure aggregation asks of a round, said as a note."""
+    privacy = settings.privacy
+    if not privacy.secure_aggregation:
+        return None
+    warn("privacy.secureAggregation", "note",
+         f"secure aggregation: each participant clips its update to {privacy.participant_clip:g} and masks it; the "
+         f"coordinator sees only each round's sum, which counts only when max(2, {privacy.threshold:g} x n) of the "
+         "round's n participants stay to its end (a round of one always fails); no training metrics are collected")
+    return {"secureAggregation": {"clip": privacy.participant_clip, "threshold": privacy.threshold}}
+
+
+def _review_dp(settings: TrainingSettings, warn: Callable[[str, Level, str], None]) -> dict[str, Any] | None:
+    """The planned ε of privacy.dp, said as a note (a confirmation without noise: no guarantee at all)."""
+    dp = settings.privacy.dp
+    if dp is None:
+        return None
+    planned = dp.planned_epsilon
+    if planned == float("inf"):
+        warn("privacy.dp.noiseMultiplier", "confirm", "a noise multiplier of 0 clips updates but adds no noise: "
+                                                      "no differential privacy (ε is infinite)")
+    else:
+        warn("privacy.dp", "note", f"differential privacy: ε ≤ {planned:.3g} at δ = {dp.delta:g} for each "
+                                   f"participant over at most {dp.max_rounds:,} rounds (clip {dp.clip:g}, "
+                                   f"noise multiplier {dp.noise_multiplier:g})")
+    return {"dp": {"plannedEpsilon": epsilon_json(planned), "delta": dp.delta, "maxRounds": dp.max_rounds}}
 
 
 def _review_outer_step(settings: TrainingSettings, warn: Any) -> None:

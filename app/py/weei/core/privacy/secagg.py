@@ -72,6 +72,7 @@ __all__ = [
     "weighted_vector",
     "fedavg_from_sum",
     "mask_vector",
+    "check_keys",
 ]
 
 RandomBytes = Callable[[int], bytes]
@@ -228,6 +229,15 @@ def _pair_seed(tag: bytes, shared: bytes, a: str, b: str) -> bytes:
     return prg.derive("pair-mask", tag, shared, lo.encode(), hi.encode())
 
 
+def check_keys(sender: str, keys: AdvertiseKeys) -> None:
+    """Refuse public keys that are malformed or of low order, naming ``sender``: raises SecAggError(BAD_KEY).
+    The coordinator checks them as they arrive, rather than every peer aborting the round later."""
+    if len(keys.c_pk) != KEY_BYTES or len(keys.s_pk) != KEY_BYTES:
+        raise SecAggError(SecAggReason.BAD_KEY, f"{sender}'s public keys are not 32 bytes each", sender)
+    _agree(_PROBE, keys.c_pk, sender)
+    _agree(_PROBE, keys.s_pk, sender)
+
+
 def _rebuild(shares: list[tuple[int, int]], size: int) -> bytes | None:
     try:
         return shamir.combine(shares, size)
@@ -284,6 +294,9 @@ class SecAggClient:
         self._roster: dict[str, AdvertiseKeys] = {}
         self._u2: tuple[str, ...] = ()
         self._held: dict[str, tuple[int, int, bytes, int, bytes]] = {}  # dealer -> (x, y_sk, salt_sk, y_b, salt_b)
+        # X25519 is most of a peer's cost: its own public keys and each pair's c-agreement are computed once.
+        self._keys = AdvertiseKeys(public_key(self._c_sk), public_key(self._s_sk))
+        self._c_shared: dict[str, bytes] = {}
         self._stage = 0
 
     def _step(self, stage: int, name: str) -> None:
@@ -302,18 +315,24 @@ class SecAggClient:
     def advertise(self) -> AdvertiseKeys:
         """This round's public keys."""
         self._step(0, "advertise")
-        return AdvertiseKeys(public_key(self._c_sk), public_key(self._s_sk))
+        return self._keys
 
-    def share(self, roster: Roster) -> ShareKeys:
+    def share(self, roster: Roster, params: SecAggParams | None = None) -> ShareKeys:
         """Split and seal this participant's s_sk and self-mask seed to every peer of U1.
 
-        Raises SecAggError: BAD_MESSAGE (this participant missing or its keys altered, an id twice),
-        BELOW_THRESHOLD, BAD_KEY (a peer's key of low order).
+        ``params``: the round's, when the roster is what settles them (a job's rounds learn the threshold
+        with U1); the round tag and the length must be those the keys were made for.
+
+        Raises SecAggError: BAD_MESSAGE (this participant missing or its keys altered, an id twice, other
+        params), BELOW_THRESHOLD, BAD_KEY (a peer's key of low order).
         """
         self._step(1, "share")
+        if params is not None:
+            if params.round_tag != self.params.round_tag or params.length != self.params.length:
+                raise SecAggError(SecAggReason.BAD_MESSAGE, "the roster's round or vector length is not this round's")
+            self.params = params
         ids = [peer for peer, _ in roster.keys]
-        if len(set(ids)) != len(ids) or ids != sorted(ids) or dict(roster.keys).get(self.me) != AdvertiseKeys(
-                public_key(self._c_sk), public_key(self._s_sk)):
+        if len(set(ids)) != len(ids) or ids != sorted(ids) or dict(roster.keys).get(self.me) != self._keys:
             raise SecAggError(SecAggReason.BAD_MESSAGE, "the roster is not sorted and distinct, or does not hold this participant's keys")
         if len(ids) < self.params.threshold:
             raise SecAggError(SecAggReason.BELOW_THRESHOLD, f"{len(ids)} participants advertised, below {self.params.threshold}")
@@ -332,8 +351,8 @@ class SecAggClient:
                 self._held[peer] = (index + 1, y_sk, salt_sk, y_b, salt_b)
                 continue
             plain = (y_sk.to_bytes(shamir.SHARE_BYTES, "big") + salt_sk + y_b.to_bytes(shamir.SHARE_BYTES, "big") + salt_b)
-            key = _seal_key(tag, _agree(self._c_sk, self._roster[peer].c_pk, peer), self.me, peer)
-            sealed.append((peer, prg.seal(key, plain)))
+            shared = self._c_shared[peer] = _agree(self._c_sk, self._roster[peer].c_pk, peer)
+            sealed.append((peer, prg.seal(_seal_key(tag, shared, self.me, peer), plain)))
         return ShareKeys(tuple(sealed), tuple(commitments), _seed_commit(tag, self.me, self._seed))
 
     def mask(self, shares: SharesFor, vector: Sequence[float]) -> MaskedInput:
@@ -353,7 +372,7 @@ class SecAggClient:
             raise SecAggError(SecAggReason.BAD_MESSAGE, "the inbox does not hold exactly one sealed share per peer of U2")
         ids = sorted(self._roster)
         for dealer, sealed in inbox.items():
-            key = _seal_key(tag, _agree(self._c_sk, self._roster[dealer].c_pk, dealer), dealer, self.me)
+            key = _seal_key(tag, self._c_shared[dealer], dealer, self.me)
             plain = prg.open_sealed(key, sealed)
             if plain is None or len(plain) != _SHARE_PLAIN:
                 raise SecAggError(SecAggReason.BAD_CIPHERTEXT, f"the share {dealer} sealed does not open", dealer)
@@ -436,6 +455,13 @@ class SecAggServer:
             return self._close(now)
         return []
 
+    def drop(self, peer: str, now: float) -> list[Outgoing]:
+        """``peer`` is gone (its channel closed, it left): the stage stops waiting for it. Returns what to send."""
+        if self.done or peer not in self._expected or peer in self._got:
+            return []
+        self._expected.discard(peer)
+        return self._close(now) if set(self._got) == self._expected else []
+
     def handle_timer(self, now: float) -> list[Outgoing]:
         """Close the stage at its deadline. Returns what to send."""
         if self.done or now < self.deadline:
@@ -445,11 +471,7 @@ class SecAggServer:
     def _check(self, sender: str, message: Message) -> None:
         length = self.params.length
         if isinstance(message, AdvertiseKeys):
-            if len(message.c_pk) != KEY_BYTES or len(message.s_pk) != KEY_BYTES:
-                raise SecAggError(SecAggReason.BAD_KEY, f"{sender}'s public keys are not 32 bytes each", sender)
-            # Refused here, naming the sender, rather than by every peer that would then abort the round.
-            _agree(_PROBE, message.c_pk, sender)
-            _agree(_PROBE, message.s_pk, sender)
+            check_keys(sender, message)
         elif isinstance(message, ShareKeys):
             peers = set(self._keys) - {sender}
             if ({p for p, _ in message.sealed} != peers or len(message.sealed) != len(peers)

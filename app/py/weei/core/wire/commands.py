@@ -100,7 +100,7 @@ class RoundPhase:
     """
 
     round: int
-    name: str  # 'round.training', or the aggregation method: 'fedavg', 'fedavgm', 'fedadam'
+    name: str  # 'round.training', the aggregation method ('fedavg', 'fedavgm', 'fedadam'), or 'secagg'
     started: float
     finished: float
 
