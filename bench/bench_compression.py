@@ -146,7 +146,7 @@ def coordinator_round(weight_count: int, peers: int, compression: CompressionSet
     arriving = []
     for assign in _assigns(coordinator, coordinator.take_commands()):
         # Heavy-tailed, as trained deltas are (Student's t, 2 degrees of freedom), so that deflating the codes
-        # makes them smaller (to 0.70 of int8's, 0.40 of int4's; digits-mlp's: 0.78, 0.77) and the deflated
+        # makes them smaller (to 0.70 of int8's, 0.40 of int4's; digits-mlp's: 0.75, 0.73) and the deflated
         # runs pay for inflating them: a cost by the bytes it writes, the plain codes' size either way.
         trained = (np.frombuffer(start, np.float32) + rng.standard_t(2, weight_count).astype(np.float32)
                    * np.float32(0.01)).tobytes()
