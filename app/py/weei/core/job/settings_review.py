@@ -216,9 +216,10 @@ def _review_compression(settings: TrainingSettings, warn: Any) -> None:
              "default block of 256 (whose final loss was measured within 1% of float32's, docs/methods.md)")
     if compression.deflate:
         warn("compression.deflate", "note",
-             "deflating the codes made digits-mlp's updates a fifth smaller (int8: 4.58 instead of 3.63 x fewer "
-             "bytes than float32) and cost the coordinator 2 to 3.4 x a float32 update's CPU to inflate them "
-             "(docs/methods.md): worth it where uploads, not the coordinator's CPU, limit a round")
+             "deflating the codes made digits-mlp's int8 updates a fifth smaller (4.58 instead of 3.63 x fewer "
+             "bytes than float32), the byte-transformer's 5% (its int4 ones an eighth), and cost the coordinator "
+             "2 to 3.4 x a float32 update's CPU to inflate them (docs/methods.md): worth it where uploads, not "
+             "the coordinator's CPU, limit a round")
 
 
 def _work(settings: TrainingSettings, facts: WorkFacts, experience: bool) -> int | None:
