@@ -573,16 +573,18 @@ def _qdelta() -> Target:
     from weei.kernel.numpy_kernel import NumpyKernel
 
     kernel = NumpyKernel()
-    n = 37
+    n = 97
     start = _struct.pack(f"<{n}f", *(i / 9 - 2 for i in range(n)))
     trained = _struct.pack(f"<{n}f", *(i / 9 - 2 + ((i * 7) % 5 - 2) / 100 for i in range(n)))
     shape = layout(4 * n, [(8, 12)])  # 3 averageOnly values travel raw
-    settings = {bits: CompressionSettings(kind, 8) for kind, bits in (("int8", 8), ("int4", 4))}
+    settings = {(bits, deflate): CompressionSettings(kind, 8, deflate)
+                for kind, bits in (("int8", 8), ("int4", 4)) for deflate in (False, True)}
     samples = [compress_update(kernel, start, trained, s, shape, None)[0] for s in settings.values()]
+    assert [data[5] for data in samples] == [0, 1, 0, 1]  # plain and deflated codes of each width
 
     def decode(data: bytes) -> Any:
-        # The width the input claims picks the settings, so both code widths are reached past the header.
-        chosen = settings.get(data[4] if len(data) > 4 else 8, settings[8])
+        # The width and codec the input claims pick the settings, so every decoder is reached past the header.
+        chosen = settings.get((data[4], data[5] == 1) if len(data) > 5 else (8, False), settings[8, False])
         return decompress_update(kernel, start, data, chosen, shape)
 
     return Target("qdelta", decode, (QDeltaError,), samples, lambda rng, data: mutate_bytes(rng, data),

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import io
 import struct
+import tracemalloc
+import zlib
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -178,7 +180,9 @@ HOSTILE = [
     ("qdelta-truncated", lambda d: d[:HEADER_BYTES + 5]),
     ("qdelta-trailing-bytes", lambda d: d + b"\0"),
     ("qdelta-bad-magic", lambda d: b"WQD2" + d[4:]),
-    ("qdelta-bad-header", lambda d: _patch(d, 5, b"\1")),
+    ("qdelta-bad-header", lambda d: _patch(d, 5, b"\2")),  # codec 2
+    ("qdelta-bad-header", lambda d: _patch(d, 6, b"\1")),
+    ("qdelta-codec-mismatch", lambda d: _patch(d, 5, b"\1")),  # deflated codes in a job that does not deflate
     ("qdelta-bad-header", lambda d: _patch(d, 4, b"\x10")),
     ("qdelta-bad-header", lambda d: _patch(d, 8, struct.pack("<I", 4))),
     ("qdelta-kind-mismatch", lambda d: _patch(d, 4, b"\4")),
@@ -229,6 +233,117 @@ def test_every_cut_of_a_sample_is_refused_by_name() -> None:
     for cut in range(len(data)):
         with pytest.raises(QDeltaError):
             parse(data[:cut], 4)
+
+
+# ----------------------------------------------------------- deflated codes
+
+def _raw_deflate(data: bytes) -> bytes:
+    packer = zlib.compressobj(9, zlib.DEFLATED, -15)
+    return packer.compress(data) + packer.flush()
+
+
+def low_entropy(n: int, seed: int = 3) -> tuple[bytes, bytes]:
+    """A start and trained weights whose delta is heavy-tailed: mostly small against its block's largest."""
+    rng = np.random.default_rng(seed)
+    start = rng.standard_normal(n).astype("<f4")
+    return start.tobytes(), (start + rng.standard_t(2, n).astype("<f4") * np.float32(0.001)).tobytes()
+
+
+def test_deflate_setting_is_additive_checked_and_recorded() -> None:
+    base = {"epochs": 1, "localEpochs": 1, "batchSize": 8, "coordinatorParticipates": True}
+    parsed = TrainingSettings.from_json({**base, "compression": {"kind": "int8", "deflate": True}})
+    assert parsed.compression == CompressionSettings("int8", 256, True)
+    assert parsed.to_json()["compression"] == {"kind": "int8", "block": 256, "deflate": True}
+    off = TrainingSettings.from_json({**base, "compression": {"kind": "int8", "deflate": False}})
+    assert off.to_json()["compression"] == {"kind": "int8", "block": 256}  # the form a job had before the option
+    with pytest.raises(SettingsError) as err:
+        TrainingSettings.from_json({**base, "compression": {"kind": "int8", "deflate": 1}})
+    assert (err.value.field, err.value.reason) == ("compression.deflate", "invalid-setting")
+
+
+@pytest.mark.parametrize("bits", [8, 4])
+def test_deflated_codes_are_smaller_and_dequantize_to_the_same_bits_on_every_kernel(bits: int) -> None:
+    n = 5003
+    start, trained = low_entropy(n)
+    shape = layout(4 * n, [(400, 40)])
+    plain_settings = CompressionSettings("int8" if bits == 8 else "int4", 64)
+    packed_settings = replace(plain_settings, deflate=True)
+    residual = f32(np.linspace(-1e-4, 1e-4, shape.n_quantized))
+    plain, plain_residual = compress_update(NumpyKernel(), start, trained, plain_settings, shape, residual)
+    packed, packed_residual = compress_update(NumpyKernel(), start, trained, packed_settings, shape, residual)
+    assert packed[5] == 1 and plain[5] == 0 and len(packed) < 0.9 * len(plain)
+    assert packed_residual == plain_residual  # lossless: the error kept is the same
+    q_plain = parse_qdelta(plain, bits=bits, block=64, n_quantized=shape.n_quantized, n_raw=shape.n_raw)
+    q_packed = parse_qdelta(packed, bits=bits, block=64, n_quantized=shape.n_quantized, n_raw=shape.n_raw,
+                            deflate=True)
+    assert q_packed.deflated and bytes(q_packed.codes) == bytes(q_plain.codes)
+    for kernel in KERNELS.values():
+        assert bytes(decompress_update(kernel, start, packed, packed_settings, shape)) == \
+            bytes(decompress_update(kernel, start, plain, plain_settings, shape))
+
+
+def test_codes_that_do_not_deflate_smaller_travel_plain_and_are_accepted() -> None:
+    rng = np.random.default_rng(5)
+    codes = rng.integers(-127, 128, 4096).astype(np.int8).tobytes()  # 8 bits of entropy a code
+    data = serialize_qdelta(8, 256, 4096, f32(np.ones(16)), codes, b"", deflate=True)
+    assert data[5] == 0 and len(data) == qdelta_size(8, 256, 4096, 0)
+    q = parse_qdelta(data, bits=8, block=256, n_quantized=4096, n_raw=0, deflate=True)
+    assert not q.deflated and bytes(q.codes) == codes
+
+
+def deflated(section: bytes, n_q: int = N_Q, scales: int = 3) -> bytes:
+    """A deflate-codec artifact of int8 codes with this code section and two raw values."""
+    header = struct.pack("<4sBB2sIIII", b"WQD1", 8, 1, b"\0\0", 8, n_q, -(-n_q // 8), N_RAW)
+    return header + f32(np.full(scales, 0.5)) + section + f32([1.0, 2.0])
+
+
+def parse_deflated(data: bytes, n_q: int = N_Q) -> Any:
+    return parse_qdelta(data, bits=8, block=8, n_quantized=n_q, n_raw=N_RAW, deflate=True)
+
+
+DEFLATE_HOSTILE = [
+    ("qdelta-bad-deflate", b"\xff" * 10),  # not a deflate stream
+    ("qdelta-bad-deflate", _raw_deflate(bytes(N_Q))[:-2]),  # a stream that does not end
+    ("qdelta-bad-deflate", _raw_deflate(bytes(N_Q)) + b"\0"),  # a byte after the stream
+    ("qdelta-bad-deflate", bytes(N_Q)),  # as long as the plain codes: never worth deflating
+    ("qdelta-inflated-size", _raw_deflate(bytes(N_Q - 1))),
+    ("qdelta-inflated-size", _raw_deflate(bytes(N_Q + 1))),
+    ("qdelta-truncated", b""),
+]
+
+
+@pytest.mark.parametrize("reason, section", DEFLATE_HOSTILE, ids=[f"{r}-{i}" for i, (r, _) in enumerate(DEFLATE_HOSTILE)])
+def test_hostile_deflated_codes_are_refused_by_name(reason: str, section: bytes) -> None:
+    assert parse_deflated(deflated(_raw_deflate(bytes(N_Q)))).deflated  # the undamaged form parses
+    with pytest.raises(QDeltaError) as err:
+        parse_deflated(deflated(section))
+    assert err.value.reason == reason
+
+
+def test_a_deflate_bomb_inflates_no_further_than_the_codes_declared() -> None:
+    n_q = 100_000
+    bomb = _raw_deflate(bytes(95_000_000))  # 92 KB of deflate (under the 100,000 plain bytes) inflating to 95 MB
+    assert len(bomb) < n_q
+    data = deflated(bomb, n_q, scales=n_q // 8)
+    tracemalloc.start()
+    try:
+        with pytest.raises(QDeltaError) as err:
+            parse_deflated(data, n_q)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert err.value.reason == "qdelta-inflated-size"
+    assert peak < 4 * n_q  # the output stopped at the declared size (plus a byte), nowhere near 95 MB
+
+
+def test_every_cut_of_a_deflated_sample_is_refused_by_name() -> None:
+    start, trained = low_entropy(1000)
+    shape = layout(4000, [])
+    data = compress_update(NumpyKernel(), start, trained, CompressionSettings("int8", 64, True), shape, None)[0]
+    assert data[5] == 1
+    for cut in range(len(data)):
+        with pytest.raises(QDeltaError):
+            parse_qdelta(data[:cut], bits=8, block=64, n_quantized=1000, n_raw=0, deflate=True)
 
 
 # ----------------------------------------------------------- error feedback
@@ -392,6 +507,7 @@ COORDINATOR_REJECTIONS = [
     ("qdelta-non-finite-scale", _swap(lambda d: _patch(d, HEADER_BYTES, f32([np.nan])))),
     ("qdelta-wrong-block-count", _swap(lambda d: _patch(d, 16, struct.pack("<I", 99)))),
     ("qdelta-block-mismatch", _swap(lambda d: _patch(d, 8, struct.pack("<I", 16)))),
+    ("qdelta-codec-mismatch", _swap(lambda d: _patch(d, 5, b"\1"))),  # the job does not deflate
     ("non-finite-weights", _swap(lambda d: _patch(d, HEADER_BYTES, f32([3e38])))),  # finite scale, infinite weights
     ("wrong-kind", _swap(lambda d: f32(np.zeros(40)), kind="update")),
 ]
@@ -423,7 +539,8 @@ def test_a_float32_job_refuses_a_compressed_update() -> None:
 
 def test_a_digits_job_with_int8_updates_completes_in_process(tmp_path: Path) -> None:
     """Four controllers over the in-memory transport (the demo's path), the same seed with and without
-    int8: the job completes, nothing is rejected, updates travel compressed and the loss stays close."""
+    int8: the job completes, nothing is rejected, updates travel compressed and the loss stays close.
+    Deflated codes are lossless: the same seed gives the same checkpoints to the bit with them, in fewer bytes."""
     from weei.demo.run import DEMO_JOBS, run_job
 
     digits = next(j for j in DEMO_JOBS if j.name == "digits")
@@ -435,3 +552,12 @@ def test_a_digits_job_with_int8_updates_completes_in_process(tmp_path: Path) -> 
     assert abs(compressed.values()[-1] - plain.values()[-1]) <= 0.01 * plain.values()[-1]
     last = sorted((tmp_path / "int8").rglob("*.weei-checkpoint"))[-1]
     assert read_checkpoint(last.read_bytes()).metadata.settings.compression == CompressionSettings("int8", 256)
+    packed = run_job(digits, tmp_path / "deflate", stream=io.StringIO(),
+                     settings={**base, "compression": {"kind": "int8", "block": 256, "deflate": True}}, seed=7)
+    assert packed.rejected == 0 and packed.values() == compressed.values()
+    assert packed.updates_sent[1] == compressed.updates_sent[1]
+    assert packed.updates_sent[0] < 0.9 * compressed.updates_sent[0]
+    ends = [read_checkpoint(sorted((tmp_path / d).rglob("*.weei-checkpoint"))[-1].read_bytes())
+            for d in ("int8", "deflate")]
+    assert ends[0].weights == ends[1].weights
+    assert ends[1].metadata.settings.compression == CompressionSettings("int8", 256, True)

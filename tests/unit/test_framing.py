@@ -17,7 +17,7 @@ from weei.core.wire.framing import (
     FATAL_REASONS, HARD_MAX_FRAME_BYTES, HEADER_BYTES, REASONS, Abort, ArtifactBegin, ChannelBroken, Data,
     FrameError, FrameReader, FrameType, FrameWriter, MessageBegin, MessageReceived, ReaderLimits, SendQueue,
     TransferBook, TransferDone, TransferFailed, TransferProgress, abort_frame, artifact_begin_frame, data_frame,
-    message_begin_frame, parse_frame, referenced_artifacts,
+    framed_bytes, message_begin_frame, parse_frame, referenced_artifacts,
 )
 from weei.core.wire.framing import FrameReason
 from weei.core.wire.messages import (
@@ -108,6 +108,10 @@ def test_several_attachments_round_trip(sizes: tuple[int, int, int], max_frame: 
     (got,) = received(events)
     assert got.message == message
     assert got.blobs == {hashlib.sha256(b).hexdigest(): b for b in (cp, chunk, aux)}
+    json_bytes = len(json.dumps(encode_message(message), separators=(",", ":")).encode())
+    # What an in-memory host counts as sent is what the writer puts on the channel, every header included.
+    sent = {r.sha256: (r.kind, r.bytes) for r in referenced_artifacts(message)}  # equal blobs travel once, as frames_of names them
+    assert framed_bytes(json_bytes, list(sent.values()), max_frame) == sum(len(f) for f in frames)
 
 
 def test_several_sends_in_order_and_one_frame_at_a_time() -> None:

@@ -119,3 +119,17 @@ def test_fedavgm_momentum_measured_to_overshoot_is_noted_by_code() -> None:
 def test_outer_steps_not_measured_to_overshoot_raise_no_code(aggregation: dict[str, Any]) -> None:
     assert outer_step_warnings(aggregation) == []
     assert all("code" not in w.to_json() for w in review_settings(settings(aggregation=aggregation), DIGITS).warnings)
+
+
+def test_compression_notes_small_blocks_and_the_cost_of_deflate() -> None:
+    def notes(compression: dict[str, Any]) -> dict[str, str]:
+        review = review_settings(settings(compression=compression), DIGITS)
+        assert not review.needs_confirmation
+        return {w.field: w.message for w in review.warnings if w.field.startswith("compression")}
+
+    assert notes({"kind": "int8"}) == {} and notes({"kind": "int4", "block": 64}) == {}
+    small = notes({"kind": "int8", "block": 8})
+    assert list(small) == ["compression.block"] and "2.67 x" in small["compression.block"]
+    assert "3.94 x" in small["compression.block"]
+    deflate = notes({"kind": "int4", "deflate": True})
+    assert list(deflate) == ["compression.deflate"] and "CPU" in deflate["compression.deflate"]

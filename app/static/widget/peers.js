@@ -216,7 +216,7 @@ export class Peers {
       s.localEpochs !== undefined ? `local epochs ${s.localEpochs}` : null, s.batchSize !== undefined ? `batch ${s.batchSize}` : null,
       `learning rate ${s.learningRate !== undefined ? s.learningRate : 'model default'}`,
       s.experience ? `${s.experience.unitsPerAssignment} ${(exp && exp.unit && exp.unit.label || 'units').toLowerCase()} per round` : null,
-      agg, s.compression ? `updates sent as ${s.compression.kind}, a scale per ${s.compression.block} weights` : null].filter(Boolean).join(' · ');
+      agg, s.compression ? `updates sent as ${s.compression.kind}, a scale per ${s.compression.block} weights${s.compression.deflate ? ', deflated' : ''}` : null].filter(Boolean).join(' · ');
     return h('div', { class: 'card invitation', 'data-job': jobId },
       h('dl', { class: 'kv' },
         h('dt', { text: 'Model' }), h('dd', { text: `${info.name || '—'} (${info.id || '—'} ${info.version || ''})` }),

@@ -18,6 +18,7 @@ from ..api.controller import TrainingController
 from ..core.wire.commands import Send
 from ..core.wire.framing import referenced_artifacts
 from ..core.errors import WeeiError, WeeiReason
+from ..core.wire.framing.frames import framed_bytes
 from ..core.wire.messages import decode_message, encode_message
 from ..core.verified import VerifiedBlobs
 
@@ -51,7 +52,8 @@ class MemoryNetwork:
         self.inboxes: dict[str, asyncio.Queue[tuple[str, str, dict[str, bytes]]]] = {}
         self.workers: dict[str, asyncio.Task[None]] = {}
         self.bytes_moved = 0
-        #: Bytes moved (message text and attachments) and messages, by message type ("update", "assign", ...).
+        #: Bytes moved (the frames of the message and its attachments, as on a data channel) and messages, by
+        #: message type ("update", "assign", ...).
         self.bytes_by_type: dict[str, int] = {}
         self.count_by_type: dict[str, int] = {}
         self.lost = 0
@@ -73,8 +75,10 @@ class MemoryNetwork:
         if src not in self.connected or send.peer not in self.connected:
             self.lost += 1
             return
-        text = json.dumps(encode_message(send.message))
-        size = len(text) + sum(len(b) for b in blobs.values())
+        # As the frame writer encodes it, and counted as the frames that would carry it and its attachments.
+        text = json.dumps(encode_message(send.message), separators=(",", ":"), ensure_ascii=False)
+        kinds = {ref.sha256: ref.kind for ref in _attachments(send.message)}
+        size = framed_bytes(len(text.encode()), [(kinds.get(sha, ""), len(b)) for sha, b in blobs.items()])
         self.bytes_moved += size
         kind = send.message.TYPE
         self.bytes_by_type[kind] = self.bytes_by_type.get(kind, 0) + size

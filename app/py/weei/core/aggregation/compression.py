@@ -128,7 +128,7 @@ def compress_update(kernel: AggregationKernel, start: BytesLike, trained: BytesL
     e = residual if residual is not None else bytes(4 * shape.n_quantized)
     scales, codes, new_residual = kernel.quantize(s_q, x_q, e, settings.block, settings.bits)
     artifact = serialize_qdelta(settings.bits, settings.block, shape.n_quantized, scales, codes,
-                                _gather(trained, shape.raw))
+                                _gather(trained, shape.raw), deflate=settings.deflate)
     return artifact, new_residual
 
 
@@ -140,7 +140,7 @@ def decompress_update(kernel: AggregationKernel, start: BytesLike, data: BytesLi
     yet checked for finite values (the caller checks it as any update).
     """
     q = parse_qdelta(data, bits=settings.bits, block=settings.block, n_quantized=shape.n_quantized,
-                     n_raw=shape.n_raw)
+                     n_raw=shape.n_raw, deflate=settings.deflate)
     dequantized = kernel.dequantize(_gather(start, shape.segments), q.scales, q.codes, settings.block, settings.bits)
     if not shape.raw:
         return dequantized

@@ -283,10 +283,12 @@ DEFAULT_COMPRESSION_BLOCK = 256
 @dataclass(frozen=True)
 class CompressionSettings:
     """Compressed updates (additive, off when absent; docs/methods.md, "Compressed updates"): each
-    participant sends its delta quantized to ``kind`` with one float32 scale per ``block`` weights."""
+    participant sends its delta quantized to ``kind`` with one float32 scale per ``block`` weights, the
+    codes deflated (lossless) when ``deflate`` and that makes them smaller."""
 
     kind: str
     block: int = DEFAULT_COMPRESSION_BLOCK
+    deflate: bool = False
 
     def __post_init__(self) -> None:
         _check.as_choice(self.kind, _failer("compression.kind"), tuple(COMPRESSION_KINDS))
@@ -295,6 +297,7 @@ class CompressionSettings:
             raise SettingsError("compression.block", f"must be from {MIN_BLOCK} to {MAX_BLOCK}, not {block}",
                                 SettingsReason.OUT_OF_RANGE)
         object.__setattr__(self, "block", block)
+        _check.as_bool(self.deflate, _failer("compression.deflate"))
 
     @property
     def bits(self) -> int:
@@ -305,14 +308,18 @@ class CompressionSettings:
     def from_json(cls, obj: Any) -> CompressionSettings:
         """Parse ``{kind, block?}``. Raises: SettingsError naming the field."""
         obj = _check.as_object(obj, _failer("compression"))
-        _check.no_unknown_keys(obj, {"kind", "block"}, _unknown("compression."))
+        _check.no_unknown_keys(obj, {"kind", "block", "deflate"}, _unknown("compression."))
         if "kind" not in obj:
             raise SettingsError("compression.kind", "is required", SettingsReason.MISSING_SETTING)
-        return cls(obj["kind"], obj.get("block", DEFAULT_COMPRESSION_BLOCK))
+        return cls(obj["kind"], obj.get("block", DEFAULT_COMPRESSION_BLOCK), obj.get("deflate", False))
 
     def to_json(self) -> dict[str, Any]:
-        """The JSON form (the block always written, so a checkpoint says what was used)."""
-        return {"kind": self.kind, "block": self.block}
+        """The JSON form (the block always written, so a checkpoint says what was used; ``deflate`` when on,
+        so a job without it keeps the form it had before the option existed)."""
+        out: dict[str, Any] = {"kind": self.kind, "block": self.block}
+        if self.deflate:
+            out["deflate"] = True
+        return out
 
 
 DEFAULT_SECAGG_THRESHOLD = 0.6

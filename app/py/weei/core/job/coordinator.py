@@ -834,7 +834,9 @@ class Coordinator:
         if record.can("update_received"):
             record.move("update_received")
         self._send(peer, UpdateReceipt(self.spec.job_id, update.attempt_id, True))
-        self._log("update.accepted", peer=peer, attempt=update.attempt_id, count=update.count)
+        # What arrived: a compressed update's kind and size are the bytes that peer actually uploaded.
+        self._log("update.accepted", peer=peer, attempt=update.attempt_id, count=update.count,
+                  artifact=update.weights.kind, bytes=update.weights.bytes)
         self._maybe_close_round(now)
 
     def _decoder(self) -> Callable[[BytesLike], BytesLike] | None:

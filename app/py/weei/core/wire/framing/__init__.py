@@ -41,7 +41,8 @@ from ...observe.transfers import TransferBook, TransferDone, TransferFailed, Tra
 from .frames import (DEFAULT_MAX_FRAME_BYTES, FATAL_REASONS, HARD_MAX_FRAME_BYTES, HEADER_BYTES, MAGIC,
                      MAX_ATTACHMENTS, MIN_FRAME_BYTES, REASONS, VERSION, Abort, ArtifactBegin, ChannelBroken, Data,
                      Event, Frame, FrameError, FrameReason, FrameType, MessageBegin, MessageReceived, abort_frame,
-                     artifact_begin_frame, data_frame, message_begin_frame, parse_frame, referenced_artifacts)
+                     artifact_begin_frame, data_frame, framed_bytes, message_begin_frame, parse_frame,
+                     referenced_artifacts)
 from .reader import FrameReader, ReaderLimits
 from .writer import FrameWriter, SendQueue
 
@@ -68,6 +69,7 @@ __all__ = [
     "message_begin_frame",
     "data_frame",
     "abort_frame",
+    "framed_bytes",
     "referenced_artifacts",
     "TransferProgress",
     "TransferDone",

@@ -48,6 +48,7 @@ __all__ = [
     "message_begin_frame",
     "data_frame",
     "abort_frame",
+    "framed_bytes",
     "referenced_artifacts",
     "MessageReceived",
     "ChannelBroken",
@@ -282,6 +283,19 @@ def data_frame(tid: int, offset: int, payload: bytes | bytearray | memoryview) -
     if not 0 < length <= MAX_TRANSFER_ID or not 0 <= offset < 2**64:
         raise UsageError(UsageReason.BAD_FRAME_FIELD, f"cannot frame {length} bytes at offset {offset}")
     return _header(FrameType.DATA, tid) + _DATA.pack(offset, length) + payload
+
+
+def framed_bytes(json_bytes: int, attachments: Sequence[tuple[str, int]],
+                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> int:
+    """The bytes a channel carries for a message of ``json_bytes`` with ``(kind, bytes)`` attachments, frame
+    headers included, as ``FrameWriter`` frames them (what in-memory hosts count as sent)."""
+    room = max_frame_bytes - DATA_PAYLOAD_AT
+
+    def data(n: int) -> int:
+        return n + DATA_PAYLOAD_AT * -(-n // room)
+
+    begins = sum(HEADER_BYTES + _ARTIFACT_BEGIN.size + len(kind.encode()) + data(size) for kind, size in attachments)
+    return begins + HEADER_BYTES + _MESSAGE_BEGIN.size + _ATTACHMENT.size * len(attachments) + data(json_bytes)
 
 
 def abort_frame(tid: int, reason: str) -> bytes:
