@@ -100,7 +100,8 @@ def test_run_a_job_from_your_own_interface_completes_with_improving_metrics() ->
         # 15 chunks, one training peer: 15 rounds per epoch.
         assert len(job["checkpoints"]) == 31
         validated = [cp for cp in job["checkpoints"] if "validationMetrics" in cp]
-        assert [cp["artifact"]["round"] for cp in validated] == [15, 30]
+        # 30 rounds at most: past SHORT_JOB_ROUNDS, so every 15th; round 0 at Start.
+        assert [cp["artifact"]["round"] for cp in validated] == [0, 15, 30]
         assert validated[-1]["validationMetrics"]["values"]["accuracy"] > 0.85
         name, data = c.export_checkpoint()
         assert name.endswith(".weei-checkpoint") and read_checkpoint(data).metadata.round == 30
@@ -273,7 +274,7 @@ def test_cartpole_splits_assignments_across_local_workers() -> None:
         assert len(job["checkpoints"]) == 13
         evals = [cp["validationMetrics"]["values"]["episodeReturn"] for cp in job["checkpoints"]
                  if "validationMetrics" in cp]
-        assert len(evals) == 3 and evals[-1] > evals[0]
+        assert len(evals) == 13 and evals[-1] > evals[0]  # a 12-round job: round 0 and every round
         assert all(cp["metrics"]["examplesProcessed"] == 32 for cp in job["checkpoints"][1:])
 
     asyncio.run(main())
@@ -528,7 +529,7 @@ def test_training_and_validation_run_on_the_backend_the_controller_is_given() ->
                                      "validationSchedule": {"enabled": True, "unit": "round", "every": 1}})
         await c.start()
         await run_until_done(c)
-        assert backend.calls.count("train") == 2 and backend.calls.count("evaluate") == 2
+        assert backend.calls.count("train") == 2 and backend.calls.count("evaluate") == 3  # rounds 0, 1, 2
         assert c.get_state()["diagnostics"]["me"]["execution"]["backend"] == "second-backend"
 
     asyncio.run(main())
