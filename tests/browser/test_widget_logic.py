@@ -24,7 +24,7 @@ def test_pure_helpers(weei_server: Any, page: Any) -> None:
       const before = { myPeerId: 'me', peers: ['a', 'b'], peerNames: names,
         job: job({ a: { state: 'modelLoaded', paused: false }, b: { state: 'invited' } }) };
       const after = { myPeerId: 'me', peers: ['a'], peerNames: names,
-        job: job({ a: { state: 'modelLoaded', paused: true }, b: { state: 'declined' } }) };
+        job: job({ a: { state: 'modelLoaded', paused: true }, b: { state: 'declined', declined: 'model not in its allow-list' } }) };
       const eta = new EtaSmoother();
       const etas = [eta.update(60000, 0), eta.update(20000, 1000), eta.update(20000, 3000), eta.update(null, 4000)];
       const diag = (rate, age, stage = 'training') => ({ stage, stale: age > 0, ageMs: age,
@@ -51,7 +51,7 @@ def test_pure_helpers(weei_server: Any, page: Any) -> None:
       };
     }""")
     assert out["events"] == ["Chrome on Linux #2 left the room", "Ana paused its contribution",
-                             "Chrome on Linux #2 declined the invitation"]
+                             "Chrome on Linux #2 declined the invitation: model not in its allow-list"]
     assert out["none"] == 0
     assert out["status"] == ["coordinator · waiting for Start", "participant · accepted, waiting for Start",
                              "participant · running"]

@@ -296,9 +296,10 @@ class TrainingController:
         self.executor.spawn(self._drain())
 
     @_busy
-    async def decide_invitation(self, job_id: str, accepted: bool) -> None:
-        """In a keyed room, accepting needs the coordinator's proof of the room key (peer_events.py)."""
-        await self.peer_events.decide_invitation(job_id, accepted, self.clock)
+    async def decide_invitation(self, job_id: str, accepted: bool, reason: str | None = None) -> None:
+        """In a keyed room, accepting needs the coordinator's proof of the room key (peer_events.py);
+        a decline tells the coordinator ``reason``."""
+        await self.peer_events.decide_invitation(job_id, accepted, self.clock, reason)
 
     @_busy
     async def start(self) -> None:
