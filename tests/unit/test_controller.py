@@ -189,6 +189,44 @@ def test_continue_from_an_exported_checkpoint_in_both_modes() -> None:
     asyncio.run(main())
 
 
+def test_a_continued_job_charts_the_rounds_before_its_checkpoint() -> None:
+    """Issue 24, item 13: continuing from a checkpoint of a job saved here keeps the charts' history, in the
+    new job's record (after the first job is deleted, after a reload); round 0 and every round of a short job
+    are validated."""
+    async def main() -> None:
+        storage, kv = MemoryStorage(), MemoryKeyValue()
+        c = controller(storage, kv)
+        await c.init()
+        first = await c.create_job(**package("digits-mlp"), settings={
+            **DIGITS_SETTINGS, "epochs": 1, "validationSchedule": {"enabled": True, "unit": "round", "every": 5}},
+            validation=digits_validation())
+        await c.start()
+        await run_until_done(c)
+        validated = [cp["artifact"]["round"] for cp in c.get_state()["job"]["checkpoints"] if "validationMetrics" in cp]
+        assert validated == list(range(16))  # 15 rounds at most: every one, and round 0 before them
+        _, checkpoint = c.export_checkpoint()
+        await c.leave()
+        second = await c.continue_from_checkpoint(checkpoint=checkpoint, **package("digits-mlp"),
+                                                  settings={**DIGITS_SETTINGS, "epochs": 1}, dataset_mode="new")
+        job = c.get_state()["job"]
+        assert [p["artifact"]["round"] for p in job["history"]] == list(range(15))
+        assert all(0 <= p["validationMetrics"]["values"]["accuracy"] <= 1 for p in job["history"])
+        assert job["checkpoints"][0]["artifact"]["round"] == 15
+        await c.delete_saved_job(first)
+        again = controller(storage, kv)
+        await again.init()
+        job = again.get_state()["job"]
+        assert job["id"] == second and [p["artifact"]["round"] for p in job["history"]] == list(range(15))
+        # A checkpoint of a job this device never saw brings no history (the file has one round's metrics).
+        await again.leave()
+        await again.delete_saved_job(second)
+        await again.continue_from_checkpoint(checkpoint=checkpoint, **package("digits-mlp"),
+                                             settings={**DIGITS_SETTINGS, "epochs": 1}, dataset_mode="new")
+        assert "history" not in again.get_state()["job"]
+
+    asyncio.run(main())
+
+
 def test_bad_inputs_are_refused_by_name_and_nothing_saved_is_lost() -> None:
     async def main() -> None:
         storage = MemoryStorage()

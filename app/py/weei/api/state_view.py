@@ -121,6 +121,9 @@ class StateView:
             job = coordinator.view(now)
             job["validationUnavailable"] = s.validation_unavailable
             job["hasModuleFile"] = coordinator.spec.module.sha256 in self.store.artifacts
+            history = self.store.history(coordinator.spec.job_id)
+            if history:
+                job["history"] = json.loads(json.dumps(history))  # the state is the caller's to change
             job["localWorkers"] = self._local_workers(info=coordinator.spec.info.raw,
                                                       settings=coordinator.spec.settings)
             estimate = self._estimate(coordinator)
