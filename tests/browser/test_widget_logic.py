@@ -14,7 +14,7 @@ def test_pure_helpers(weei_server: Any, page: Any) -> None:
     out = pg.evaluate("""async () => {
       const base = new URL('widget/', location.href).href;
       const { eventsBetween } = await import(base + 'events.js');
-      const { statusText, gpuNote, EtaSmoother, elapsedText } = await import(base + 'status.js');
+      const { statusText, gpuNote, gpuSpeedNote, EtaSmoother, elapsedText } = await import(base + 'status.js');
       const { peerFacts, fmtRate } = await import(base + 'peercards.js');
       const { fmtPct } = await import(base + 'tryit.js');
       const { quotaWarning } = await import(base + 'storage.js');
@@ -24,7 +24,7 @@ def test_pure_helpers(weei_server: Any, page: Any) -> None:
       const before = { myPeerId: 'me', peers: ['a', 'b'], peerNames: names,
         job: job({ a: { state: 'modelLoaded', paused: false }, b: { state: 'invited' } }) };
       const after = { myPeerId: 'me', peers: ['a'], peerNames: names,
-        job: job({ a: { state: 'modelLoaded', paused: true }, b: { state: 'declined' } }) };
+        job: job({ a: { state: 'modelLoaded', paused: true }, b: { state: 'declined', declined: 'model not in its allow-list' } }) };
       const eta = new EtaSmoother();
       const etas = [eta.update(60000, 0), eta.update(20000, 1000), eta.update(20000, 3000), eta.update(null, 4000)];
       const diag = (rate, age, stage = 'training') => ({ stage, stale: age > 0, ageMs: age,
@@ -41,6 +41,11 @@ def test_pure_helpers(weei_server: Any, page: Any) -> None:
           execution: { fallbackReason: 'software-adapter: auto does not use the software adapter' } }),
           gpuNote({ gpu: { initializationError: 'device-lost: gone' } }), gpuNote({})],
         etas,
+        speed: [gpuSpeedNote({ actual: 'gpu', examplesPerSecond: { cpu: 115, gpu: 41 } }),
+          gpuSpeedNote({ actual: 'gpu', examplesPerSecond: { cpu: 113005, gpu: 3788 } }),
+          gpuSpeedNote({ actual: 'gpu', examplesPerSecond: { cpu: 40, gpu: 115 } }), // faster: nothing to warn of
+          gpuSpeedNote({ actual: 'gpu', examplesPerSecond: { gpu: 41 } }), // no CPU figure here
+          gpuSpeedNote({ actual: 'cpu', examplesPerSecond: { cpu: 115, gpu: 41 } })],
         elapsed: elapsedText({ status: 'completed', checkpoints: [{ createdAt: 0 }, { createdAt: 62000 }] }),
         facts: peerFacts({ diagnostics: { p1: diag(50, 0), p2: diag(10, 150000), p3: diag(null, 0, 'waiting') } }, false)
           .map((f) => [f.peer, f.slowest, f.silentMs, f.roundMs]),
@@ -51,8 +56,10 @@ def test_pure_helpers(weei_server: Any, page: Any) -> None:
       };
     }""")
     assert out["events"] == ["Chrome on Linux #2 left the room", "Ana paused its contribution",
-                             "Chrome on Linux #2 declined the invitation"]
+                             "Chrome on Linux #2 declined the invitation: model not in its allow-list"]
     assert out["none"] == 0
+    assert out["speed"] == ["GPU 2.8× slower than the CPU here (41 vs 115 examples/s)",
+                            "GPU 30× slower than the CPU here (3788 vs 113005 examples/s)", None, None, None]
     assert out["status"] == ["coordinator · waiting for Start", "participant · accepted, waiting for Start",
                              "participant · running"]
     assert out["gpu"][0] == {"text": "SwiftShader, a software renderer: auto trains on the CPU; choose gpu to force it",

@@ -467,13 +467,18 @@ def _stored_job() -> Target:
                         "updatedAt": 1_700_000_001_000.5, "lastRound": 2, "participants": ["p1", "p2"],
                         "robust": {"p1": {"outliers": 1}}})
     samples.append({**_job_record().samples[0], "status": "completed"})
+    # A continued job's chart history (api/metric_history.py).
+    samples.append({**_job_record().samples[0], "history": [
+        {"artifact": {"round": 0}, "createdAt": 1_700_000_000_000, "metrics": {"values": {"loss": 2.3}},
+         "validationMetrics": {"values": {"accuracy": 0.1, "loss": 2.2}}},
+        {"artifact": {"round": 1}, "metrics": {"values": {"loss": 1.9}}}]})
 
     def call(value: Any) -> Any:
         return parse_job_record(value.get("id") if isinstance(value, dict) and isinstance(value.get("id"), str)
                                 else "job-1", value)
 
     return _value_target("stored-job", call, (StorageError,), samples,
-                         "parse_job_record: a saved job's whole record read back (spec, status, times, peers)")
+                         "parse_job_record: a saved job's whole record read back (spec, status, times, peers, history)")
 
 
 def _stored_device_settings() -> Target:

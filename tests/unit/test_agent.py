@@ -276,6 +276,9 @@ def test_policy_refuses_other_module_and_nothing_is_downloaded(tmp_path: Path) -
                 coord.invite(agent_id)
                 await until("the agent declined", lambda: participant_view(coord, agent_id).get("state") == "declined",
                             20)
+                # The coordinator hears which rule refused (its window's events feed says it, issue 24 item 12).
+                declined = participant_view(coord, agent_id).get("declined", "")
+                assert declined.startswith(f"module sha256 {module_sha()} is not one of --accept-model"), declined
                 # Besides the coordinator's card (its name; docs/api.md "Names"), only the invitation went out.
                 sent = [(r.type, r.attachments) for r in coord_transport.log
                         if r.direction == "send" and r.peer == agent_id and r.type != "presence"]
@@ -315,6 +318,7 @@ def test_trust_room_refuses_a_coordinator_that_does_not_prove_the_room_key(tmp_p
                             lambda: participant_view(coord, agent.peer_id).get("state") == "declined", 30)
                 decision = agent.decisions[job_id]
                 assert not decision.accepted and decision.reason.startswith("room-proof-missing:"), decision
+                assert participant_view(coord, agent.peer_id).get("declined") not in (None, "declined")
                 assert f"refused job {job_id}" in out.getvalue() and "room-proof-missing" in out.getvalue()
                 events = agent.controller.get_debug_log()["events"]
                 refused = [e for e in events if e["event"] == "room.proof.refused"]

@@ -100,7 +100,8 @@ def test_run_a_job_from_your_own_interface_completes_with_improving_metrics() ->
         # 15 chunks, one training peer: 15 rounds per epoch.
         assert len(job["checkpoints"]) == 31
         validated = [cp for cp in job["checkpoints"] if "validationMetrics" in cp]
-        assert [cp["artifact"]["round"] for cp in validated] == [15, 30]
+        # 30 rounds at most: past SHORT_JOB_ROUNDS, so every 15th; round 0 at Start.
+        assert [cp["artifact"]["round"] for cp in validated] == [0, 15, 30]
         assert validated[-1]["validationMetrics"]["values"]["accuracy"] > 0.85
         name, data = c.export_checkpoint()
         assert name.endswith(".weei-checkpoint") and read_checkpoint(data).metadata.round == 30
@@ -184,6 +185,44 @@ def test_continue_from_an_exported_checkpoint_in_both_modes() -> None:
             rounds = [cp["artifact"]["round"] for cp in c.get_state()["job"]["checkpoints"]]
             assert rounds[-1] == 30, (mode, rounds)
             await c.leave()
+
+    asyncio.run(main())
+
+
+def test_a_continued_job_charts_the_rounds_before_its_checkpoint() -> None:
+    """Issue 24, item 13: continuing from a checkpoint of a job saved here keeps the charts' history, in the
+    new job's record (after the first job is deleted, after a reload); round 0 and every round of a short job
+    are validated."""
+    async def main() -> None:
+        storage, kv = MemoryStorage(), MemoryKeyValue()
+        c = controller(storage, kv)
+        await c.init()
+        first = await c.create_job(**package("digits-mlp"), settings={
+            **DIGITS_SETTINGS, "epochs": 1, "validationSchedule": {"enabled": True, "unit": "round", "every": 5}},
+            validation=digits_validation())
+        await c.start()
+        await run_until_done(c)
+        validated = [cp["artifact"]["round"] for cp in c.get_state()["job"]["checkpoints"] if "validationMetrics" in cp]
+        assert validated == list(range(16))  # 15 rounds at most: every one, and round 0 before them
+        _, checkpoint = c.export_checkpoint()
+        await c.leave()
+        second = await c.continue_from_checkpoint(checkpoint=checkpoint, **package("digits-mlp"),
+                                                  settings={**DIGITS_SETTINGS, "epochs": 1}, dataset_mode="new")
+        job = c.get_state()["job"]
+        assert [p["artifact"]["round"] for p in job["history"]] == list(range(15))
+        assert all(0 <= p["validationMetrics"]["values"]["accuracy"] <= 1 for p in job["history"])
+        assert job["checkpoints"][0]["artifact"]["round"] == 15
+        await c.delete_saved_job(first)
+        again = controller(storage, kv)
+        await again.init()
+        job = again.get_state()["job"]
+        assert job["id"] == second and [p["artifact"]["round"] for p in job["history"]] == list(range(15))
+        # A checkpoint of a job this device never saw brings no history (the file has one round's metrics).
+        await again.leave()
+        await again.delete_saved_job(second)
+        await again.continue_from_checkpoint(checkpoint=checkpoint, **package("digits-mlp"),
+                                             settings={**DIGITS_SETTINGS, "epochs": 1}, dataset_mode="new")
+        assert "history" not in again.get_state()["job"]
 
     asyncio.run(main())
 
@@ -273,7 +312,7 @@ def test_cartpole_splits_assignments_across_local_workers() -> None:
         assert len(job["checkpoints"]) == 13
         evals = [cp["validationMetrics"]["values"]["episodeReturn"] for cp in job["checkpoints"]
                  if "validationMetrics" in cp]
-        assert len(evals) == 3 and evals[-1] > evals[0]
+        assert len(evals) == 13 and evals[-1] > evals[0]  # a 12-round job: round 0 and every round
         assert all(cp["metrics"]["examplesProcessed"] == 32 for cp in job["checkpoints"][1:])
 
     asyncio.run(main())
@@ -528,7 +567,7 @@ def test_training_and_validation_run_on_the_backend_the_controller_is_given() ->
                                      "validationSchedule": {"enabled": True, "unit": "round", "every": 1}})
         await c.start()
         await run_until_done(c)
-        assert backend.calls.count("train") == 2 and backend.calls.count("evaluate") == 2
+        assert backend.calls.count("train") == 2 and backend.calls.count("evaluate") == 3  # rounds 0, 1, 2
         assert c.get_state()["diagnostics"]["me"]["execution"]["backend"] == "second-backend"
 
     asyncio.run(main())

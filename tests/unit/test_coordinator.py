@@ -14,7 +14,9 @@ from sim import (
     replace_weights, rewrite_update, sha, to_floats,
 )
 
-from weei.core.job.coordinator import JOIN_GRACE_MS, MAX_EMPTY_ROUNDS
+from weei.core.job.coordinator import JOIN_GRACE_MS, MAX_EMPTY_ROUNDS, Coordinator
+from weei.core.wire.commands import RunValidation
+from weei.kernel.numpy_kernel import NumpyKernel
 from weei.core.errors import SettingsError, UsageError
 from weei.core.wire.messages import (
     Assign, Deliver, Invitation, JobFinished, Update, UpdateReceipt,
@@ -688,9 +690,9 @@ def test_evaluation_uses_one_seed_for_the_whole_job() -> None:
     spec, store = experience_spec(settings=exp_settings(validationSchedule={"enabled": True, "unit": "round",
                                                                             "every": 1}))
     sim = Sim.start_job(spec, store, ["p1", "p2"], job_seed=JOB_SEED)
-    assert [v.round for v in sim.validations] == [1, 2, 3]
+    assert [v.round for v in sim.validations] == [0, 1, 2, 3]  # round 0, the initial weights, at Start
     assert {v.experience for v in sim.validations} == {(0, 5, evaluation_seed(JOB_SEED))}
-    assert [v.weights_sha256 for v in sim.validations] == [sha(sim.checkpoint(r).weights) for r in (1, 2, 3)]
+    assert [v.weights_sha256 for v in sim.validations] == [sha(sim.checkpoint(r).weights) for r in (0, 1, 2, 3)]
     sim.coordinator.validation_finished(2, {"episodeReturn": 42.0}, None, sim.now)
     assert sim.coordinator.checkpoints[2]["validationMetrics"]["values"] == {"episodeReturn": 42.0}
     sim.coordinator.validation_finished(3, None, "evaluation failed", sim.now)
@@ -825,11 +827,15 @@ def test_continue_with_another_auxiliary_file_is_refused() -> None:
 # ------------------------------------------------------------ validation
 
 
+# 8 chunks, 2 peers: 4 rounds an epoch. 3 epochs can take 24 rounds (one chunk a round): past
+# SHORT_JOB_ROUNDS, so the schedule's ``every`` decides. Round 0 is validated at Start.
 @pytest.mark.parametrize("unit, every, epochs, expected", [
-    ("round", 2, 2, [2, 4, 6, 8]),
-    ("round", 3, 2, [3, 6, 8]),  # and always the last checkpoint
-    ("epoch", 1, 2, [4, 8]),
-    ("epoch", 2, 3, [8, 12]),
+    ("round", 2, 3, [0, 2, 4, 6, 8, 10, 12]),
+    ("round", 5, 3, [0, 5, 10, 12]),  # and always the last checkpoint
+    ("epoch", 1, 3, [0, 4, 8, 12]),
+    ("epoch", 2, 3, [0, 8, 12]),
+    ("round", 5, 2, [0, 1, 2, 3, 4, 5, 6, 7, 8]),  # at most 16 rounds: a short job, validated every round
+    ("epoch", 2, 2, [0, 1, 2, 3, 4, 5, 6, 7, 8]),
 ])
 def test_validation_schedule(unit: str, every: int, epochs: int, expected: list[int]) -> None:
     spec, store = dataset_spec(8, settings=settings(epochs=epochs, validationSchedule={
@@ -861,6 +867,32 @@ def test_no_validation_without_a_file_or_when_disabled() -> None:
     sim.coordinator.request_validation(sim.now)
     sim.pump()
     assert [v.round for v in sim.validations] == [2]
+
+
+def test_the_starting_checkpoint_is_validated_once_at_the_first_start() -> None:
+    every_round = settings(validationSchedule={"enabled": True, "unit": "round", "every": 1})
+    spec, store = dataset_spec(4, settings=every_round, has_validation=True)
+    # runValidation() before Start (what the demo does): Start does not ask for round 0 again.
+    sim = Sim.start_job(spec, store, ["p1", "p2"], start=False)
+    sim.coordinator.request_validation(sim.now)
+    sim.coordinator.start(sim.now)
+    sim.pump()
+    assert [v.round for v in sim.validations] == [0, 1, 2]
+    # Its result lands on checkpoint 0, the chart's first point.
+    sim = Sim.start_job(spec, store, ["p1", "p2"])
+    sim.coordinator.validation_finished(0, {"loss": 2.0}, None, sim.now)
+    assert sim.coordinator.checkpoints[0]["validationMetrics"]["values"] == {"loss": 2.0}
+    # A job continued from checkpoint 2 validates that checkpoint at its Start; one reopened after a reload
+    # (it trained already) does not.
+    continued = Sim.resume(spec, store, sim.checkpoint(2), mode="new", start=False)
+    continued.coordinator.start(continued.now)
+    continued.pump()
+    assert [v.round for v in continued.validations][:1] == [2]
+    reopened = Coordinator.continue_from(spec, sim.checkpoint(2), mode="resume", my_peer_id=COORD,
+                                         kernel=NumpyKernel(), now=sim.now, reopening=True)
+    reopened.take_commands()
+    reopened.start(sim.now)
+    assert not [c for c in reopened.take_commands() if isinstance(c, RunValidation)]
 
 
 # ------------------------------------------------------- invitations

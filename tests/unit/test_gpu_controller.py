@@ -95,7 +95,8 @@ def test_a_digits_job_trains_on_the_gpu_and_matches_the_cpu() -> None:
     on_gpu = asyncio.run(train("gpu", {**package("digits-mlp"), "execution_files": {ARCHIVE_NAME: ARCHIVE}}))
     assert on_gpu["job"]["status"] == "completed"
     assert on_gpu["execution"] == {"requested": "gpu", "actual": "gpu", "phase": on_gpu["execution"]["phase"],
-                                   "fallback": "none"}
+                                   "fallback": "none", "examplesPerSecond": on_gpu["execution"]["examplesPerSecond"]}
+    assert set(on_gpu["execution"]["examplesPerSecond"]) == {"gpu"}  # no CPU figure for this model on this device
     own = on_gpu["diagnostics"]["me"]
     assert own["execution"]["actual"] == "gpu" and own["execution"]["backend"] == "gpu-webgpu"
     assert own["execution"]["fallbackReason"] is None
@@ -123,12 +124,37 @@ def test_a_digits_job_trains_on_the_gpu_and_matches_the_cpu() -> None:
     assert on_gpu["weights"] == on_cpu["weights"]
 
 
+def test_after_a_gpu_round_the_state_holds_the_cpu_figure_to_compare_with() -> None:
+    """Issue 24, item 11: the window says "GPU 2.8x slower than the CPU here" from this device's last CPU and
+    GPU assignments of the same model (examples over the diagnostics' training time)."""
+    async def main() -> dict[str, Any]:
+        c = controller()
+        await c.init()
+        await c.set_backend_preference("cpu")
+        await c.create_job(**package("digits-mlp"), settings=SETTINGS)
+        await c.start()
+        await run_until_done(c, timeout=300)
+        assert set(c.get_state()["execution"]["examplesPerSecond"]) == {"cpu"}
+        await c.set_backend_preference("gpu")
+        await c.create_job(**{**package("digits-mlp"), "execution_files": {ARCHIVE_NAME: ARCHIVE}}, settings=SETTINGS)
+        await c.start()
+        await run_until_done(c, timeout=300)
+        return c.get_state()["execution"]
+
+    execution = asyncio.run(main())
+    assert execution["actual"] == "gpu"
+    speeds = execution["examplesPerSecond"]
+    assert set(speeds) == {"cpu", "gpu"} and all(v > 0 for v in speeds.values()), speeds
+    print(f"digits-mlp on this device: CPU {speeds['cpu']:.0f} examples/s, GPU (lavapipe) {speeds['gpu']:.0f}")
+
+
 def test_a_cartpole_job_runs_hybrid() -> None:
     pkg = {**package(CARTPOLE), "execution_files": {ARCHIVE_NAME: CARTPOLE_ARCHIVE}}
     hybrid = asyncio.run(train("gpu", pkg, settings=CARTPOLE_SETTINGS))
     assert hybrid["job"]["status"] == "completed"
     assert hybrid["execution"] == {"requested": "gpu", "actual": "hybrid", "phase": hybrid["execution"]["phase"],
-                                   "fallback": "none"}
+                                   "fallback": "none", "examplesPerSecond": hybrid["execution"]["examplesPerSecond"]}
+    assert set(hybrid["execution"]["examplesPerSecond"]) == {"hybrid"}
     own = hybrid["diagnostics"]["me"]
     assert own["execution"]["actual"] == "hybrid" and own["execution"]["backend"] == "gpu-webgpu"
     assert own["execution"]["fallbackReason"] is None and own["gpu"]["initializationError"] is None

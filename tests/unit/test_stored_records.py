@@ -48,6 +48,9 @@ CASES: list[tuple[str, str, Any]] = [
     ("jobs", "<job>", tampered_job("modelInfo", None)),
     ("jobs", "<job>", tampered_job("participants", 7)),
     ("jobs", "<job>", tampered_job("id", "job-other")),
+    # A continued job's chart history (api/metric_history.py): a point without its round, a metric not a number.
+    ("jobs", "<job>", tampered_job("history", [{"metrics": {"values": {"loss": 1.0}}}])),
+    ("jobs", "<job>", tampered_job("history", [{"artifact": {"round": 0}, "metrics": {"values": {"loss": "low"}}}])),
     ("jobs", "<job>", lambda record: {"id": record["id"]}),  # keys missing
     ("jobs", "<job>", lambda record: b"\x00garbage"),
 ]

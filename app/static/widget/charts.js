@@ -38,7 +38,8 @@ export class Metrics {
   renderMetrics(state, job) {
     if (!this.m) this.buildMetrics();
     const m = this.m;
-    const cps = job ? job.checkpoints : [];
+    // A continued job's history (the rounds before its checkpoint, from the saved job it continued) comes first.
+    const cps = job ? [...(job.history || []), ...job.checkpoints] : [];
     const metrics = (job && job.info && job.info.metrics) || [];
     if ((job && job.id) !== m.jobId) { m.jobId = job && job.id; m.zoom = {}; } // another job: its own ranges
     m.toolbar.classList.toggle('hidden', !metrics.length);

@@ -33,7 +33,9 @@ export function eventsBetween(before, after) {
       const q = pb[peer];
       if (!q) continue;
       if (p.state !== q.state && PEER_STATE_WORDS[p.state]) {
-        out.push({ peer, kind: p.state, text: `${name(peer)} ${PEER_STATE_WORDS[p.state]}` });
+        // A decline says why when the peer said (an agent names the rule of its policy that refused).
+        const why = p.state === 'declined' && typeof p.declined === 'string' && p.declined !== 'declined' ? `: ${p.declined}` : '';
+        out.push({ peer, kind: p.state, text: `${name(peer)} ${PEER_STATE_WORDS[p.state]}${why}` });
       }
       if (p.paused && !q.paused) out.push({ peer, kind: 'paused', text: `${name(peer)} paused its contribution` });
       if (!p.paused && q.paused) out.push({ peer, kind: 'resumed', text: `${name(peer)} resumed its contribution` });

@@ -3,6 +3,7 @@
 
 import { h, append, show, fmtBytes, experienceOf, copyButton } from './dom.js';
 import { peerName, peerCard, activityText } from './names.js';
+import { gpuSpeedNote } from './status.js';
 
 // More idle peers than this fold into a "N idle peers" disclosure (stale tabs pile up in a room).
 const SHOWN_IDLE = 3;
@@ -121,7 +122,8 @@ export class Peers {
     const lw = job && job.localWorkers;
     d.line.textContent = `Workers running: ${show(state.activeWorkers)}`
       + (lw ? ` · this job can use ${lw.effective} (device allows ${lw.capacity})` : '')
-      + ` · mode ${show(ex.actual)}${ex.fallback && ex.fallback !== 'none' ? ` (fallback: ${ex.fallback})` : ''}`;
+      + ` · mode ${show(ex.actual)}${ex.fallback && ex.fallback !== 'none' ? ` (fallback: ${ex.fallback})` : ''}`
+      + (gpuSpeedNote(ex) ? ` · ${gpuSpeedNote(ex)}` : '');
 
     const peers = state.peers || [];
     const participants = (job && job.participants) || {};

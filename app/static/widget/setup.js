@@ -5,6 +5,10 @@ import { h, append, fmtBytes, setDisabled, experienceOf, copyButton } from './do
 import { routeFolder, routeDataFiles, droppedEntries } from './folder.js';
 
 // The built-in reference packages are served next to the widget/ directory.
+/** The settings a package brings none of starts from: `weei train`'s (demo/train.py DEFAULT_SETTINGS). */
+export const PACKAGE_DEFAULTS = Object.freeze({ epochs: 1, localEpochs: 1, batchSize: 32, coordinatorParticipates: true,
+  validationSchedule: { enabled: true, unit: 'round', every: 1 } });
+
 const BASE = new URL('../', import.meta.url).href;
 
 async function fetchFile(path, name, type = 'application/octet-stream') {
@@ -186,10 +190,11 @@ export class Setup {
       this.confirmed = null;
       await this.showReview(); // the estimated time, when this browser has trained this model before
     }));
+    // Short jobs: the coordinator validates every round of them anyway (SHORT_JOB_ROUNDS), the form says so.
     demo(f.demoDigits, 'digits-mlp', { epochs: 1, localEpochs: 1, batchSize: 32, coordinatorParticipates: true,
-      validationSchedule: { enabled: true, unit: 'round', every: 5 } });
+      validationSchedule: { enabled: true, unit: 'round', every: 1 } });
     demo(f.demoCartpole, 'cartpole-reinforce', { epochs: 20, localEpochs: 1, batchSize: 16, coordinatorParticipates: true,
-      experience: { unitsPerAssignment: 32 }, validationSchedule: { enabled: true, unit: 'round', every: 5 } });
+      experience: { unitsPerAssignment: 32 }, validationSchedule: { enabled: true, unit: 'round', every: 1 } });
     demo(f.demoTransformer, 'byte-transformer', { epochs: 1, localEpochs: 1, batchSize: 8, coordinatorParticipates: true,
       validationSchedule: { enabled: true, unit: 'round', every: 1 } });
 
@@ -198,7 +203,8 @@ export class Setup {
       Object.assign(this.selection, { wasm: pkg.wasm, manifest: pkg.manifest, manifestJson: pkg.manifestJson, files: pkg.files,
         validation: pkg.validation, executionFiles: pkg.executionFiles, ignored: pkg.ignored, label });
       f.settingsBox.open = true;
-      this.fillSettings(null, experienceOf(pkg.manifestJson));
+      // Another package starts from the defaults, not from the previous demo's or job's values.
+      this.fillSettings(PACKAGE_DEFAULTS, experienceOf(pkg.manifestJson));
       f.venabled.checked = Boolean(pkg.validation) || Boolean(experienceOf(pkg.manifestJson));
       this.describeSelection();
     };
@@ -252,7 +258,7 @@ export class Setup {
       if (file) {
         try { this.selection.manifestJson = JSON.parse(await file.text()); } catch { /* createJob names the problem */ }
       }
-      this.fillSettings(null, experienceOf(this.selection.manifestJson));
+      this.fillSettings(PACKAGE_DEFAULTS, experienceOf(this.selection.manifestJson));
       this.describeSelection();
     });
 
@@ -373,7 +379,7 @@ export class Setup {
       f.unitsLabel.firstChild.textContent = `${(experience.unit && experience.unit.label) || 'Units'} per round`;
       if (upa.minimum) f.units.min = upa.minimum;
       if (upa.maximum) f.units.max = upa.maximum;
-      if (!settings && upa.default) f.units.value = upa.default;
+      if (!(settings && settings.experience) && upa.default) f.units.value = upa.default;
       if (f.vunit.value === 'epoch') f.vunit.value = 'round';
     }
     if (settings) {

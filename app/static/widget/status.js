@@ -37,6 +37,21 @@ export function gpuNote(d) {
   return init ? { text: init, error: true } : null;
 }
 
+/** After a round on the GPU, how it compares with this device's CPU on the same model: "GPU 2.8× slower than the
+ * CPU here (41 vs 115 examples/s)" when it was slower; null when it was not, or with no CPU figure to compare
+ * with. The figures are the device's last assignment in each mode (examples over the whole train call,
+ * `state.execution.examplesPerSecond`): the CPU one comes from an earlier CPU assignment of the same model. */
+export function gpuSpeedNote(execution) {
+  const ex = execution || {};
+  const speeds = ex.examplesPerSecond || {};
+  const gpu = ex.actual === 'gpu' || ex.actual === 'hybrid' ? speeds[ex.actual] : undefined;
+  const cpu = speeds.cpu;
+  if (!(gpu > 0) || !(cpu > 0) || gpu >= cpu) return null;
+  const ratio = cpu / gpu;
+  const rate = (v) => (v >= 100 ? String(Math.round(v)) : v.toPrecision(2));
+  return `GPU ${ratio < 10 ? ratio.toFixed(1) : Math.round(ratio)}× slower than the CPU here (${rate(gpu)} vs ${rate(cpu)} examples/s)`;
+}
+
 /** The time left, smoothed: each estimate moves the shown one a fifth of the way, and the shown one counts
  * down with the clock in between, so it neither jumps between 19 s and 1 min nor stands still. */
 export class EtaSmoother {

@@ -279,7 +279,9 @@ class Agent:
         decision = await self.policy.decide(job_id, invitation, self._senders.get(job_id, ""))
         if job_id in controller.invitations:
             try:  # accepting first asks the coordinator to prove the room key (api/room_check.py)
-                await controller.decide_invitation(job_id, decision.accepted)
+                # A refusal says why to the coordinator too: its window shows "declined: <rule>".
+                await controller.decide_invitation(job_id, decision.accepted,
+                                                   None if decision.accepted else decision.reason)
             except UsageError as exc:  # room-proof-*: declined, nothing downloaded
                 decision = Decision(False, f"{exc.reason}: {exc.message}")
         self.decisions[job_id] = decision

@@ -261,7 +261,11 @@ class TrainingController:
                 raise CheckpointError(CheckpointReason.OTHER_MODEL, (
                     f"this checkpoint is {describe(read.metadata)} ({len(read.weights)} bytes of weights); the chosen "
                     f"model {info.id} {info.version} does not load it: {exc.message}")) from None
+            # The charts keep the rounds before the checkpoint when its job is saved here (metric_history.py).
+            history = await self.store.history_before(read.metadata.job_id, read.metadata.round)
             async with _NewJobScope(self):
+                if history:
+                    self.store.histories[job_id] = history
                 coordinator = Coordinator.continue_from(prepared.spec, read, mode=dataset_mode, my_peer_id=s.my_peer_id,
                                                  kernel=self.kernel, now=self.clock(),
                                                  new_job_seed=prepared.job_seed,
@@ -299,9 +303,10 @@ class TrainingController:
         self.executor.spawn(self._drain())
 
     @_busy
-    async def decide_invitation(self, job_id: str, accepted: bool) -> None:
-        """In a keyed room, accepting needs the coordinator's proof of the room key (peer_events.py)."""
-        await self.peer_events.decide_invitation(job_id, accepted, self.clock)
+    async def decide_invitation(self, job_id: str, accepted: bool, reason: str | None = None) -> None:
+        """In a keyed room, accepting needs the coordinator's proof of the room key (peer_events.py);
+        a decline tells the coordinator ``reason``."""
+        await self.peer_events.decide_invitation(job_id, accepted, self.clock, reason)
 
     @_busy
     async def start(self) -> None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
-from typing import Any, Callable, Coroutine
+from typing import Any, Callable, Coroutine, Mapping
 
 from ..core.wire.commands import Command, LoadModule, Log, RoundPhase, RunValidation, SaveCheckpoint, Send, Train
 from ..core.errors import UsageError, WeeiError, UsageReason
@@ -372,10 +372,12 @@ class Executor:
             s.actual = self.backend.kind
             participant.training_started(assign.attempt_id, now)
             await self.drain()
+            started = s.monotonic()
             outcome = await self.backend.train(assign, module_sha256=module_sha,
                                                module=self.store.module(module_sha), weights=weights,
                                                auxiliary=aux, chunk=chunk, workers=workers,
                                                working_bytes=participant.working_bytes, parts=parts)
+            trained_ms = s.monotonic() - started
             # The clip comes first: what leaves (compressed or not) is the clipped update.
             clip = assigned_clip(assign.settings)
             if clip is not None and len(outcome.weights) == len(weights):
@@ -394,6 +396,7 @@ class Executor:
             if outcome.optimizer_steps is not None:
                 s.recorder.optimizer_steps_taken(outcome.optimizer_steps)
             s.recorder.on("trained", s.monotonic())
+            self._note_speed(participant.model_info, outcome.count, trained_ms)
             s.last_trained = {"attemptId": assign.attempt_id, "round": assign.round,
                               "chunkId": assign.chunk.id if assign.chunk is not None else None,
                               "examples": outcome.count, "ms": max(0.0, s.clock() - now),
@@ -465,6 +468,20 @@ class Executor:
         except WeeiError:
             pass  # a progress report outside an assignment carries no figures
         self.view.notify_soon()
+
+    def _note_speed(self, info: Mapping[str, Any] | None, examples: int, ms: float) -> None:
+        """Keep the assignment's speed by model and mode (its examples or units over the backend's whole
+        train call, the same span in both modes): after a GPU round the window compares it with the CPU's."""
+        s = self.session
+        model = (info or {}).get("id")
+        if not isinstance(model, str) or examples <= 0 or ms <= 0:
+            return
+        rate = examples * 1000.0 / ms
+        by_mode = s.speeds.pop(model[:256], {})
+        by_mode[self.backend.kind] = float(rate)
+        s.speeds[model[:256]] = by_mode
+        if len(s.speeds) > 64:  # a few models at most: the oldest goes
+            s.speeds.pop(next(iter(s.speeds)))
 
     def on_peer_progress(self, peer: str, message: Progress, now: float) -> bool:
         """The coordinator accepted ``peer``'s Progress for an open attempt: keep it (bounded)."""

@@ -60,6 +60,7 @@ from ..core.verified import VerifiedBlobs, is_verified, sha256_hex
 from ..core.states import JobStatus
 from ..core.privacy.dp_noise import SEED_BYTES
 from .ports import Storage, StorageError, StorageReason
+from .metric_history import history_before
 from .records import record_artifacts, spec_from_record, spec_to_record
 from .stored import QUARANTINE_STORE, parse_job_record, stored_checkpoint
 
@@ -120,6 +121,8 @@ class JobStore:
         self._held: dict[str, bytes] = {}  # in-memory copies of what the active job needs now
         self.latest_checkpoint: tuple[str, bytes] | None = None  # (file name, file) last made durable
         self.saved_round: dict[str, int] = {}  # job id -> the round of its last durable checkpoint
+        # Job id -> the chart points before a continued job's first checkpoint (metric_history.py).
+        self.histories: dict[str, list[dict[str, Any]]] = {}
         # The spec's part of the job record, for the spec object it was made of (a JobSpec is frozen; new
         # settings make a new one): built once, not at every drain (its chunk list is O(chunks) to build and to
         # compare, and a drain comes with every message).
@@ -333,6 +336,9 @@ class JobStore:
             record["robust"] = robust
         if coordinator.dp_noise_seed is not None:  # this browser's own storage: the seed never leaves it
             record["dpNoiseSeed"] = coordinator.dp_noise_seed.hex()
+        history = self.histories.get(coordinator.spec.job_id, previous.get("history"))
+        if history:
+            record["history"] = history  # the charts' rounds before a continued job's first (metric_history.py)
         record["createdAt"] = previous.get("createdAt", now)
         main, members = _split(record)
         old_main, old_members = _split(previous)
@@ -371,6 +377,7 @@ class JobStore:
         await self.storage.delete("jobs", members_key(job_id))
         await self.storage.delete("jobs", job_id)
         self.saved_jobs.pop(job_id, None)
+        self.histories.pop(job_id, None)
         named = self._named(None)
         for sha in record_artifacts(record) if isinstance(record, dict) else set():
             if sha not in named:
@@ -428,6 +435,22 @@ class JobStore:
             summary, file = stored_checkpoint(await self.storage.get("checkpoints", key), key)
             summaries.append(summary)
         return summaries, file
+
+    def history(self, job_id: str) -> list[dict[str, Any]]:
+        """The chart points before job ``job_id``'s first checkpoint (none unless it continued a saved job)."""
+        return self.histories.get(job_id) or list(self.saved_jobs.get(job_id, {}).get("history") or [])
+
+    async def history_before(self, job_id: str | None, round_: int) -> list[dict[str, Any]]:
+        """What a job continued from checkpoint ``round_`` of saved job ``job_id`` charts before it: that job's
+        history and checkpoints before the round. Empty when that job is not saved here or cannot be read
+        (the new job starts anyway: the history is only shown)."""
+        if job_id is None or job_id not in self.saved_jobs:
+            return []
+        try:
+            summaries, _file = await self.read_checkpoints(job_id)
+        except (StorageError, CheckpointError):
+            return []
+        return history_before(self.history(job_id), summaries, round_)
 
     async def reopen(self, job_id: str, *, my_peer_id: str, kernel: AggregationKernel, now: float) -> Reopened:
         """Rebuild a saved job from its record and last checkpoint, its files back in memory.

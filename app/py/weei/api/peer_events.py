@@ -16,7 +16,7 @@ from typing import Any, Awaitable, Callable, Mapping
 
 from ..core.wire.commands import Send
 from ..core.errors import UsageError, UsageReason
-from ..core.wire.messages import (Direction, Invitation, InvitationDecision, Message, Presence, Progress, RelayPiece,
+from ..core.wire.messages import (MAX_TEXT, Direction, Invitation, InvitationDecision, Message, Presence, Progress, RelayPiece,
                                   RelayPlan, RoomChallenge, RoomProof)
 from ..core.job.participant import Participant
 from ..core.links.relay import RelayNode
@@ -149,8 +149,10 @@ class PeerEvents:
             s.relay.piece(peer, message, blobs)
         self.store.remember(s.relay.take_assembled())
 
-    async def decide_invitation(self, job_id: str, accepted: bool, now: Callable[[], float]) -> None:
-        """This device accepts or declines an invitation (the API's ``decideInvitation``).
+    async def decide_invitation(self, job_id: str, accepted: bool, now: Callable[[], float],
+                                reason: str | None = None) -> None:
+        """This device accepts or declines an invitation (the API's ``decideInvitation``); a decline carries
+        ``reason`` (the agent's policy says which rule refused), which the coordinator's window shows.
 
         In a keyed room, accepting first asks the coordinator to prove the room key; one that does not
         is declined, and the refusal is raised (UsageError, reason ``room-proof-*``): no compute for it.
@@ -190,7 +192,9 @@ class PeerEvents:
             await self.store.put_setting(PARTICIPATION_KEY, {"invitation": pending.invitation.to_json(),
                                                              "from": pending.sender})
         else:
-            self.executor.send(Send(pending.sender, InvitationDecision(job_id, False)))
+            why = refusal.message if refusal is not None else reason
+            self.executor.send(Send(pending.sender, InvitationDecision(job_id, False,
+                                                                     None if not why else why[:MAX_TEXT])))
         await self.executor.drain()
         self.executor.view.notify()
         if refusal is not None:

@@ -63,6 +63,9 @@ class Session:
     fallback: str | None = None  # the GpuError reason the last assignment fell back to the CPU with
     # Model id -> this device's last measured training speed (records/s): reviewSettings estimates a new job with it.
     measured: dict[str, float] = field(default_factory=dict)
+    # Model id -> mode ('cpu', 'gpu', 'hybrid') -> this device's last assignment's speed (examples or units a
+    # second over the backend's whole train call): the window compares the GPU with the CPU.
+    speeds: dict[str, dict[str, float]] = field(default_factory=dict)
     relay: RelayNode | None = None  # this device's part in relaying checkpoints to the job's other participants
     # This device's last trained assignment (the debug log's assignment.trained): what `weei agent` prints.
     last_trained: dict[str, Any] | None = None

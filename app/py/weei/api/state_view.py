@@ -100,7 +100,8 @@ class StateView:
             "backendPreference": device.backend_preference,
             "execution": {"requested": device.backend_preference, "actual": s.actual,
                           "phase": s.recorder.stage,
-                          "fallback": "none" if s.fallback is None else f"cpu: {s.fallback}"},
+                          "fallback": "none" if s.fallback is None else f"cpu: {s.fallback}",
+                          "examplesPerSecond": self._speeds()},
             "maxLocalWorkers": device.max_local_workers,
             "gpuMemoryBudgetMiB": device.gpu_memory_budget_mib,
             "diagnostics": self._diagnostics(now),
@@ -121,6 +122,9 @@ class StateView:
             job = coordinator.view(now)
             job["validationUnavailable"] = s.validation_unavailable
             job["hasModuleFile"] = coordinator.spec.module.sha256 in self.store.artifacts
+            history = self.store.history(coordinator.spec.job_id)
+            if history:
+                job["history"] = json.loads(json.dumps(history))  # the state is the caller's to change
             job["localWorkers"] = self._local_workers(info=coordinator.spec.info.raw,
                                                       settings=coordinator.spec.settings)
             estimate = self._estimate(coordinator)
@@ -166,6 +170,13 @@ class StateView:
         if replaced is not None:
             out["replacesFinishedJob"] = replaced
         return out
+
+    def _speeds(self) -> dict[str, float]:
+        """This device's last average training speed by mode for the model of the job it takes part in."""
+        s = self.session
+        info = s.participant.model_info if s.participant is not None else None
+        model = (info or {}).get("id")
+        return dict(s.speeds.get(model[:256], {})) if isinstance(model, str) else {}
 
     def _transfers(self) -> dict[str, Any]:
         transport = self.session.transport

@@ -24,6 +24,7 @@ from ..core._check import Where, as_bool, as_choice, as_int, as_list, as_number,
 from ..core.errors import WeeiError
 from ..core.states import JobStatus
 from ..core.wire.messages import Invitation, decode_message
+from .metric_history import parse_history
 from .ports import StorageError, StorageReason
 from .records import spec_from_record
 from .session import DeviceSettings
@@ -98,6 +99,8 @@ def parse_job_record(key: str, value: Any) -> dict[str, Any]:
             as_str(peer, at.at("participants").at(i), max_chars=_PEER)
     if "robust" in record:
         at.read(record, "robust", as_object)
+    if "history" in record:
+        parse_history(record["history"], at.at("history"))
     return record
 
 

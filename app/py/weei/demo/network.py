@@ -77,7 +77,7 @@ class MemoryNetwork:
             return
         # As the frame writer encodes it, and counted as the frames that would carry it and its attachments.
         text = json.dumps(encode_message(send.message), separators=(",", ":"), ensure_ascii=False)
-        kinds = {ref.sha256: ref.kind for ref in _attachments(send.message)}
+        kinds = {ref.sha256: ref.kind for ref in referenced_artifacts(send.message)}
         size = framed_bytes(len(text.encode()), [(kinds.get(sha, ""), len(b)) for sha, b in blobs.items()])
         self.bytes_moved += size
         kind = send.message.TYPE

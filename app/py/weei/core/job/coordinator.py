@@ -89,7 +89,7 @@ from .round import Round, RoundClosed, RoundEmpty, RoundFailed
 from .secure_round import SECAGG_PHASE_TIMEOUT_MS, SecureRound
 from .round_rules import (
     Kernel, RoundRecord, check_can_validate, check_method, check_units, chunk_seed, held_round, make_assign,
-    snapshot_rounds, validation_command, validation_due,
+    snapshot_rounds, validating, validation_command, validation_due,
 )
 from .schedule import DatasetSchedule, ExperienceSchedule
 from ..formats.seeds import assignment_seed, rounds_to_train
@@ -162,6 +162,10 @@ class Coordinator:
         self.weights_sha256 = hashlib.sha256(weights).hexdigest()
         self.checkpoint_round = round_
         self.first_round = first_round  # rounds before it belong to the checkpoint we continued from
+        # The checkpoint the job starts from is validated at the first Start (round 0 of a new job): every
+        # chart and the demo's verdict compare with it. A reopened job that trained already has its own.
+        self._baseline_pending = True
+        self._validating: set[int] = set()  # rounds whose RunValidation went out and has not come back
         self.job_seed = job_seed
         # DP's noise seed: the coordinator's secret (docs/privacy.md); no message, checkpoint or view holds it.
         self._dp_noise_seed = dp_noise_seed
@@ -244,6 +248,7 @@ class Coordinator:
                    experience=restored.experience,
                    checkpoint_hashes={round_: hashlib.sha256(checkpoint.weights).hexdigest()},
                    first_round=round_ + 1, dp_noise_seed=dp_noise_seed, dp_ledger=checkpoint.metadata.dp_ledger)
+        self._baseline_pending = not reopening or round_ == 0
         self._commands.append(Log("job.continued", {"fromRound": round_, "datasetMode": mode}))
         return self
 
@@ -357,6 +362,10 @@ class Coordinator:
         self._job("start")
         self.error = None
         self._log("job.started", round=self.checkpoint_round + 1)
+        if self._baseline_pending:
+            self._baseline_pending = False
+            if validating(self.spec) and not self._validated(self.checkpoint_round):
+                self._commands.append(self._validation_command())
         if loading(self.peers):
             self._grace_until = now + JOIN_GRACE_MS
         self._maybe_open_round(now)
@@ -597,6 +606,7 @@ class Coordinator:
                             now: float, *, examples: int = 0) -> None:
         """The host ran RunValidation (over ``examples`` examples or units); attach the result
         to that checkpoint's summary."""
+        self._validating.discard(round_)
         for summary in self.checkpoints:
             if summary["artifact"]["round"] == round_:
                 if error is not None:
@@ -1208,7 +1218,13 @@ class Coordinator:
                 record.move("finish")
         self._log("job.completed", round=self.checkpoint_round, incomplete=self.incomplete)
 
+    def _validated(self, round_: int) -> bool:
+        """Checkpoint ``round_`` has a validation result, or one is on its way (runValidation before Start)."""
+        return any(c["artifact"]["round"] == round_ and ("validationMetrics" in c or "validationError" in c)
+                   for c in self.checkpoints) or round_ in self._validating
+
     def _validation_command(self) -> RunValidation:
+        self._validating.add(self.checkpoint_round)
         return validation_command(self.spec, self.checkpoint_round, self.weights_sha256, self.checkpoint_hashes,
                                   self.job_seed)
 

@@ -13,7 +13,7 @@ new checkpoint ``r`` needs. The coordinator writes it down; nothing here
 changes the coordinator or the schedules, so a failed aggregation leaves
 them as they were. Metric means cannot overflow (``aggregate.weighted_mean``):
 a finite metric a peer reports never makes the checkpoint unwritable. :func:`validation_due` says whether the new checkpoint
-is evaluated, :func:`validation_command` what the host runs.
+is evaluated (every one of a short job), :func:`validation_command` what the host runs.
 """
 
 from __future__ import annotations
@@ -37,7 +37,8 @@ from ..formats.settings import TrainingSettings
 
 __all__ = [
     "Kernel", "RoundRecord", "close_round", "weighted_metrics", "check_method", "check_units", "chunk_seed",
-    "make_assign", "secure_terms", "assignment_settings", "auxiliary_for", "snapshot_round", "snapshot_rounds", "held_round", "check_can_validate", "validation_due", "validation_command",
+    "make_assign", "secure_terms", "assignment_settings", "auxiliary_for", "snapshot_round", "snapshot_rounds", "held_round", "check_can_validate", "SHORT_JOB_ROUNDS", "most_rounds",
+    "validating", "validation_due", "validation_command",
 ]
 
 
@@ -254,9 +255,21 @@ def check_can_validate(spec: JobSpec) -> None:
         raise UsageError(UsageReason.NO_VALIDATION_FILE, "this job has no validation file")
 
 
-def validation_due(spec: JobSpec, round_: int, *, dataset_epoch: int | None, epoch_done: bool,
-                   work_done: bool) -> bool:
-    """Whether checkpoint ``round_`` is evaluated by the job's validation schedule (the last one always is)."""
+#: A job that can take at most this many rounds is validated after every one, whatever its schedule's
+#: ``every`` (issue 24, item 13): "every 5 rounds" of a 4-round job drew a chart of one point.
+SHORT_JOB_ROUNDS = 20
+
+
+def most_rounds(spec: JobSpec) -> int:
+    """The most rounds the job can take from its start: an experience job's last round, or one chunk a round
+    for every chunk of every epoch (a dataset job with more peers takes fewer)."""
+    if spec.is_experience:
+        return spec.settings.epochs
+    return len(spec.chunks) * spec.settings.epochs
+
+
+def validating(spec: JobSpec) -> bool:
+    """Whether the job's validation schedule is on and it has something to validate with."""
     schedule = spec.settings.validation_schedule
     if schedule is None or not schedule.enabled:
         return False
@@ -264,6 +277,18 @@ def validation_due(spec: JobSpec, round_: int, *, dataset_epoch: int | None, epo
         check_can_validate(spec)
     except UsageError:
         return False
+    return True
+
+
+def validation_due(spec: JobSpec, round_: int, *, dataset_epoch: int | None, epoch_done: bool,
+                   work_done: bool) -> bool:
+    """Whether checkpoint ``round_`` is evaluated by the job's validation schedule (the last one always is,
+    and every one of a short job: :data:`SHORT_JOB_ROUNDS`)."""
+    schedule = spec.settings.validation_schedule
+    if schedule is None or not validating(spec):
+        return False
+    if most_rounds(spec) <= SHORT_JOB_ROUNDS:
+        return True
     if schedule.unit == "round":
         due = round_ % schedule.every == 0
     else:
