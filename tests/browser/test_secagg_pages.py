@@ -42,7 +42,7 @@ def test_three_browsers_train_with_secure_aggregation(weei_server: Any, browsers
     coordinator.evaluate("""(ids) => T.waitFor('participants loaded the model', () => {
       const p = T.api().getState().job.participants;
       return ids.every((id) => p[id] && p[id].approved && p[id].state !== 'approved');
-    })""", ids)
+    }, 120000)""", ids)  # two participants' Workers start Pyodide and compile at once: slow on a loaded 2-core host
     coordinator.evaluate("""async () => {
       const training = T.api();
       await training.start();
