@@ -2,7 +2,9 @@
 
 The job record is saved after every drain, i.e. after every message: what it derives from all peers (who takes
 part, robust aggregation's counts) must not be recomputed over every peer each time, or a round at N peers
-costs O(N^2) (it did: through a Flower grid at 100 nodes that was most of the coordinator's own time)."""
+costs O(N^2) (it did: through a Flower grid at 100 nodes that was most of the coordinator's own time); nor
+rebuilt over every peer when one peer's membership changes, or N peers joining cost O(N^2) (it did: at 1,000
+nodes a Flower grid's job spent most of the coordinator's time there)."""
 
 from __future__ import annotations
 
@@ -62,6 +64,31 @@ def test_job_record_is_not_rebuilt_over_every_peer_per_message(monkeypatch: pyte
     assert all(p == peers and r == {} for p, r in seen)
     # Nobody joined or left during the rounds: the participants were worked out once, not once a message.
     assert counts["approved"] <= n
+
+
+@pytest.mark.parametrize("n", [8, 64])
+def test_peers_joining_do_not_rebuild_the_job_record_over_every_peer(monkeypatch: pytest.MonkeyPatch, n: int) -> None:
+    counts = _counting(monkeypatch)
+    spec, store = dataset_spec(n, settings={"epochs": 1, "coordinatorParticipates": False})
+    sim = Sim.create(spec, store)
+    coordinator = sim.coordinator
+    receive = coordinator.receive
+    seen: list[list[str]] = []
+
+    def receive_then_record(*args: Any, **kwargs: Any) -> Any:
+        out = receive(*args, **kwargs)
+        counts["asking"] = 1
+        seen.append(coordinator.remote_participants())
+        counts["asking"] = 0
+        return out
+
+    coordinator.receive = receive_then_record  # type: ignore[method-assign]
+    peers = [f"p{i:03d}" for i in range(n)]
+    for peer in reversed(peers):  # joined in reverse: the record keeps them sorted all the same
+        sim.join(peer)
+    assert seen[-1] == peers and len(seen) >= 2 * n  # an answer and a module status from each
+    # Each join changed one peer's membership: that peer was looked at, not every peer again.
+    assert counts["approved"] <= 4 * n
 
 
 def test_a_change_of_membership_is_seen_at_once() -> None:
