@@ -107,7 +107,8 @@ class Executor:
         if self.backend.follow(current.attempt_id if current is not None else None):
             self.session.live.drop(self.session.my_peer_id)
         self._settle_stage()
-        self.store.evict(self.residency.referenced(self.session))
+        kept = self.residency.referenced(self.session)
+        self.store.evict(kept.rest, kept.fixed)
         if self.session.coordinator is not None:  # progress of attempts that ended goes
             self.session.live.retain(a.attempt_id for a in self.session.coordinator.attempts.open())
         self.arm_timer()

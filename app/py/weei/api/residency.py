@@ -16,18 +16,32 @@ archive among them, would be evicted while the coordinator counts them held).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..core.errors import WeeiError
 from ..core.wire.messages import Assign
 from ..core.formats.modelinfo import ModelInfo
 from ..core.job.participant import Participant
 from .session import Session
 
-__all__ = ["Residency", "assign_refs"]
+__all__ = ["Residency", "Kept", "assign_refs"]
 
 
 def assign_refs(assign: Assign) -> set[str]:
     """The artifacts an assignment names (``Assign.artifacts``)."""
     return assign.artifacts()
+
+
+@dataclass(frozen=True)
+class Kept:
+    """The artifacts to keep: ``fixed``, the coordinator's job files (the same object while its spec is the
+    same: ~one artifact per chunk, not to be walked after every drain), and the rest."""
+
+    fixed: frozenset[str]
+    rest: set[str]
+
+    def __contains__(self, sha: object) -> bool:
+        return sha in self.rest or sha in self.fixed
 
 
 class Residency:
@@ -69,16 +83,17 @@ class Residency:
         self.assigned.clear()
         self.job_id = None
 
-    def referenced(self, session: Session) -> set[str]:
+    def referenced(self, session: Session) -> Kept:
         """The artifacts to keep in memory now."""
         keep = set(self.pinned)
+        fixed: frozenset[str] = frozenset()
         coordinator = session.coordinator
         if coordinator is not None:
             spec = coordinator.spec
             if self._spec_refs is None or self._spec_refs[0] is not spec:
                 self._spec_refs = (spec, frozenset({spec.module.sha256, *(c.sha256 for c in spec.chunks),
                                                     *(ref.sha256 for ref in spec.auxiliary_files.values())}))
-            keep |= self._spec_refs[1]
+            fixed = self._spec_refs[1]
             keep.add(coordinator.weights_sha256)
             if session.validation_sha256 is not None:
                 keep.add(session.validation_sha256)
@@ -103,7 +118,7 @@ class Residency:
                     del self.assigned[round_]
                 for refs in self.assigned.values():
                     keep |= refs
-        return keep
+        return Kept(fixed, keep)
 
 
 def _snapshot_window(participant: Participant) -> int:
