@@ -110,7 +110,7 @@ class Executor:
         kept = self.residency.referenced(self.session)
         self.store.evict(kept.rest, kept.fixed)
         if self.session.coordinator is not None:  # progress of attempts that ended goes
-            self.session.live.retain(a.attempt_id for a in self.session.coordinator.attempts.open())
+            self.session.live.retain(self.session.coordinator.attempts.open_ids())
         self.arm_timer()
         self.diagnostics.report()
         self.log_writer.write()

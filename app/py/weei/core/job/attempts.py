@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, KeysView, Mapping
 
 from .. import verified
 from ..floats import BytesLike
@@ -129,6 +129,10 @@ class RoundAttempts:
 
     def open(self) -> list[Attempt]:
         return list(self._open.values())
+
+    def open_ids(self) -> KeysView[str]:
+        """The ids of the open attempts, a live view (no copy: the host asks after every event)."""
+        return self._open.keys()
 
     def open_one(self, attempt_id: str) -> Attempt | None:
         return self._open.get(attempt_id)
