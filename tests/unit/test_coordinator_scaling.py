@@ -108,3 +108,29 @@ def test_a_change_of_membership_is_seen_at_once() -> None:
     sim.pump()
     sim.run_to_end()
     assert c.status == "completed" and c.remote_participants() == naive()
+
+
+def test_a_peers_chunk_for_its_diagnostics_is_looked_up_not_scanned_for() -> None:
+    """A diagnostics report is shown with the chunk of the peer's first attempt of the round that has one:
+    an index kept as attempts are handed out (a scan of the round per report was O(peers) a message)."""
+    spec, store = dataset_spec(12, settings={"epochs": 2, "localEpochs": 1, "batchSize": 1,
+                                             "coordinatorParticipates": False})
+    peers = ["p1", "p2", "p3"]
+    sim = Sim.start_job(spec, store, peers, start=False)
+    c = sim.coordinator
+    receive = c.receive
+    checked = [0]
+
+    def receive_then_compare(*args: Any, **kwargs: Any) -> Any:
+        out = receive(*args, **kwargs)
+        for peer in peers:
+            scanned = next((a.chunk_id for a in c.attempts.current if a.peer == peer and a.chunk_id), None)
+            assert c.attempts.first_chunk_of(peer) == scanned
+            checked[0] += scanned is not None
+        return out
+
+    c.receive = receive_then_compare  # type: ignore[method-assign]
+    c.start(sim.now)
+    sim.pump()
+    sim.run_to_end()
+    assert c.status == "completed" and checked[0] > 0
