@@ -3,6 +3,8 @@ them costs a drain."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from sim import sha
 
 from weei.api.job_store import JobStore
@@ -87,3 +89,31 @@ def test_eviction_after_every_drain_does_not_walk_the_jobs_files() -> None:
     store.evict({w}, frozenset(list(chunks)[:10]))
     assert set(store.artifacts) == set(list(chunks)[:10]) | {w}
     assert store.evict(set()) == 11 and not store.artifacts
+
+
+def test_the_participants_model_info_is_read_once_not_after_every_drain(monkeypatch: Any) -> None:
+    """The snapshot window comes from the model info the participant holds: read when that changes (a new
+    job's), not at each of the drains of every message (most of a Flower node's own CPU a message)."""
+    from weei.core.formats import modelinfo
+
+    reads = [0]
+    parse = modelinfo.ModelInfo.from_json
+
+    def counted(value: Any) -> Any:
+        reads[0] += 1
+        return parse(value)
+
+    monkeypatch.setattr(modelinfo.ModelInfo, "from_json", staticmethod(counted))
+    residency = Residency()
+    s = session_in("job-B")
+    assert s.participant is not None
+    s.participant.model_info = {"name": "a model info"}  # read whatever it holds (this one is refused: no slots)
+    for round_ in range(1, 30):
+        residency.unpin(residency.assignment_taken(assign("job-B", round_)))
+        for _ in range(5):
+            kept = residency.referenced(s)
+    assert sha(b"job-B chunk 28") in kept and sha(b"job-B chunk 20") not in kept  # the window still slides
+    assert reads[0] == 1
+    s.participant.model_info = {"another": "job's info"}  # a new object: read again
+    residency.referenced(s)
+    assert reads[0] == 2
