@@ -571,3 +571,29 @@ def test_training_and_validation_run_on_the_backend_the_controller_is_given() ->
         assert c.get_state()["diagnostics"]["me"]["execution"]["backend"] == "second-backend"
 
     asyncio.run(main())
+
+
+def test_the_coordinators_timer_is_armed_again_only_when_its_deadline_or_the_clock_moves() -> None:
+    """A drain asks for the next deadline every time (12 drains a client message at 1,000 Flower nodes): the
+    same deadline keeps the waiting timer; a clock that jumps against the loop's gets a new one."""
+    async def main(network: MemoryNetwork, engine: WasmtimeEngine) -> None:
+        skew = [0.0]
+        coordinator = networked(network, engine, "coord", clock=lambda: time.time() * 1000 + skew[0])
+        helper = networked(network, engine, "helper")
+        for c in (coordinator, helper):
+            await c.init()
+        await coordinator.create_job(**package("digits-mlp"), settings={**DIGITS_SETTINGS, "epochs": 1})
+        coordinator.invite("helper")  # left unanswered: its expiry is the coordinator's next deadline
+        await network.settle()
+        executor = coordinator.executor
+        timer = executor.timer
+        assert timer is not None
+        for _ in range(3):
+            await executor.drain()
+        assert executor.timer is timer and not timer.done()
+        skew[0] += 60_000.0  # the clock steps a minute ahead of the loop: the sleep is worked out again
+        await executor.drain()
+        await asyncio.sleep(0)
+        assert executor.timer is not timer and timer.cancelled()
+
+    on_network(main)

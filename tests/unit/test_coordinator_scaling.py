@@ -2,7 +2,9 @@
 
 The job record is saved after every drain, i.e. after every message: what it derives from all peers (who takes
 part, robust aggregation's counts) must not be recomputed over every peer each time, or a round at N peers
-costs O(N^2) (it did: through a Flower grid at 100 nodes that was most of the coordinator's own time)."""
+costs O(N^2) (it did: through a Flower grid at 100 nodes that was most of the coordinator's own time); nor
+rebuilt over every peer when one peer's membership changes, or N peers joining cost O(N^2) (it did: at 1,000
+nodes a Flower grid's job spent most of the coordinator's time there)."""
 
 from __future__ import annotations
 
@@ -64,6 +66,31 @@ def test_job_record_is_not_rebuilt_over_every_peer_per_message(monkeypatch: pyte
     assert counts["approved"] <= n
 
 
+@pytest.mark.parametrize("n", [8, 64])
+def test_peers_joining_do_not_rebuild_the_job_record_over_every_peer(monkeypatch: pytest.MonkeyPatch, n: int) -> None:
+    counts = _counting(monkeypatch)
+    spec, store = dataset_spec(n, settings={"epochs": 1, "coordinatorParticipates": False})
+    sim = Sim.create(spec, store)
+    coordinator = sim.coordinator
+    receive = coordinator.receive
+    seen: list[list[str]] = []
+
+    def receive_then_record(*args: Any, **kwargs: Any) -> Any:
+        out = receive(*args, **kwargs)
+        counts["asking"] = 1
+        seen.append(coordinator.remote_participants())
+        counts["asking"] = 0
+        return out
+
+    coordinator.receive = receive_then_record  # type: ignore[method-assign]
+    peers = [f"p{i:03d}" for i in range(n)]
+    for peer in reversed(peers):  # joined in reverse: the record keeps them sorted all the same
+        sim.join(peer)
+    assert seen[-1] == peers and len(seen) >= 2 * n  # an answer and a module status from each
+    # Each join changed one peer's membership: that peer was looked at, not every peer again.
+    assert counts["approved"] <= 4 * n
+
+
 def test_a_change_of_membership_is_seen_at_once() -> None:
     spec, store = dataset_spec(8, settings={"epochs": 1, "coordinatorParticipates": False})
     sim = Sim.start_job(spec, store, ["p1", "p2", "p3"], start=False)
@@ -81,3 +108,29 @@ def test_a_change_of_membership_is_seen_at_once() -> None:
     sim.pump()
     sim.run_to_end()
     assert c.status == "completed" and c.remote_participants() == naive()
+
+
+def test_a_peers_chunk_for_its_diagnostics_is_looked_up_not_scanned_for() -> None:
+    """A diagnostics report is shown with the chunk of the peer's first attempt of the round that has one:
+    an index kept as attempts are handed out (a scan of the round per report was O(peers) a message)."""
+    spec, store = dataset_spec(12, settings={"epochs": 2, "localEpochs": 1, "batchSize": 1,
+                                             "coordinatorParticipates": False})
+    peers = ["p1", "p2", "p3"]
+    sim = Sim.start_job(spec, store, peers, start=False)
+    c = sim.coordinator
+    receive = c.receive
+    checked = [0]
+
+    def receive_then_compare(*args: Any, **kwargs: Any) -> Any:
+        out = receive(*args, **kwargs)
+        for peer in peers:
+            scanned = next((a.chunk_id for a in c.attempts.current if a.peer == peer and a.chunk_id), None)
+            assert c.attempts.first_chunk_of(peer) == scanned
+            checked[0] += scanned is not None
+        return out
+
+    c.receive = receive_then_compare  # type: ignore[method-assign]
+    c.start(sim.now)
+    sim.pump()
+    sim.run_to_end()
+    assert c.status == "completed" and checked[0] > 0

@@ -138,3 +138,43 @@ def test_every_attachment_a_message_names_travels_and_a_missing_one_is_named() -
     assert missing == [] and [blobs for _, _, blobs in decoded] == [{sha_m: masked}, {sha_p: piece}]
     _, missing = decode_frames(encode_frames(frames, omit=frozenset({sha_m})))
     assert missing == [sha_m]
+
+
+def test_attachments_are_the_arrays_flower_itself_makes() -> None:
+    """encode_frames writes an attachment's Array without numpy's writer: the same bytes as Flower's
+    Array(ndarray) (np.save), for every length that changes the header's padding."""
+    import io
+
+    from weei.flower.codec import _blob_array, _npy_header
+
+    for n in [*range(0, 300), 4095, 65536, 10**6 + 7]:
+        data = bytes(i % 251 for i in range(n))
+        ours, flowers = _blob_array(data), Array(np.frombuffer(data, dtype=np.uint8))
+        assert (ours.dtype, ours.shape, ours.stype, ours.data) == (flowers.dtype, flowers.shape, flowers.stype,
+                                                                  flowers.data)
+    for digits in range(1, 20):  # lengths too long to allocate here: numpy's own header writer
+        for n in (10 ** (digits - 1), 10**digits - 1):
+            buffer = io.BytesIO()
+            np.lib.format.write_array_header_1_0(buffer, {"descr": "|u1", "fortran_order": False, "shape": (n,)})
+            assert _npy_header(n) == buffer.getvalue()
+
+
+def test_an_attachment_in_another_valid_npy_form_still_decodes() -> None:
+    """Weei reads past a header it wrote itself; another writer's valid .npy (format 2.0 here) goes through
+    numpy's loader and its checks, and gives the same bytes."""
+    import hashlib
+    import io
+
+    from weei.core.wire.messages import ArtifactRef, Update
+    from weei.flower.codec import encode_frames
+
+    weights = bytes(range(40))
+    sha = hashlib.sha256(weights).hexdigest()
+    update = Update("job-1", 1, "as-1", "as-1-a1", "00" * 32, ArtifactRef("update", sha, len(weights)), {}, 1)
+    content = encode_frames([("node-1", update, {sha: weights})])
+    buffer = io.BytesIO()
+    np.lib.format.write_array(buffer, np.frombuffer(weights, dtype=np.uint8), version=(2, 0))
+    assert buffer.getvalue() != content["blobs"][sha].data
+    content["blobs"][sha] = Array(dtype="uint8", shape=(40,), stype="numpy.ndarray", data=buffer.getvalue())
+    (_, _, blobs), = decode_frames(content)[0]
+    assert blobs == {sha: weights}

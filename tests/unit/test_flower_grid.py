@@ -95,13 +95,18 @@ def _files(d: Path) -> dict[str, bytes]:
 
 def test_digits_fedavg_bytes_equal_weei_demo(tmp_path: Path) -> None:
     import io
-    run_job(DIGITS, tmp_path / "demo", stream=io.StringIO(), seed=7, flat=True)
+    demo_out, flower_out = io.StringIO(), io.StringIO()
+    run_job(DIGITS, tmp_path / "demo", stream=demo_out, seed=7, flat=True)
     grid = FakeGrid([11, 12, 13], _handler(NodeHosts()))
-    run = asyncio.run(drive(grid, DIGITS, seed=7, out=tmp_path / "flower"))
+    run = asyncio.run(drive(grid, DIGITS, seed=7, out=tmp_path / "flower", stream=flower_out))
     demo, flower = _files(tmp_path / "demo"), _files(tmp_path / "flower")
     assert len(demo) >= 4 and demo.keys() == flower.keys()
     assert [n for n in demo if demo[n] != flower[n]] == []
     assert run.failed_nodes == [] and run.bytes_skipped > 0
+    # A row per checkpoint as `weei demo` prints it: the same rounds, peers, examples and metrics (not the seconds).
+    rows = [[line.split()[:-1] for line in out.getvalue().splitlines() if line.split()[:1] and line.split()[0].isdigit()]
+            for out in (demo_out, flower_out)]
+    assert len(rows[1]) == len(demo) and rows[1] == rows[0]
 
 
 def test_one_message_in_flight_per_node_when_replies_come_one_at_a_time(tmp_path: Path) -> None:

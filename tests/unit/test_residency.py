@@ -1,15 +1,20 @@
-"""Which artifacts a participant keeps in memory across two jobs in a row (issue 24, item 1)."""
+"""Which artifacts a participant keeps in memory across two jobs in a row (issue 24, item 1), and what keeping
+them costs a drain."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from sim import sha
 
+from weei.api.job_store import JobStore
 from weei.api.residency import Residency
 from weei.api.session import Session
 from weei.core.job.participant import Participant
 from weei.core.observe.debuglog import DebugLog
 from weei.core.observe.diagnostics import DiagnosticsRecorder
 from weei.core.wire.messages import ArtifactRef, Assign, ChunkRef
+from weei.host.memory_storage import MemoryStorage
 
 ARCHIVE = ArtifactRef("wgsl", sha(b"job B's WGSL archive"), 20)
 
@@ -55,3 +60,60 @@ def test_the_remembered_window_still_slides_within_one_job() -> None:
         residency.unpin(residency.assignment_taken(assign("job-B", round_)))
     kept = residency.referenced(s)
     assert sha(b"job-B chunk 1") not in kept and sha(b"job-B chunk 7") in kept
+
+
+class _CountingSet(frozenset[str]):
+    """A job's files that count how often eviction asks about one of them."""
+
+    asked = 0
+
+    def __contains__(self, sha: object) -> bool:
+        _CountingSet.asked += 1
+        return super().__contains__(sha)
+
+
+def test_eviction_after_every_drain_does_not_walk_the_jobs_files() -> None:
+    store = JobStore(MemoryStorage())
+    chunks = {sha(f"chunk {i}".encode()): f"chunk {i}".encode() for i in range(1000)}
+    store.remember(chunks)
+    fixed = _CountingSet(chunks)
+    store.evict(set(), fixed)  # a new set of files: each held artifact is looked at once
+    weights = {sha(f"weights {r}".encode()): f"weights {r}".encode() for r in range(100)}
+    for r, (w, data) in enumerate(weights.items()):  # a round's weights come, the round before's go
+        store.remember({w: data})
+        store.evict({w}, fixed)
+        assert set(store.artifacts) == set(chunks) | {w}
+    # 1,000 files once, then the few held outside them at each of the 100 evictions, not 100 x 1,000.
+    assert _CountingSet.asked <= 1000 + 3 * 100
+    # Another job's files (another object): what the old files held goes.
+    store.evict({w}, frozenset(list(chunks)[:10]))
+    assert set(store.artifacts) == set(list(chunks)[:10]) | {w}
+    assert store.evict(set()) == 11 and not store.artifacts
+
+
+def test_the_participants_model_info_is_read_once_not_after_every_drain(monkeypatch: Any) -> None:
+    """The snapshot window comes from the model info the participant holds: read when that changes (a new
+    job's), not at each of the drains of every message (most of a Flower node's own CPU a message)."""
+    from weei.core.formats import modelinfo
+
+    reads = [0]
+    parse = modelinfo.ModelInfo.from_json
+
+    def counted(value: Any) -> Any:
+        reads[0] += 1
+        return parse(value)
+
+    monkeypatch.setattr(modelinfo.ModelInfo, "from_json", staticmethod(counted))
+    residency = Residency()
+    s = session_in("job-B")
+    assert s.participant is not None
+    s.participant.model_info = {"name": "a model info"}  # read whatever it holds (this one is refused: no slots)
+    for round_ in range(1, 30):
+        residency.unpin(residency.assignment_taken(assign("job-B", round_)))
+        for _ in range(5):
+            kept = residency.referenced(s)
+    assert sha(b"job-B chunk 28") in kept and sha(b"job-B chunk 20") not in kept  # the window still slides
+    assert reads[0] == 1
+    s.participant.model_info = {"another": "job's info"}  # a new object: read again
+    residency.referenced(s)
+    assert reads[0] == 2

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Callable, Mapping, TypeVar
+from typing import Any, Callable, Container, Mapping, TypeVar
 
 from ..core.aggregation.aggregate import AggregationKernel
 from ..core.formats.checkpoint import Checkpoint, read_checkpoint
@@ -119,6 +119,10 @@ class JobStore:
         self.storage = storage
         self.saved_jobs: dict[str, dict[str, Any]] = {}
         self._held: dict[str, bytes] = {}  # in-memory copies of what the active job needs now
+        # What ``evict`` looks at: the held artifacts outside the last ``fixed`` set it was given (the job's
+        # own files, ~one per chunk), so that an eviction after every drain does not walk every chunk.
+        self._fixed: frozenset[str] = frozenset()
+        self._loose: set[str] = set()
         self.latest_checkpoint: tuple[str, bytes] | None = None  # (file name, file) last made durable
         self.saved_round: dict[str, int] = {}  # job id -> the round of its last durable checkpoint
         # Job id -> the chart points before a continued job's first checkpoint (metric_history.py).
@@ -260,7 +264,7 @@ class JobStore:
         refused = []
         for sha, data in blobs.items():
             if checked or sha256_hex(data) == sha:
-                self._held[sha] = data
+                self._hold(sha, data)
             else:
                 refused.append(sha)
         return refused
@@ -279,7 +283,7 @@ class JobStore:
             for sha, data in items.items():
                 await self.storage.put("artifacts", sha, data)
                 written.append(sha)
-                self._held[sha] = data
+                self._hold(sha, data)
         except StorageError:
             named = self._named(None)
             for sha in written:
@@ -302,11 +306,27 @@ class JobStore:
                 raise StorageError(StorageReason.CORRUPT, f"artifact {sha[:16]}... in storage does not match its SHA-256")
         return missing
 
-    def evict(self, keep: set[str]) -> int:
-        """Drop every in-memory artifact not in ``keep``; returns how many went."""
-        gone = [sha for sha in self._held if sha not in keep]
+    def _hold(self, sha: str, data: bytes) -> None:
+        self._held[sha] = data
+        self._loose.add(sha)
+
+    def evict(self, keep: Container[str], fixed: frozenset[str] = frozenset()) -> int:
+        """Drop every in-memory artifact in neither ``keep`` nor ``fixed``; returns how many went.
+
+        ``fixed`` is the part of what to keep that stays the same object while it does not change (the
+        job's files): the artifacts in it are looked at again only when another object comes.
+        """
+        if fixed is not self._fixed:
+            self._fixed, self._loose = fixed, set(self._held)
+        gone = []
+        for sha in list(self._loose):
+            if sha not in self._held or sha in fixed:
+                self._loose.discard(sha)
+            elif sha not in keep:
+                gone.append(sha)
         for sha in gone:
             del self._held[sha]
+            self._loose.discard(sha)
         return len(gone)
 
     # --------------------------------------------------------- job records
@@ -397,7 +417,7 @@ class JobStore:
 
     async def save_checkpoint(self, job_id: str, command: SaveCheckpoint) -> None:
         """Make a round's checkpoint durable; its weights stay in memory for the next round."""
-        self._held[command.weights_sha256] = command.weights  # the coordinator named them by hashing them
+        self._hold(command.weights_sha256, command.weights)  # the coordinator named them by hashing them
         await self.storage.put("checkpoints", checkpoint_key(job_id, command.round),
                                {"summary": command.summary, "file": command.file})
         self.latest_checkpoint = (command.summary["artifact"]["fileName"], command.file)
@@ -407,7 +427,7 @@ class JobStore:
                                        summary: dict[str, Any], weights_sha256: str) -> None:
         """The checkpoint a job continues from, as its first (continueFromCheckpoint); ``weights_sha256`` is
         the hash its coordinator took of ``read.weights``."""
-        self._held[weights_sha256] = bytes(read.weights)
+        self._hold(weights_sha256, bytes(read.weights))
         await self.storage.put("checkpoints", checkpoint_key(job_id, read.metadata.round),
                                {"summary": summary, "file": bytes(file)})
         self.latest_checkpoint = (summary["artifact"]["fileName"], bytes(file))
@@ -475,7 +495,7 @@ class JobStore:
                                               f"{', '.join(refused) or 'its participants'} is damaged")
         self.latest_checkpoint = (summaries[-1]["artifact"]["fileName"], file)
         self.saved_round[job_id] = read.metadata.round
-        self._held[coordinator.weights_sha256] = bytes(read.weights)  # the coordinator hashed these weights
+        self._hold(coordinator.weights_sha256, bytes(read.weights))  # the coordinator hashed these weights
         await self._load_snapshots(job_id, coordinator)
         await self.load_artifacts([spec.module.sha256, *(c.sha256 for c in spec.chunks),
                                    *(r.sha256 for r in spec.auxiliary_files.values()),

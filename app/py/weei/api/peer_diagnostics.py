@@ -26,9 +26,7 @@ class DiagnosticsLink:
         """The coordinator's sink for a participant's snapshot; a bad one is refused and logged."""
         s = self.session
         coordinator = s.coordinator
-        chunk = None
-        if coordinator is not None:
-            chunk = next((slot.chunk_id for slot in coordinator.attempts.current if slot.peer == peer and slot.chunk_id), None)
+        chunk = coordinator.attempts.first_chunk_of(peer) if coordinator is not None else None
         try:
             s.book.accept(peer, coordinator.spec.job_id if coordinator else None, snapshot, now, chunk_id=chunk)
         except WeeiError as exc:

@@ -253,17 +253,20 @@ async def drive(grid: Any, job: DemoJob, *, settings: dict[str, Any] | None = No
         table = _Table(stream, info, "workSource" in info, JobReport(job.name, metric["id"], metric["direction"]))
     contributors: dict[int, int] = {}
 
-    def on_state(s: dict[str, Any]) -> None:
+    def on_state() -> None:
         core = coordinator.coordinator
         if core is not None and core.checkpoint_round not in contributors:
             contributors[core.checkpoint_round] = len(core.last_contributors)
             run.contributors[core.checkpoint_round] = list(core.last_contributors)
         if table is not None:
-            table.update(s, contributors)
+            # The checkpoints' summaries are what the table reads; a state snapshot (get_state) copies every
+            # peer's diagnostics and live metrics too: at 1,000 nodes ~0.2 s a snapshot, 0.5 ms a message.
+            table.update({"job": {"checkpoints": core.checkpoints}} if core is not None else coordinator.get_state(),
+                         contributors)
 
-    # Not coordinator.subscribe(on_state): a subscriber gets a full state snapshot at every change, i.e. per
+    # Not coordinator.subscribe(...): a subscriber gets a full state snapshot at every change, i.e. per
     # message, and a snapshot copies every peer's diagnostics, so at N nodes a round cost O(N^2) copying
-    # (half of an in-process run's time at 10 peers, profiled). A snapshot when the checkpoint round moves is
+    # (half of an in-process run's time at 10 peers, profiled). A look when the checkpoint round moves is
     # enough for the table and the contributors.
     seen = {"round": -1}
 
@@ -271,7 +274,7 @@ async def drive(grid: Any, job: DemoJob, *, settings: dict[str, Any] | None = No
         core = coordinator.coordinator
         if core is not None and core.checkpoint_round != seen["round"]:
             seen["round"] = core.checkpoint_round
-            on_state(coordinator.get_state())
+            on_state()
 
     for peer in transport.peers():
         coordinator.invite(peer)
@@ -304,7 +307,7 @@ async def drive(grid: Any, job: DemoJob, *, settings: dict[str, Any] | None = No
             await pump.wait()
         progress()
     await settle(flush=True)
-    on_state(coordinator.get_state())
+    on_state()
     run.unanswered = sorted(peer for peer, _ in pump.in_flight.values())
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, KeysView, Mapping
 
 from .. import verified
 from ..floats import BytesLike
@@ -108,6 +108,9 @@ class RoundAttempts:
     _open: dict[str, Attempt] = field(default_factory=dict, repr=False)
     # (deadline, attempt id) of every attempt handed out this round; closed ones are dropped when they surface.
     _deadlines: list[tuple[float, str]] = field(default_factory=list, repr=False)
+    # Each peer's first chunk of this round (hand-out order): asked for every diagnostics report, which a scan
+    # of the round made O(peers) a message.
+    _first_chunk: dict[str, str] = field(default_factory=dict, repr=False)
 
     def new(self, peer: str, round_: int, assignment_id: str, chunk_id: str | None, units: UnitWork | None,
             seed: int, now: float, timeout_ms: float, quiet_ms: float | None = None) -> Attempt:
@@ -117,6 +120,8 @@ class RoundAttempts:
                           now + timeout_ms, quiet_until=now + quiet_ms if quiet_ms is not None else None)
         self.current.append(attempt)
         self._open[attempt.attempt_id] = attempt
+        if chunk_id:
+            self._first_chunk.setdefault(peer, chunk_id)
         heapq.heappush(self._deadlines, (attempt.due, attempt.attempt_id))
         return attempt
 
@@ -130,11 +135,19 @@ class RoundAttempts:
     def open(self) -> list[Attempt]:
         return list(self._open.values())
 
+    def open_ids(self) -> KeysView[str]:
+        """The ids of the open attempts, a live view (no copy: the host asks after every event)."""
+        return self._open.keys()
+
     def open_one(self, attempt_id: str) -> Attempt | None:
         return self._open.get(attempt_id)
 
     def open_of(self, peer: str) -> list[Attempt]:
         return [a for a in self._open.values() if a.peer == peer]
+
+    def first_chunk_of(self, peer: str) -> str | None:
+        """The chunk of ``peer``'s first attempt of this round that has one."""
+        return self._first_chunk.get(peer)
 
     def busy_peers(self) -> set[str]:
         return {a.peer for a in self._open.values()}
@@ -204,6 +217,7 @@ class RoundAttempts:
         self.received = {}
         self._open = {}
         self._deadlines = []
+        self._first_chunk = {}
 
 
 def check_update(attempts: RoundAttempts, peer: str, update: Update, blobs: Mapping[str, bytes], *,

@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import hashlib
 from array import array
+from bisect import bisect_left
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping
 
@@ -83,7 +84,7 @@ from ..wire.messages import (
     SecAggReveal, SecAggShares, TrainingStarted, Update, UpdateReceipt,
 )
 from .invitations import INVITATION_TTL_MS
-from .peers import PeerRecord, available, eligible, loading
+from .peers import PeerBook, PeerRecord, available, eligible, loading
 from ..links.relay import Broadcast, Relays
 from .round import Round, RoundClosed, RoundEmpty, RoundFailed
 from .secure_round import SECAGG_PHASE_TIMEOUT_MS, SecureRound
@@ -175,8 +176,11 @@ class Coordinator:
         self.experience = experience
         self.checkpoint_hashes = dict(checkpoint_hashes)
         self.checkpoints: list[dict[str, Any]] = []
-        self.peers: dict[str, PeerRecord] = {}
-        self._recorded: tuple[tuple[int, int], list[str], dict[str, dict[str, Any]]] | None = None
+        self.peers = PeerBook()
+        # What the job record keeps of the peers, updated for the peers the book says changed: the other
+        # members, sorted, and the robust state of those that have one.
+        self._members: list[str] = []
+        self._robust: dict[str, dict[str, Any]] = {}
         self.round: Round | None = None  # the open round, or the last one, closed
         self._no_round = RoundAttempts()  # the attempts' ledger before the first round
         self.rejected: list[RejectedUpdate] = []
@@ -466,22 +470,33 @@ class Coordinator:
     # ---------------------------------------------------------- peer events
 
     def remote_participants(self) -> list[str]:
-        """The other peers that accepted and still take part (kept in the job record)."""
-        return list(self._recorded_peers()[0])
+        """The other peers that accepted and still take part (kept in the job record), sorted."""
+        self._note_changed_peers()
+        return list(self._members)
 
     def robust_records(self) -> dict[str, dict[str, Any]]:
         """Outlier counts and exclusions of the remote participants (kept in the job record)."""
-        return {p: dict(state) for p, state in self._recorded_peers()[1].items()}
+        self._note_changed_peers()
+        return {p: dict(state) for p, state in sorted(self._robust.items())}
 
-    def _recorded_peers(self) -> tuple[list[str], dict[str, dict[str, Any]]]:
-        # Asked after every drain; rebuilt only when what a record says of its peer changed
-        # (PeerRecord.revision) or a record came.
-        key = (PeerRecord.revision, len(self.peers))
-        if self._recorded is None or self._recorded[0] != key:
-            members = sorted(p for p, r in self.peers.items() if p != self.my_peer_id and r.approved)
-            robust = {p: state for p in members if (state := self.peers[p].robust_state()) is not None}
-            self._recorded = (key, members, robust)
-        return self._recorded[1], self._recorded[2]
+    def _note_changed_peers(self) -> None:
+        # Asked after every drain: the work is the changed peers', not every peer's.
+        members = self._members
+        for peer in self.peers.changed:
+            record = self.peers.get(peer)
+            member = record is not None and peer != self.my_peer_id and record.approved
+            i = bisect_left(members, peer)
+            if member != (i < len(members) and members[i] == peer):
+                if member:
+                    members.insert(i, peer)
+                else:
+                    del members[i]
+            state = record.robust_state() if member and record is not None else None
+            if state is None:
+                self._robust.pop(peer, None)
+            else:
+                self._robust[peer] = state
+        self.peers.changed.clear()
 
     def restore_participants(self, peers: Any, robust: Any = None) -> list[str]:
         """After a reload: the job's participants, disconnected until their channel opens again

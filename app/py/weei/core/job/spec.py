@@ -108,9 +108,12 @@ class JobSpec:
 
     # chunk() runs for every hand-out and every update: an index, not a scan (1,000 peers, issue 11 P6).
     _chunk_index: dict[str, ChunkInfo] = field(init=False, repr=False, compare=False)
+    # And data_bytes for every invitation: the chunks' sum once, not a sum over the chunks per peer.
+    _chunk_bytes: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_chunk_index", {c.id: c for c in reversed(self.chunks)})  # the first of an id wins
+        object.__setattr__(self, "_chunk_bytes", sum(c.bytes for c in self.chunks))
 
     def chunk(self, chunk_id: str) -> ChunkInfo:
         return self._chunk_index[chunk_id]
@@ -118,7 +121,7 @@ class JobSpec:
     @property
     def data_bytes(self) -> int:
         """What a participant downloads besides the module: the chunks and the auxiliary files."""
-        return sum(c.bytes for c in self.chunks) + sum(r.bytes for r in self.auxiliary_files.values())
+        return self._chunk_bytes + sum(r.bytes for r in self.auxiliary_files.values())
 
     def with_settings(self, settings: TrainingSettings) -> JobSpec:
         return replace(self, settings=settings)

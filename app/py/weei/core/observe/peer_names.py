@@ -13,6 +13,7 @@ alike, so "Chrome on Linux #2" is the same tab for everyone.
 from __future__ import annotations
 
 import unicodedata
+from functools import lru_cache
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -31,8 +32,14 @@ def clean_name(raw: Any) -> str:
     at most ``MAX_NAME_CHARS`` characters; ``""`` when nothing is left (or ``raw`` is not a string)."""
     if not isinstance(raw, str):
         return ""
+    return _clean(raw[:_MAX_RAW_CHARS])
+
+
+@lru_cache(maxsize=64)  # keys of at most _MAX_RAW_CHARS: what a peer sends cannot make the cache large
+def _clean(raw: str) -> str:
+    # Asked for this device's own card after every drain (the job's model name, the same text each time).
     kept = []
-    for ch in unicodedata.normalize("NFC", raw[:_MAX_RAW_CHARS]):
+    for ch in unicodedata.normalize("NFC", raw):
         category = unicodedata.category(ch)
         if category in _DROPPED or category in ("Zl", "Zp"):
             kept.append(" " if category in ("Cc", "Zl", "Zp") else "")

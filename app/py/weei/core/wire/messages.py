@@ -17,6 +17,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from enum import Enum
+from functools import lru_cache
 from typing import Any, ClassVar
 
 from .._check import Where, as_bool, as_choice, as_int, as_list, as_number, as_object, as_sha256, as_str, first_duplicate
@@ -300,6 +301,7 @@ class _Message:
         return out
 
 
+@lru_cache(maxsize=512)  # field names of the message classes: a few hundred; asked for every field encoded
 def _camel(name: str) -> str:
     head, *rest = name.split("_")
     return head + "".join(part.title() for part in rest)

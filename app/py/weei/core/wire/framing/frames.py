@@ -15,6 +15,7 @@ import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, is_dataclass
 from enum import Enum, IntEnum
+from functools import lru_cache
 from typing import Any, Union
 
 from ...errors import UsageError, WeeiError, UsageReason
@@ -305,6 +306,11 @@ def abort_frame(tid: int, reason: str) -> bytes:
     return _header(FrameType.ABORT, tid) + _ABORT.pack(len(raw)) + raw
 
 
+@lru_cache(maxsize=256)  # the wire's dataclasses: asked for each one walked, i.e. for every message received
+def _field_names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(cls))
+
+
 def referenced_artifacts(message: Message) -> list[ArtifactRef]:
     """Every ``ArtifactRef`` a message names (fields, nested refs, and dicts of refs).
 
@@ -316,8 +322,8 @@ def referenced_artifacts(message: Message) -> list[ArtifactRef]:
         if isinstance(value, ArtifactRef):
             out.append(value)
         elif is_dataclass(value) and not isinstance(value, type):
-            for f in fields(value):
-                walk(getattr(value, f.name))
+            for name in _field_names(type(value)):
+                walk(getattr(value, name))
         elif isinstance(value, dict):
             for v in value.values():
                 if isinstance(v, ArtifactRef) or (is_dataclass(v) and not isinstance(v, type)):
