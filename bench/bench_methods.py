@@ -27,15 +27,19 @@ the same model trained for the same epochs on all chunks joined.
 
 ``--study`` runs the measurement study of docs/methods.md ("Where server
 momentum and server Adam help") instead: for each model a grid of local
-settings (learning rate, batch size, local epochs: the models' local
-optimizer is Adam, fixed in their C code) crossed with server methods and
-steps, every configuration on every seed, each compared with FedAvg at the
-same local settings. It prints the goal lines: Q4 (an outer optimizer
-reaching FedAvg's final validation loss in <= 2/3 of FedAvg's rounds on the
-byte-transformer on every seed) and digits-mlp at localEpochs 1 within 1
-point of central training on every seed, each MET or not met.
+settings (learning rate, batch size, local epochs: the reference models'
+local optimizer is Adam, fixed in their C code; ``onnx-cnn``, an imported
+ONNX CNN, also trains with local SGD: bench/onnx_cnn.py) crossed with
+server methods and steps, every configuration on every seed, each compared
+with FedAvg at the same local settings. It prints the goal lines: Q4 (an
+outer optimizer reaching FedAvg's final validation loss in <= 2/3 of
+FedAvg's rounds on the byte-transformer on every seed), the same against
+FedAvg at each configuration's own local settings, and digits-mlp at
+localEpochs 1 within 1 point of central training on every seed, each MET
+or not met.
 
     python bench/bench_methods.py --study --model digits-mlp --seeds 1 2 3
+    python bench/bench_methods.py --study --model onnx-cnn --seeds 1 2 3
     python bench/bench_methods.py --study --quick        # digits-mlp, the grid's first rows, 1 epoch
 """
 
