@@ -180,6 +180,9 @@ STUDY: dict[str, tuple[tuple[str, dict[str, Any], dict[str, Any]], ...]] = {
         ("FedAvgM μ0.5 η1.2", {"batchSize": 4}, _m(0.5, 1.2)),
         ("FedAvg", {"learningRate": 0.001}, _FEDAVG),
         ("Nesterov μ0.9 η0.7", {"learningRate": 0.001}, _n(0.9, 0.7)),
+        ("Nesterov μ0.9 η1", {"learningRate": 0.001}, _n(0.9, 1)),
+        ("FedAvg", {"learningRate": 0.0015}, _FEDAVG),
+        ("Nesterov μ0.9 η0.7", {"learningRate": 0.0015}, _n(0.9, 0.7)),
     ),
     # About 1.3 CPU seconds a job: local SGD against local Adam (issue 25), the whole grid on 3 seeds.
     "onnx-cnn": _onnx_grid(),
