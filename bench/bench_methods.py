@@ -123,7 +123,6 @@ def _onnx_grid() -> tuple[tuple[str, dict[str, Any], dict[str, Any]], ...]:
     return tuple((label, local, aggregation) for local in locals_ for label, aggregation in servers)
 
 
-
 #: The study's grid per model: (label, local settings over the model's Setup, aggregation). FedAvg
 #: rows are the baselines of the rows with the same local settings. Long-run FedAvgM step: η / (1 - μ).
 STUDY: dict[str, tuple[tuple[str, dict[str, Any], dict[str, Any]], ...]] = {
