@@ -6,12 +6,15 @@ really differ only in the aggregation method they were configured with.
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -93,3 +96,24 @@ def test_quick_study_compares_each_configuration_with_fedavg_and_prints_the_goal
     # The server step changes the outcome: the two FedAvgM rows differ from round 2 on.
     assert configs["FedAvgM μ0.9 η1"]["runs"][0]["validation"]["loss"][2] != \
         configs["FedAvgM μ0.9 η0.3"]["runs"][0]["validation"]["loss"][2]
+
+
+def test_study_trains_the_imported_onnx_model_with_the_local_optimizer_asked_for(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """bench/onnx_cnn.py's CNN, imported twice (local Adam, local SGD): the study's local setting
+    ``optimizer`` picks the package; both start from the graph's initializers."""
+    pytest.importorskip("onnx")
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    monkeypatch.delenv("WEEI_MODELS", raising=False)
+    import bench_methods
+
+    setup = bench_methods.MODELS["onnx-cnn"]
+    with bench_methods._packages(setup):
+        models = Path(os.environ["WEEI_MODELS"])
+        adam = bench_methods.run_method("onnx-cnn", setup, {"method": "fedavg"}, 1, 1, io.StringIO())
+        sgd = bench_methods.run_method("onnx-cnn", setup, {"method": "fedavg"}, 1, 1, io.StringIO(), {"optimizer": "sgd"})
+    assert "WEEI_MODELS" not in os.environ and not models.exists()
+    for run in (adam, sgd):
+        assert run["rounds"] == [0, 1, 2, 3, 4] and all(math.isfinite(v) for v in run["validation"]["loss"])
+    assert adam["validation"]["loss"][0] == sgd["validation"]["loss"][0]
+    assert adam["validation"]["loss"][1] != sgd["validation"]["loss"][1]

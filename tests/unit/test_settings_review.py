@@ -110,11 +110,25 @@ def test_fedavgm_momentum_measured_to_overshoot_is_noted_by_code() -> None:
     assert "3 x" in smaller.message  # still above FedAvg's loss on digits-mlp, 3 seeds
 
 
+def test_nesterov_first_step_measured_to_overshoot_is_noted_by_code() -> None:
+    # Nesterov μ 0.5 η 1.2 moves a round by 1.8 x its change at once: above FedAvg's loss on digits-mlp at
+    # every local setting tried and on the byte-transformer; heavy-ball μ 0.5 η 1.2 helped (docs/methods.md).
+    (warning,) = outer_step_warnings({"method": "fedavgm", "momentum": 0.5, "serverLearningRate": 1.2, "nesterov": 1})
+    assert warning.code == WarningCode.OUTER_MOMENTUM_OVERSHOOTS and warning.level == "note"
+    assert warning.field == "aggregation.nesterov" and "1.8 x" in warning.message
+    assert outer_step_warnings({"method": "fedavgm", "momentum": 0.5, "serverLearningRate": 1.2}) == []
+    # DiLoCo's μ 0.9 η 0.7: a first step of 1.33, but a long-run step of 7: the long-run note, once.
+    (diloco,) = outer_step_warnings({"method": "fedavgm", "momentum": 0.9, "serverLearningRate": 0.7, "nesterov": 1})
+    assert diloco.field == "aggregation.momentum" and "7 x" in diloco.message
+
+
 @pytest.mark.parametrize("aggregation", [
     {"method": "fedavg"},
     {"method": "fedadam"},
     {"method": "fedavgm", "momentum": 0.5, "serverLearningRate": 1},  # measured to help on both models
     {"method": "fedavgm", "momentum": 0.7, "serverLearningRate": 0.5},  # 1.7 x, helped on digits-mlp
+    {"method": "fedavgm", "momentum": 0.5, "serverLearningRate": 1.2},  # 2.4 x, helped on both models
+    {"method": "fedavgm", "momentum": 0.5, "serverLearningRate": 1, "nesterov": 1},  # 1.5 x at once: mixed
 ])
 def test_outer_steps_not_measured_to_overshoot_raise_no_code(aggregation: dict[str, Any]) -> None:
     assert outer_step_warnings(aggregation) == []

@@ -91,7 +91,8 @@ export class Setup {
     // The advice is Weei's own measurement (docs/methods.md, "Where server momentum and server Adam help").
     f.method = h('select', { name: 'method', title: 'FedAvg unless you have measured otherwise: with the models\' ' +
       'local Adam at its default rate, FedAvgM 0.9 and FedAdam 0.01 ended above FedAvg\'s loss; FedAvgM with momentum ' +
-      '0.5 and step 1 ended below it (docs/methods.md)' },
+      '0.5 and step 1.2 ended below it on every model measured, with local SGD or Adam; momentum 0.9 (and Nesterov) ' +
+      'helps only when a round moves little (docs/methods.md)' },
       h('option', { value: 'fedavg', text: 'FedAvg (average)' }),
       h('option', { value: 'fedavgm', text: 'FedAvgM (momentum)' }),
       h('option', { value: 'fedadam', text: 'FedAdam' }));
