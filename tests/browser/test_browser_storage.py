@@ -27,7 +27,8 @@ def test_indexeddb_holds_each_file_once_and_is_empty_after_delete(weei_server: A
     stored = out["stored"]
     # 15 chunks, one round each, plus checkpoint 0; the module, 15 chunks and the validation file,
     # and no copy of any round's weights beside its checkpoint.
-    assert stored["jobs"] == [out["id"]] and len(stored["checkpoints"]) == 16
+    # The job record and, beside it, who takes part (written apart: a join does not rewrite the chunk list).
+    assert stored["jobs"] == [out["id"], out["id"] + "/members"] and len(stored["checkpoints"]) == 16
     assert len(stored["artifacts"]) == 17
     assert out["deleted"] == {"jobs": [], "checkpoints": [], "artifacts": []} and out["saved"] == []
     assert not log.errors, log.errors
@@ -63,7 +64,7 @@ def test_a_bare_weei_database_and_tampered_storage_do_not_stop_weei(weei_server:
       return { id, stores, version, jobs: await T.hooks().storageKeys('jobs') };
     }""")
     assert first["stores"] == ["artifacts", "checkpoints", "jobs", "quarantine", "settings"]
-    assert first["version"] == 2 and first["jobs"] == [first["id"]]
+    assert first["version"] == 2 and first["jobs"] == [first["id"], first["id"] + "/members"]
     pg.reload()
     ready(pg)
     second = pg.evaluate("""() => { const s = T.api().getState();

@@ -36,7 +36,9 @@ def test_widget_trains_the_transformer_demo(weei_server: Any, page: Any) -> None
     pg.evaluate(f"{API}.stop()")
     checkpoints = [c for c in state(pg)["job"]["checkpoints"] if "validationMetrics" in c]
     losses = {c["artifact"]["round"]: c["validationMetrics"]["values"]["loss"] for c in checkpoints}
-    assert losses[2] < losses[1] < 5.3, losses
+    # Round 0 (the initial weights, about ln 256 = 5.55) is validated at Start, then each round: training
+    # lowered it from the first round on.
+    assert losses[1] < min(losses[0], 5.3), losses
     rows = f"document.querySelector('{HOST}').shadowRoot.querySelectorAll('table.checkpoints tbody tr').length"
     assert pg.evaluate(rows) >= 2
     assert not log.errors, log.errors
