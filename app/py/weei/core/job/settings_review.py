@@ -37,9 +37,7 @@ from ..privacy.dp_accountant import epsilon_json
 __all__ = [
     "CONFIRM_EPOCHS", "CONFIRM_ROUNDS", "CONFIRM_LOCAL_EPOCHS", "CONFIRM_BATCH_SIZE", "NOTE_LEARNING_RATE",
     "CONFIRM_LEARNING_RATE", "CONFIRM_UNITS_FACTOR", "CONFIRM_WORK", "CONFIRM_MS", "NOTE_OUTER_STEP",
-    "NOTE_COMPRESSION_BLOCK",
-
-    "NOTE_NESTEROV_STEP",
+    "NOTE_COMPRESSION_BLOCK", "NOTE_NESTEROV_STEP",
     "WarningCode", "SettingsWarning", "WorkFacts", "Review", "review_settings", "facts_from_manifest", "facts_from_job",
 ]
 
@@ -60,7 +58,6 @@ NOTE_OUTER_STEP = 2.5
 # compression.block below this: the float32 scale per block costs 4/block bytes a weight, and int8 sends
 # under 3.8 times fewer bytes than float32 (3.94 at the default 256; 2.67 at 8).
 NOTE_COMPRESSION_BLOCK = 64
-
 # Nesterov FedAvgM moves a round by η (1 + μ) x its average change at once (momentum at rest). Measured
 # (docs/methods.md): 1.8 (μ 0.5, η 1.2) ended above FedAvg's loss on digits-mlp at every local setting
 # tried (3 seeds) and on the byte-transformer, where heavy-ball μ 0.5 η 1.2 (a first step of 1.2) helped
