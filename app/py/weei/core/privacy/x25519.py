@@ -80,6 +80,6 @@ def x25519(k: bytes, u: bytes) -> bytes:
     return (x2 * pow(z2, P - 2, P) % P).to_bytes(32, "little")
 
 
-def public_key(secret: bytes, function: X25519 = x25519) -> bytes:
-    """The public key of a 32-byte secret key: ``function(secret, 9)``."""
-    return function(secret, BASE_POINT)
+def public_key(secret: bytes, x25519: X25519 = x25519) -> bytes:
+    """The public key of a 32-byte secret key: ``x25519(secret, 9)`` (``x25519``: this module's by default)."""
+    return x25519(secret, BASE_POINT)
