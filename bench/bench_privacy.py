@@ -34,10 +34,13 @@ ratio, and the secure-aggregation messages and bytes per remote participant
 per round against the plain update's. Every peer runs in this one process,
 so each participant's masking work, like its training, is serialized with the
 others': in a browser each does its own in parallel. Written to
-``out/bench/secagg.{json,md}``.
+``out/bench/secagg.{json,md}``. ``--repeat N`` runs the pair N times, plain
+and secure in turn, and takes each side's median over all its rounds: on a
+shared machine one run's median of a few rounds moves with the load.
 
     python bench/bench_privacy.py --secagg --quick         # digits-mlp
     python bench/bench_privacy.py --secagg                 # digits-mlp and the byte-transformer
+    python bench/bench_privacy.py --secagg --model digits-mlp --epochs 5 --repeat 5
 """
 
 from __future__ import annotations
@@ -114,37 +117,56 @@ SECAGG_PEERS = 5
 
 def _timed(model: str, settings: dict[str, Any], seed: int, log: io.TextIOBase) -> dict[str, Any]:
     job = DemoJob(f"secagg-{model}", model, {}, peers=SECAGG_PEERS, validation="validation.bin")
+    cpu = time.process_time()
     with tempfile.TemporaryDirectory() as tmp:
         report = run_job(job, Path(tmp), stream=log, settings=settings, seed=seed, flat=True)
+    cpu = time.process_time() - cpu
     rounds = sorted(report.rounds, key=lambda r: r["round"])
-    return {"rounds": len(rounds) - 1, "roundSeconds": statistics.median(r["seconds"] for r in rounds[2:] or rounds[1:]),
-            "validation": rounds[-1]["validation"], "traffic": report.traffic}
+    return {"rounds": len(rounds) - 1, "seconds": [r["seconds"] for r in rounds[2:] or rounds[1:]],
+            "cpuSeconds": cpu, "validation": rounds[-1]["validation"], "traffic": report.traffic}
 
 
-def compare_secagg(model: str, seed: int, epochs: int, log: io.TextIOBase) -> dict[str, Any]:
-    """One model's round time and traffic, plain FedAvg against secure aggregation, same seed."""
+def _pooled(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The first run, with the median round time over every run's rounds and the median CPU time of a job."""
+    return dict(runs[0], roundSeconds=statistics.median(s for run in runs for s in run["seconds"]),
+                cpuSeconds=statistics.median(run["cpuSeconds"] for run in runs))
+
+
+def compare_secagg(model: str, seed: int, epochs: int, log: io.TextIOBase, repeat: int = 1) -> dict[str, Any]:
+    """One model's round time and traffic, plain FedAvg against secure aggregation, same seed, ``repeat`` times."""
     _, settings = MODELS[model]
     settings = dict(settings, epochs=epochs, coordinatorParticipates=True)
-    plain = _timed(model, settings, seed, log)
-    secure = _timed(model, dict(settings, privacy={"secureAggregation": True, "clip": 1000}), seed, log)
+    plains, secures = [], []
+    for _ in range(repeat):
+        plains.append(_timed(model, settings, seed, log))
+        secures.append(_timed(model, dict(settings, privacy={"secureAggregation": True, "clip": 1000}), seed, log))
+    plain, secure = _pooled(plains), _pooled(secures)
     per = (SECAGG_PEERS - 1) * secure["rounds"]  # remote participants' rounds (the coordinator's own stay local)
     messages = sum(secure["traffic"].get(k, (0, 0))[1] for k in SECAGG_TYPES) / per
     secagg_bytes = sum(secure["traffic"].get(k, (0, 0))[0] for k in SECAGG_TYPES) / per
     update_bytes = plain["traffic"].get("update", (0, 0))[0] / ((SECAGG_PEERS - 1) * plain["rounds"])
-    return {"model": model, "seed": seed, "rounds": secure["rounds"], "plainRoundSeconds": plain["roundSeconds"],
+    return {"model": model, "seed": seed, "rounds": secure["rounds"], "repeat": repeat,
+            "plainRoundSeconds": plain["roundSeconds"],
             "secaggRoundSeconds": secure["roundSeconds"], "ratio": secure["roundSeconds"] / plain["roundSeconds"],
+            # The process's CPU time (every peer, the training threads too): unlike the wall clock it does not count
+            # the time other processes hold the cores. Its difference per round is what secure aggregation adds.
+            "plainCpuSeconds": plain["cpuSeconds"], "secaggCpuSeconds": secure["cpuSeconds"],
+            "secaggCpuPerRound": (secure["cpuSeconds"] - plain["cpuSeconds"]) / secure["rounds"],
             "messagesPerParticipantRound": messages, "secaggBytesPerParticipantRound": secagg_bytes,
             "updateBytesPerParticipantRound": update_bytes,
             "plainValidation": plain["validation"], "secaggValidation": secure["validation"]}
 
 
 def markdown_secagg(results: list[dict[str, Any]]) -> str:
-    lines = [f"| model | rounds | plain s/round | secure s/round | ratio | secagg messages / participant / round "
+    lines = [f"| model | rounds × runs | plain s/round | secure s/round | ratio | CPU s/job plain / secure "
+             f"| added CPU s/round | secagg messages / participant / round "
              f"| secagg bytes / participant / round | plain update bytes | val loss plain / secure |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
-        lines.append(f"| {r['model']} (seed {r['seed']}) | {r['rounds']} | {r['plainRoundSeconds']:.3f} "
-                     f"| {r['secaggRoundSeconds']:.3f} | {r['ratio']:.2f} | {r['messagesPerParticipantRound']:.1f} "
+        lines.append(f"| {r['model']} (seed {r['seed']}) | {r['rounds']} × {r['repeat']} | {r['plainRoundSeconds']:.3f} "
+                     f"| {r['secaggRoundSeconds']:.3f} | {r['ratio']:.2f} "
+                     f"| {r['plainCpuSeconds']:.2f} / {r['secaggCpuSeconds']:.2f} | {r['secaggCpuPerRound']:.3f} "
+                     f"| {r['messagesPerParticipantRound']:.1f} "
                      f"| {r['secaggBytesPerParticipantRound']:,.0f} | {r['updateBytesPerParticipantRound']:,.0f} "
                      f"| {r['plainValidation']['loss']:.6f} / {r['secaggValidation']['loss']:.6f} |")
     return "\n".join(lines) + "\n"
@@ -186,12 +208,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="digits-mlp only, 1 epoch")
     parser.add_argument("--out", type=Path, default=ROOT / "out" / "bench")
     parser.add_argument("--secagg", action="store_true", help="round time and traffic of secure aggregation instead")
+    parser.add_argument("--repeat", type=int, default=1, help="--secagg: run each pair this many times, pool the rounds")
     args = parser.parse_args(argv)
     models = args.model or (["digits-mlp"] if args.quick else ["digits-mlp", "byte-transformer"])
     log = io.StringIO()
     args.out.mkdir(parents=True, exist_ok=True)
     if args.secagg:
-        measured = [compare_secagg(model, seed, 1 if args.quick else args.epochs, log)
+        measured = [compare_secagg(model, seed, 1 if args.quick else args.epochs, log, args.repeat)
                     for model in models for seed in args.seeds]
         print(markdown_secagg(measured))
         (args.out / "secagg.json").write_text(json.dumps({"version": 1, "results": measured}, indent=1))

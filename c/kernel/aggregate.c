@@ -525,3 +525,249 @@ void weei_dequantize(const float *s, const float *scales, const uint8_t *codes, 
         }
     }
 }
+
+/* ---------------------------------------------------------------- X25519 */
+
+/*
+ * X25519 (RFC 7748, section 5): the key agreement of secure aggregation
+ * (weei/core/privacy/secagg.py), whose pure-Python ladder
+ * (weei/core/privacy/x25519.py) is the oracle these bytes are tested
+ * against. A field element mod p = 2^255 - 19 is ten signed limbs of 26 and
+ * 25 bits alternately (radix 2^25.5, as in curve25519-donna and ref10),
+ * each held in an int64: a product of two limbs and the sum of a row fit
+ * in 64 bits, so no 128-bit integer is needed (wasm32 with -nostdlib has
+ * no __int128 helpers). Constant time: the ladder swaps with masks, every
+ * loop runs a fixed number of times, nothing branches or indexes on a
+ * secret.
+ *
+ * Bounds: fe_carry leaves every limb in [0, 2^26) (h1 a little above 2^25);
+ * a sum or difference of two carried elements is under 2^27 per limb, so a
+ * product term is under 2^54, a row of ten under 2^58, and a row plus 19
+ * times a wrapped row under 2^63.
+ */
+
+typedef int64_t weei_fe[10];
+
+/* Every loop over limbs is unrolled into straight-line code: the bounds are constants, and the vectorizer's
+ * gathers over ten limbs are slower than scalar multiplies. */
+#define WEEI_UNROLL _Pragma("clang loop unroll(full) vectorize(disable)")
+
+static const int weei_fe_width[10] = {26, 25, 26, 25, 26, 25, 26, 25, 26, 25};
+
+/* One floor carry from limb i (w bits) to limb i + 1. */
+#define WEEI_FE_CARRY(h, i, w)                     \
+    do {                                           \
+        int64_t c_ = (h)[i] >> (w);                \
+        (h)[(i) + 1] += c_;                        \
+        (h)[i] -= c_ * ((int64_t)1 << (w));        \
+    } while (0)
+
+/* Floor carries up the limbs, the top one wrapping to h0 times 19 (2^255 = 19 mod p), then h0 once more. */
+static inline void weei_fe_carry(weei_fe h) {
+    WEEI_FE_CARRY(h, 0, 26);
+    WEEI_FE_CARRY(h, 1, 25);
+    WEEI_FE_CARRY(h, 2, 26);
+    WEEI_FE_CARRY(h, 3, 25);
+    WEEI_FE_CARRY(h, 4, 26);
+    WEEI_FE_CARRY(h, 5, 25);
+    WEEI_FE_CARRY(h, 6, 26);
+    WEEI_FE_CARRY(h, 7, 25);
+    WEEI_FE_CARRY(h, 8, 26);
+    int64_t c = h[9] >> 25;
+    h[9] -= c * ((int64_t)1 << 25);
+    h[0] += 19 * c;
+    WEEI_FE_CARRY(h, 0, 26);
+}
+
+/* h = f g. Limbs i and j weigh 2^ceil(25.5 i) and 2^ceil(25.5 j): their product weighs twice
+ * 2^ceil(25.5 (i + j)) when both are odd; rows i + j >= 10 wrap to i + j - 10 times 19. Each row is a sum of
+ * products first and then one multiplication by 19 (the loops have constant bounds: clang unrolls them). */
+static inline void weei_fe_mul(weei_fe h, const weei_fe f, const weei_fe g) {
+    int64_t f2[10], r[10];
+    WEEI_UNROLL for (int i = 0; i < 10; i++) f2[i] = f[i] * (1 + (i & 1));
+    WEEI_UNROLL for (int k = 0; k < 10; k++) {
+        int64_t lo = 0, hi = 0;
+        WEEI_UNROLL for (int i = 0; i <= k; i++) lo += ((k & 1) ? f[i] : f2[i]) * g[k - i];
+        WEEI_UNROLL for (int i = k + 1; i < 10; i++) hi += ((k & 1) ? f[i] : f2[i]) * g[k + 10 - i];
+        r[k] = lo + 19 * hi;
+    }
+    WEEI_UNROLL for (int k = 0; k < 10; k++) h[k] = r[k];
+    weei_fe_carry(h);
+}
+
+/* h = f f: the products f_i f_j and f_j f_i once, doubled. */
+static inline void weei_fe_sq(weei_fe h, const weei_fe f) {
+    int64_t f2[10], r[10];
+    WEEI_UNROLL for (int i = 0; i < 10; i++) f2[i] = 2 * f[i];
+    WEEI_UNROLL for (int k = 0; k < 10; k++) {
+        int64_t lo = 0, hi = 0;
+        /* i < j, i + j = k: f_i f_j twice (four times when both are odd) */
+        WEEI_UNROLL for (int i = 0; 2 * i < k; i++) lo += ((i & 1) && !(k & 1) ? 2 * f2[i] : f2[i]) * f[k - i];
+        if (!(k & 1)) lo += ((k / 2) & 1 ? f2[k / 2] : f[k / 2]) * f[k / 2];
+        /* i < j, i + j = k + 10 */
+        WEEI_UNROLL for (int i = k + 1; 2 * i < k + 10; i++) hi += ((i & 1) && !(k & 1) ? 2 * f2[i] : f2[i]) * f[k + 10 - i];
+        if (!(k & 1)) hi += (((k + 10) / 2) & 1 ? f2[(k + 10) / 2] : f[(k + 10) / 2]) * f[(k + 10) / 2];
+        r[k] = lo + 19 * hi;
+    }
+    WEEI_UNROLL for (int k = 0; k < 10; k++) h[k] = r[k];
+    weei_fe_carry(h);
+}
+
+static void weei_fe_add(weei_fe h, const weei_fe f, const weei_fe g) {
+    WEEI_UNROLL for (int i = 0; i < 10; i++) h[i] = f[i] + g[i];
+}
+
+static void weei_fe_sub(weei_fe h, const weei_fe f, const weei_fe g) {
+    WEEI_UNROLL for (int i = 0; i < 10; i++) h[i] = f[i] - g[i];
+}
+
+/* (a24 = 121665, RFC 7748's (486662 - 2) / 4) times a carried element: under 2^44 per limb before the carry. */
+static void weei_fe_mul_a24(weei_fe h, const weei_fe f) {
+    WEEI_UNROLL for (int i = 0; i < 10; i++) h[i] = f[i] * 121665;
+    weei_fe_carry(h);
+}
+
+/* Swaps f and g when swap is 1, leaves them when it is 0, without a branch. */
+static void weei_fe_cswap(weei_fe f, weei_fe g, int64_t swap) {
+    int64_t mask = -swap;
+    WEEI_UNROLL for (int i = 0; i < 10; i++) {
+        int64_t x = mask & (f[i] ^ g[i]);
+        f[i] ^= x;
+        g[i] ^= x;
+    }
+}
+
+/* The 255 low bits of 32 little-endian bytes (RFC 7748 masks the top bit of a u-coordinate); a value of p or
+ * more is taken as is: the arithmetic is mod p. */
+static void weei_fe_frombytes(weei_fe h, const uint8_t s[32]) {
+    uint64_t acc = 0;
+    int bits = 0, at = 0;
+    for (int i = 0; i < 10; i++) {
+        int w = weei_fe_width[i];
+        while (bits < w) {
+            uint64_t byte = at == 31 ? (uint64_t)(s[31] & 127u) : (uint64_t)s[at];
+            acc |= byte << bits;
+            at++;
+            bits += 8;
+        }
+        h[i] = (int64_t)(acc & (((uint64_t)1 << w) - 1));
+        acc >>= w;
+        bits -= w;
+    }
+}
+
+/* The canonical 32 bytes of a carried element h (0 <= h < 2^255 + 2^42 < 2p): q = floor((h + 19) / 2^255) is
+ * 1 when h >= p and 0 otherwise (the carry chain with 19 carried in at the bottom computes it exactly), then
+ * h - p q = h + 19 q - 2^255 q, the bit 255 dropped. */
+static void weei_fe_tobytes(uint8_t s[32], const weei_fe f) {
+    weei_fe h;
+    for (int i = 0; i < 10; i++) h[i] = f[i];
+    int64_t q = 19;
+    for (int i = 0; i < 10; i++) q = (h[i] + q) >> weei_fe_width[i];
+    h[0] += 19 * q;
+    for (int i = 0; i < 9; i++) {
+        int64_t c = h[i] >> weei_fe_width[i];
+        h[i + 1] += c;
+        h[i] -= c * ((int64_t)1 << weei_fe_width[i]);
+    }
+    h[9] &= ((int64_t)1 << 25) - 1;
+    uint64_t acc = 0;
+    int bits = 0, at = 0;
+    for (int i = 0; i < 10; i++) {
+        acc |= (uint64_t)h[i] << bits;
+        bits += weei_fe_width[i];
+        while (bits >= 8) {
+            s[at++] = (uint8_t)acc;
+            acc >>= 8;
+            bits -= 8;
+        }
+    }
+    s[31] = (uint8_t)acc; /* the last 7 bits; bit 255 is 0 */
+}
+
+/* z^(p - 2) = 1/z (0 for 0), by ref10's chain: 254 squarings and 11 multiplications. */
+static void weei_fe_invert(weei_fe out, const weei_fe z) {
+    weei_fe t0, t1, t2, t3;
+    weei_fe_sq(t0, z);                                   /* 2 */
+    weei_fe_sq(t1, t0);
+    weei_fe_sq(t1, t1);                                  /* 8 */
+    weei_fe_mul(t1, z, t1);                              /* 9 */
+    weei_fe_mul(t0, t0, t1);                             /* 11 */
+    weei_fe_sq(t2, t0);                                  /* 22 */
+    weei_fe_mul(t1, t1, t2);                             /* 2^5 - 1 */
+    weei_fe_sq(t2, t1);
+    for (int i = 1; i < 5; i++) weei_fe_sq(t2, t2);
+    weei_fe_mul(t1, t2, t1);                             /* 2^10 - 1 */
+    weei_fe_sq(t2, t1);
+    for (int i = 1; i < 10; i++) weei_fe_sq(t2, t2);
+    weei_fe_mul(t2, t2, t1);                             /* 2^20 - 1 */
+    weei_fe_sq(t3, t2);
+    for (int i = 1; i < 20; i++) weei_fe_sq(t3, t3);
+    weei_fe_mul(t2, t3, t2);                             /* 2^40 - 1 */
+    for (int i = 0; i < 10; i++) weei_fe_sq(t2, t2);
+    weei_fe_mul(t1, t2, t1);                             /* 2^50 - 1 */
+    weei_fe_sq(t2, t1);
+    for (int i = 1; i < 50; i++) weei_fe_sq(t2, t2);
+    weei_fe_mul(t2, t2, t1);                             /* 2^100 - 1 */
+    weei_fe_sq(t3, t2);
+    for (int i = 1; i < 100; i++) weei_fe_sq(t3, t3);
+    weei_fe_mul(t2, t3, t2);                             /* 2^200 - 1 */
+    for (int i = 0; i < 50; i++) weei_fe_sq(t2, t2);
+    weei_fe_mul(t1, t2, t1);                             /* 2^250 - 1 */
+    for (int i = 0; i < 5; i++) weei_fe_sq(t1, t1);      /* 2^255 - 32 */
+    weei_fe_mul(out, t1, t0);                            /* 2^255 - 21 = p - 2 */
+}
+
+#if defined(__wasm__)
+/* Where a wasm host puts the scalar (0..31) and the u-coordinate (32..63) and finds the result (64..95): a
+ * fixed place, apart from weei_alloc's region, so a key agreement never disturbs buffers a host has staged. */
+static uint8_t weei_x25519_io[96];
+
+WEEI_EXPORT(weei_x25519_buffer) uint32_t weei_x25519_buffer(void) { return (uint32_t)(uintptr_t)weei_x25519_io; }
+#endif
+
+/* out = X25519(k, u): k clamped (RFC 7748 decodeScalar25519), the Montgomery ladder of section 5 with a24 =
+ * 121665. out may alias k or u. */
+WEEI_EXPORT(weei_x25519)
+void weei_x25519(uint8_t *out, const uint8_t *k, const uint8_t *u) {
+    uint8_t e[32];
+    for (int i = 0; i < 32; i++) e[i] = k[i];
+    e[0] &= 248;
+    e[31] &= 127;
+    e[31] |= 64;
+    weei_fe x1, x2 = {1}, z2 = {0}, x3, z3 = {1};
+    weei_fe a, aa, b, bb, ee, c, d, da, cb, t;
+    weei_fe_frombytes(x1, u);
+    for (int i = 0; i < 10; i++) x3[i] = x1[i];
+    int64_t swap = 0;
+    for (int pos = 254; pos >= 0; pos--) {
+        int64_t bit = (e[pos >> 3] >> (pos & 7)) & 1;
+        swap ^= bit;
+        weei_fe_cswap(x2, x3, swap);
+        weei_fe_cswap(z2, z3, swap);
+        swap = bit;
+        weei_fe_add(a, x2, z2);
+        weei_fe_sq(aa, a);
+        weei_fe_sub(b, x2, z2);
+        weei_fe_sq(bb, b);
+        weei_fe_sub(ee, aa, bb);
+        weei_fe_add(c, x3, z3);
+        weei_fe_sub(d, x3, z3);
+        weei_fe_mul(da, d, a);
+        weei_fe_mul(cb, c, b);
+        weei_fe_add(t, da, cb);
+        weei_fe_sq(x3, t);
+        weei_fe_sub(t, da, cb);
+        weei_fe_sq(t, t);
+        weei_fe_mul(z3, x1, t);
+        weei_fe_mul(x2, aa, bb);
+        weei_fe_mul_a24(t, ee);
+        weei_fe_add(t, aa, t);
+        weei_fe_mul(z2, ee, t);
+    }
+    weei_fe_cswap(x2, x3, swap);
+    weei_fe_cswap(z2, z3, swap);
+    weei_fe_invert(z2, z2);
+    weei_fe_mul(x2, x2, z2);
+    weei_fe_tobytes(out, x2);
+}

@@ -3,26 +3,36 @@
 One round (n = 5, t = 3, one participant gone after masking, one before;
 seeded randomness) runs in both; every message the coordinator receives and
 the unmasked sum are hashed, and the digests must be equal: the masked sum
-is bit-identical across the two platforms, not only close.
+is bit-identical across the two platforms, not only close. In the page the
+round runs twice: with the pure-Python X25519 and with the aggregation
+kernel's (aggregate.wasm in the browser's WebAssembly, as the page's
+controller uses it), against CPython's pure-Python transcript.
 """
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
+from site_helpers import JS_FROM_B64, b64
+
+KERNEL_WASM = Path(__file__).resolve().parents[2] / "app" / "static" / "kernel" / "aggregate.wasm"
+
 ROUND = r'''
-def secagg_round():
+def secagg_round(x25519=None):
     import hashlib, json, random
     from weei.core.privacy import fixedpoint
     from weei.core.privacy.secagg import (Roster, SecAggClient, SecAggParams, SecAggServer, SharesFor, Unmask,
                                           fedavg_from_sum, weighted_vector)
+    from weei.core.privacy.x25519 import x25519 as ladder
+    x25519 = x25519 or ladder
     ids = ["p1", "p2", "p3", "p4", "p5"]
     rng = random.Random(5)
     vectors = {pid: weighted_vector([rng.uniform(-1, 1) for _ in range(300)], rng.randint(1, 50), 2.0) for pid in ids}
     params = SecAggParams(b"job/round-1/attempt-1", 3, 301, 100.0, 5)
-    clients = {pid: SecAggClient(pid, params, random.Random(i).randbytes) for i, pid in enumerate(ids)}
-    server = SecAggServer(params, ids, 0.0, 30.0)
+    clients = {pid: SecAggClient(pid, params, random.Random(i).randbytes, x25519) for i, pid in enumerate(ids)}
+    server = SecAggServer(params, ids, 0.0, 30.0, x25519)
     seen = hashlib.sha256()
     queue = []
     now = 0.0
@@ -59,13 +69,25 @@ def test_a_secure_aggregation_round_is_bit_identical_in_pyodide_and_cpython(weei
 
     pg, log = page
     pg.goto(weei_server.url)
-    got = pg.evaluate("""async (source) => {
-      const { pyodide } = await __weeiTestHooks.get('distributed-training').mainThreadPython();
+    got = pg.evaluate(f"""async ([source, wasm]) => {{
+      const fromB64 = {JS_FROM_B64};
+      const {{ pyodide }} = await __weeiTestHooks.get('distributed-training').mainThreadPython();
       const ns = pyodide.globals.get('dict')();
-      pyodide.runPython(source, { globals: ns });
-      return pyodide.runPython('secagg_round()', { globals: ns });
-    }""", ROUND)
-    assert json.loads(got) == expected
+      pyodide.runPython(source, {{ globals: ns }});
+      ns.set('wasm', new Uint8Array(fromB64(wasm)));
+      return pyodide.runPython(`
+import json
+from weei.browser.engine import BrowserEngine
+from weei.kernel.wasm_kernel import WasmKernel
+kernel = WasmKernel(BrowserEngine().compile(wasm.to_bytes()).instantiate(lambda _p, _n: None))
+k = u = (9).to_bytes(32, "little")
+for _ in range(1000):  # RFC 7748, section 5.2: 1,000 iterations
+    k, u = kernel.x25519(k, u), k
+json.dumps([secagg_round(), secagg_round(kernel.x25519), k.hex()])`, {{ globals: ns }});
+    }}""", [ROUND, b64(KERNEL_WASM.read_bytes())])
+    plain, kernel, iterated = json.loads(got)
+    assert json.loads(plain) == expected and json.loads(kernel) == expected
+    assert iterated == "684cf59ba83309552800ef566f2f4d3c1c3887c49360e3875f2eb94d99532c51"
     assert not log.errors, log.errors
 
 

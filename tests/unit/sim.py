@@ -48,6 +48,7 @@ from weei.core.wire.messages import (
 )
 from weei.core.formats.modelinfo import ModelInfo
 from weei.core.job.participant import Participant, TrainOutcome
+from weei.core.job.round_rules import Kernel
 from weei.core.formats.settings import TrainingSettings
 from weei.kernel.numpy_kernel import NumpyKernel
 
@@ -244,9 +245,10 @@ class Sim:
     @classmethod
     def create(cls, spec: JobSpec, store: dict[str, bytes], *, weights: bytes | None = None,
                job_seed: int | None = None, round_timeout_ms: float = 60_000, now: float = T0,
-               dp_noise_seed: bytes | None = None) -> Sim:
+               dp_noise_seed: bytes | None = None, kernel: Kernel | None = None) -> Sim:
+        """``kernel``: the coordinator's (default NumpyKernel); the participants compute X25519 with it too."""
         weights = weights if weights is not None else initial_weights(spec.weight_bytes // 4)
-        coordinator = Coordinator.create(spec, weights, my_peer_id=COORD, kernel=NumpyKernel(), now=now,
+        coordinator = Coordinator.create(spec, weights, my_peer_id=COORD, kernel=kernel or NumpyKernel(), now=now,
                                          job_seed=job_seed, round_timeout_ms=round_timeout_ms,
                                          dp_noise_seed=dp_noise_seed)
         sim = cls(coordinator, dict(store), now=now)
@@ -421,7 +423,8 @@ class Sim:
         elif isinstance(result, str):
             participant.training_failed(assign.attempt_id, result, self.now)
         else:
-            participant.training_finished(assign.attempt_id, result, self.now, start=start)
+            participant.training_finished(assign.attempt_id, result, self.now, start=start,
+                                          x25519=self.coordinator.kernel.x25519)
 
     def finish(self, order: list[int] | None = None) -> None:
         """Train the pending assignments (those of index ``order``, in that order; default all), pumping after each."""

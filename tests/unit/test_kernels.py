@@ -8,6 +8,7 @@ large magnitudes.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -162,3 +163,48 @@ def test_wasm_kernel_reuses_its_region() -> None:
     first = kern.weighted_average(ups, [1, 2, 3])
     for _ in range(5):
         assert kern.weighted_average(ups, [1, 2, 3]) == first
+
+
+# --- X25519 (secure aggregation's key agreement): the C kernel against the pure-Python ladder ---------------------
+
+P25519 = 2**255 - 19
+#: u-coordinates at the edges of the C kernel's arithmetic: the low-order points (0, 1, p - 1 and the two of order
+#: 8), the non-canonical encodings p, p + 1 and 2^255 - 1 (reduced mod p), the top bit set (ignored), all ones.
+EDGE_US = [0, 1, P25519 - 1, P25519, P25519 + 1, P25519 - 2, 2**255 - 1, 2**256 - 1, 2**255, 2**255 + 9, 9,
+           325606250916557431795983626356110631294008115727848805560023387167927233504,
+           39382357235489614581723060781553021112529911719440698176882885853963445705823,
+           2**254, 2**26 - 1, 2**51, (1 << 255) - 20]
+
+
+def _kernel_x25519s(kernels: list[AggregationKernel]) -> list[Callable[[bytes, bytes], bytes]]:
+    return [kern.x25519 for kern in kernels]  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("u", EDGE_US)
+def test_x25519_bit_identical_at_the_edges(kernels: list[AggregationKernel], u: int) -> None:
+    rng = np.random.default_rng(u % 2**32)
+    for k in (bytes(32), b"\xff" * 32, rng.bytes(32), rng.bytes(32)):
+        outs = {f(k, u.to_bytes(32, "little")) for f in _kernel_x25519s(kernels)}
+        assert len(outs) == 1
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.binary(min_size=32, max_size=32), st.binary(min_size=32, max_size=32))
+def test_x25519_random_inputs_bit_identical(kernels: list[AggregationKernel], k: bytes, u: bytes) -> None:
+    outs = {f(k, u) for f in _kernel_x25519s(kernels)}
+    assert len(outs) == 1
+
+
+def test_x25519_leaves_staged_wasm_buffers_alone() -> None:
+    # The wasm kernel's X25519 has its own buffer: a key agreement between staging an average and running it
+    # changes nothing.
+    from weei.kernel.wasm_kernel import WasmKernel
+
+    kern = WasmKernel()
+    rng = np.random.default_rng(9)
+    ups = [random_f32(rng, 3000) for _ in range(3)]
+    expected = kern.weighted_average(ups, [1, 2, 3])
+    staged = kern.stage_average(ups, [1, 2, 3])
+    kern.x25519(rng.bytes(32), rng.bytes(32))
+    kern.run_average(staged)
+    assert kern.read(staged.out_ptr, staged.n_elems * 4) == expected

@@ -17,12 +17,30 @@ from weei.core.privacy import fixedpoint, prg, shamir
 from weei.core.privacy.secagg import (AdvertiseKeys, MaskedInput, Outgoing, Roster, SecAggClient, SecAggError,
                                       SecAggParams, SecAggReason, SecAggServer, ShareKeys, SharesFor, Unmask,
                                       UnmaskShares, fedavg_from_sum, mask_vector, weighted_vector)
-from weei.core.privacy.x25519 import public_key, x25519
+from weei.core.privacy.x25519 import X25519, public_key, x25519
 
 H = bytes.fromhex
 
 
 # --- X25519: RFC 7748 ---------------------------------------------------------------------------------------------
+
+def _kernel_x25519(name: str) -> X25519:
+    if name == "python":
+        return x25519
+    if name == "native":
+        from weei.kernel.native import NativeKernel
+
+        return NativeKernel().x25519
+    from weei.kernel.wasm_kernel import WasmKernel
+
+    return WasmKernel().x25519
+
+
+@pytest.fixture(scope="module", params=["python", "native", "wasm"])
+def function(request: pytest.FixtureRequest) -> X25519:
+    """Every X25519 the protocol runs on: the pure-Python ladder, the C kernel natively and as WebAssembly."""
+    return _kernel_x25519(request.param)
+
 
 @pytest.mark.parametrize("scalar,u,out", [
     ("a546e36bf0527c9d3b16154b82465edd62144c0ac1fc5a18506a2244ba449ac4",
@@ -32,36 +50,42 @@ H = bytes.fromhex
      "e5210f12786811d3f4b7959d0538ae2c31dbe7106fc03c3efc4cd549c715a493",
      "95cbde9476e8907d7aade45cb4b873f88b595a68799fa152e6f8f7647aac7957"),
 ])
-def test_x25519_rfc7748_section_5_2_vectors(scalar: str, u: str, out: str) -> None:
-    assert x25519(H(scalar), H(u)).hex() == out
+def test_x25519_rfc7748_section_5_2_vectors(function: X25519, scalar: str, u: str, out: str) -> None:
+    assert function(H(scalar), H(u)).hex() == out
 
 
-def test_x25519_rfc7748_iterated_1_and_1000() -> None:
+def test_x25519_rfc7748_iterated_1_and_1000(function: X25519) -> None:
     k = u = (9).to_bytes(32, "little")
     for i in range(1, 1001):
-        k, u = x25519(k, u), k
+        k, u = function(k, u), k
         if i == 1:
             assert k.hex() == "422c8e7a6227d7bca1350b3e2bb7279f7897b87bb6854b783c60e80311ae3079"
     assert k.hex() == "684cf59ba83309552800ef566f2f4d3c1c3887c49360e3875f2eb94d99532c51"
 
 
-def test_x25519_rfc7748_section_6_1_diffie_hellman() -> None:
+def test_x25519_rfc7748_section_6_1_diffie_hellman(function: X25519) -> None:
     alice, bob = (H("77076d0a7318a57d3c16c17251b26645df4c2f87ebc0992ab177fba51db92c2a"),
                   H("5dab087e624a8a4b79e17f8b83800ee66f3bb1292618b6fd1c2f8b27ff88e0eb"))
-    assert public_key(alice).hex() == "8520f0098930a754748b7ddcb43ef75a0dbf3a0d26381af4eba4a98eaa9b4e6a"
-    assert public_key(bob).hex() == "de9edb7d7b7dc1b4d35b61c2ece435373f8343c85b78674dadfc7e146f882b4f"
+    assert public_key(alice, function).hex() == "8520f0098930a754748b7ddcb43ef75a0dbf3a0d26381af4eba4a98eaa9b4e6a"
+    assert public_key(bob, function).hex() == "de9edb7d7b7dc1b4d35b61c2ece435373f8343c85b78674dadfc7e146f882b4f"
     shared = "4a5d9d5ba4ce2de1728e3bf480350f25e07e21c947d19e3376f09b3c1e161742"
-    assert x25519(alice, public_key(bob)).hex() == x25519(bob, public_key(alice)).hex() == shared
+    assert function(alice, public_key(bob, function)).hex() == function(bob, public_key(alice, function)).hex() == shared
 
 
-def test_x25519_agrees_with_openssl_on_random_keys() -> None:
+def test_x25519_agrees_with_openssl_on_random_keys(function: X25519) -> None:
     # An independent implementation (OpenSSL through ``cryptography``, where the platform has it).
     x = pytest.importorskip("cryptography.hazmat.primitives.asymmetric.x25519")
     rng = random.Random(11)
     for _ in range(20):
         k, u = rng.randbytes(32), rng.randbytes(32)
         theirs = x.X25519PrivateKey.from_private_bytes(k).exchange(x.X25519PublicKey.from_public_bytes(public_key(u)))
-        assert x25519(k, public_key(u)) == theirs
+        assert function(k, public_key(u)) == theirs
+
+
+def test_x25519_refuses_inputs_that_are_not_32_bytes(function: X25519) -> None:
+    for k, u in ((bytes(31), bytes(32)), (bytes(32), bytes(33)), (b"", b"")):
+        with pytest.raises(ValueError, match="32-byte"):
+            function(k, u)
 
 
 # --- the PRG and the sealed channel -------------------------------------------------------------------------------

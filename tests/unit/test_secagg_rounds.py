@@ -24,6 +24,7 @@ from weei.core.privacy.secagg import UnmaskShares
 from weei.core.wire.messages import (
     MAX_SECAGG_PEERS, ArtifactRef, Message, SecAggKeys, SecAggMasked, SecAggReveal, SecAggRoster, Update,
 )
+from weei.kernel.native import NativeKernel
 
 BASE: dict[str, Any] = {"epochs": 1, "localEpochs": 1, "batchSize": 4, "coordinatorParticipates": False}
 PEERS = [f"p{i}" for i in range(1, 6)]
@@ -75,6 +76,32 @@ def test_a_secure_job_completes_and_its_checkpoints_are_fixed_point_fedavg_bit_f
     fedavg = start + sum(c * d for c, d in zip(counts, clipped)) / counts.sum()
     assert np.max(np.abs(fedavg.astype(np.float32) - to_floats(sim.checkpoint(1).weights))) <= 1e-6
     assert sim.checkpoint(1).metadata.to_json()["metrics"]["values"] == {}  # per-participant metrics stay home
+
+
+class CountingKernel(NativeKernel):
+    """The native kernel, counting the X25519 calls made through it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.x25519_calls = 0
+
+    def x25519(self, k: bytes, u: bytes) -> bytes:
+        self.x25519_calls += 1
+        return super().x25519(k, u)
+
+
+def test_the_key_agreements_run_on_the_kernel_and_write_the_same_checkpoints_as_the_pure_python_ladder() -> None:
+    spec, store = secure_spec()
+    kernel = CountingKernel()
+    sim = Sim.start_job(spec, store, peers=PEERS, kernel=kernel)
+    reference = Sim.start_job(spec, store, peers=PEERS)  # NumpyKernel: the pure-Python ladder
+    assert sim.coordinator.status == reference.coordinator.status == "completed" and sim.rounds == [0, 1, 2]
+    for round_ in (1, 2):
+        assert sim.checkpoint(round_).weights == reference.checkpoint(round_).weights == expected_round(sim, round_, PEERS)
+    # Every X25519 of the protocol went through the kernel: a round's 10 per participant (two key pairs, four
+    # sealing agreements, four mask agreements) and the coordinator's 2 per participant (its keys' low-order
+    # probe, once: the server does not check them again).
+    assert kernel.x25519_calls == 2 * len(PEERS) * (10 + 2)
 
 
 def test_with_a_clip_no_update_reaches_the_plain_fedavg_job_matches_to_the_grid() -> None:

@@ -28,9 +28,9 @@ import hashlib
 from typing import Any, Awaitable, Callable, Mapping, NoReturn, TypeVar
 
 from ..core import _check
-from ..core.aggregation.aggregate import AggregationKernel
 from ..core.formats.checkpoint import checkpoint_summary, describe, read_checkpoint
 from ..core.job.coordinator import Coordinator
+from ..core.job.round_rules import Kernel
 from ..core.observe.debuglog import DebugLog
 from ..core.observe.diagnostics import DiagnosticsRecorder
 from ..core.errors import CheckpointError, ManifestError, ModelError, UsageError, WeeiError
@@ -86,7 +86,7 @@ class TrainingController:
     """
 
     def __init__(self, *, my_peer_id: str, storage: Storage, kv: KeyValue, pool: WorkerPool,
-                 kernel: AggregationKernel, engine: Engine, clock: Callable[[], float],
+                 kernel: Kernel, engine: Engine, clock: Callable[[], float],
                  monotonic: Callable[[], float], random_bytes: Callable[[int], bytes],
                  transport: Transport | None = None, environment: Mapping[str, Any] | None = None,
                  backend: ComputeBackend | None = None, gpu: Any = None, gpu_host: GpuHost | None = None,
@@ -110,7 +110,7 @@ class TrainingController:
             session=self.session, gpu=gpu, host=gpu_host, accept_archive=accept_archive)
         self.view = StateView(self.session, self.store, self.backend)
         self.executor = Executor(self.session, self.store, self.backend, kv, self.view,
-                                 UpdateCompressor(self.store, kernel))
+                                 UpdateCompressor(self.store, kernel), x25519=kernel.x25519)
         self.peer_events = PeerEvents(self.session, self.store, self.executor, room_key, random_bytes)
         self.peer_events.replace_finished = self._put_finished_job_away
         self.trials = Trials(self.session, self.store, engine)

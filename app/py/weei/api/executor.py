@@ -29,6 +29,7 @@ from ..core.wire.messages import Assign, Progress
 from ..core.job.spec import JobSpec
 from ..core.formats.modelinfo import ModelInfo
 from ..core.privacy.dp_noise import assigned_clip, clip_to_norm
+from ..core.privacy.x25519 import X25519, x25519
 from ..core.job.secure_round import ASSIGN_KEY as SECURE_KEY
 from ..core.verified import VerifiedBlobs
 from ..core.states import JobStatus, PeerState
@@ -49,8 +50,9 @@ class Executor:
     """Drains commands, runs training and validation on a backend, keeps timers and the debug log's copy."""
 
     def __init__(self, session: Session, store: JobStore, backend: ComputeBackend, kv: KeyValue,
-                 view: StateView, compressor: UpdateCompressor) -> None:
+                 view: StateView, compressor: UpdateCompressor, x25519: X25519 = x25519) -> None:
         self.session = session
+        self.x25519 = x25519  # the kernel's: this device's key agreement under secure aggregation
         self.store = store
         self.backend = backend
         self.compressor = compressor
@@ -407,7 +409,7 @@ class Executor:
             # else no update leaves: the result is refused, or masked under secure aggregation (no update at all)
             if len(outcome.weights) == assign.checkpoint.bytes and SECURE_KEY not in assign.settings:
                 s.recorder.update_sent(len(outcome.compressed if outcome.compressed is not None else outcome.weights))
-            participant.training_finished(assign.attempt_id, outcome, s.clock(), start=weights)
+            participant.training_finished(assign.attempt_id, outcome, s.clock(), start=weights, x25519=self.x25519)
         s.live.drop(s.my_peer_id)
         s.recorder.update_execution({"activeWorkers": 0})
         await self.drain()

@@ -23,6 +23,7 @@ import numpy.typing as npt
 
 from weei.core.aggregation.aggregate import Segment
 from weei.core.floats import BytesLike
+from weei.core.privacy.x25519 import KEY_BYTES, check_sizes
 from weei.kernel import kernel_source
 from weei.kernel.digests import sha256_many as _sha256_many
 from weei.kernel.numpy_kernel import F32, as_f32
@@ -115,6 +116,8 @@ class NativeKernel:
         lib.weei_quantize.restype = None
         lib.weei_dequantize.argtypes = [_c_p, _c_p, _c_p, _u32, _u32, _u32, _c_p]
         lib.weei_dequantize.restype = None
+        lib.weei_x25519.argtypes = [_c_p, ctypes.c_char_p, ctypes.c_char_p]
+        lib.weei_x25519.restype = None
         self._lib = lib
 
     @staticmethod
@@ -250,3 +253,10 @@ class NativeKernel:
     def sha256_many(self, buffers: Sequence[BytesLike]) -> list[str]:
         """See ``weei.core.job.round_rules.Kernel.sha256_many``: on every core (weei.kernel.digests)."""
         return _sha256_many(buffers)
+
+    def x25519(self, k: bytes, u: bytes) -> bytes:
+        """See ``weei.core.job.round_rules.Kernel.x25519``."""
+        check_sizes(k, u)
+        out = ctypes.create_string_buffer(KEY_BYTES)
+        self._lib.weei_x25519(out, bytes(k), bytes(u))
+        return out.raw

@@ -19,6 +19,7 @@ import numpy.typing as npt
 
 from weei.core.aggregation.aggregate import Segment
 from weei.core.floats import BytesLike
+from weei.core.privacy.x25519 import x25519 as _x25519
 from weei.kernel.digests import sha256_many as _sha256_many
 
 __all__ = ["BLOCK", "LANES", "NumpyKernel", "as_f32"]
@@ -364,6 +365,10 @@ class NumpyKernel:
     def sha256_many(self, buffers: Sequence[BytesLike]) -> list[str]:
         """See ``weei.core.job.round_rules.Kernel.sha256_many``: on every core (weei.kernel.digests)."""
         return _sha256_many(buffers)
+
+    def x25519(self, k: bytes, u: bytes) -> bytes:
+        """See ``weei.core.job.round_rules.Kernel.x25519``: the pure-Python ladder, the oracle."""
+        return _x25519(k, u)
 
 
 def _pack(codes: npt.NDArray[np.int8], bits: int) -> bytes:

@@ -23,6 +23,7 @@ from pathlib import Path
 from weei.core.aggregation.aggregate import Segment
 from weei.core.floats import BytesLike
 from weei.core.links.relay import sequential_sha256
+from weei.core.privacy.x25519 import KEY_BYTES, check_sizes
 from weei.runtime.engine import Instance
 
 __all__ = ["kernel_wasm_path", "load_kernel_wasm", "WasmKernel", "StagedAverage", "KERNEL_MEMORY_LIMIT"]
@@ -90,6 +91,7 @@ class WasmKernel:
             engine = WasmtimeEngine(memory_limit_bytes=KERNEL_MEMORY_LIMIT)
             instance = engine.compile(load_kernel_wasm()).instantiate(lambda _p, _n: None)
         self._inst = instance
+        self._x25519_io: int | None = None  # the module's own 96 bytes for X25519 (weei_x25519_buffer)
 
     # ---------------------------------------------------------------- memory
 
@@ -256,3 +258,16 @@ class WasmKernel:
         """See ``weei.core.job.round_rules.Kernel.sha256_many``: one after the other (Pyodide runs one thread;
         its hashlib is the page's, ~0.19 GB/s)."""
         return sequential_sha256(buffers)
+
+    # ----------------------------------------------------------- X25519
+
+    def x25519(self, k: bytes, u: bytes) -> bytes:
+        """See ``weei.core.job.round_rules.Kernel.x25519``. Its buffer is the module's own, outside the region
+        ``weei_alloc`` hands out, so it leaves staged inputs (``stage_average``) as they are."""
+        check_sizes(k, u)
+        if self._x25519_io is None:
+            self._x25519_io = (self._call("weei_x25519_buffer") or 0) & 0xFFFFFFFF
+        io = self._x25519_io
+        self._inst.write(io, bytes(k) + bytes(u))
+        self._call("weei_x25519", io + 2 * KEY_BYTES, io, io + KEY_BYTES)
+        return self._inst.read(io + 2 * KEY_BYTES, KEY_BYTES)

@@ -962,7 +962,7 @@ class Coordinator:
             return
         attempt = attempts[0]
         try:
-            check_keys(peer, message.keys)
+            check_keys(peer, message.keys, self.kernel.x25519)
         except SecAggError as exc:
             self._log("secagg.refused", peer=peer, reason=exc.reason, error=exc.message)
             self._end_attempt(attempt, f"secure aggregation: {exc.message}", now, failed=True, reassign=True)
@@ -1013,7 +1013,7 @@ class Coordinator:
         self._log("secagg.started", round=round_.number, opening=round_.terms.opening, participants=sorted(keyed))
         secure = round_.secure = SecureRound(self.spec.job_id, round_.number, round_.terms,
                                              self.spec.weight_bytes // 4, {p: k for p, (_, k) in keyed.items()},
-                                             now, self.secagg_phase_timeout_ms)
+                                             now, self.secagg_phase_timeout_ms, self.kernel.x25519)
         round_.secured_at = self.stopwatch()
         self._commands.extend(secure.start(now))
         for peer in sorted(keyed):

@@ -35,6 +35,7 @@ from ..errors import UsageError, UsageReason, WeeiError
 from ..formats.settings import PrivacySettings, TrainingSettings
 from ..floats import BytesLike, first_non_finite
 from ..privacy.secagg import SecAggError
+from ..privacy.x25519 import X25519, x25519
 from ..wire.messages import (
     ArtifactMissing, ArtifactRef, Assign, AssignmentFailed, CheckpointNote, Deliver, Invitation, InvitationDecision, JobFinished, Leave,
     Message,
@@ -343,9 +344,10 @@ class Participant:
         return max(0, round(now - self._training_since))
 
     def training_finished(self, attempt_id: str, outcome: TrainOutcome, now: float, *,
-                          start: BytesLike | None = None) -> None:
+                          start: BytesLike | None = None, x25519: X25519 = x25519) -> None:
         """The host trained ``attempt_id``; send the update (or say why it cannot count). ``start``: the
-        weights it trained from, which a securely aggregated round needs (the update is masked as a delta)."""
+        weights it trained from, which a securely aggregated round needs (the update is masked as a delta);
+        ``x25519``: the host's X25519 (its kernel's), which that round's key agreement computes with."""
         assign = self._finish_attempt(attempt_id)
         if assign is None:
             return
@@ -368,7 +370,7 @@ class Participant:
             assert start is not None
             # Nothing leaves in the clear: the keys say the update is ready, the masked vector follows.
             self._secure = SecureContribution(self.my_peer_id, assign.job_id, assign.round, terms, start,
-                                              outcome.weights, outcome.count)
+                                              outcome.weights, outcome.count, x25519=x25519)
             self._move("trained")
             self._send(self._secure.keys())
         else:

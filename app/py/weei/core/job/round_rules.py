@@ -43,8 +43,8 @@ __all__ = [
 
 
 class Kernel(AggregationKernel, Protocol):
-    """What the coordinator asks of a kernel (weei.kernel): the aggregation loops, a finite scan, and the
-    SHA-256 of the new weights (the round's other bulk work)."""
+    """What the coordinator asks of a kernel (weei.kernel): the aggregation loops, a finite scan, the
+    SHA-256 of the new weights (the round's other bulk work) and, for secure aggregation, X25519."""
 
     def first_non_finite(self, data: BytesLike) -> int:
         """The index of the first non-finite float32 value of ``data``, or -1."""
@@ -52,6 +52,11 @@ class Kernel(AggregationKernel, Protocol):
 
     def sha256_many(self, buffers: Sequence[BytesLike]) -> list[str]:
         """The hex SHA-256 of each buffer, in order (a CPython host spreads them over its cores)."""
+        ...
+
+    def x25519(self, k: bytes, u: bytes) -> bytes:
+        """RFC 7748's X25519 (``weei.core.privacy.x25519.X25519``): the same bytes as the pure-Python ladder.
+        Raises ValueError when an input is not 32 bytes."""
         ...
 
 

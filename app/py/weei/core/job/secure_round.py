@@ -30,7 +30,10 @@ fresh keys under a new tag. Training metrics are not sent (they depend on
 each participant's data, as the update does); the total example count is
 the only figure of a round besides the sum.
 
-Sans-I/O: both classes take messages and hand back messages to send.
+Sans-I/O: both classes take messages and hand back messages to send, and
+the X25519 function to compute with (``x25519``, the host's kernel's: the
+coordinator's ``Kernel.x25519``, the participant's as the host hands it to
+``Participant.training_finished``; the pure-Python ladder by default).
 Errors are ``SecAggError`` with a named reason and, where one participant is
 at fault, ``peer``.
 """
@@ -51,6 +54,7 @@ from ..privacy.secagg import (
     AdvertiseKeys, MaskedInput, Outgoing, Roster, SecAggClient, SecAggError, SecAggParams, SecAggReason, SecAggServer,
     SharesFor, Unmask, UnmaskShares, fedavg_from_sum, weighted_vector,
 )
+from ..privacy.x25519 import X25519, x25519
 from ..wire.commands import Send
 from ..wire.messages import (
     MAX_SECAGG_PEERS, ArtifactRef, Message, SecAggKeys, SecAggMasked, SecAggReveal, SecAggRoster, SecAggShares,
@@ -143,13 +147,15 @@ def _to_send(job_id: str, round_: int, opening: int, params: SecAggParams, out: 
 
 
 class SecureRound:
-    """The coordinator's side of one opening of a round: drives ``SecAggServer`` over the wire messages."""
+    """The coordinator's side of one opening of a round: drives ``SecAggServer`` over the wire messages.
+    ``keys``: U1's, each already through ``secagg.check_keys`` (the coordinator checks them as they arrive)."""
 
     def __init__(self, job_id: str, round_: int, terms: SecureTerms, weight_count: int,
-                 keys: Mapping[str, AdvertiseKeys], now: float, phase_timeout: float = SECAGG_PHASE_TIMEOUT_MS) -> None:
+                 keys: Mapping[str, AdvertiseKeys], now: float, phase_timeout: float = SECAGG_PHASE_TIMEOUT_MS,
+                 x25519: X25519 = x25519) -> None:
         self.job_id, self.round, self.terms = job_id, round_, terms
         self.params = terms.params(job_id, round_, weight_count + 1, terms.threshold_of(len(keys)))
-        self.server = SecAggServer(self.params, sorted(keys), now, phase_timeout)
+        self.server = SecAggServer(self.params, sorted(keys), now, phase_timeout, x25519, keys_checked=True)
         self._keys = dict(keys)
 
     @property
@@ -223,14 +229,14 @@ class SecureContribution:
     """A participant's side of one opening of a round: its masked vector and its part of the protocol."""
 
     def __init__(self, me: str, job_id: str, round_: int, terms: SecureTerms, start: BytesLike, trained: BytesLike,
-                 count: int, random_bytes: Callable[[int], bytes] = secrets.token_bytes) -> None:
+                 count: int, random_bytes: Callable[[int], bytes] = secrets.token_bytes, x25519: X25519 = x25519) -> None:
         s, x = array("f", bytes(start)), array("f", bytes(trained))
         if len(s) != len(x) or len(bytes(start)) % 4:
             raise ValueError("start and trained weights must be float32 buffers of the same length")
         weight = min(float(count), terms.max_weight) if terms.weighted else 1.0
         self.job_id, self.round, self.terms = job_id, round_, terms
         self._vector = weighted_vector([b - a for a, b in zip(s, x)], weight, terms.clip)
-        self.client = SecAggClient(me, terms.params(job_id, round_, len(self._vector)), random_bytes)
+        self.client = SecAggClient(me, terms.params(job_id, round_, len(self._vector)), random_bytes, x25519)
 
     def matches(self, message: Message) -> bool:
         return getattr(message, "round", None) == self.round and getattr(message, "attempt", None) == self.terms.opening

@@ -35,7 +35,10 @@ colluding participants with the coordinator; docs/privacy.md says so.
 Sans-I/O: ``SecAggClient`` answers the coordinator's messages;
 ``SecAggServer`` takes messages with ``now`` and ``handle_timer(now)`` and
 hands back what to send. Both raise ``SecAggError`` with a named reason, and
-``peer`` set where one participant is at fault.
+``peer`` set where one participant is at fault. Both take the X25519 function
+they compute with (``x25519``: a host's kernel's; the pure-Python ladder by
+default): it is most of a round's fixed cost, and every implementation gives
+the same bytes.
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ from enum import Enum
 
 from ..errors import WeeiError
 from . import fixedpoint, prg, shamir
-from .x25519 import KEY_BYTES, public_key, x25519
+from .x25519 import BASE_POINT, KEY_BYTES, X25519, x25519
 
 __all__ = [
     "SecAggReason",
@@ -213,8 +216,8 @@ def _seed_commit(tag: bytes, dealer: str, seed: bytes) -> bytes:
 _PROBE = bytes([8]) + bytes(30) + bytes([64])
 
 
-def _agree(secret: bytes, peer_pk: bytes, peer: str) -> bytes:
-    shared = x25519(secret, peer_pk)
+def _agree(function: X25519, secret: bytes, peer_pk: bytes, peer: str) -> bytes:
+    shared = function(secret, peer_pk)
     if shared == bytes(KEY_BYTES):  # a low-order point: the "secret" would be known to everyone
         raise SecAggError(SecAggReason.BAD_KEY, f"{peer}'s public key is of low order", peer)
     return shared
@@ -229,13 +232,13 @@ def _pair_seed(tag: bytes, shared: bytes, a: str, b: str) -> bytes:
     return prg.derive("pair-mask", tag, shared, lo.encode(), hi.encode())
 
 
-def check_keys(sender: str, keys: AdvertiseKeys) -> None:
+def check_keys(sender: str, keys: AdvertiseKeys, x25519: X25519 = x25519) -> None:
     """Refuse public keys that are malformed or of low order, naming ``sender``: raises SecAggError(BAD_KEY).
     The coordinator checks them as they arrive, rather than every peer aborting the round later."""
     if len(keys.c_pk) != KEY_BYTES or len(keys.s_pk) != KEY_BYTES:
         raise SecAggError(SecAggReason.BAD_KEY, f"{sender}'s public keys are not 32 bytes each", sender)
-    _agree(_PROBE, keys.c_pk, sender)
-    _agree(_PROBE, keys.s_pk, sender)
+    _agree(x25519, _PROBE, keys.c_pk, sender)
+    _agree(x25519, _PROBE, keys.s_pk, sender)
 
 
 def _rebuild(shares: list[tuple[int, int]], size: int) -> bytes | None:
@@ -284,10 +287,12 @@ def fedavg_from_sum(total: Sequence[int], bits: int, contributors: int, max_weig
 class SecAggClient:
     """One participant's side of one round. Call, in order: ``advertise``, ``share``, ``mask``, ``unmask``."""
 
-    def __init__(self, me: str, params: SecAggParams, random_bytes: RandomBytes = secrets.token_bytes) -> None:
+    def __init__(self, me: str, params: SecAggParams, random_bytes: RandomBytes = secrets.token_bytes,
+                 x25519: X25519 = x25519) -> None:
         self.me = me
         self.params = params
         self._random = random_bytes
+        self._x25519 = x25519
         self._c_sk = random_bytes(KEY_BYTES)
         self._s_sk = random_bytes(KEY_BYTES)
         self._seed = random_bytes(prg.SEED_BYTES)
@@ -295,7 +300,7 @@ class SecAggClient:
         self._u2: tuple[str, ...] = ()
         self._held: dict[str, tuple[int, int, bytes, int, bytes]] = {}  # dealer -> (x, y_sk, salt_sk, y_b, salt_b)
         # X25519 is most of a peer's cost: its own public keys and each pair's c-agreement are computed once.
-        self._keys = AdvertiseKeys(public_key(self._c_sk), public_key(self._s_sk))
+        self._keys = AdvertiseKeys(x25519(self._c_sk, BASE_POINT), x25519(self._s_sk, BASE_POINT))
         self._c_shared: dict[str, bytes] = {}
         self._stage = 0
 
@@ -351,7 +356,7 @@ class SecAggClient:
                 self._held[peer] = (index + 1, y_sk, salt_sk, y_b, salt_b)
                 continue
             plain = (y_sk.to_bytes(shamir.SHARE_BYTES, "big") + salt_sk + y_b.to_bytes(shamir.SHARE_BYTES, "big") + salt_b)
-            shared = self._c_shared[peer] = _agree(self._c_sk, self._roster[peer].c_pk, peer)
+            shared = self._c_shared[peer] = _agree(self._x25519, self._c_sk, self._roster[peer].c_pk, peer)
             sealed.append((peer, prg.seal(_seal_key(tag, shared, self.me, peer), plain)))
         return ShareKeys(tuple(sealed), tuple(commitments), _seed_commit(tag, self.me, self._seed))
 
@@ -384,7 +389,7 @@ class SecAggClient:
         pairs = []
         for peer in u2:
             if peer != self.me:
-                seed = _pair_seed(tag, _agree(self._s_sk, self._roster[peer].s_pk, peer), self.me, peer)
+                seed = _pair_seed(tag, _agree(self._x25519, self._s_sk, self._roster[peer].s_pk, peer), self.me, peer)
                 pairs.append((1 if self.me < peer else -1, prg.mask_bytes(seed, length)))
         encoded = fixedpoint.encode(vector, self.params.bits, self.params.bound)
         return MaskedInput(mask_vector(encoded, prg.mask_bytes(self._seed, length), pairs))
@@ -415,13 +420,19 @@ class SecAggServer:
     least ``threshold`` answers; with fewer it fails BELOW_THRESHOLD. After
     ``done``: ``total`` is the exact ring sum of U3's encoded vectors,
     ``contributors`` is U3, ``bad_peers`` who sent shares that failed their
-    commitments. After a failure: ``failure``.
+    commitments. After a failure: ``failure``. ``keys_checked``: the caller
+    refused bad keys with ``check_keys`` as they arrived (a job's coordinator
+    does, to end that participant's attempt at once), so they are not checked
+    a second time.
     """
 
-    def __init__(self, params: SecAggParams, invited: Sequence[str], now: float, phase_timeout: float) -> None:
+    def __init__(self, params: SecAggParams, invited: Sequence[str], now: float, phase_timeout: float,
+                 x25519: X25519 = x25519, *, keys_checked: bool = False) -> None:
         if len(set(invited)) != len(invited):
             raise ValueError("invited ids must be distinct")
         self.params = params
+        self._x25519 = x25519
+        self._keys_checked = keys_checked
         self.phase_timeout = phase_timeout
         self.stage = "advertise"
         self.deadline = now + phase_timeout
@@ -471,7 +482,8 @@ class SecAggServer:
     def _check(self, sender: str, message: Message) -> None:
         length = self.params.length
         if isinstance(message, AdvertiseKeys):
-            check_keys(sender, message)
+            if not self._keys_checked:
+                check_keys(sender, message, self._x25519)
         elif isinstance(message, ShareKeys):
             peers = set(self._keys) - {sender}
             if ({p for p, _ in message.sealed} != peers or len(message.sealed) != len(peers)
@@ -555,11 +567,11 @@ class SecAggServer:
                            f"{len(shares)} good shares of {dropped}'s key, below {t}", min(self.bad_peers, default=None))
                 return
             s_sk = _rebuild(shares[:t], KEY_BYTES)
-            if s_sk is None or public_key(s_sk) != self._keys[dropped].s_pk:
+            if s_sk is None or self._x25519(s_sk, BASE_POINT) != self._keys[dropped].s_pk:
                 self._fail(SecAggReason.BAD_DEALER, f"{dropped}'s shares do not rebuild its published key", dropped)
                 return
             for survivor in u3:
-                seed = _pair_seed(tag, _agree(s_sk, self._keys[survivor].s_pk, survivor), dropped, survivor)
+                seed = _pair_seed(tag, _agree(self._x25519, s_sk, self._keys[survivor].s_pk, survivor), dropped, survivor)
                 # The survivor added +PRG when survivor < dropped: take it back out.
                 (total.sub if survivor < dropped else total.add)(prg.mask_bytes(seed, length))
         self.total, self.contributors, self.stage = fixedpoint.from_bytes(total.value()), tuple(u3), "done"
