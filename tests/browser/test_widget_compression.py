@@ -1,8 +1,9 @@
-"""The widget's settings form offers compressed updates (docs/api.md, "Compressed updates"), end to end.
+"""The widget's settings form offers compressed updates (docs/api.md, "Compressed updates") and DiLoCo's
+outer optimizer (FedAvgM with Nesterov momentum), end to end.
 
 Two tabs of one room, driven like people: the first chooses the digits demo, int4 updates with a scale per
-64 weights and deflated codes, and creates the job; the second reviews the invitation, which says how its
-updates will travel, and accepts; the job trains to completion. What the participant uploaded is a
+64 weights and deflated codes, FedAvgM at η 0.7, μ 0.9 with Nesterov momentum, and creates the job; the
+second reviews the invitation, which says how its updates will travel and how they are combined, and accepts; the job trains to completion. What the participant uploaded is a
 compressed update: the coordinator's log records each accepted update's artifact kind and size (the bytes
 its frame reader took in), the participant's diagnostics report the same size, the window's diagnostics
 table shows it, and it is below the plain int4 size (the codes deflated), itself 7 times below float32's.
@@ -43,11 +44,20 @@ def test_a_job_created_with_int4_from_the_widget_uploads_compressed_updates(serv
         expect(block).to_be_visible(timeout=TIMEOUT_MS)
         fill(first, "Weights per scale (8–65536)", "64")
         deflate.check()
+        # DiLoCo's outer optimizer (docs/api.md, "nesterov"): the switch shows only with FedAvgM.
+        nesterov = first.get_by_label("Nesterov momentum", exact=True)
+        assert not nesterov.is_visible()
+        first.locator("select[name=method]").select_option("fedavgm")
+        expect(nesterov).to_be_visible(timeout=TIMEOUT_MS)
+        fill(first, "Server learning rate (0–10)", "0.7")
+        fill(first, "Momentum (0–<1)", "0.9")
+        nesterov.check()
         # reviewSettings' note on the deflate trade-off shows under the form; it needs no confirmation.
         first.get_by_role("button", name="Create job", exact=True).click()
         first.wait_for_function(f"() => {API}.getState().job?.status === 'ready'")
         settings = first.evaluate(f"{API}.getState().job.settings")
         assert settings["compression"] == {"kind": "int4", "block": 64, "deflate": True}
+        assert settings["aggregation"] == {"method": "fedavgm", "serverLearningRate": 0.7, "momentum": 0.9, "nesterov": 1}
         expect(first.locator("[data-review] [data-field='compression.deflate']")).to_be_visible(timeout=TIMEOUT_MS)
 
         invite = first.get_by_role("button", name="Invite", exact=True)
@@ -58,6 +68,7 @@ def test_a_job_created_with_int4_from_the_widget_uploads_compressed_updates(serv
         second.get_by_role("button", name="Review", exact=True).click()
         card = second.locator(".card.invitation")
         expect(card).to_contain_text("updates sent as int4, a scale per 64 weights, deflated", timeout=TIMEOUT_MS)
+        expect(card).to_contain_text("fedavgm serverLearningRate 0.7 momentum 0.9 Nesterov")
         second.get_by_role("button", name="Accept", exact=True).click()
         start = first.get_by_role("button", name="Start", exact=True)
         # Started once the participant's module has loaded, so that it takes part from the first round.

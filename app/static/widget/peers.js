@@ -213,7 +213,9 @@ export class Peers {
     accept.addEventListener('click', () => this.act(accept, null, () => this.api.decideInvitation(jobId, true)));
     decline.addEventListener('click', () => this.act(decline, null, () => this.api.decideInvitation(jobId, false)));
     const exp = experienceOf(info);
-    const agg = s.aggregation ? [s.aggregation.method, ...Object.entries(s.aggregation).filter(([k]) => k !== 'method').map(([k, x]) => `${k} ${x}`)].join(' ') : 'fedavg';
+    // nesterov is a switch (0 or 1): named when on, left out when off.
+    const agg = s.aggregation ? [s.aggregation.method, ...Object.entries(s.aggregation).filter(([k, x]) => k !== 'method' && !(k === 'nesterov' && !x))
+      .map(([k, x]) => (k === 'nesterov' ? 'Nesterov' : `${k} ${x}`))].join(' ') : 'fedavg';
     const settingsText = [s.epochs !== undefined ? `${exp ? 'rounds' : 'epochs'} ${s.epochs}` : null,
       s.localEpochs !== undefined ? `local epochs ${s.localEpochs}` : null, s.batchSize !== undefined ? `batch ${s.batchSize}` : null,
       `learning rate ${s.learningRate !== undefined ? s.learningRate : 'model default'}`,

@@ -113,6 +113,7 @@ export class Setup {
       h('option', { value: 'int8', text: 'int8' }),
       h('option', { value: 'int4', text: 'int4' }));
     f.compressionDeflate = h('input', { type: 'checkbox', name: 'compressionDeflate' });
+    f.nesterov = h('input', { type: 'checkbox', name: 'nesterov' });
     f.vunit = h('select', { name: 'validationUnit', 'aria-label': 'Validation unit' }, h('option', { value: 'round', text: 'rounds' }), h('option', { value: 'epoch', text: 'epochs' }));
     f.participates = h('input', { type: 'checkbox', name: 'coordinatorParticipates', checked: true });
     f.venabled = h('input', { type: 'checkbox', name: 'validationEnabled' });
@@ -126,6 +127,9 @@ export class Setup {
       h('label', {}, h('span', { text: 'Aggregation' }), f.method),
       num('serverLearningRate', 'Server learning rate (0–10)', { min: 0, max: 10, step: 'any', placeholder: '1' }),
       num('momentum', 'Momentum (0–<1)', { min: 0, max: 0.9999, step: 'any', placeholder: '0.9' }),
+      (f.nesterovLabel = h('label', { class: 'check', title: 'aggregation.nesterov: the step looks ahead along the new ' +
+        'velocity, start + η·(Δ + μ·v); DiLoCo\'s outer optimizer is η 0.7, μ 0.9 with Nesterov (docs/api.md)' },
+        f.nesterov, 'Nesterov momentum')),
       num('beta1', 'β1 (0–<1)', { min: 0, max: 0.9999, step: 'any', placeholder: '0.9' }),
       num('beta2', 'β2 (0–<1)', { min: 0, max: 0.9999, step: 'any', placeholder: '0.99' }),
       num('epsilon', 'ε (0–1)', { min: 0, max: 1, step: 'any', placeholder: '0.001' }),
@@ -395,6 +399,7 @@ export class Setup {
       f.method.value = agg.method;
       for (const k of ['serverLearningRate', 'momentum', 'beta1', 'beta2', 'epsilon', 'normClip', 'trim', 'excludeOutliersAfter']) set(f[k], agg[k]);
       f.combine.value = agg.combine || 'mean';
+      f.nesterov.checked = agg.nesterov === 1;
       const compression = settings.compression || {};
       f.compression.value = compression.kind || '';
       set(f.compressionBlock, compression.block);
@@ -413,6 +418,7 @@ export class Setup {
     for (const k of ['serverLearningRate', 'momentum', 'beta1', 'beta2', 'epsilon']) {
       f[k + 'Label'].classList.toggle('hidden', !shown.includes(k));
     }
+    f.nesterovLabel.classList.toggle('hidden', m !== 'fedavgm');
     f.serverLearningRate.placeholder = m === 'fedadam' ? '0.01' : '1';
     f.trimLabel.classList.toggle('hidden', f.combine.value !== 'trimmedMean');
     f.compressionBlockLabel.classList.toggle('hidden', !f.compression.value);
@@ -441,6 +447,7 @@ export class Setup {
     const agg = { method };
     const keys = { fedavg: [], fedavgm: ['serverLearningRate', 'momentum'], fedadam: ['serverLearningRate', 'beta1', 'beta2', 'epsilon'] }[method];
     for (const k of [...keys, 'normClip']) { const v = opt(f[k]); if (v !== undefined) agg[k] = v; }
+    if (method === 'fedavgm' && f.nesterov.checked) agg.nesterov = 1;
     if (f.combine.value !== 'mean') agg.combine = f.combine.value;
     if (f.combine.value === 'trimmedMean') { const v = opt(f.trim); if (v !== undefined) agg.trim = v; }
     const after = opt(f.excludeOutliersAfter);
