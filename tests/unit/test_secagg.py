@@ -286,7 +286,7 @@ def test_the_coordinators_transcript_depends_on_the_updates_only_through_their_s
         shifted[(i, i + 1)] = [(m + r) % mod for m, r in zip(masks[(i, i + 1)], running, strict=True)]
 
     def view(encoded: list[list[int]], pair: dict[tuple[int, int], list[int]]) -> list[bytes]:
-        return [mask_vector(encoded[i], fixedpoint.to_bytes(selfs[i]),
+        return [mask_vector(fixedpoint.to_bytes(encoded[i]), fixedpoint.to_bytes(selfs[i]),
                             [(1 if i < j else -1, fixedpoint.to_bytes(pair[min(i, j), max(i, j)])) for j in range(n) if j != i])
                 for i in range(n)]
 

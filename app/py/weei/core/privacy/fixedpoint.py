@@ -16,7 +16,7 @@ import sys
 from array import array
 from collections.abc import Iterable, Sequence
 
-__all__ = ["RING_BITS", "MODULUS", "frac_bits", "encode", "decode", "to_bytes", "from_bytes", "RingSum"]
+__all__ = ["RING_BITS", "MODULUS", "frac_bits", "encode", "encode_bytes", "decode", "to_bytes", "from_bytes", "RingSum"]
 
 RING_BITS = 64
 MODULUS = 1 << RING_BITS
@@ -40,9 +40,23 @@ def frac_bits(bound: float, count: int) -> int:
 
 def encode(values: Iterable[float], bits: int, bound: float) -> list[int]:
     """Each value clamped to [-bound, bound] (a NaN becomes 0), scaled by 2^bits, rounded, mod 2^64."""
+    return from_bytes(encode_bytes(values, bits, bound))
+
+
+def encode_bytes(values: Iterable[float], bits: int, bound: float) -> bytes:
+    """``encode`` as little-endian u64 bytes, the form a vector is masked in."""
     scale, low = float(1 << bits), -bound
-    # One comprehension, not a loop of appends: a quarter less time for a participant's whole update.
-    return [round((low if v < low else bound if v > bound else v) * scale) & _MASK if v == v else 0 for v in values]
+    items = values if isinstance(values, list) else list(values)
+    total = sum(items) if items else math.nan  # a NaN (or +inf and -inf) makes the sum NaN
+    if total == total and low <= min(items) and max(items) <= bound and bound * scale < 2.0 ** 63:
+        # A clipped update is finite and within the bound: no clamp per value, and the words go straight into
+        # signed 64-bit storage (two's complement is the ring's form), with no reduction mod 2^64 per value.
+        signed = array("q", [round(v * scale) for v in items])
+        if sys.byteorder != "little":
+            signed.byteswap()
+        return signed.tobytes()
+    return to_bytes([round((low if v < low else bound if v > bound else v) * scale) & _MASK if v == v else 0
+                     for v in items])
 
 
 def decode(words: Sequence[int], bits: int) -> list[float]:
