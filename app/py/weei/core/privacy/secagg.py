@@ -253,6 +253,10 @@ def mask_vector(encoded: bytes, self_mask: bytes, pair_masks: Sequence[tuple[int
     (``fixedpoint.encode_bytes``); sign is +1 or -1 per pairwise mask."""
     acc = fixedpoint.RingSum(len(encoded) // 8)
     acc.add(encoded)
+    return _masked(acc, self_mask, pair_masks)
+
+
+def _masked(acc: fixedpoint.RingSum, self_mask: bytes, pair_masks: Sequence[tuple[int, bytes]]) -> bytes:
     acc.add(self_mask)
     for sign, mask in pair_masks:
         (acc.add if sign > 0 else acc.sub)(mask)
@@ -407,8 +411,9 @@ class SecAggClient:
             if peer != self.me:
                 seed = _pair_seed(tag, _agree(self._x25519, self._s_sk, self._roster[peer].s_pk, peer), self.me, peer)
                 pairs.append((1 if self.me < peer else -1, prg.mask_bytes(seed, length)))
-        encoded = fixedpoint.encode_bytes(vector, self.params.bits, self.params.bound)
-        return MaskedInput(mask_vector(encoded, prg.mask_bytes(self._seed, length), pairs))
+        acc = fixedpoint.RingSum(length)
+        fixedpoint.encode_into(acc, vector, self.params.bits, self.params.bound)  # as mask_vector, the encoding added in place
+        return MaskedInput(_masked(acc, prg.mask_bytes(self._seed, length), pairs))
 
     def unmask(self, request: Unmask) -> UnmaskShares:
         """Reveal b shares of U3's peers and s_sk shares of U2 \\ U3's, once.
