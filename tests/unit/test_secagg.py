@@ -137,6 +137,34 @@ def test_fixed_point_round_trip_and_wrap() -> None:
     assert fixedpoint.decode(fixedpoint.from_bytes(acc.value()), bits) == [-50.0]
 
 
+def test_each_way_of_encoding_gives_the_definition_bit_for_bit() -> None:
+    # encode takes one of three ways by the vector (rounded by a float addition well inside the grid, by round()
+    # near its edge, clamped one value at a time with a NaN or a value out of bound): each must give
+    # round(clamp(v) * 2^bits) mod 2^64, ties to even, and clip_norm/weighted_vector must be the two-pass ones.
+    def definition(values: list[float], bits: int, bound: float) -> list[int]:
+        clamped = [0.0 if v != v else min(max(v, -bound), bound) for v in values]
+        return [round(v * 2 ** bits) % 2 ** 64 for v in clamped]
+
+    rng = random.Random(7)
+    ties = [k / 2 for k in range(-9, 10)] + [2.0 ** 49 + 0.5, -(2.0 ** 49) - 0.5, 2.0 ** 50 - 0.5, -0.0, 5e-324]
+    for _ in range(300):
+        bits = rng.choice((0, 1, 20, 40))
+        bound = rng.choice((1.0, 1e3, 2.0 ** 52, 2.0 ** 60)) / 2 ** bits
+        pool = [rng.uniform(-bound, bound) for _ in range(6)] + [t / 2 ** bits for t in ties if abs(t) <= bound * 2 ** bits]
+        values = rng.sample(pool, rng.randrange(1, len(pool)))
+        if rng.random() < 0.2:
+            values.append(rng.choice((float("nan"), float("inf"), -float("inf"), 2 * bound)))
+        assert fixedpoint.encode(values, bits, bound) == definition(values, bits, bound), (values, bits, bound)
+        acc = fixedpoint.RingSum(len(values))
+        fixedpoint.encode_into(acc, values, bits, bound)
+        assert acc.value() == fixedpoint.encode_bytes(values, bits, bound)
+    for update in ([3.0, -4.0, float("nan")], [1e200, -1e200], [0.1] * 7, [float("inf"), 2.0]):
+        finite = [v if math.isfinite(v) else 0.0 for v in update]
+        norm = math.sqrt(math.fsum(v * v for v in finite))
+        clipped = finite if norm <= 1.0 else [v * (1.0 / norm) for v in finite]
+        assert weighted_vector(update, 3.0, 1.0) == [3.0 * v for v in clipped] + [3.0]
+
+
 def test_ring_sums_of_packed_vectors_match_python_integers_mod_2_64() -> None:
     # The lanes' edges: 0, 2^32 - 1, 2^32, 2^63, 2^64 - 1, where a carry or a borrow would cross into the next lane.
     rng = random.Random(12)
@@ -286,7 +314,7 @@ def test_the_coordinators_transcript_depends_on_the_updates_only_through_their_s
         shifted[(i, i + 1)] = [(m + r) % mod for m, r in zip(masks[(i, i + 1)], running, strict=True)]
 
     def view(encoded: list[list[int]], pair: dict[tuple[int, int], list[int]]) -> list[bytes]:
-        return [mask_vector(encoded[i], fixedpoint.to_bytes(selfs[i]),
+        return [mask_vector(fixedpoint.to_bytes(encoded[i]), fixedpoint.to_bytes(selfs[i]),
                             [(1 if i < j else -1, fixedpoint.to_bytes(pair[min(i, j), max(i, j)])) for j in range(n) if j != i])
                 for i in range(n)]
 

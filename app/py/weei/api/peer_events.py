@@ -17,7 +17,8 @@ from typing import Any, Awaitable, Callable, Mapping
 from ..core.wire.commands import Send
 from ..core.errors import UsageError, UsageReason
 from ..core.wire.messages import (MAX_TEXT, Direction, Invitation, InvitationDecision, Message, Presence, Progress, RelayPiece,
-                                  RelayPlan, RoomChallenge, RoomProof)
+                                  RelayPlan, RoomChallenge, RoomProof, SecAggMasked, SecAggReveal, SecAggRoster,
+                                  SecAggShares, SecAggSharesFor, SecAggUnmask)
 from ..core.job.participant import Participant
 from ..core.links.relay import RelayNode
 from ..core.job.restored_proof import Hold, RestoredProof
@@ -31,6 +32,10 @@ from .room_check import RoomCheck, refusal_text
 from .session import Session
 
 __all__ = ["PeerEvents"]
+
+#: What participants send the coordinator, and what it answers, between a secure round's keys and its close.
+_SECAGG_STEPS = (SecAggShares, SecAggMasked, SecAggReveal)
+_SECAGG_ANSWERS = (SecAggRoster, SecAggSharesFor, SecAggUnmask)
 
 
 class PeerEvents:
@@ -104,6 +109,7 @@ class PeerEvents:
         for sha in self.store.remember(blobs):
             s.record("artifact.refused", {"from": peer, "sha256": sha, "reason": "hash-mismatch"})
         self.expire_invitations()
+        quiet = isinstance(message, Progress)
         if isinstance(message, Invitation):
             busy = self._busy()
             if busy is not None:
@@ -129,11 +135,17 @@ class PeerEvents:
                 s.record("room.proof.ignored", {"from": peer, "jobId": message.job_id[:64], "reason": "no room"})
         elif s.coordinator is not None and peer != s.my_peer_id and message.DIRECTION is Direction.TO_COORDINATOR:
             s.coordinator.receive(peer, message, blobs, now)
+            # A step of secure aggregation changes nothing the window shows until its round closes (a checkpoint,
+            # or a failure): like a progress report, it need not build a state for every subscriber at once.
+            quiet = quiet or (isinstance(message, _SECAGG_STEPS) and s.coordinator.round is not None
+                              and s.coordinator.round.securing)
         elif s.participant is not None:
+            error = s.participant.last_error
             s.participant.on_message(peer, message, now)
             if s.participant.state is PeerState.STOPPED:
                 await self.store.delete_setting(PARTICIPATION_KEY)
-        await self.executor.drain(quiet=isinstance(message, Progress))
+            quiet = quiet or (isinstance(message, _SECAGG_ANSWERS) and s.participant.last_error == error)
+        await self.executor.drain(quiet=quiet)
 
     def _relay(self, peer: str, message: RelayPlan | RelayPiece, blobs: Mapping[str, bytes]) -> None:
         """A relayed checkpoint's plan or piece (core/links/relay.py): only for the job this device takes part in.

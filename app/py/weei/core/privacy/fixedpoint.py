@@ -16,7 +16,7 @@ import sys
 from array import array
 from collections.abc import Iterable, Sequence
 
-__all__ = ["RING_BITS", "MODULUS", "frac_bits", "encode", "decode", "to_bytes", "from_bytes", "RingSum"]
+__all__ = ["RING_BITS", "MODULUS", "frac_bits", "encode", "encode_bytes", "encode_into", "decode", "to_bytes", "from_bytes", "RingSum"]
 
 RING_BITS = 64
 MODULUS = 1 << RING_BITS
@@ -40,9 +40,47 @@ def frac_bits(bound: float, count: int) -> int:
 
 def encode(values: Iterable[float], bits: int, bound: float) -> list[int]:
     """Each value clamped to [-bound, bound] (a NaN becomes 0), scaled by 2^bits, rounded, mod 2^64."""
+    return from_bytes(encode_bytes(values, bits, bound))
+
+
+#: 1.5 * 2^52: for |y| < 2^51, the float sum y + _SHIFT is C's round-to-nearest-even of y (as ``round``) plus
+#: _SHIFT, and its IEEE bits are _SHIFT's plus that integer: the rounding is done by one float addition.
+_SHIFT = 1.5 * 2.0 ** 52
+_SHIFT_WORD = (0x4338000000000000).to_bytes(8, "little")
+
+
+def encode_bytes(values: Iterable[float], bits: int, bound: float) -> bytes:
+    """``encode`` as little-endian u64 bytes, the form a vector is masked in."""
+    items = values if isinstance(values, list) else list(values)
+    acc = RingSum(len(items))
+    encode_into(acc, items, bits, bound)
+    return acc.value()
+
+
+def encode_into(acc: RingSum, values: Iterable[float], bits: int, bound: float) -> None:
+    """Add ``encode(values, bits, bound)`` to the ring sum ``acc`` (of as many elements)."""
     scale, low = float(1 << bits), -bound
-    # One comprehension, not a loop of appends: a quarter less time for a participant's whole update.
-    return [round((low if v < low else bound if v > bound else v) * scale) & _MASK if v == v else 0 for v in values]
+    items = values if isinstance(values, list) else list(values)
+    total = sum(items) if items else math.nan  # a NaN (or +inf and -inf) makes the sum NaN
+    least, most = (min(items), max(items)) if total == total else (math.nan, math.nan)
+    # A clipped update is finite and within the bound: no clamp per value.
+    if low <= least and most <= bound and max(-least, most) * scale < 2.0 ** 50:
+        # Well inside the grid (the common case): rounded by one float addition each, and _SHIFT's bits taken
+        # from every word by one ring subtraction.
+        shifted = array("d", [v * scale + _SHIFT for v in items])
+        if sys.byteorder != "little":
+            shifted.byteswap()
+        acc.add(shifted.tobytes())
+        acc.sub(_SHIFT_WORD * len(items))
+    elif low <= least and most <= bound and bound * scale < 2.0 ** 63:
+        # Straight into signed 64-bit words: two's complement is the ring's form.
+        signed = array("q", [round(v * scale) for v in items])
+        if sys.byteorder != "little":
+            signed.byteswap()
+        acc.add(signed.tobytes())
+    else:
+        acc.add(to_bytes([round((low if v < low else bound if v > bound else v) * scale) & _MASK if v == v else 0
+                          for v in items]))
 
 
 def decode(words: Sequence[int], bits: int) -> list[float]:
@@ -81,8 +119,9 @@ class RingSum:
 
     def __init__(self, length: int) -> None:
         self.length = length
-        self._halves = (1 << (64 * length)) // ((1 << 64) - 1) * 0xFFFFFFFF  # 0xFFFFFFFF in every lane
-        self._two32 = (self._halves + self._halves // 0xFFFFFFFF)  # 2^32 in every lane
+        # Built from bytes, in linear time (a division of a number of 64 * length bits costs far more per vector).
+        self._halves = int.from_bytes(b"\xff\xff\xff\xff\0\0\0\0" * length, "little")  # 0xFFFFFFFF in every lane
+        self._two32 = int.from_bytes(b"\0\0\0\0\1\0\0\0" * length, "little")  # 2^32 in every lane
         self._lo = self._hi = 0
         self._adds = 0
 

@@ -248,27 +248,47 @@ def _rebuild(shares: list[tuple[int, int]], size: int) -> bytes | None:
         return None
 
 
-def mask_vector(encoded: Sequence[int], self_mask: bytes, pair_masks: Sequence[tuple[int, bytes]]) -> bytes:
-    """``encoded + self_mask + sum(sign * mask)`` in Z_{2^64}, masks and result as little-endian u64 bytes;
-    sign is +1 or -1 per pairwise mask."""
-    acc = fixedpoint.RingSum(len(encoded))
-    acc.add(fixedpoint.to_bytes(encoded))
+def mask_vector(encoded: bytes, self_mask: bytes, pair_masks: Sequence[tuple[int, bytes]]) -> bytes:
+    """``encoded + self_mask + sum(sign * mask)`` in Z_{2^64}, all as little-endian u64 bytes
+    (``fixedpoint.encode_bytes``); sign is +1 or -1 per pairwise mask."""
+    acc = fixedpoint.RingSum(len(encoded) // 8)
+    acc.add(encoded)
+    return _masked(acc, self_mask, pair_masks)
+
+
+def _masked(acc: fixedpoint.RingSum, self_mask: bytes, pair_masks: Sequence[tuple[int, bytes]]) -> bytes:
     acc.add(self_mask)
     for sign, mask in pair_masks:
         (acc.add if sign > 0 else acc.sub)(mask)
     return acc.value()
 
 
+def _clipped(update: Sequence[float], clip: float, weight: float | None) -> list[float]:
+    # The common case in one pass: every entry finite (then the sum of squares is; an infinite or NaN entry, or
+    # squares past the float range, take the careful way). Each entry is the same v * (clip / norm), then
+    # times the weight, as in two passes.
+    try:
+        squares = math.fsum(v * v for v in update)
+    except (OverflowError, ValueError):
+        squares = math.inf
+    values = update if math.isfinite(squares) else [v if math.isfinite(v) else 0.0 for v in update]
+    norm = math.sqrt(squares if math.isfinite(squares) else math.fsum(v * v for v in values))
+    if norm <= clip:
+        return list(values) if weight is None else [weight * v for v in values]
+    k = clip / norm
+    return [v * k for v in values] if weight is None else [weight * (v * k) for v in values]
+
+
 def clip_norm(update: Sequence[float], clip: float) -> list[float]:
     """The update scaled down to L2 norm ``clip`` when it is longer (non-finite entries become 0 first)."""
-    finite = [v if math.isfinite(v) else 0.0 for v in update]
-    norm = math.sqrt(math.fsum(v * v for v in finite))
-    return finite if norm <= clip else [v * (clip / norm) for v in finite]
+    return _clipped(update, clip, None)
 
 
 def weighted_vector(update: Sequence[float], weight: float, clip: float) -> list[float]:
     """What a participant masks for FedAvg: its clipped update times its example count, then the count."""
-    return [weight * v for v in clip_norm(update, clip)] + [float(weight)]
+    vector = _clipped(update, clip, weight)
+    vector.append(float(weight))
+    return vector
 
 
 def fedavg_from_sum(total: Sequence[int], bits: int, contributors: int, max_weight: float) -> tuple[list[float], float]:
@@ -391,8 +411,9 @@ class SecAggClient:
             if peer != self.me:
                 seed = _pair_seed(tag, _agree(self._x25519, self._s_sk, self._roster[peer].s_pk, peer), self.me, peer)
                 pairs.append((1 if self.me < peer else -1, prg.mask_bytes(seed, length)))
-        encoded = fixedpoint.encode(vector, self.params.bits, self.params.bound)
-        return MaskedInput(mask_vector(encoded, prg.mask_bytes(self._seed, length), pairs))
+        acc = fixedpoint.RingSum(length)
+        fixedpoint.encode_into(acc, vector, self.params.bits, self.params.bound)  # as mask_vector, the encoding added in place
+        return MaskedInput(_masked(acc, prg.mask_bytes(self._seed, length), pairs))
 
     def unmask(self, request: Unmask) -> UnmaskShares:
         """Reveal b shares of U3's peers and s_sk shares of U2 \\ U3's, once.
