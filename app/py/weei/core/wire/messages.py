@@ -293,7 +293,8 @@ class _Message:
 
     def _body(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
-        for name, key in _wire_names(type(self)):
+        cls: type = type(self)
+        for name, key in _wire_names(cls):
             value = getattr(self, name)
             if value is None:
                 continue
@@ -303,7 +304,7 @@ class _Message:
 
 @lru_cache(maxsize=128)  # the message classes: asked for every message encoded, and fields() walks a class dict
 def _wire_names(cls: type) -> tuple[tuple[str, str], ...]:
-    return tuple((f.name, _camel(f.name)) for f in fields(cls))  # type: ignore[arg-type]
+    return tuple((f.name, _camel(f.name)) for f in fields(cls))
 
 
 def _camel(name: str) -> str:
