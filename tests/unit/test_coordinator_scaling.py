@@ -134,3 +134,37 @@ def test_a_peers_chunk_for_its_diagnostics_is_looked_up_not_scanned_for() -> Non
     sim.pump()
     sim.run_to_end()
     assert c.status == "completed" and checked[0] > 0
+
+
+def test_the_members_version_moves_whenever_what_the_job_record_keeps_of_the_peers_does() -> None:
+    """The job store builds and compares the job record only when ``members_version`` moved: a change of who
+    takes part or of robust state that left it still would never be saved."""
+    spec, store = dataset_spec(8, settings={"epochs": 2, "coordinatorParticipates": False})
+    sim = Sim.start_job(spec, store, ["p1", "p2", "p3"], start=False)
+    c = sim.coordinator
+    seen: list[tuple[int, list[str], dict[str, Any]]] = []
+
+    def ask() -> None:
+        seen.append((c.members_version(), c.remote_participants(), c.robust_records()))
+
+    receive = c.receive
+
+    def receive_then_ask(*args: Any, **kwargs: Any) -> Any:
+        out = receive(*args, **kwargs)
+        ask()
+        return out
+
+    c.receive = receive_then_ask  # type: ignore[method-assign]
+    ask()
+    c.peers["p2"].outliers = 1  # robust state changes: the version moves
+    ask()
+    sim.join("p4")  # a member more
+    c.start(sim.now)
+    sim.pump()
+    sim.run_to_end()  # and at the end every peer leaves
+    ask()
+    assert c.status == "completed"
+    pairs = list(zip(seen, seen[1:]))
+    assert any(a[1:] != b[1:] for a, b in pairs) and any(a == b for a, b in pairs)
+    for (v1, members1, robust1), (v2, members2, robust2) in pairs:
+        assert (v1 == v2) == ((members1, robust1) == (members2, robust2)), (v1, v2, members1, members2)

@@ -131,6 +131,7 @@ class JobStore:
         # settings make a new one): built once, not at every drain (its chunk list is O(chunks) to build and to
         # compare, and a drain comes with every message).
         self._spec_record: tuple[JobSpec, int | None, str | None, dict[str, Any]] | None = None
+        self._saved_inputs: tuple[Any, ...] | None = None  # what the last save_job_record found saved
         # Job id -> the raw record of a job set aside (now or at an earlier start): what it names is kept.
         self.set_aside_jobs: dict[str, Any] = {}
         self.set_aside_now: list[dict[str, str]] = []  # what this start set aside: {store, key, reason, message}
@@ -335,6 +336,23 @@ class JobStore:
                               validation_sha256: str | None, now: float, status: str | None = None,
                               active: bool | None = None) -> None:
         """Write the active job's record, if anything in it changed."""
+        job_id = coordinator.spec.job_id
+        # Everything the record is built from (records and histories are replaced, never changed in place):
+        # when none of it moved since the last call that found the record saved, it still is.
+        inputs = (coordinator, coordinator.spec, job_seed, validation_sha256, status, active, coordinator.status,
+                  self.saved_round.get(job_id), coordinator.checkpoint_round, coordinator.members_version(),
+                  coordinator.dp_noise_seed, self.histories.get(job_id), self.saved_jobs.get(job_id))
+        if inputs == self._saved_inputs:  # tuples compare by identity first: the same objects cost nothing
+            return
+        saved = await self._save_job_record(coordinator, job_seed=job_seed, validation_sha256=validation_sha256,
+                                            now=now, status=status, active=active)
+        if self.saved_jobs.get(job_id) is saved:  # not when a save that interleaved wrote another record since
+            self._saved_inputs = inputs[:-1] + (saved,)
+
+    async def _save_job_record(self, coordinator: Coordinator, *, job_seed: int | None,
+                               validation_sha256: str | None, now: float, status: str | None,
+                               active: bool | None) -> dict[str, Any]:
+        """The record as saved now: the one found, when nothing in it changed, or the one written."""
         cached = self._spec_record
         if cached is None or cached[0] is not coordinator.spec or cached[1:3] != (job_seed, validation_sha256):
             built = spec_to_record(coordinator.spec, job_seed=job_seed, validation_sha256=validation_sha256)
@@ -365,7 +383,7 @@ class JobStore:
         # Written only when something in it changed (every drain asks, few change it), and only the part
         # that changed: a join rewrites the members, not the chunk list.
         if previous and main == old_main and members == old_members:
-            return
+            return previous
         record["updatedAt"] = now
         # Before the await: a save that interleaves (a validation task's
         # drain during leave()) must build on this record, not the old one.
@@ -387,6 +405,7 @@ class JobStore:
                 else:
                     self.saved_jobs.pop(job_id, None)
             raise
+        return record
 
     async def delete_job(self, job_id: str) -> None:
         """Delete a saved job: its checkpoints, its record, and the artifacts no other job names."""

@@ -181,6 +181,7 @@ class Coordinator:
         # members, sorted, and the robust state of those that have one.
         self._members: list[str] = []
         self._robust: dict[str, dict[str, Any]] = {}
+        self._members_version = 0  # moves when either changes: a saver that saw this number need not look again
         self.round: Round | None = None  # the open round, or the last one, closed
         self._no_round = RoundAttempts()  # the attempts' ledger before the first round
         self.rejected: list[RejectedUpdate] = []
@@ -479,6 +480,12 @@ class Coordinator:
         self._note_changed_peers()
         return {p: dict(state) for p, state in sorted(self._robust.items())}
 
+    def members_version(self) -> int:
+        """A number that moves whenever :meth:`remote_participants` or :meth:`robust_records` would answer
+        differently: the job record, asked after every drain, is compared only when it moved."""
+        self._note_changed_peers()
+        return self._members_version
+
     def _note_changed_peers(self) -> None:
         # Asked after every drain: the work is the changed peers', not every peer's.
         members = self._members
@@ -487,11 +494,14 @@ class Coordinator:
             member = record is not None and peer != self.my_peer_id and record.approved
             i = bisect_left(members, peer)
             if member != (i < len(members) and members[i] == peer):
+                self._members_version += 1
                 if member:
                     members.insert(i, peer)
                 else:
                     del members[i]
             state = record.robust_state() if member and record is not None else None
+            if state != self._robust.get(peer):
+                self._members_version += 1
             if state is None:
                 self._robust.pop(peer, None)
             else:

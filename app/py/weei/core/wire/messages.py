@@ -293,15 +293,20 @@ class _Message:
 
     def _body(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
-        for f in fields(self):  # type: ignore[arg-type]
-            value = getattr(self, f.name)
+        cls: type = type(self)
+        for name, key in _wire_names(cls):
+            value = getattr(self, name)
             if value is None:
                 continue
-            out[_camel(f.name)] = value.to_json() if hasattr(value, "to_json") else value
+            out[key] = value.to_json() if hasattr(value, "to_json") else value
         return out
 
 
-@lru_cache(maxsize=512)  # field names of the message classes: a few hundred; asked for every field encoded
+@lru_cache(maxsize=128)  # the message classes: asked for every message encoded, and fields() walks a class dict
+def _wire_names(cls: type) -> tuple[tuple[str, str], ...]:
+    return tuple((f.name, _camel(f.name)) for f in fields(cls))
+
+
 def _camel(name: str) -> str:
     head, *rest = name.split("_")
     return head + "".join(part.title() for part in rest)

@@ -11,13 +11,13 @@ snapshot after reconnection" only means "one at once".
 
 from __future__ import annotations
 
-import copy
 import math
 from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..._check import Where
+from ...jsonclone import clone_json
 from ...errors import UsageError, UsageReason
 from .records import (MAX_TEXT, SCHEMA_VERSION, SNAPSHOT_INTERVAL_MS, SPEED_WINDOW_MS, TIMED_STAGES, UNKNOWN,
                       check_assignment, check_count, check_environment, check_execution, check_gpu,
@@ -295,9 +295,9 @@ class DiagnosticsRecorder:
             "connected": True,
             "environment": dict(self._environment),
             "execution": dict(self._execution),
-            "gpu": copy.deepcopy(self._gpu),
-            "model": copy.deepcopy(self._model),
-            "assignment": copy.deepcopy(self._assignment),
+            "gpu": clone_json(self._gpu),
+            "model": clone_json(self._model),
+            "assignment": clone_json(self._assignment),
             "stage": str(self._stage),
             "error": self._error,
             # "null until the stage has finished": only closed intervals count here.
