@@ -1,4 +1,4 @@
-"""An imported ONNX model for the method study: the CNN of tests/unit/test_onnx_import.py on digits.
+"""An imported ONNX model for the method study (and tests/unit/test_onnx_import.py's CNN): a CNN on digits.
 
 Conv 3x3 (4 channels) + BatchNormalization + ReLU + MaxPool 3x3 + Dropout 0.1 +
 Gemm over the digits images seen as 1x8x8; 410 weights, the BatchNormalization

@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import shutil
 import struct
+import sys
 import time
 from pathlib import Path
 
@@ -31,6 +32,11 @@ from weei.runtime import ModelRuntime, WasmtimeEngine  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 DIGITS = ROOT / "app" / "static" / "models" / "digits-mlp" / "data"
+
+# The CNN (Conv + BatchNormalization + MaxPool + Dropout on the digits images) is the one the method study
+# imports: one builder for both.
+sys.path.insert(0, str(ROOT / "bench"))
+from onnx_cnn import cnn_onnx as cnn  # noqa: E402
 
 
 def mlp(hidden: int = 64) -> bytes:
@@ -87,28 +93,6 @@ def test_mlp_imported_trained_in_a_federated_job_and_exported(tmp_path: Path, mo
     assert (ours.argmax(1) == theirs.argmax(1)).all()
     weei_acc = rt.evaluate(data=(DIGITS / "validation.bin").read_bytes(), format="weei-digits-v1").metrics["accuracy"]
     assert abs(weei_acc - float((theirs.argmax(1) == records[:, 64]).mean())) < 1e-9
-
-
-def cnn(seed: int = 3) -> bytes:
-    """Conv + BatchNormalization + MaxPool (+ Dropout) on the digits images: [N, 64] pixels seen as 1x8x8."""
-    rng = np.random.default_rng(seed)
-    inits = {"W": (rng.standard_normal((4, 1, 3, 3)) * 0.3).astype(np.float32), "cb": np.zeros(4, np.float32),
-             "s": np.ones(4, np.float32), "bb": np.zeros(4, np.float32), "m": np.zeros(4, np.float32),
-             "v": np.ones(4, np.float32), "shape": np.array([-1, 1, 8, 8], np.int64),
-             "F": (rng.standard_normal((36, 10)) * 0.2).astype(np.float32), "fb": np.zeros(10, np.float32)}
-    nodes = [helper.make_node("Reshape", ["x", "shape"], ["img"]),
-             helper.make_node("Conv", ["img", "W", "cb"], ["c"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
-             helper.make_node("BatchNormalization", ["c", "s", "bb", "m", "v"], ["n"]),
-             helper.make_node("Relu", ["n"], ["r"]),
-             helper.make_node("MaxPool", ["r"], ["p"], kernel_shape=[3, 3], strides=[3, 3], ceil_mode=1),
-             helper.make_node("Flatten", ["p"], ["f"]),
-             helper.make_node("Constant", [], ["ratio"], value=numpy_helper.from_array(np.array(0.1, np.float32))),
-             helper.make_node("Dropout", ["f", "ratio"], ["d"]),
-             helper.make_node("Gemm", ["d", "F", "fb"], ["y"])]
-    graph = helper.make_graph(nodes, "cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 64])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 10])],
-                              [numpy_helper.from_array(v, k) for k, v in inits.items()])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
 
 
 def test_cnn_with_batchnorm_trains_in_a_federated_job_and_exports(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
