@@ -353,19 +353,20 @@ class JobStore:
                                validation_sha256: str | None, now: float, status: str | None,
                                active: bool | None) -> dict[str, Any]:
         """The record as saved now: the one found, when nothing in it changed, or the one written."""
+        job_id = coordinator.spec.job_id
         cached = self._spec_record
         if cached is None or cached[0] is not coordinator.spec or cached[1:3] != (job_seed, validation_sha256):
             built = spec_to_record(coordinator.spec, job_seed=job_seed, validation_sha256=validation_sha256)
             cached = self._spec_record = (coordinator.spec, job_seed, validation_sha256, built)
         record = dict(cached[3])
-        previous = self.saved_jobs.get(coordinator.spec.job_id, {})
+        previous = self.saved_jobs.get(job_id, {})
         record["status"] = status or (coordinator.status if coordinator.status is not JobStatus.READY else previous.get(
             "status", JobStatus.READY))
         if coordinator.status is JobStatus.COMPLETED:
             record["status"] = JobStatus.COMPLETED
         record["active"] = previous.get("active", True) if active is None else active
         # The round a reload continues from: a checkpoint that storage refused is not one.
-        record["lastRound"] = self.saved_round.get(coordinator.spec.job_id, coordinator.checkpoint_round)
+        record["lastRound"] = self.saved_round.get(job_id, coordinator.checkpoint_round)
         # Who takes part: after a reload they are waited for, and caught up when their channel opens again.
         record["participants"] = coordinator.remote_participants()
         # And robust aggregation's outlier counts and exclusions: a reload must not forgive an attacker.
@@ -374,7 +375,7 @@ class JobStore:
             record["robust"] = robust
         if coordinator.dp_noise_seed is not None:  # this browser's own storage: the seed never leaves it
             record["dpNoiseSeed"] = coordinator.dp_noise_seed.hex()
-        history = self.histories.get(coordinator.spec.job_id, previous.get("history"))
+        history = self.histories.get(job_id, previous.get("history"))
         if history:
             record["history"] = history  # the charts' rounds before a continued job's first (metric_history.py)
         record["createdAt"] = previous.get("createdAt", now)
@@ -387,7 +388,6 @@ class JobStore:
         record["updatedAt"] = now
         # Before the await: a save that interleaves (a validation task's
         # drain during leave()) must build on this record, not the old one.
-        job_id = coordinator.spec.job_id
         self.saved_jobs[job_id] = record
         wrote_main = False
         try:
