@@ -7,14 +7,15 @@ other's data in world 2 (same chunk sizes, so their weighted, encoded vectors sw
 integers); where p5 sends its masked vector too late to count, its update differs as well. A tap on the real
 Coordinator records everything it receives (messages and the bytes beside them); what it writes (checkpoint
 files, log, round phases, messages, its job record and checkpoints as the job store saves them, its state) is
-compared too. Shown for each variant:
+compared too. Five participants, t = 3; three variants: all contribute; p5 vanishes after masking (its vector
+counts, its shares never come); p5's round-1 vector comes late, once the coordinator asked for the shares (it
+then holds that vector and p5's secret key). Shown for each:
 
 1. everything but the masked vectors is byte-identical across the worlds, and so is everything it writes;
-2. each masked vector moves by exactly the change of its encoding (computed on the participant's side), and
-   those changes sum to zero over the contributors: the world-2 view is the world-1 view with one pairwise mask
-   between contributors re-chosen (m -> m + x_p1 - x_p2, a bijection of its uniform distribution), and a late
-   vector's with its sender's self mask re-chosen; the masks re-chosen are among those the coordinator never
-   learns (3), so the two views have the same distribution;
+2. each masked vector moves by exactly the change of its encoding (computed on the participant's side): the
+   world-2 view is the world-1 view with the pairwise mask of p1 and p2 re-chosen (m -> m + x_p2 - x_p1, a
+   bijection of its uniform distribution) and the late vector's self mask re-chosen likewise; the masks
+   re-chosen are among those the coordinator never learns (3), so the two views have the same distribution;
 3. per round, it receives self-mask-seed shares or secret-key shares of a participant, never both;
 4. with everything it received it rebuilds what it may (the revealed self masks, the dropped peers' pairwise
    masks; the same computation recovers the sum exactly) and still holds nothing correlated with any update's
@@ -27,7 +28,8 @@ import asyncio
 import json
 import random
 import zlib
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -42,11 +44,11 @@ from weei.core.privacy import fixedpoint, prg, shamir
 from weei.core.privacy.secagg import _pair_seed
 from weei.core.privacy.x25519 import KEY_BYTES, x25519
 from weei.core.wire.messages import (
-    Assign, Message, SecAggKeys, SecAggMasked, SecAggReveal, encode_message,
+    Assign, Message, SecAggKeys, SecAggMasked, SecAggReveal, SecAggRoster, SecAggShares, encode_message,
 )
 from weei.host.memory_storage import MemoryStorage
 
-WEIGHTS = 512  # a vector of 513 ring elements: enough for the correlation statistic to mean something
+WEIGHTS = 1024  # a vector of 1,025 ring elements: enough for the correlation statistic to mean something
 JOB_SEED = 7
 A, B, LATE = "p1", "p2", "p5"
 MOD = fixedpoint.MODULUS
@@ -85,11 +87,11 @@ def run(variant: str, world: int) -> World:
     # Whose data each participant trains on: world 2 swaps p1's and p2's (in every round where both train, all
     # of them here) and, where p5's round-1 vector comes late, gives p5 other data in that round.
     swap_rounds = {1} if variant == "late-masked-vector" else {1, 2}
-    data = {(A, r): B for r in swap_rounds} | {(B, r): A for r in swap_rounds} if world == 2 else {}
+    data = ({(A, r): B for r in swap_rounds} | {(B, r): A for r in swap_rounds}) if world == 2 else {}
     if world == 2 and variant == "late-masked-vector":
         data[(LATE, 1)] = "elsewhere"
 
-    def trainer(peer: str) -> Any:
+    def trainer(peer: str) -> Callable[[Assign, bytes, TrainOutcome], TrainOutcome]:
         def train(assign: Assign, start: bytes, default: TrainOutcome) -> TrainOutcome:
             rng = np.random.default_rng(zlib.crc32(f"{data.get((peer, assign.round), peer)}/{assign.round}".encode()))
             trained = (np.frombuffer(start, "<f4") + rng.standard_normal(WEIGHTS) * 2e-3).astype("<f4").tobytes()
@@ -106,7 +108,6 @@ def run(variant: str, world: int) -> World:
         sim.join(peer)
     if variant == "vanish-after-masking":
         sim.tamper.update(lose(SecAggReveal, {LATE}))  # its masked vector counts; its shares never come
-
     elif variant == "late-masked-vector":
         def hold(message: Message, blobs: dict[str, bytes]) -> list[tuple[Message, dict[str, bytes]]]:
             if isinstance(message, SecAggMasked) and message.round == 1:
@@ -133,20 +134,23 @@ def stored(world: World) -> dict[str, Any]:
     sim = world.sim
     storage = MemoryStorage()
 
-    async def save() -> None:
+    async def save() -> dict[str, dict[str, Any]]:
         jobs = JobStore(storage)
         await jobs.load()
         for command in sim.saved:
             await jobs.save_checkpoint(JOB_ID, command)
         await jobs.save_job_record(sim.coordinator, job_seed=JOB_SEED, validation_sha256=None, now=sim.now)
+        return {name: {key: await storage.get(name, key) for key in await storage.keys(name)}
+                for name in ("jobs", "checkpoints", "artifacts", "settings")}
 
-    asyncio.run(save())
+    saved = asyncio.run(save())
+    assert saved["jobs"] and saved["checkpoints"]
     return {
         "checkpoints": [(s.round, s.file, s.weights_sha256, s.summary) for s in sim.saved],
         "log": [(peer, log.event, log.details) for peer, log in sim.logs if peer == sim.coordinator.my_peer_id],
         "phases": sim.phases,
         "sent": [(d.dst, d.at, wire(d.message), d.attachments) for d in sim.deliveries if d.src == "coord"],
-        "storage": {name: dict(values) for name, values in storage._stores.items()},
+        "storage": saved,
         "state": sim.coordinator.view(sim.now),
     }
 
@@ -183,22 +187,23 @@ def contributors(world: World) -> dict[Key, list[str]]:
 
 def known_masks(world: World, key: Key, sender: str) -> tuple[list[int] | None, list[int]]:
     """What the coordinator can rebuild of ``sender``'s masks in one opening from what it received: the self mask
-    (None when no seed shares of it came) and the sum of the signed pairwise masks it knows (those with a peer
-    whose secret key was revealed, all of them when the sender's own was)."""
+    (None when no seed shares of it came) and the sum of the signed pairwise masks it knows (with each peer of
+    U2 whose secret key was revealed, with all of them when the sender's own was)."""
     key_shares, seed_shares = reveals(world, key)
     tag, length, pks = round_tag(JOB_ID, *key), WEIGHTS + 1, keys(world, key)
-    own = shamir.combine(seed_shares[sender], prg.SEED_BYTES) if sender in seed_shares else None
-    self_mask = fixedpoint.from_bytes(prg.mask_bytes(own, length)) if own is not None else None
+    u2 = {peer for _, peer, m, _ in world.received if isinstance(m, SecAggShares) and (m.round, m.attempt) == key}
+    seed = shamir.combine(seed_shares[sender], prg.SEED_BYTES) if sender in seed_shares else None
+    self_mask = fixedpoint.from_bytes(prg.mask_bytes(seed, length)) if seed is not None else None
     pairs = [0] * length
-    for dropped in key_shares:
-        secret = shamir.combine(key_shares[dropped], KEY_BYTES)
-        others = [p for p in pks if p != dropped] if dropped == sender else [sender]
-        for peer in others:
-            # Their shared pair mask: the sender added it when it is the smaller id, took it away otherwise.
-            mask = fixedpoint.from_bytes(prg.mask_bytes(_pair_seed(tag, x25519(secret, pks[peer]), dropped, peer), length))
-            lo = min(dropped, peer)
-            sign = 1 if sender == lo else -1
-            pairs = [(s + sign * m) % MOD for s, m in zip(pairs, mask)]
+    for peer in sorted(u2 - {sender}):
+        holder = sender if sender in key_shares else peer  # whose rebuilt secret key opens the pair's agreement
+        if holder not in key_shares:
+            continue
+        secret = shamir.combine(key_shares[holder], KEY_BYTES)
+        shared = x25519(secret, pks[peer if holder == sender else sender])
+        mask = fixedpoint.from_bytes(prg.mask_bytes(_pair_seed(tag, shared, sender, peer), length))
+        sign = 1 if sender < peer else -1  # the smaller id adds the pair's mask, the other takes it away
+        pairs = [(s + sign * m) % MOD for s, m in zip(pairs, mask)]
     return self_mask, pairs
 
 
@@ -230,6 +235,7 @@ def test_the_two_worlds_have_the_same_sums_of_different_updates(worlds: tuple[st
         assert peer in contributors(one)[(round_, opening)]
     if variant == "vanish-after-masking":
         assert all(LATE in c for c in contributors(one).values())  # its vectors counted; its shares never came
+        assert {m.threshold for m in one.sim.messages(SecAggRoster, dst=A)} == {3}
         assert not [m for _, peer, m, _ in one.received if peer == LATE and isinstance(m, SecAggReveal)]
     if variant == "late-masked-vector":
         assert LATE not in contributors(one)[(1, 1)] and (1, 1, LATE) in masked(one)
@@ -266,28 +272,32 @@ def test_the_masked_vectors_differ_by_a_re_choice_of_masks_the_coordinator_never
     # have the same distribution, as long as the coordinator cannot compute the mask re-chosen: it never gets the
     # secret key of p1 or p2 (their pairwise mask) nor a share of p5's late self-mask seed.
     rechosen = dict(y1)
-    for (round_, opening, peer) in y1:
-        if peer == A and (B, round_, opening) in one.encoded and one.encoded[(A, round_, opening)] != two.encoded[(A, round_, opening)]:
-            key_shares, _ = reveals(one, (round_, opening))
+    for peer, round_, opening in sorted(k for k in one.encoded if one.encoded[k] != two.encoded[k]):
+        key_shares, seed_shares = reveals(one, (round_, opening))
+        if peer == A:
             assert not {A, B} & set(key_shares)
             shift = [(b - a) % MOD for a, b in zip(one.encoded[(A, round_, opening)], one.encoded[(B, round_, opening)])]
             rechosen[(round_, opening, A)] = [(v + d) % MOD for v, d in zip(rechosen[(round_, opening, A)], shift)]
             rechosen[(round_, opening, B)] = [(v - d) % MOD for v, d in zip(rechosen[(round_, opening, B)], shift)]
-    if variant == "late-masked-vector":
-        _, seed_shares = reveals(one, (1, 1))
-        assert LATE not in seed_shares
-        change = [(b - a) % MOD for a, b in zip(one.encoded[(LATE, 1, 1)], two.encoded[(LATE, 1, 1)])]
-        rechosen[(1, 1, LATE)] = [(v + d) % MOD for v, d in zip(rechosen[(1, 1, LATE)], change)]
+        elif peer == LATE:
+            assert variant == "late-masked-vector" and LATE not in seed_shares
+            change = [(b - a) % MOD for a, b in zip(one.encoded[(LATE, round_, opening)], two.encoded[(LATE, round_, opening)])]
+            rechosen[(round_, opening, LATE)] = [(v + d) % MOD for v, d in zip(rechosen[(round_, opening, LATE)], change)]
+        else:
+            assert peer == B  # re-chosen with p1's
     assert rechosen == y2
 
 
 def test_the_coordinator_never_gets_both_kinds_of_share_of_one_participant(worlds: tuple[str, World, World]) -> None:
     variant, one, _ = worlds
-    for key, who in contributors(one).items():
+    openings = {(m.round, m.attempt) for _, _, m, _ in one.received if isinstance(m, SecAggKeys)}
+    assert openings == set(contributors(one))  # every opening completed
+    for key in openings:
         key_shares, seed_shares = reveals(one, key)
         assert not set(key_shares) & set(seed_shares)
         # Self-mask seeds of those whose vector counts, secret keys of those who shared but sent none in time.
-        assert set(seed_shares) == set(who) and set(key_shares) == set(keys(one, key)) - set(who)
+        assert set(seed_shares) == set(contributors(one)[key])
+        assert set(key_shares) == set(keys(one, key)) - set(contributors(one)[key])
     assert (LATE in reveals(one, (1, 1))[0]) == (variant == "late-masked-vector")
 
 
@@ -295,15 +305,6 @@ def test_what_the_coordinator_can_rebuild_leaves_nothing_of_any_update(worlds: t
     _, one, two = worlds
     for world in (one, two):
         vectors = masked(world)
-        for key, who in contributors(world).items():
-            # Removing what it rebuilt from the contributors' vectors leaves the exact sum of their encodings:
-            # the rebuilding below is the coordinator's own, and complete.
-            total = [0] * (WEIGHTS + 1)
-            for peer in who:
-                self_mask, pairs = known_masks(world, key, peer)
-                assert self_mask is not None
-                total = [(t + y - s - p) % MOD for t, y, s, p in zip(total, vectors[(*key, peer)], self_mask, pairs)]
-            assert total == [sum(col) % MOD for col in zip(*(world.encoded[(p, *key)] for p in who))]
         for (round_, opening, peer), y in vectors.items():
             x = world.encoded[(peer, round_, opening)]
             self_mask, pairs = known_masks(world, (round_, opening), peer)
@@ -314,6 +315,15 @@ def test_what_the_coordinator_can_rebuild_leaves_nothing_of_any_update(worlds: t
                 # Uniform in the ring: no element equal to the encoding's, no correlation with it.
                 assert not any(r == e for r, e in zip(rest, x))
                 assert abs(np.corrcoef(signed(rest), signed(x))[0, 1]) < 0.2
+        for key, who in contributors(world).items():
+            # Removing what it rebuilt from the contributors' vectors leaves the exact sum of their encodings:
+            # known_masks rebuilds as the coordinator does, and all it can.
+            total = [0] * (WEIGHTS + 1)
+            for peer in who:
+                self_mask, pairs = known_masks(world, key, peer)
+                assert self_mask is not None
+                total = [(t + y - s - p) % MOD for t, y, s, p in zip(total, vectors[(*key, peer)], self_mask, pairs)]
+            assert total == [sum(col) % MOD for col in zip(*(world.encoded[(p, *key)] for p in who))]
         # Nor do an update's clear bytes travel: neither its weights nor its encoding.
         received = [blob for _, _, _, blobs in world.received for blob in blobs.values()]
         received += [wire(m).encode() for _, _, m, _ in world.received]
