@@ -188,7 +188,8 @@ def contributors(world: World) -> dict[Key, list[str]]:
 def known_masks(world: World, key: Key, sender: str) -> tuple[list[int] | None, list[int]]:
     """What the coordinator can rebuild of ``sender``'s masks in one opening from what it received: the self mask
     (None when no seed shares of it came) and the sum of the signed pairwise masks it knows (with each peer of
-    U2 whose secret key was revealed, with all of them when the sender's own was)."""
+    U2 whose secret key was revealed, with all of them when the sender's own was). The pair's seed comes from
+    the protocol's own derivation (``_pair_seed``), as the coordinator's unmasking computes it."""
     key_shares, seed_shares = reveals(world, key)
     tag, length, pks = round_tag(JOB_ID, *key), WEIGHTS + 1, keys(world, key)
     u2 = {peer for _, peer, m, _ in world.received if isinstance(m, SecAggShares) and (m.round, m.attempt) == key}
