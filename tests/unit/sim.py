@@ -291,8 +291,9 @@ class Sim:
         self.participants[me] = Participant.local(me, self.coordinator.spec.job_id)
         self.stores[me] = self.coord_store  # one browser, one artifact store
 
-    def add_peer(self, peer: str) -> Participant:
-        self.participants[peer] = Participant(peer)
+    def add_peer(self, peer: str, **participant: Any) -> Participant:
+        """A participant ``peer``, connected (``participant``: its constructor's keywords, a random source)."""
+        self.participants[peer] = Participant(peer, **participant)
         self.stores[peer] = {}
         self.connected.add(peer)
         return self.participants[peer]

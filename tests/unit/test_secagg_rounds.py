@@ -16,45 +16,12 @@ import numpy as np
 import pytest
 
 from sim import Sim, dataset_spec, default_outcome, sha, to_floats
+from secure_sim import BASE, CLIP, PEERS, events, expected_round, lose, secure_spec
 from weei.core.job.secure_round import SECAGG_PHASE_TIMEOUT_MS, SecureTerms
-from weei.core.privacy import fixedpoint
 from weei.core.privacy.dp_noise import gaussians, noise_key
-from weei.core.privacy.secagg import weighted_vector
 from weei.core.privacy.secagg import UnmaskShares
-from weei.core.wire.messages import (
-    MAX_SECAGG_PEERS, ArtifactRef, Message, SecAggKeys, SecAggMasked, SecAggReveal, SecAggRoster, Update,
-)
+from weei.core.wire.messages import ArtifactRef, Message, SecAggKeys, SecAggMasked, SecAggReveal, SecAggRoster, Update
 from weei.kernel.native import NativeKernel
-
-BASE: dict[str, Any] = {"epochs": 1, "localEpochs": 1, "batchSize": 4, "coordinatorParticipates": False}
-PEERS = [f"p{i}" for i in range(1, 6)]
-CLIP = 0.035  # the synthetic deltas are about 0.04 long: some are clipped, some not
-
-
-def secure_spec(chunks: int = 10, clip: float = CLIP, **privacy: Any) -> tuple[Any, dict[str, bytes]]:
-    return dataset_spec(chunks, settings={**BASE, "privacy": {"secureAggregation": True, "clip": clip, **privacy}})
-
-
-def expected_round(sim: Sim, round_: int, contributors: list[str], clip: float = CLIP, weighted: bool = True) -> bytes:
-    """FedAvg of round ``round_``'s contributors as secure aggregation defines it, computed in the clear:
-    each trained update's delta clipped, times its count, encoded on the round's grid, summed in the ring."""
-    start = sim.checkpoint(round_ - 1).weights
-    assigns = {peer: a for peer, a in sim.trained if a.round == round_}
-    terms = SecureTerms.from_settings(next(iter(assigns.values())).settings)
-    assert terms is not None and terms.clip == clip
-    bits = fixedpoint.frac_bits(terms.bound, MAX_SECAGG_PEERS)
-    total = [0] * (len(start) // 4 + 1)
-    for peer in contributors:
-        trained = default_outcome(assigns[peer], start)
-        s, x = array("f", start), array("f", trained.weights)
-        vector = weighted_vector([b - a for a, b in zip(s, x)], float(trained.count) if weighted else 1.0, clip)
-        total = [(t + e) % fixedpoint.MODULUS for t, e in zip(total, fixedpoint.encode(vector, bits, terms.bound))]
-    decoded = fixedpoint.decode(total, bits)
-    return array("f", [a + v / decoded[-1] for a, v in zip(array("f", start), decoded[:-1])]).tobytes()
-
-
-def events(sim: Sim, name: str) -> list[dict[str, Any]]:
-    return [log.details for peer, log in sim.logs if peer == sim.coordinator.my_peer_id and log.event == name]
 
 
 def test_a_secure_job_completes_and_its_checkpoints_are_fixed_point_fedavg_bit_for_bit() -> None:
@@ -115,18 +82,12 @@ def test_with_a_clip_no_update_reaches_the_plain_fedavg_job_matches_to_the_grid(
         assert np.max(np.abs(a - b)) <= 2 * np.spacing(np.float32(2.0))  # a float32 ulp or two near the weights
 
 
-def _lose(kind: type, peers: set[str]) -> Any:
-    def hook(message: Message, blobs: dict[str, bytes]) -> list[tuple[Message, dict[str, bytes]]]:
-        return [] if isinstance(message, kind) else [(message, blobs)]
-    return {peer: hook for peer in peers}
-
-
 @pytest.mark.parametrize("gone", [{"p2"}, {"p2", "p5"}])
 def test_one_or_two_participants_that_vanish_after_masking_do_not_ruin_the_round(gone: set[str]) -> None:
     # n = 5, t = max(2, ceil(0.6 * 5)) = 3: their masked vectors came, their shares do not.
     spec, store = secure_spec(chunks=5)
     sim = Sim.start_job(spec, store, peers=PEERS, start=False)
-    sim.tamper.update(_lose(SecAggReveal, gone))
+    sim.tamper.update(lose(SecAggReveal, gone))
     sim.coordinator.start(sim.now)
     sim.pump()
     assert sim.rounds == [0] and sim.coordinator.transitioning
@@ -139,7 +100,7 @@ def test_one_or_two_participants_that_vanish_after_masking_do_not_ruin_the_round
 def test_participants_that_vanish_before_masking_are_left_out_and_their_work_goes_back() -> None:
     spec, store = secure_spec(chunks=5)
     sim = Sim.start_job(spec, store, peers=PEERS, start=False)
-    sim.tamper.update(_lose(SecAggMasked, {"p1", "p4"}))
+    sim.tamper.update(lose(SecAggMasked, {"p1", "p4"}))
     sim.coordinator.start(sim.now)
     sim.pump()
     sim.advance(SECAGG_PHASE_TIMEOUT_MS)
@@ -155,7 +116,7 @@ def test_participants_that_vanish_before_masking_are_left_out_and_their_work_goe
 def test_below_the_threshold_the_round_fails_by_name_and_is_retried_with_fresh_keys() -> None:
     spec, store = secure_spec(chunks=5)
     sim = Sim.start_job(spec, store, peers=PEERS, start=False)
-    sim.tamper.update(_lose(SecAggReveal, {"p1", "p2", "p3"}))
+    sim.tamper.update(lose(SecAggReveal, {"p1", "p2", "p3"}))
     sim.coordinator.start(sim.now)
     sim.pump()
     keys_before = {bytes(m.keys.s_pk) for m in sim.messages(SecAggKeys, dst="coord")}

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import hashlib
 import math
+import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,8 +78,12 @@ class TrainOutcome:
 class Participant:
     """This browser's (or agent's) side of one job it was invited to."""
 
-    def __init__(self, my_peer_id: str, *, weight_bytes: int | None = None) -> None:
+    def __init__(self, my_peer_id: str, *, weight_bytes: int | None = None,
+                 random_bytes: Callable[[int], bytes] = secrets.token_bytes) -> None:
+        """``random_bytes``: where secure aggregation's keys, seeds, shares and salts come from (a test seeds it
+        to replay a round exactly)."""
         self.my_peer_id = my_peer_id
+        self._random_bytes = random_bytes
         self.state = P.UNKNOWN
         self.invitation: Invitation | None = None
         self.job_id: str | None = None
@@ -370,7 +376,7 @@ class Participant:
             assert start is not None
             # Nothing leaves in the clear: the keys say the update is ready, the masked vector follows.
             self._secure = SecureContribution(self.my_peer_id, assign.job_id, assign.round, terms, start,
-                                              outcome.weights, outcome.count, x25519=x25519)
+                                              outcome.weights, outcome.count, self._random_bytes, x25519)
             self._move("trained")
             self._send(self._secure.keys())
         else:
