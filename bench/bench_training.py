@@ -98,13 +98,15 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "app" / "py"))
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
 import build  # noqa: E402  (build.py at the repository root)
+from onnx_transformer import transformer_onnx  # noqa: E402
 from weei.runtime import ModelRuntime, WasmtimeEngine  # noqa: E402
 
 __all__ = [
     "Measurement", "OnnxMeasurement", "fnv1a", "native_binary", "run", "run_onnx", "main", "p2_lines", "onnx_lines",
-    "request_costs", "wasm_dataset", "digits_mlp_onnx", "byte_transformer_onnx",
+    "request_costs", "wasm_dataset", "digits_mlp_onnx",
     "wasm_experience",
     "SAME_WIDTH_FLAGS", "SAME_CODE_FLAGS",
 ]
@@ -510,75 +512,6 @@ def digits_mlp_onnx(weights: bytes) -> bytes:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
 
 
-def byte_transformer_onnx(seed: int = 1) -> bytes:
-    """c/models/byte-transformer's shape as an ONNX graph (transformer.h: vocabulary 256, width 128, 3 pre-norm
-    layers, 4 heads, a ReLU MLP of 448, context 64, biases as its own): Q, K and V are one MatMul each, and the
-    output projection is a weight of its own (the hand-written one is tied to the embedding: the same work)."""
-    import numpy as np
-    from onnx import TensorProto, helper, numpy_helper
-
-    V, D, L, H, F, T = 256, 128, 3, 4, 448, 64
-    rng = np.random.default_rng(seed)
-    inits: dict[str, Any] = {"E": rng.normal(0, 0.02, (V, D)), "P": rng.normal(0, 0.02, (T, D)),
-                             "gf": np.ones(D), "bf": np.zeros(D), "Wout": rng.normal(0, 0.02, (D, V)),
-                             "bout": np.zeros(V), "heads": np.array([0, 0, H, D // H], np.int64),
-                             "width": np.array([0, 0, D], np.int64)}
-    mask = np.triu(np.full((T, T), -1e9, np.float32), 1)
-    nodes = [helper.make_node("Constant", [], ["mask"], value=numpy_helper.from_array(mask)),
-             helper.make_node("Constant", [], ["scale"],
-                              value=numpy_helper.from_array(np.array(1 / np.sqrt(D // H), np.float32))),
-             helper.make_node("Gather", ["E", "x"], ["emb"]), helper.make_node("Add", ["emb", "P"], ["h0"])]
-    h = "h0"
-    for i in range(L):
-        p = f"l{i}_"
-
-        def n(op: str, ins: list[str], out: str, **kw: Any) -> None:
-            shared = ("mask", "scale", "heads", "width")
-            nodes.append(helper.make_node(op, [x if x in shared or x.startswith("h") else p + x for x in ins],
-                                          [p + out], **kw))
-
-        for k, shape in (("Wq", (D, D)), ("Wk", (D, D)), ("Wv", (D, D)), ("Wo", (D, D)), ("W1", (D, F)),
-                         ("W2", (F, D))):
-            inits[p + k] = rng.normal(0, 0.02, shape)
-        for k, size in (("bq", D), ("bk", D), ("bv", D), ("bo", D), ("b1", F), ("b2", D), ("n1b", D), ("n2b", D)):
-            inits[p + k] = np.zeros(size)
-        inits[p + "n1g"], inits[p + "n2g"] = np.ones(D), np.ones(D)
-        nodes.append(helper.make_node("LayerNormalization", [h, p + "n1g", p + "n1b"], [p + "n1"]))
-        for k in ("q", "k", "v"):
-            n("MatMul", ["n1", "W" + k], k + "m")
-            n("Add", [k + "m", "b" + k], k)
-            n("Reshape", [k, "heads"], k + "4")
-        n("Transpose", ["q4"], "qt", perm=[0, 2, 1, 3])
-        n("Transpose", ["k4"], "kt", perm=[0, 2, 3, 1])
-        n("Transpose", ["v4"], "vt", perm=[0, 2, 1, 3])
-        n("MatMul", ["qt", "kt"], "s")
-        n("Mul", ["s", "scale"], "ss")
-        n("Add", ["ss", "mask"], "sm")
-        n("Softmax", ["sm"], "a", axis=-1)
-        n("MatMul", ["a", "vt"], "o")
-        n("Transpose", ["o"], "ot", perm=[0, 2, 1, 3])
-        n("Reshape", ["ot", "width"], "or")
-        n("MatMul", ["or", "Wo"], "pm")
-        n("Add", ["pm", "bo"], "proj")
-        nodes.append(helper.make_node("Add", [h, p + "proj"], [p + "r1"]))
-        n("LayerNormalization", ["r1", "n2g", "n2b"], "n2")
-        n("MatMul", ["n2", "W1"], "f")
-        n("Add", ["f", "b1"], "fb")
-        n("Relu", ["fb"], "fr")
-        n("MatMul", ["fr", "W2"], "f2")
-        n("Add", ["f2", "b2"], "f2b")
-        n("Add", ["r1", "f2b"], "out")
-        h = p + "out"
-    nodes += [helper.make_node("LayerNormalization", [h, "gf", "bf"], ["nf"]),
-              helper.make_node("MatMul", ["nf", "Wout"], ["lw"]), helper.make_node("Add", ["lw", "bout"], ["logits"])]
-    graph = helper.make_graph(nodes, "byte-transformer",
-                              [helper.make_tensor_value_info("x", TensorProto.INT64, ["N", T])],
-                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", T, V])],
-                              [numpy_helper.from_array(v if v.dtype == np.int64 else v.astype(np.float32), k)
-                               for k, v in inits.items()])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
-
-
 @dataclass(frozen=True)
 class OnnxMeasurement:
     """Training examples per second of both modules on wasmtime; forward examples per second by batch."""
@@ -662,7 +595,7 @@ def run_onnx(repeat: int = 3, epochs: int = 20, batches: tuple[int, ...] = (32, 
 
         # The transformer: the graph runtime with c/models/byte-transformer's shape against that model.
         chunks = [(TRANSFORMER_DATA / f"training-{k:03d}.bin").read_bytes() for k in range(1, 9)]
-        tgraph = byte_transformer_onnx()
+        tgraph = transformer_onnx()
         twasm, _ = import_onnx(tgraph, Settings(loss="next-token", optimizer="adam", lr=0.002, batch_size=8,
                                                 data="tokens", model_id="byte-transformer-onnx"),
                                runtime=build.build_onnx_runtime(tmp).read_bytes())
