@@ -73,6 +73,8 @@ class JobReport:
     updates_sent: tuple[int, int] = (0, 0)
     #: Every message type that travelled: (bytes, messages), as the network counted them.
     traffic: dict[str, tuple[int, int]] = field(default_factory=dict)
+    #: The same by (sender, receiver, message type).
+    routes: dict[tuple[str, str, str], tuple[int, int]] = field(default_factory=dict)
 
     def values(self) -> list[float]:
         return [r["validation"][self.metric] for r in self.rounds
@@ -272,6 +274,7 @@ async def _run_job(job: DemoJob, target: Path, stream: TextIO, settings: dict[st
         report.rejected = len(coordinator.coordinator.rejected) if coordinator.coordinator else 0
         report.updates_sent = (network.bytes_by_type.get("update", 0), network.count_by_type.get("update", 0))
         report.traffic = {kind: (network.bytes_by_type[kind], count) for kind, count in network.count_by_type.items()}
+        report.routes = {route: (size, count) for route, (size, count) in network.routes.items()}
         target.mkdir(parents=True, exist_ok=True)
         files = 0
         for key in await coordinator.storage.keys("checkpoints"):
