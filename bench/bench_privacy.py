@@ -286,7 +286,7 @@ def secagg_goals(results: list[dict[str, Any]]) -> list[str]:
         kinds = {kind: _slope([(n, r["bytesByTypePerParticipantRound"][kind]) for n, r in by_n.items()])
                  for kind in SECAGG_TYPES}
         lines.append(f"{model}: bytes per participant per round: keys and shares {keys:+,.0f} bytes per added peer "
-                     f"(least squares; " + ", ".join(f"{k} {v:+,.0f}" for k, v in kinds.items() if k != SECAGG_VECTOR)
+                     f"(least squares; " + ", ".join(f"{k} {round(v):+,d}" for k, v in kinds.items() if k != SECAGG_VECTOR)
                      + f"), masked vector {min(vector):,.0f} to {max(vector):,.0f} whatever n")
     return lines
 
