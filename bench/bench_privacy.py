@@ -31,7 +31,14 @@ validation must agree to the fixed-point grid) plain and with
 ``privacy.secureAggregation``, side by side, same seed: the median round time
 (checkpoint to checkpoint, round 1 left out: it loads the module), their
 ratio, and the secure-aggregation messages and bytes per remote participant
-per round against the plain update's. Every peer runs in this one process,
+per round against the plain update's: messages sent and received apiece,
+bytes split into the masked vector's (O(d)) and the keys' and shares' (O(n)),
+and the coordinator's messages a round. ``--peers 3 5 8 12`` measures the
+same at each count of peers (every round has all of them: see ``_job``), and
+ends with a MET / not met line per goal: at most 2 × plain's round time at
+n = 5, by the wall clock and by CPU; the messages per participant a round
+the same at every n (a least-squares slope over n beside them), and how
+many bytes each added peer costs a participant. Every peer runs in this one process,
 so each participant's masking work, like its training, is serialized with the
 others': in a browser each does its own in parallel. Written to
 ``out/bench/secagg.{json,md}``. ``--repeat N`` runs the pair N times, plain
@@ -41,6 +48,7 @@ shared machine one run's median of a few rounds moves with the load.
     python bench/bench_privacy.py --secagg --quick         # digits-mlp
     python bench/bench_privacy.py --secagg                 # digits-mlp and the byte-transformer
     python bench/bench_privacy.py --secagg --model digits-mlp --epochs 5 --repeat 5
+    python bench/bench_privacy.py --secagg --model digits-mlp --epochs 5 --seeds 1 2 3 --repeat 3 --peers 3 5 8 12
 """
 
 from __future__ import annotations
@@ -49,6 +57,7 @@ import argparse
 import io
 import json
 import math
+import shutil
 import statistics
 import sys
 import tempfile
@@ -59,8 +68,9 @@ from typing import Any
 import numpy as np
 
 from weei.core.formats.checkpoint import read_checkpoint
+from weei.core.formats.jsonfmt import descriptor
 from weei.core.privacy.dp_accountant import noise_multiplier_for
-from weei.demo.run import DemoJob, run_job
+from weei.demo.run import DemoJob, models_dir, run_job
 
 ROOT = Path(__file__).resolve().parents[1]
 DELTA = 1e-5
@@ -112,18 +122,57 @@ def compare(model: str, seed: int, epochs: int, log: io.TextIOBase) -> dict[str,
 
 SECAGG_TYPES = ("secaggKeys", "secaggRoster", "secaggShares", "secaggSharesFor", "secaggMasked", "secaggUnmask",
                 "secaggReveal")
+#: The one secure-aggregation message of O(d) bytes: the masked vector. The others carry keys and shares.
+SECAGG_VECTOR = "secaggMasked"
 SECAGG_PEERS = 5
+#: --peers: every peer runs in this process, so a few dozen is already minutes a job.
+MAX_BENCH_PEERS = 64
 
 
-def _timed(model: str, settings: dict[str, Any], seed: int, log: io.TextIOBase) -> dict[str, Any]:
-    job = DemoJob(f"secagg-{model}", model, {}, peers=SECAGG_PEERS, validation="validation.bin")
+def _job(model: str, peers: int, folder: Path) -> DemoJob:
+    """The model's job on ``peers`` peers, with a chunk for each of them in every round.
+
+    An epoch's rounds take a chunk per peer until its chunks run out, so with
+    K chunks the last round of each epoch has K mod n participants. When n
+    does not divide K the package is copied into ``folder`` with its chunks
+    repeated, in order, up to the next multiple of n (digits-mlp's 15 chunks
+    of 100 examples: 16 for 8 peers, 24 for 12): every participant still
+    trains one chunk of the same size a round, and every round has n.
+    """
+    package = models_dir() / model
+    manifest = json.loads((package / "manifest.json").read_text())
+    chunks = manifest["inlineJson"]["dataset-manifest.json"]
+    if len(chunks) % peers == 0:
+        return DemoJob(f"secagg-{model}", model, {}, peers=peers, validation="validation.bin")
+    (folder / "data").mkdir(parents=True)
+    shutil.copy(package / "model.wasm", folder / "model.wasm")
+    for name in {c["fileName"] for c in chunks} | {"validation.bin"}:
+        shutil.copy(package / "data" / name, folder / "data" / name)
+    extended = list(chunks)
+    for i in range(len(chunks), -(-len(chunks) // peers) * peers):
+        copy = dict(chunks[i % len(chunks)], id=f"chunk-{i + 1:03d}-copy", fileName=f"copy-{i + 1:03d}.bin")
+        shutil.copy(package / "data" / chunks[i % len(chunks)]["fileName"], folder / "data" / copy["fileName"])
+        extended.append(copy)
+    manifest["inlineJson"]["dataset-manifest.json"] = extended
+    size, sha = descriptor(extended)
+    manifest["execution"]["datasetManifest"].update(bytes=size, sha256=sha)
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    return DemoJob(f"secagg-{model}", model, {}, peers=peers, validation="validation.bin", package=folder,
+                   data=folder / "data")
+
+
+def _timed(job: DemoJob, settings: dict[str, Any], seed: int, log: io.TextIOBase) -> dict[str, Any]:
     cpu = time.process_time()
     with tempfile.TemporaryDirectory() as tmp:
         report = run_job(job, Path(tmp), stream=log, settings=settings, seed=seed, flat=True)
     cpu = time.process_time() - cpu
     rounds = sorted(report.rounds, key=lambda r: r["round"])
+    short = [r["round"] for r in rounds[1:] if r["peers"] != job.peers]
+    if short:  # the per-participant figures below divide by rounds × (n - 1)
+        raise RuntimeError(f"{job.model} on {job.peers} peers: rounds {short} had fewer participants")
     return {"rounds": len(rounds) - 1, "seconds": [r["seconds"] for r in rounds[2:] or rounds[1:]],
-            "cpuSeconds": cpu, "validation": rounds[-1]["validation"], "traffic": report.traffic}
+            "cpuSeconds": cpu, "validation": rounds[-1]["validation"], "traffic": report.traffic,
+            "routes": report.routes}
 
 
 def _pooled(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -132,44 +181,140 @@ def _pooled(runs: list[dict[str, Any]]) -> dict[str, Any]:
                 cpuSeconds=statistics.median(run["cpuSeconds"] for run in runs))
 
 
-def compare_secagg(model: str, seed: int, epochs: int, log: io.TextIOBase, repeat: int = 1) -> dict[str, Any]:
-    """One model's round time and traffic, plain FedAvg against secure aggregation, same seed, ``repeat`` times."""
+def per_participant(routes: dict[tuple[str, str, str], tuple[int, int]], rounds: int) -> dict[str, Any]:
+    """A secure job's secure-aggregation traffic per remote participant and round, as the network carried it.
+
+    Every message counts at the peer that sent it and at the one it went to,
+    whoever that is (a message from one participant to another would count at
+    both). ``spread``: the largest difference between two participants' counts.
+    """
+    secagg = {route: v for route, v in routes.items() if route[2] in SECAGG_TYPES}
+    remote = sorted({peer for src, dst, _ in secagg for peer in (src, dst)} - {"coordinator"})
+
+    def of(peer: str, pick: Any, field: int) -> float:
+        return sum(v[field] for (src, dst, kind), v in secagg.items() if pick(peer, src, dst, kind)) / rounds
+
+    sent = [of(p, lambda p, s, d, k: s == p, 1) for p in remote]
+    received = [of(p, lambda p, s, d, k: d == p, 1) for p in remote]
+    vector = [of(p, lambda p, s, d, k: p in (s, d) and k == SECAGG_VECTOR, 0) for p in remote]
+    keys_shares = [of(p, lambda p, s, d, k: p in (s, d) and k != SECAGG_VECTOR, 0) for p in remote]
+    by_type = {kind: statistics.mean(of(p, lambda p, s, d, k, kind=kind: p in (s, d) and k == kind, 0) for p in remote)
+               for kind in SECAGG_TYPES}
+    coordinator = sum(c for (src, dst, _), (_, c) in secagg.items() if "coordinator" in (src, dst)) / rounds
+    return {"participants": len(remote), "sent": statistics.mean(sent), "received": statistics.mean(received),
+            "spread": max(max(sent) - min(sent), max(received) - min(received)),
+            "vectorBytes": statistics.mean(vector), "keySharesBytes": statistics.mean(keys_shares),
+            "bytesByType": by_type, "coordinatorMessages": coordinator}
+
+
+def compare_secagg(model: str, seed: int, epochs: int, log: io.TextIOBase, repeat: int = 1,
+                   peers: int = SECAGG_PEERS) -> dict[str, Any]:
+    """One model's round time and traffic on ``peers`` peers, plain FedAvg against secure aggregation, same seed,
+    ``repeat`` times."""
     _, settings = MODELS[model]
     settings = dict(settings, epochs=epochs, coordinatorParticipates=True)
     plains, secures = [], []
-    for _ in range(repeat):
-        plains.append(_timed(model, settings, seed, log))
-        secures.append(_timed(model, dict(settings, privacy={"secureAggregation": True, "clip": 1000}), seed, log))
+    with tempfile.TemporaryDirectory() as tmp:
+        job = _job(model, peers, Path(tmp))
+        for _ in range(repeat):
+            plains.append(_timed(job, settings, seed, log))
+            secures.append(_timed(job, dict(settings, privacy={"secureAggregation": True, "clip": 1000}), seed, log))
     plain, secure = _pooled(plains), _pooled(secures)
-    per = (SECAGG_PEERS - 1) * secure["rounds"]  # remote participants' rounds (the coordinator's own stay local)
-    messages = sum(secure["traffic"].get(k, (0, 0))[1] for k in SECAGG_TYPES) / per
-    secagg_bytes = sum(secure["traffic"].get(k, (0, 0))[0] for k in SECAGG_TYPES) / per
-    update_bytes = plain["traffic"].get("update", (0, 0))[0] / ((SECAGG_PEERS - 1) * plain["rounds"])
-    return {"model": model, "seed": seed, "rounds": secure["rounds"], "repeat": repeat,
+    traffic = per_participant(secure["routes"], secure["rounds"])
+    if traffic["participants"] != peers - 1:
+        raise RuntimeError(f"{model}: {traffic['participants']} remote participants took part, not {peers - 1}")
+    update_bytes = plain["traffic"].get("update", (0, 0))[0] / ((peers - 1) * plain["rounds"])
+    return {"model": model, "seed": seed, "peers": peers, "rounds": secure["rounds"], "repeat": repeat,
             "plainRoundSeconds": plain["roundSeconds"],
             "secaggRoundSeconds": secure["roundSeconds"], "ratio": secure["roundSeconds"] / plain["roundSeconds"],
             # The process's CPU time (every peer, the training threads too): unlike the wall clock it does not count
             # the time other processes hold the cores. Its difference per round is what secure aggregation adds.
             "plainCpuSeconds": plain["cpuSeconds"], "secaggCpuSeconds": secure["cpuSeconds"],
+            "cpuRatio": secure["cpuSeconds"] / plain["cpuSeconds"],
             "secaggCpuPerRound": (secure["cpuSeconds"] - plain["cpuSeconds"]) / secure["rounds"],
-            "messagesPerParticipantRound": messages, "secaggBytesPerParticipantRound": secagg_bytes,
+            "messagesPerParticipantRound": traffic["sent"] + traffic["received"],
+            "sentPerParticipantRound": traffic["sent"], "receivedPerParticipantRound": traffic["received"],
+            "messageSpread": traffic["spread"], "coordinatorMessagesPerRound": traffic["coordinatorMessages"],
+            "secaggBytesPerParticipantRound": traffic["vectorBytes"] + traffic["keySharesBytes"],
+            "vectorBytesPerParticipantRound": traffic["vectorBytes"],
+            "keySharesBytesPerParticipantRound": traffic["keySharesBytes"],
+            "bytesByTypePerParticipantRound": traffic["bytesByType"],
             "updateBytesPerParticipantRound": update_bytes,
             "plainValidation": plain["validation"], "secaggValidation": secure["validation"]}
 
 
+def _slope(points: list[tuple[float, float]]) -> float:
+    """The least-squares slope of y on x."""
+    mx, my = statistics.mean(x for x, _ in points), statistics.mean(y for _, y in points)
+    return sum((x - mx) * (y - my) for x, y in points) / sum((x - mx) ** 2 for x, _ in points)
+
+
+def secagg_goals(results: list[dict[str, Any]]) -> list[str]:
+    """MET / not met, per model: the round-time goal at 5 peers and the O(1)-messages goal across --peers."""
+    lines = []
+    for model in dict.fromkeys(r["model"] for r in results):
+        rows = [r for r in results if r["model"] == model]
+        at5 = [r for r in rows if r["peers"] == 5]
+        if not at5:
+            lines.append(f"{model}: round time ≤ 2 × plain at n=5: not measured (no --peers 5)")
+        else:
+            wall = statistics.median(r["ratio"] for r in at5)
+            cpu = statistics.median(r["cpuRatio"] for r in at5)
+            added = statistics.median(r["secaggCpuPerRound"] for r in at5) * 1000
+            plain = statistics.median((r["plainCpuSeconds"]) / r["rounds"] for r in at5) * 1000
+            why = (f" (secure aggregation adds {added:.1f} ms of CPU a round to a plain job's {plain:.1f} ms a round)"
+                   if max(wall, cpu) > 2 else "")
+            lines.append(f"{model}: round time ≤ 2 × plain at n=5, median of {len(at5)} seed(s): "
+                         f"wall clock {wall:.2f} {'MET' if wall <= 2 else 'not met'}, "
+                         f"CPU per job {cpu:.2f} {'MET' if cpu <= 2 else 'not met'}{why}")
+        by_n = {n: next(r for r in rows if r["peers"] == n) for n in sorted({r["peers"] for r in rows})}
+        if len(by_n) < 2:
+            lines.append(f"{model}: messages per participant constant in n: needs two or more --peers")
+            continue
+        low, high = by_n[min(by_n)], by_n[max(by_n)]
+        total = [(n, r["messagesPerParticipantRound"]) for n, r in by_n.items()]
+        grows = [f"n={n}: {r['sentPerParticipantRound']:g} sent, {r['receivedPerParticipantRound']:g} received"
+                 for n, r in by_n.items() if r["messagesPerParticipantRound"] > low["messagesPerParticipantRound"] + 1e-9]
+        uneven = [f"n={n}: participants differ by {r['messageSpread']:g}" for n, r in by_n.items() if r["messageSpread"]]
+        met = not grows and not uneven
+        lines.append(f"{model}: messages per participant per round constant in n: "
+                     f"n={min(by_n)} {low['messagesPerParticipantRound']:g}, n={max(by_n)} "
+                     f"{high['messagesPerParticipantRound']:g}, slope {_slope(total):+.3f} per peer: "
+                     + ("MET" if met else "not met (" + "; ".join(grows + uneven) + ")"))
+        keys = _slope([(n, r["keySharesBytesPerParticipantRound"]) for n, r in by_n.items()])
+        vector = [r["vectorBytesPerParticipantRound"] for r in by_n.values()]
+        kinds = {kind: _slope([(n, r["bytesByTypePerParticipantRound"][kind]) for n, r in by_n.items()])
+                 for kind in SECAGG_TYPES}
+        lines.append(f"{model}: bytes per participant per round: keys and shares {keys:+,.0f} bytes per added peer "
+                     f"(least squares; " + ", ".join(f"{k} {round(v):+,d}" for k, v in kinds.items() if k != SECAGG_VECTOR)
+                     + f"), masked vector {min(vector):,.0f} to {max(vector):,.0f} whatever n")
+    return lines
+
+
 def markdown_secagg(results: list[dict[str, Any]]) -> str:
-    lines = [f"| model | rounds × runs | plain s/round | secure s/round | ratio | CPU s/job plain / secure "
-             f"| added CPU s/round | secagg messages / participant / round "
-             f"| secagg bytes / participant / round | plain update bytes | val loss plain / secure |",
+    lines = ["| model | n | seed | rounds × runs | plain s/round | secure s/round | ratio "
+             "| CPU s/job plain / secure | CPU ratio | added CPU s/round | val loss plain / secure |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
-        lines.append(f"| {r['model']} (seed {r['seed']}) | {r['rounds']} × {r['repeat']} | {r['plainRoundSeconds']:.3f} "
-                     f"| {r['secaggRoundSeconds']:.3f} | {r['ratio']:.2f} "
-                     f"| {r['plainCpuSeconds']:.2f} / {r['secaggCpuSeconds']:.2f} | {r['secaggCpuPerRound']:.3f} "
-                     f"| {r['messagesPerParticipantRound']:.1f} "
-                     f"| {r['secaggBytesPerParticipantRound']:,.0f} | {r['updateBytesPerParticipantRound']:,.0f} "
+        lines.append(f"| {r['model']} | {r['peers']} | {r['seed']} | {r['rounds']} × {r['repeat']} "
+                     f"| {r['plainRoundSeconds']:.3f} | {r['secaggRoundSeconds']:.3f} | {r['ratio']:.2f} "
+                     f"| {r['plainCpuSeconds']:.2f} / {r['secaggCpuSeconds']:.2f} | {r['cpuRatio']:.2f} "
+                     f"| {r['secaggCpuPerRound']:.3f} "
                      f"| {r['plainValidation']['loss']:.6f} / {r['secaggValidation']['loss']:.6f} |")
-    return "\n".join(lines) + "\n"
+    lines += ["", "Secure-aggregation traffic per remote participant and round (the coordinator's own stays local; "
+              f"vector: {SECAGG_VECTOR}; keys and shares: every other secagg message):", "",
+              "| model | n | messages sent / received | coordinator's messages / round | vector bytes "
+              "| keys and shares bytes | secagg bytes in all | plain update bytes |",
+              "|---|---|---|---|---|---|---|---|"]
+    firsts: dict[tuple[str, int], dict[str, Any]] = {}
+    for r in results:  # the traffic does not depend on the seed
+        firsts.setdefault((r["model"], r["peers"]), r)
+    for r in firsts.values():
+        lines.append(f"| {r['model']} | {r['peers']} | {r['sentPerParticipantRound']:g} / "
+                     f"{r['receivedPerParticipantRound']:g} | {r['coordinatorMessagesPerRound']:g} "
+                     f"| {r['vectorBytesPerParticipantRound']:,.0f} | {r['keySharesBytesPerParticipantRound']:,.0f} "
+                     f"| {r['secaggBytesPerParticipantRound']:,.0f} | {r['updateBytesPerParticipantRound']:,.0f} |")
+    return "\n".join(lines + [""] + secagg_goals(results)) + "\n"
 
 
 def _metric(validation: dict[str, Any]) -> tuple[str, float] | None:
@@ -209,13 +354,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "out" / "bench")
     parser.add_argument("--secagg", action="store_true", help="round time and traffic of secure aggregation instead")
     parser.add_argument("--repeat", type=int, default=1, help="--secagg: run each pair this many times, pool the rounds")
+    parser.add_argument("--peers", type=int, nargs="+", help=f"--secagg: the peer counts to measure (default "
+                        f"{SECAGG_PEERS}; 2 to {MAX_BENCH_PEERS}), the coordinator one of them")
     args = parser.parse_args(argv)
+    if args.peers and not args.secagg:
+        parser.error("--peers is a --secagg option")
+    if any(not 2 <= n <= MAX_BENCH_PEERS for n in args.peers or ()):
+        parser.error(f"--peers: each count must be 2 to {MAX_BENCH_PEERS}")
     models = args.model or (["digits-mlp"] if args.quick else ["digits-mlp", "byte-transformer"])
     log = io.StringIO()
     args.out.mkdir(parents=True, exist_ok=True)
     if args.secagg:
-        measured = [compare_secagg(model, seed, 1 if args.quick else args.epochs, log, args.repeat)
-                    for model in models for seed in args.seeds]
+        measured = [compare_secagg(model, seed, 1 if args.quick else args.epochs, log, args.repeat, peers)
+                    for model in models for peers in args.peers or [SECAGG_PEERS] for seed in args.seeds]
         print(markdown_secagg(measured))
         (args.out / "secagg.json").write_text(json.dumps({"version": 1, "results": measured}, indent=1))
         (args.out / "secagg.md").write_text(markdown_secagg(measured))

@@ -56,6 +56,8 @@ class MemoryNetwork:
         #: message type ("update", "assign", ...).
         self.bytes_by_type: dict[str, int] = {}
         self.count_by_type: dict[str, int] = {}
+        #: The same by (sender, receiver, message type): [bytes, messages]; shows who carries a protocol's traffic.
+        self.routes: dict[tuple[str, str, str], list[int]] = {}
         self.lost = 0
         self.refused: list[str] = []
 
@@ -83,6 +85,9 @@ class MemoryNetwork:
         kind = send.message.TYPE
         self.bytes_by_type[kind] = self.bytes_by_type.get(kind, 0) + size
         self.count_by_type[kind] = self.count_by_type.get(kind, 0) + 1
+        route = self.routes.setdefault((src, send.peer, kind), [0, 0])
+        route[0] += size
+        route[1] += 1
         self.inboxes[send.peer].put_nowait((src, text, dict(blobs)))
 
     async def _drain(self, peer: str) -> None:

@@ -13,6 +13,7 @@ evaluation) metric is not better than round 0's (the initial weights, validated 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import os
@@ -73,6 +74,8 @@ class JobReport:
     updates_sent: tuple[int, int] = (0, 0)
     #: Every message type that travelled: (bytes, messages), as the network counted them.
     traffic: dict[str, tuple[int, int]] = field(default_factory=dict)
+    #: The same by (sender, receiver, message type).
+    routes: dict[tuple[str, str, str], tuple[int, int]] = field(default_factory=dict)
 
     def values(self) -> list[float]:
         return [r["validation"][self.metric] for r in self.rounds
@@ -245,12 +248,15 @@ async def _run_job(job: DemoJob, target: Path, stream: TextIO, settings: dict[st
               f"{'rounds' if experience else 'epochs'}, {len(state.get('queue', []))} chunks", file=stream)
         table = _Table(stream, info, experience, report)
         contributors: dict[int, int] = {}
+        ended = asyncio.Event()
 
         def on_state(s: dict[str, Any]) -> None:
             core = coordinator.coordinator
             if core is not None and core.checkpoint_round not in contributors:
                 contributors[core.checkpoint_round] = len(core.last_contributors)
             table.update(s, contributors)
+            if s.get("job", {}).get("status") in ("completed", "paused"):
+                ended.set()
 
         stop = coordinator.subscribe(on_state)
         for peer in others:
@@ -262,16 +268,21 @@ async def _run_job(job: DemoJob, target: Path, stream: TextIO, settings: dict[st
         await coordinator.run_validation()
         await network.settle()
         await coordinator.start()
-        while coordinator.get_state()["job"]["status"] != "completed":
-            if coordinator.get_state()["job"]["status"] == "paused":
+        # Woken by the subscription, not a poll: a state view costs about as much as a message's handling, and
+        # polling every 10 ms took a share of every job's CPU time that grew with its length. The timeout
+        # is for an end that no notification told.
+        while (status := coordinator.get_state()["job"]["status"]) != "completed":
+            if status == "paused":
                 raise RuntimeError(f"{job.name}: the job paused: {coordinator.get_state().get('error')}")
-            await asyncio.sleep(0.01)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(ended.wait(), 0.5)
         await network.settle()
         stop()
         table.update(coordinator.get_state(), contributors)
         report.rejected = len(coordinator.coordinator.rejected) if coordinator.coordinator else 0
         report.updates_sent = (network.bytes_by_type.get("update", 0), network.count_by_type.get("update", 0))
         report.traffic = {kind: (network.bytes_by_type[kind], count) for kind, count in network.count_by_type.items()}
+        report.routes = {route: (size, count) for route, (size, count) in network.routes.items()}
         target.mkdir(parents=True, exist_ok=True)
         files = 0
         for key in await coordinator.storage.keys("checkpoints"):
