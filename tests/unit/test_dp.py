@@ -207,7 +207,7 @@ def test_a_dp_job_reports_epsilon_every_round_and_stops_at_max_rounds() -> None:
     for r in (1, 2, 3):
         meta = sim.checkpoint(r).metadata.to_json()
         assert meta["privacy"]["dp"] == {"rounds": r, "rho": r / 2, "delta": 1e-5,
-                                         "epsilon": epsilon_after(1.0, r, 1e-5)}
+                                         "epsilon": epsilon_after(1.0, r, 1e-5), "noiseAt": "coordinator"}
     assert "privacy" in sim.checkpoint(0).metadata.to_json()  # checkpoint 0: nothing spent yet
     assert sim.checkpoint(0).metadata.to_json()["privacy"]["dp"]["epsilon"] == 0.0
     view = c.view(sim.now)["privacy"]["dp"]

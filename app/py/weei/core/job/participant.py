@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import hashlib
 import math
+import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -100,6 +102,8 @@ class Participant:
         self.offline_since: float | None = None
         # Under secure aggregation: the trained update of the last round, held until it leaves masked.
         self._secure: SecureContribution | None = None
+        # This device's secrets under secure aggregation (its keys and DP noise seeds); tests inject their own.
+        self.random_bytes: Callable[[int], bytes] = secrets.token_bytes
         self._commands: list[Command] = []
 
     @property
@@ -370,7 +374,7 @@ class Participant:
             assert start is not None
             # Nothing leaves in the clear: the keys say the update is ready, the masked vector follows.
             self._secure = SecureContribution(self.my_peer_id, assign.job_id, assign.round, terms, start,
-                                              outcome.weights, outcome.count, x25519=x25519)
+                                              outcome.weights, outcome.count, self.random_bytes, x25519)
             self._move("trained")
             self._send(self._secure.keys())
         else:
@@ -396,7 +400,8 @@ class Participant:
     def _check_terms(self, terms: SecureTerms | None) -> str | None:
         """Why an assignment's secure-aggregation terms break the invitation's promise, or None. What this
         participant agreed to decides, not the coordinator's later word: an update never leaves in the clear
-        under an invitation that said it would be masked, nor clipped more loosely than it said."""
+        under an invitation that said it would be masked, nor clipped more loosely than it said, nor with less
+        noise of its own than it said (``privacy.dp.noiseAt: "participants"``)."""
         invited = self._invited_privacy()
         if invited is None or not invited.secure_aggregation:
             return None
@@ -404,6 +409,10 @@ class Participant:
             return "the invitation promised secure aggregation; this assignment asks for the update in the clear"
         if invited.participant_clip is not None and terms.clip > invited.participant_clip:
             return (f"the assignment's clip {terms.clip:g} is above the invitation's {invited.participant_clip:g}")
+        dp = invited.dp
+        if dp is not None and dp.participants_noise and (terms.noise < dp.noise_multiplier or terms.weighted):
+            return (f"the invitation said participants add noise of multiplier {dp.noise_multiplier:g}; this "
+                    f"assignment asks for {terms.noise:g}" + (" on weighted updates" if terms.weighted else ""))
         return None
 
     def _on_secagg(self, message: SecAggRoster | SecAggSharesFor | SecAggUnmask) -> None:
