@@ -46,3 +46,20 @@ def test_quick_secagg_round_time_line_trains_the_same_model_with_seven_messages_
     assert result["messagesPerParticipantRound"] == 7
     assert result["secaggValidation"]["loss"] == pytest.approx(result["plainValidation"]["loss"], rel=1e-5)
     assert result["plainRoundSeconds"] > 0 and result["secaggRoundSeconds"] > 0
+
+
+def test_quick_noise_at_table_runs_each_epsilon_with_the_noise_at_the_coordinator_and_at_the_participants(
+        tmp_path: Path) -> None:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "app" / "py"), str(ROOT / "bench")]))
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_privacy.py"), "--noise-at", "--quick",
+                           "--out", str(tmp_path)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    result, = json.loads((tmp_path / "privacy-noise-at.json").read_text())["results"]
+    runs = result["runs"]
+    assert [r["name"] for r in runs] == ["no DP"] + [f"ε={e}, {where}" for e in (8, 4, 1)
+                                                     for where in ("coordinator", "participants")]
+    assert {r["rounds"] for r in runs} == {result["rounds"]}
+    assert len({json.dumps(r["firstValidation"], sort_keys=True) for r in runs}) == 1
+    for run in runs[1:]:
+        assert run["recordedNoiseAt"] == run["noiseAt"]  # the checkpoints say where the noise was added
+        assert run["epsilon"] == pytest.approx(run["target"], rel=1e-5) and run["epsilon"] <= run["target"]

@@ -23,7 +23,8 @@ FedAdam then step from the noised average (post-processing: no loss).
 Noise stream (the documented generator)
 ---------------------------------------
 ``key = SHA-256("weei-dp-noise/v1" ‖ seed ‖ job id ‖ round as 8 bytes LE)``
-with ``seed`` the coordinator's 32 secret bytes. Block ``j`` is
+with ``seed`` the coordinator's 32 secret bytes (or, with the noise at the
+participants, one participant's, fresh for each contribution). Block ``j`` is
 ``SHA-256(key ‖ j as 8 bytes LE)``: four 64-bit little-endian words, each
 giving a uniform ``u = ((w >> 11) + 0.5) / 2**53`` in (0, 1) (exact in
 float64). Pairs of uniforms become normals by Marsaglia's polar method:
@@ -87,7 +88,7 @@ class DpReport:
 
     norms: tuple[float, ...]
     clipped: tuple[int, ...]  # indexes into the canonical order
-    noise_std: float  # σ·C/n, the standard deviation added to each averaged element
+    noise_std: float  # the noise's standard deviation in each averaged element: σ·C/n, or σ·C·√(k/t)/k from participants
 
 
 def noise_key(seed: bytes, job_id: str, round_: int) -> bytes:
