@@ -37,7 +37,7 @@ floats are IEEE binary64 in round-to-nearest-even on both.
 
 Every normal is bounded: the uniforms are odd multiples of 2**-53 away
 from 1/2, so ``|a|, |b| >= 2**-53`` exactly and ``s >= 2**-105``; as
-``a² <= s``, ``|a·f| <= sqrt(-2·ln(s)) <= sqrt(210·ln 2) = 12.0649...``
+``a² <= s``, ``|a·f| <= sqrt(-2·ln(s)) <= sqrt(210·ln 2) = 12.0648...``
 (:data:`GAUSSIAN_BOUND`). The largest normal the arithmetic can give is
 about 11.68 (``a = 9·2**-53, b = 2**-53``; the bound ignores ``a²/s < 1``),
 so float rounding, a few ulps, stays well inside it. Secure aggregation
