@@ -45,6 +45,16 @@ others': in a browser each does its own in parallel. Written to
 and secure in turn, and takes each side's median over all its rounds: on a
 shared machine one run's median of a few rounds moves with the load.
 
+``--noise-at`` measures where the noise is added instead: the same plan with
+secure aggregation on, each target ε run twice, ``privacy.dp.noiseAt``
+"coordinator" (σ·C on the unmasked sum) and "participants" (each adds
+σ·C/√t before masking, so the sum of k >= t carries σ·C·√(k/t)), same
+seed; written to ``out/bench/privacy-noise-at.{json,md}``. The participants'
+noise comes from their own random sources: unlike the coordinator's rows,
+those rows differ from run to run.
+
+    python bench/bench_privacy.py --noise-at --model digits-mlp --seeds 1 2
+
     python bench/bench_privacy.py --secagg --quick         # digits-mlp
     python bench/bench_privacy.py --secagg                 # digits-mlp and the byte-transformer
     python bench/bench_privacy.py --secagg --model digits-mlp --epochs 5 --repeat 5
@@ -69,6 +79,7 @@ import numpy as np
 
 from weei.core.formats.checkpoint import read_checkpoint
 from weei.core.formats.jsonfmt import descriptor
+from weei.core.formats.settings import DEFAULT_SECAGG_THRESHOLD
 from weei.core.privacy.dp_accountant import noise_multiplier_for
 from weei.demo.run import DemoJob, models_dir, run_job
 
@@ -100,6 +111,7 @@ def _run(model: str, settings: dict[str, Any], seed: int, log: io.TextIOBase) ->
         "firstValidation": rounds[0]["validation"],
         "deltaNorms": [float(np.linalg.norm(b - a)) for a, b in zip(weights, weights[1:])],
         "epsilon": last.get("privacy", {}).get("dp", {}).get("epsilon"),
+        "recordedNoiseAt": last.get("privacy", {}).get("dp", {}).get("noiseAt"),  # where the checkpoint says
         "weights": len(checkpoints[-1].weights) // 4,
         "seconds": round(time.monotonic() - started, 1),
     }
@@ -118,6 +130,30 @@ def compare(model: str, seed: int, epochs: int, log: io.TextIOBase) -> dict[str,
         runs.append({"name": name, "sigma": sigma, "target": target, **result})
     return {"model": model, "seed": seed, "epochs": epochs, "clip": clip, "rounds": rounds, "runs": runs,
             "participants": MODELS[model][0], "weights": plain["weights"]}
+
+
+def compare_noise_at(model: str, seed: int, epochs: int, log: io.TextIOBase) -> dict[str, Any]:
+    """``compare``'s plan under secure aggregation, each ε with the noise at the coordinator and at the participants."""
+    _, settings = MODELS[model]
+    settings = dict(settings, epochs=epochs)
+    plain = _run(model, settings, seed, log)
+    rounds, clip = plain["rounds"], statistics.median(plain["deltaNorms"])
+    runs = [{"name": "no DP", "sigma": None, "target": None, **plain}]
+    for target in EPSILONS:
+        sigma = noise_multiplier_for(target, rounds, DELTA)
+        for where in ("coordinator", "participants"):
+            dp = {"clip": clip, "noiseMultiplier": sigma, "delta": DELTA, "maxRounds": rounds, "noiseAt": where}
+            result = _run(model, dict(settings, privacy={"secureAggregation": True, "dp": dp}), seed, log)
+            runs.append({"name": f"ε={target:g}, {where}", "sigma": sigma, "target": target, "noiseAt": where, **result})
+    return {"model": model, "seed": seed, "epochs": epochs, "clip": clip, "rounds": rounds, "runs": runs,
+            "participants": MODELS[model][0], "weights": plain["weights"]}
+
+
+def _noise_scale(run: dict[str, Any], participants: int) -> float:
+    """The sum's noise in units of σ·C: 1 from the coordinator, √(n/t) from n participants at threshold t."""
+    if run.get("noiseAt") != "participants":
+        return 1.0
+    return math.sqrt(participants / max(2, math.ceil(DEFAULT_SECAGG_THRESHOLD * participants)))
 
 
 SECAGG_TYPES = ("secaggKeys", "secaggRoster", "secaggShares", "secaggSharesFor", "secaggMasked", "secaggUnmask",
@@ -335,8 +371,11 @@ def markdown(results: list[dict[str, Any]]) -> str:
         for run in r["runs"]:
             v, m, eps = run["validation"], _metric(run["validation"]), run["epsilon"]
             sigma = "–" if run["sigma"] is None else f"{run['sigma']:.3g}"
-            # the noise vector's expected norm against the largest clipped delta: σ·C·√d/n over C
-            ratio = "–" if run["sigma"] is None else f"{run['sigma'] * math.sqrt(r['weights']) / r['participants']:.3g}"
+            # the noise vector's expected norm against the largest clipped delta: σ·C·√d/n over C (times √(n/t)
+            # when the participants add it)
+            scale = _noise_scale(run, r["participants"])
+            ratio = "–" if run["sigma"] is None else \
+                f"{scale * run['sigma'] * math.sqrt(r['weights']) / r['participants']:.3g}"
             reported = "–" if run["sigma"] is None else ("∞" if eps is None else f"{eps:.3g}")
             metric_cells = f"{m[1]:.4f} | {m[1] / metric[1]:.2f}" if m and metric else "– | –"
             lines.append(f"| {run['name']} | {sigma} | {ratio} | {reported} | {v['loss']:.4f} | {v['loss'] / base['loss']:.2f} "
@@ -356,6 +395,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=1, help="--secagg: run each pair this many times, pool the rounds")
     parser.add_argument("--peers", type=int, nargs="+", help=f"--secagg: the peer counts to measure (default "
                         f"{SECAGG_PEERS}; 2 to {MAX_BENCH_PEERS}), the coordinator one of them")
+    parser.add_argument("--noise-at", action="store_true",
+                        help="the DP table under secure aggregation, noise at the coordinator against at the participants")
     args = parser.parse_args(argv)
     if args.peers and not args.secagg:
         parser.error("--peers is a --secagg option")
@@ -371,12 +412,13 @@ def main(argv: list[str] | None = None) -> int:
         (args.out / "secagg.json").write_text(json.dumps({"version": 1, "results": measured}, indent=1))
         (args.out / "secagg.md").write_text(markdown_secagg(measured))
         return 0
-    results = [compare(model, seed, 1 if args.quick else args.epochs, log) for model in models for seed in args.seeds]
+    measure, name = (compare_noise_at, "privacy-noise-at") if args.noise_at else (compare, "privacy")
+    results = [measure(model, seed, 1 if args.quick else args.epochs, log) for model in models for seed in args.seeds]
     table = markdown(results)
     print(table)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "privacy.json").write_text(json.dumps({"version": 1, "delta": DELTA, "results": results}, indent=1))
-    (args.out / "privacy.md").write_text(table)
+    (args.out / f"{name}.json").write_text(json.dumps({"version": 1, "delta": DELTA, "results": results}, indent=1))
+    (args.out / f"{name}.md").write_text(table)
     bad = [f"{r['model']} {run['name']}: reported ε {run['epsilon']} above its target {run['target']}"
            for r in results for run in r["runs"] if run["target"] is not None
            and (run["epsilon"] is None or run["epsilon"] > run["target"] * (1 + 1e-9))]

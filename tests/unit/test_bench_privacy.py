@@ -96,3 +96,20 @@ def test_secagg_goal_line_says_not_met_when_a_participant_sends_a_message_per_pe
     assert "slope +0.000 per peer: MET" in bench_privacy.secagg_goals([result(3, False), result(6, False)])[1]
     line = bench_privacy.secagg_goals([result(3, True), result(6, True)])[1]
     assert "not met (n=6: 5 sent, 5 received)" in line, line
+
+
+def test_quick_noise_at_table_runs_each_epsilon_with_the_noise_at_the_coordinator_and_at_the_participants(
+        tmp_path: Path) -> None:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "app" / "py"), str(ROOT / "bench")]))
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_privacy.py"), "--noise-at", "--quick",
+                           "--out", str(tmp_path)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    result, = json.loads((tmp_path / "privacy-noise-at.json").read_text())["results"]
+    runs = result["runs"]
+    assert [r["name"] for r in runs] == ["no DP"] + [f"ε={e}, {where}" for e in (8, 4, 1)
+                                                     for where in ("coordinator", "participants")]
+    assert {r["rounds"] for r in runs} == {result["rounds"]}
+    assert len({json.dumps(r["firstValidation"], sort_keys=True) for r in runs}) == 1
+    for run in runs[1:]:
+        assert run["recordedNoiseAt"] == run["noiseAt"]  # the checkpoints say where the noise was added
+        assert run["epsilon"] == pytest.approx(run["target"], rel=1e-5) and run["epsilon"] <= run["target"]

@@ -207,7 +207,7 @@ def test_a_dp_job_reports_epsilon_every_round_and_stops_at_max_rounds() -> None:
     for r in (1, 2, 3):
         meta = sim.checkpoint(r).metadata.to_json()
         assert meta["privacy"]["dp"] == {"rounds": r, "rho": r / 2, "delta": 1e-5,
-                                         "epsilon": epsilon_after(1.0, r, 1e-5)}
+                                         "epsilon": epsilon_after(1.0, r, 1e-5), "noiseAt": "coordinator"}
     assert "privacy" in sim.checkpoint(0).metadata.to_json()  # checkpoint 0: nothing spent yet
     assert sim.checkpoint(0).metadata.to_json()["privacy"]["dp"]["epsilon"] == 0.0
     view = c.view(sim.now)["privacy"]["dp"]
@@ -263,14 +263,15 @@ def test_review_and_invitation_state_the_planned_epsilon() -> None:
     s = TrainingSettings.from_json(base(privacy={"dp": DP}))
     review = review_settings(s, WorkFacts()).to_json()
     planned = epsilon_after(1.0, 3, 1e-5)
-    assert review["privacy"] == {"dp": {"plannedEpsilon": planned, "delta": 1e-5, "maxRounds": 3}}
+    assert review["privacy"] == {"dp": {"plannedEpsilon": planned, "delta": 1e-5, "maxRounds": 3,
+                                        "noiseAt": "coordinator"}}
     assert [w["field"] for w in review["warnings"]] == ["privacy.dp"] and not review["needsConfirmation"]
     free = review_settings(TrainingSettings.from_json(base(privacy={"dp": {**DP, "noiseMultiplier": 0}})),
                            WorkFacts()).to_json()
     assert free["needsConfirmation"] and free["privacy"]["dp"]["plannedEpsilon"] is None
     # The participant computes it from the invitation's settings with its own accountant.
     assert planned_privacy(s.to_json()) == {"dp": {"plannedEpsilon": planned, "delta": 1e-5, "maxRounds": 3,
-                                                   "clip": 0.02, "noiseMultiplier": 1.0}}
+                                                   "clip": 0.02, "noiseMultiplier": 1.0, "noiseAt": "coordinator"}}
     assert planned_privacy(base()) is None
     assert "invalid" in planned_privacy(base(privacy={"dp": {**DP, "delta": 2}}))
 

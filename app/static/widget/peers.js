@@ -248,7 +248,7 @@ function privacyRow(privacy) {
   if (sa) parts.push(`secure aggregation: the coordinator sees only the sum (your update clipped to ${sa.clip}; threshold ${sa.threshold})`);
   const dp = privacy.dp;
   if (dp) parts.push(dp.plannedEpsilon === null ? `clipped to ${dp.clip}, no noise: no differential privacy`
-    : `differential privacy ε ≤ ${Number(dp.plannedEpsilon).toPrecision(3)} at δ ${dp.delta} over at most ${dp.maxRounds} rounds (clip ${dp.clip}, noise ×${dp.noiseMultiplier})`);
+    : `differential privacy ε ≤ ${Number(dp.plannedEpsilon).toPrecision(3)} at δ ${dp.delta} over at most ${dp.maxRounds} rounds (clip ${dp.clip}, noise ×${dp.noiseMultiplier}, ${dp.noiseAt === 'participants' ? 'added by each participant to its masked update' : 'added by the coordinator'})`);
   if (!parts.length) return [];
   return [h('dt', { text: 'Privacy' }), h('dd', { 'data-field': 'privacy', text: parts.join('; ') })];
 }

@@ -59,7 +59,7 @@ export class Progress {
         // ε spent so far and planned, from the coordinator's accountant (core/privacy/dp_accountant.py).
         const eps = (x) => (x === null ? '∞' : Number(x).toPrecision(3));
         out.push(h('p', { class: 'small', 'data-field': 'privacy',
-          text: `Differential privacy: ε ${eps(dp.epsilon)} spent of ${eps(dp.plannedEpsilon)} planned at δ ${dp.delta} · ${dp.rounds} / ${dp.maxRounds} rounds` }));
+          text: `Differential privacy: ε ${eps(dp.epsilon)} spent of ${eps(dp.plannedEpsilon)} planned at δ ${dp.delta} · ${dp.rounds} / ${dp.maxRounds} rounds${dp.noiseAt === 'participants' ? ' · noise added by the participants' : ''}` }));
       }
       if (exp) {
         const planned = job.settings && job.settings.epochs || 0;

@@ -356,6 +356,11 @@ class PrivacySettings:
             # Two clips would leave one of them a promise the participants do not keep.
             raise SettingsError("privacy.clip", f"must equal privacy.dp.clip ({self.dp.clip:g}) when both are given, "
                                 f"not {self.clip:g}", SettingsReason.CONFLICTING_SETTING)
+        if self.dp is not None and self.dp.participants_noise and not self.secure_aggregation:
+            # Alone, a participant's share of the noise (σ·C/√t) would leave its update readable in the clear.
+            raise SettingsError("privacy.dp.noiseAt", "'participants' needs privacy.secureAggregation: true (without "
+                                "it each update arrives in the clear with only its share of the noise)",
+                                SettingsReason.CONFLICTING_SETTING)
         if self.secure_aggregation and self.participant_clip is None:
             raise SettingsError("privacy.clip", "is required with secureAggregation (each participant clips its own update)",
                                 SettingsReason.MISSING_SETTING)

@@ -1091,13 +1091,17 @@ class Coordinator:
 
     def _secure_record(self, round_: Round, weights: bytes, contributors: tuple[str, ...]) -> RoundRecord:
         """Checkpoint ``round_``'s record from the unmasked mean: FedAvg's (the settings allow nothing else with
-        secure aggregation), under DP with the noise of σ·C/n added to the mean here, at the coordinator."""
+        secure aggregation), under DP with the noise of σ·C/n added to the mean here, at the coordinator, unless
+        the participants added theirs (``noiseAt: "participants"``)."""
         attempts = sorted((round_.keyed[p][0] for p in contributors), key=lambda a: a.assignment_id)
         dp = round_.spec.settings.privacy.dp
         report = None
         if dp is not None:
             std = dp.noise_multiplier * dp.clip / len(contributors)
-            if std > 0:
+            if dp.participants_noise:
+                assert round_.secure is not None
+                std = round_.secure.noise_std(len(contributors))
+            elif std > 0:
                 assert self._dp_noise_seed is not None
                 noise = gaussians(noise_key(self._dp_noise_seed, self.spec.job_id, round_.number), len(weights) // 4)
                 weights = array("f", [v + std * z for v, z in zip(array("f", weights), noise, strict=True)]).tobytes()
@@ -1211,13 +1215,13 @@ class Coordinator:
         """A checkpoint's ``privacy``: the ledger after its round, or the one it continues."""
         dp = spec.settings.privacy.dp
         # Settings without DP record nothing: their rounds add unbounded loss, which no ε states.
-        return None if dp is None else {"dp": (ledger or self.dp_ledger).to_json(dp.delta)}
+        return None if dp is None else {"dp": dp.ledger_json(ledger or self.dp_ledger)}
 
     def _dp_view(self) -> dict[str, Any]:
         """ε spent so far and planned, at the job's δ (the state's ``privacy.dp``)."""
         dp = self.spec.settings.privacy.dp
         assert dp is not None
-        return {**self.dp_ledger.to_json(dp.delta), "maxRounds": dp.max_rounds,
+        return {**dp.ledger_json(self.dp_ledger), "maxRounds": dp.max_rounds,
                 "plannedEpsilon": epsilon_json(dp.planned_epsilon)}
 
     def _dropped_work(self) -> bool:

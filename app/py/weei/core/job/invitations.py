@@ -56,7 +56,7 @@ class Pending:
 def planned_privacy(settings: Any) -> dict[str, Any] | None:
     """What an invitation's ``privacy`` settings promise, computed here (the planned ε by the participant's own
     accountant, not taken from the coordinator): ``{secureAggregation?: {clip, threshold}, dp?: {plannedEpsilon,
-    delta, maxRounds, clip, noiseMultiplier}}``; None without either, or ``{invalid: message}`` when the
+    delta, maxRounds, clip, noiseMultiplier, noiseAt}}``; None without either, or ``{invalid: message}`` when the
     settings do not parse (the window says so; accepting fails anyway)."""
     if not isinstance(settings, dict) or "privacy" not in settings:
         return None
@@ -70,7 +70,8 @@ def planned_privacy(settings: Any) -> dict[str, Any] | None:
     dp = privacy.dp
     if dp is not None:
         out["dp"] = {"plannedEpsilon": epsilon_json(dp.planned_epsilon), "delta": dp.delta,
-                     "maxRounds": dp.max_rounds, "clip": dp.clip, "noiseMultiplier": dp.noise_multiplier}
+                     "maxRounds": dp.max_rounds, "clip": dp.clip, "noiseMultiplier": dp.noise_multiplier,
+                     "noiseAt": dp.noise_at}
     return out or None
 
 

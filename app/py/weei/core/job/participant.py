@@ -80,10 +80,10 @@ class Participant:
 
     def __init__(self, my_peer_id: str, *, weight_bytes: int | None = None,
                  random_bytes: Callable[[int], bytes] = secrets.token_bytes) -> None:
-        """``random_bytes``: where secure aggregation's keys, seeds, shares and salts come from (a test seeds it
-        to replay a round exactly)."""
+        """``random_bytes``: where this device's secrets under secure aggregation come from (its keys, seeds,
+        shares and salts, and its DP noise seeds); a test seeds it to replay a round exactly."""
         self.my_peer_id = my_peer_id
-        self._random_bytes = random_bytes
+        self.random_bytes = random_bytes
         self.state = P.UNKNOWN
         self.invitation: Invitation | None = None
         self.job_id: str | None = None
@@ -376,7 +376,7 @@ class Participant:
             assert start is not None
             # Nothing leaves in the clear: the keys say the update is ready, the masked vector follows.
             self._secure = SecureContribution(self.my_peer_id, assign.job_id, assign.round, terms, start,
-                                              outcome.weights, outcome.count, self._random_bytes, x25519)
+                                              outcome.weights, outcome.count, self.random_bytes, x25519)
             self._move("trained")
             self._send(self._secure.keys())
         else:
@@ -402,7 +402,8 @@ class Participant:
     def _check_terms(self, terms: SecureTerms | None) -> str | None:
         """Why an assignment's secure-aggregation terms break the invitation's promise, or None. What this
         participant agreed to decides, not the coordinator's later word: an update never leaves in the clear
-        under an invitation that said it would be masked, nor clipped more loosely than it said."""
+        under an invitation that said it would be masked, nor clipped more loosely than it said, nor with less
+        noise of its own than it said (``privacy.dp.noiseAt: "participants"``)."""
         invited = self._invited_privacy()
         if invited is None or not invited.secure_aggregation:
             return None
@@ -410,6 +411,10 @@ class Participant:
             return "the invitation promised secure aggregation; this assignment asks for the update in the clear"
         if invited.participant_clip is not None and terms.clip > invited.participant_clip:
             return (f"the assignment's clip {terms.clip:g} is above the invitation's {invited.participant_clip:g}")
+        dp = invited.dp
+        if dp is not None and dp.participants_noise and (terms.noise < dp.noise_multiplier or terms.weighted):
+            return (f"the invitation said participants add noise of multiplier {dp.noise_multiplier:g}; this "
+                    f"assignment asks for {terms.noise:g}" + (" on weighted updates" if terms.weighted else ""))
         return None
 
     def _on_secagg(self, message: SecAggRoster | SecAggSharesFor | SecAggUnmask) -> None:

@@ -173,7 +173,8 @@ def make_assign(spec: JobSpec, attempt: Attempt, checkpoint: ArtifactRef, checkp
 
 def secure_terms(spec: JobSpec, opening: int) -> SecureTerms | None:
     """The secure-aggregation terms of a round of ``spec`` (None: off). The largest weight is a bound every
-    assignment of the job respects: the largest chunk's examples, the model's most units, or 1 under DP."""
+    assignment of the job respects: the largest chunk's examples, the model's most units, or 1 under DP;
+    the noise is σ under ``privacy.dp.noiseAt: "participants"``, else 0."""
     privacy = spec.settings.privacy
     if not privacy.secure_aggregation:
         return None
@@ -185,7 +186,9 @@ def secure_terms(spec: JobSpec, opening: int) -> SecureTerms | None:
         max_weight = float(spec.info.work_source.maximum_units)
     else:
         max_weight = float(max((c.example_count for c in spec.chunks), default=1))
-    return SecureTerms(privacy.participant_clip, max_weight, privacy.threshold, opening, privacy.dp is None)
+    # With noise at the participants each adds its share of σ; otherwise the coordinator adds it to the mean.
+    noise = privacy.dp.noise_multiplier if privacy.dp is not None and privacy.dp.participants_noise else 0.0
+    return SecureTerms(privacy.participant_clip, max_weight, privacy.threshold, opening, privacy.dp is None, noise)
 
 
 def assignment_settings(settings: TrainingSettings) -> dict[str, Any]:

@@ -23,12 +23,31 @@ norm within the clip (each contribution's is), every weight finite.
 Every peer sizes the fixed-point grid for MAX_SECAGG_PEERS contributions of
 magnitude ``max(clip, 1) * maxWeight``, from the terms alone, so the grid
 does not depend on who shows up. Under ``privacy.dp`` each contribution
-weighs 1 (DP-FedAvg's unweighted mean; the coordinator adds the noise to
-the unmasked mean). The round's tag binds the protocol's commitments and
+weighs 1 (DP-FedAvg's unweighted mean) and the noise is added either by the
+coordinator to the unmasked mean (``noiseAt: "coordinator"``) or, with
+``noiseAt: "participants"``, by each participant to its clipped delta before
+masking (distributed noise, below). The round's tag binds the protocol's commitments and
 masks to the job, the round and the opening: a retried round masks with
 fresh keys under a new tag. Training metrics are not sent (they depend on
 each participant's data, as the update does); the total example count is
 the only figure of a round besides the sum.
+
+Distributed noise
+-----------------
+With ``noiseAt: "participants"`` the terms carry σ (``noiseMultiplier``).
+Once the roster arrives a participant knows the round's threshold t (the
+least number of survivors the round completes with, at least 2) and adds
+to every weight of its clipped delta N(0, (σ·C/√t)²), drawn with
+``dp_noise.gaussians`` from ``noise_key(seed, job id, round)``, ``seed`` 32
+fresh bytes of its own random source, never sent and dropped once drawn.
+The k >= t survivors' sum then carries N(0, k·σ²C²/t) >= N(0, σ²C²) per
+weight, what the accountant assumes; the coordinator adds none. Each noise
+term is at most ``dp_noise.GAUSSIAN_BOUND``·σC/√2 (t >= 2), so the grid is
+sized for ``clip + GAUSSIAN_BOUND·σ·C/√2`` per coordinate and cannot wrap.
+The coordinator's check of the mean's norm allows the noise's norm up to
+``dp_noise.gaussian_norm_bound`` (fails an honest round with probability
+2**-64): it still catches a contribution far outside its clip, but no
+longer one that exceeds it by less than the noise's norm (docs/privacy.md).
 
 Sans-I/O: both classes take messages and hand back messages to send, and
 the X25519 function to compute with (``x25519``, the host's kernel's: the
@@ -50,6 +69,8 @@ from typing import Any
 from .. import verified
 from ..floats import BytesLike
 from ..privacy import fixedpoint, prg
+from ..privacy.dp_noise import GAUSSIAN_BOUND, SEED_BYTES, gaussian_norm_bound, gaussians, noise_key
+from ..privacy.dp_settings import MAX_NOISE_MULTIPLIER
 from ..privacy.secagg import (
     AdvertiseKeys, MaskedInput, Outgoing, Roster, SecAggClient, SecAggError, SecAggParams, SecAggReason, SecAggServer,
     SharesFor, Unmask, UnmaskShares, fedavg_from_sum, weighted_vector,
@@ -90,11 +111,17 @@ class SecureTerms:
     threshold: float  # the settings' fraction: t = max(2, ceil(threshold * |U1|))
     opening: int  # which opening of the round (1, then 2 for its first retry, ...)
     weighted: bool  # FedAvg's example weights; False under DP (every contribution weighs 1)
+    noise: float = 0.0  # σ of the noise each participant adds (σ·C/√t per weight); 0: participants add none
 
     @property
     def bound(self) -> float:
-        """The largest magnitude of one encoded coordinate: a clipped delta times the weight, or the weight."""
-        return max(self.clip, 1.0) * self.max_weight
+        """The largest magnitude of one encoded coordinate: a clipped delta (and its noise) times the weight, or
+        the weight."""
+        return max(self.clip + GAUSSIAN_BOUND * self.noise * self.clip / math.sqrt(2.0), 1.0) * self.max_weight
+
+    def noise_std(self, threshold: int) -> float:
+        """The standard deviation of the noise one participant adds to each weight at threshold t: σ·C/√t."""
+        return self.noise * self.clip / math.sqrt(threshold)
 
     def threshold_of(self, participants: int) -> int:
         return max(2, math.ceil(self.threshold * participants))
@@ -103,8 +130,11 @@ class SecureTerms:
         return SecAggParams(round_tag(job_id, round_, self.opening), threshold, length, self.bound, MAX_SECAGG_PEERS)
 
     def to_json(self) -> dict[str, Any]:
-        return {"clip": self.clip, "maxWeight": self.max_weight, "threshold": self.threshold,
-                "opening": self.opening, "weighted": self.weighted}
+        out: dict[str, Any] = {"clip": self.clip, "maxWeight": self.max_weight, "threshold": self.threshold,
+                               "opening": self.opening, "weighted": self.weighted}
+        if self.noise > 0:
+            out["noiseMultiplier"] = self.noise
+        return out
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any]) -> SecureTerms | None:
@@ -123,7 +153,13 @@ class SecureTerms:
         threshold = _number(obj, "threshold")
         if not 0.5 < threshold <= 1 or not isinstance(obj.get("weighted"), bool):
             raise SecAggError(SecAggReason.BAD_MESSAGE, "the assignment's secureAggregation.threshold or weighted is invalid")
-        terms = cls(_number(obj, "clip"), _number(obj, "maxWeight"), threshold, opening, obj["weighted"])
+        noise = obj.get("noiseMultiplier", 0.0)
+        if isinstance(noise, bool) or not isinstance(noise, (int, float)) or not 0 <= noise <= MAX_NOISE_MULTIPLIER \
+                or (noise > 0 and obj["weighted"]):
+            # Noise of σ·C/√t per participant assumes each contribution weighs 1 (DP-FedAvg).
+            raise SecAggError(SecAggReason.BAD_MESSAGE, "the assignment's secureAggregation.noiseMultiplier is not a "
+                              f"number from 0 to {MAX_NOISE_MULTIPLIER:g} of an unweighted round")
+        terms = cls(_number(obj, "clip"), _number(obj, "maxWeight"), threshold, opening, obj["weighted"], float(noise))
         try:
             fixedpoint.frac_bits(terms.bound, MAX_SECAGG_PEERS)
         except ValueError as exc:
@@ -200,22 +236,31 @@ class SecureRound:
     def handle_timer(self, now: float) -> list[Send]:
         return self._sends(self.server.handle_timer(now))
 
+    def noise_std(self, contributors: int) -> float:
+        """The standard deviation of the participants' noise in each weight of the mean of ``contributors``
+        contributions: σ·C·√(k/t) / k (0 when they add none)."""
+        return self.terms.noise_std(self.params.threshold) * math.sqrt(contributors) / contributors
+
     def result(self, start: BytesLike) -> tuple[bytes, tuple[str, ...]]:
         """The new float32 weights ``f32(start + sum / total weight)`` and the contributors (U3), sorted.
 
         Raises SecAggError(SUM_OUT_OF_RANGE): the total weight is not within what U3 could send, the mean
-        delta is longer than the clip allows (one contribution ignored its clip), or a weight is not finite.
+        delta is longer than the clip (and the participants' noise) allows (one contribution ignored its
+        clip), or a weight is not finite.
         """
         assert self.server.total is not None, "result() after the protocol finished"
         contributors = self.server.contributors
         mean, weight = fedavg_from_sum(self.server.total, self.params.bits, len(contributors), self.terms.max_weight)
         # Each contribution's weighted delta is at most weight * clip long, so the mean's is at most the clip; the
-        # grid rounds each coordinate of each contribution by half a step at most.
+        # grid rounds each coordinate of each contribution by half a step at most. The participants' noise adds
+        # a norm below gaussian_norm_bound but for a 2**-64 chance (triangle inequality: the bounds add).
         slack = len(contributors) * math.sqrt(len(mean)) * 2.0 ** -self.params.bits / weight
+        noise = gaussian_norm_bound(len(mean), self.noise_std(len(contributors))) if self.terms.noise > 0 else 0.0
         norm = math.sqrt(math.fsum(v * v for v in mean))
-        if norm > self.terms.clip + slack:
+        if norm > self.terms.clip + noise + slack:
             raise SecAggError(SecAggReason.SUM_OUT_OF_RANGE,
-                              f"the mean delta is {norm:g} long, above the clip {self.terms.clip:g}: a contribution "
+                              f"the mean delta is {norm:g} long, above the clip {self.terms.clip:g}"
+                              + (f" and its noise's bound {noise:g}" if noise else "") + ": a contribution "
                               "ignored its clip")
         base = array("f", bytes(start))
         # array('f') stores a C float: f32(f64(s) + mean), rounded to nearest, the same on every platform.
@@ -226,7 +271,9 @@ class SecureRound:
 
 
 class SecureContribution:
-    """A participant's side of one opening of a round: its masked vector and its part of the protocol."""
+    """A participant's side of one opening of a round: its masked vector and its part of the protocol.
+    ``random_bytes``: its secrets, the noise seed (when the terms ask for noise: the first draw) and then the
+    protocol's keys."""
 
     def __init__(self, me: str, job_id: str, round_: int, terms: SecureTerms, start: BytesLike, trained: BytesLike,
                  count: int, random_bytes: Callable[[int], bytes] = secrets.token_bytes, x25519: X25519 = x25519) -> None:
@@ -236,6 +283,8 @@ class SecureContribution:
         weight = min(float(count), terms.max_weight) if terms.weighted else 1.0
         self.job_id, self.round, self.terms = job_id, round_, terms
         self._vector = weighted_vector([b - a for a, b in zip(s, x)], weight, terms.clip)
+        # The noise needs t, which the roster brings; the seed is drawn now, from this participant's source only.
+        self._noise_seed: bytes | None = random_bytes(SEED_BYTES) if terms.noise > 0 else None
         self.client = SecAggClient(me, terms.params(job_id, round_, len(self._vector)), random_bytes, x25519)
 
     def matches(self, message: Message) -> bool:
@@ -253,7 +302,17 @@ class SecureContribution:
                               f"the roster asks for {message.length} elements at threshold {message.threshold}; this "
                               f"update has {len(self._vector)} and the terms need {self.terms.threshold_of(n)} of {n}")
         params = self.terms.params(self.job_id, self.round, len(self._vector), message.threshold)
-        return SecAggShares(self.job_id, self.round, self.terms.opening, self.client.share(message.roster, params))
+        shares = self.client.share(message.roster, params)
+        if self._noise_seed is not None:
+            self._add_noise(self._noise_seed, self.terms.noise_std(message.threshold))
+            self._noise_seed = None  # used once: nothing this participant keeps or sends could give it away
+        return SecAggShares(self.job_id, self.round, self.terms.opening, shares)
+
+    def _add_noise(self, seed: bytes, std: float) -> None:
+        """N(0, std²) on every weight of the clipped delta (not on its weight, the vector's last element)."""
+        vector = self._vector
+        noise = gaussians(noise_key(seed, self.job_id, self.round), len(vector) - 1)
+        vector[:-1] = [v + std * z for v, z in zip(vector[:-1], noise, strict=True)]
 
     def on_shares_for(self, message: SecAggSharesFor) -> tuple[SecAggMasked, bytes]:
         """The masked vector, and the bytes that travel beside it. Raises SecAggError as ``SecAggClient.mask``."""

@@ -224,10 +224,13 @@ def _review_dp(settings: TrainingSettings, warn: Callable[[str, Level, str], Non
         warn("privacy.dp.noiseMultiplier", "confirm", "a noise multiplier of 0 clips updates but adds no noise: "
                                                       "no differential privacy (ε is infinite)")
     else:
+        where = ("each participant adds its share to its masked update: the coordinator never sees a noise-free sum"
+                 if dp.participants_noise else "the coordinator adds it to each round's mean")
         warn("privacy.dp", "note", f"differential privacy: ε ≤ {planned:.3g} at δ = {dp.delta:g} for each "
                                    f"participant over at most {dp.max_rounds:,} rounds (clip {dp.clip:g}, "
-                                   f"noise multiplier {dp.noise_multiplier:g})")
-    return {"dp": {"plannedEpsilon": epsilon_json(planned), "delta": dp.delta, "maxRounds": dp.max_rounds}}
+                                   f"noise multiplier {dp.noise_multiplier:g}; {where})")
+    return {"dp": {"plannedEpsilon": epsilon_json(planned), "delta": dp.delta, "maxRounds": dp.max_rounds,
+                   "noiseAt": dp.noise_at}}
 
 
 def _review_outer_step(settings: TrainingSettings, warn: Any) -> None:

@@ -23,7 +23,8 @@ FedAdam then step from the noised average (post-processing: no loss).
 Noise stream (the documented generator)
 ---------------------------------------
 ``key = SHA-256("weei-dp-noise/v1" ‖ seed ‖ job id ‖ round as 8 bytes LE)``
-with ``seed`` the coordinator's 32 secret bytes. Block ``j`` is
+with ``seed`` the coordinator's 32 secret bytes (or, with the noise at the
+participants, one participant's, fresh for each contribution). Block ``j`` is
 ``SHA-256(key ‖ j as 8 bytes LE)``: four 64-bit little-endian words, each
 giving a uniform ``u = ((w >> 11) + 0.5) / 2**53`` in (0, 1) (exact in
 float64). Pairs of uniforms become normals by Marsaglia's polar method:
@@ -33,6 +34,14 @@ is :func:`ln` below (IEEE basic operations and ``math.sqrt`` only, both
 correctly rounded everywhere), not the platform's ``math.log``, whose last bit
 differs between libms; so CPython and Pyodide draw the same bits. Python
 floats are IEEE binary64 in round-to-nearest-even on both.
+
+Every normal is bounded: the uniforms are odd multiples of 2**-53 away
+from 1/2, so ``|a|, |b| >= 2**-53`` exactly and ``s >= 2**-105``; as
+``a² <= s``, ``|a·f| <= sqrt(-2·ln(s)) <= sqrt(210·ln 2) = 12.0648...``
+(:data:`GAUSSIAN_BOUND`). The largest normal the arithmetic can give is
+about 11.68 (``a = 9·2**-53, b = 2**-53``; the bound ignores ``a²/s < 1``),
+so float rounding, a few ulps, stays well inside it. Secure aggregation
+sizes its fixed-point grid with it (weei.core.job.secure_round).
 
 What the float arithmetic does not give: the guarantee assumes real-valued
 noise; float64 noise added to float32 weights has the rounding artifacts of
@@ -49,13 +58,18 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, Union
 
-__all__ = ["SEED_BYTES", "DpKernel", "DpReport", "noise_key", "ln", "uniforms", "gaussians",
+__all__ = ["SEED_BYTES", "GAUSSIAN_BOUND", "NORM_TAIL", "DpKernel", "DpReport", "noise_key", "ln", "uniforms", "gaussians",
+           "gaussian_norm_bound",
            "clip_factor", "clip_update", "clip_to_norm", "assigned_clip", "dp_average"]
 
 SEED_BYTES = 32
 _Buf = Union[bytes, bytearray, memoryview]
 _LN2 = 0.6931471805599453  # the float64 nearest ln 2
 _SQRT_HALF = 0.7071067811865476
+#: No normal of :func:`gaussians` is longer (module docstring): sqrt(-2·ln 2**-105).
+GAUSSIAN_BOUND = math.sqrt(210.0 * _LN2)
+#: The tail :func:`gaussian_norm_bound` leaves out: e**-NORM_TAIL = 2**-64 (ln 2**64, rounded up).
+NORM_TAIL = 44.37
 
 
 class DpKernel(Protocol):
@@ -74,7 +88,7 @@ class DpReport:
 
     norms: tuple[float, ...]
     clipped: tuple[int, ...]  # indexes into the canonical order
-    noise_std: float  # σ·C/n, the standard deviation added to each averaged element
+    noise_std: float  # the noise's standard deviation in each averaged element: σ·C/n, or σ·C·√(k/t)/k from participants
 
 
 def noise_key(seed: bytes, job_id: str, round_: int) -> bytes:
@@ -125,6 +139,14 @@ def gaussians(key: bytes, count: int) -> list[float]:
         out.append(b * f)
     del out[count:]
     return out
+
+
+def gaussian_norm_bound(count: int, std: float) -> float:
+    """A bound on the L2 norm of ``count`` independent N(0, std²) values that fails with probability at
+    most 2**-64: Laurent & Massart (2000), Lemma 1, P(χ²_d >= d + 2·sqrt(d·x) + 2x) <= e**-x, at
+    x = :data:`NORM_TAIL`."""
+    x = NORM_TAIL
+    return std * math.sqrt(count + 2.0 * math.sqrt(count * x) + 2.0 * x)
 
 
 def clip_factor(norm: float, clip: float) -> float:

@@ -1,15 +1,21 @@
 """``settings.privacy.dp``: client-level differential privacy (DP-FedAvg), parsed into a frozen object.
 
-``{"clip": C, "noiseMultiplier": σ, "delta": δ, "maxRounds": R}``. Every contribution's delta
-from the round's checkpoint is clipped to L2 norm ``C``; Gaussian noise of
-standard deviation ``σ·C`` is added to each round's sum of clipped deltas
-(weei.core.privacy.dp_noise); ε is reported at ``δ`` after every round
+``{"clip": C, "noiseMultiplier": σ, "delta": δ, "maxRounds": R, "noiseAt": where}``. Every
+contribution's delta from the round's checkpoint is clipped to L2 norm ``C``;
+Gaussian noise of standard deviation ``σ·C`` (at least) is added to each
+round's sum of clipped deltas (weei.core.privacy.dp_noise). ``noiseAt`` says
+who adds it: ``"coordinator"`` (the default) to the mean it computes, from
+its seeded stream; ``"participants"``, only with secure aggregation (the
+settings refuse it otherwise, weei.core.formats.settings), each participant
+of a round to its own clipped delta before masking, so the coordinator never
+sees a noise-free sum (weei.core.job.secure_round). ε is reported at ``δ`` after every round
 (weei.core.privacy.dp_accountant). The job trains at most ``R`` rounds under
 DP and then completes: the planned ε (:attr:`DpSettings.planned_epsilon`) is
 ε after ``R`` rounds, a bound every participant computes from the settings
 its invitation carries, without trusting the coordinator's figure. ``σ = 0`` is allowed (clipping only, ε
 infinite: the reports say so). The noise seed is not a setting: settings travel
-to participants, the seed stays with the coordinator.
+to participants, the seed stays with the coordinator (or, with noise at the
+participants, each participant's seed stays with it).
 """
 
 from __future__ import annotations
@@ -19,14 +25,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import SettingsError, SettingsReason
-from .dp_accountant import epsilon_after
+from .dp_accountant import DpLedger, epsilon_after
 
-__all__ = ["MAX_NOISE_MULTIPLIER", "MAX_DP_ROUNDS", "DpSettings"]
+__all__ = ["MAX_NOISE_MULTIPLIER", "MAX_DP_ROUNDS", "NOISE_AT_COORDINATOR", "NOISE_AT_PARTICIPANTS", "DpSettings"]
 
 #: Beyond this the update is noise; a larger value is a typo, not a plan.
 MAX_NOISE_MULTIPLIER = 1000.0
 MAX_DP_ROUNDS = 1_000_000
-_KEYS = ("clip", "noiseMultiplier", "delta", "maxRounds")
+NOISE_AT_COORDINATOR = "coordinator"
+NOISE_AT_PARTICIPANTS = "participants"
+_NOISE_AT = (NOISE_AT_COORDINATOR, NOISE_AT_PARTICIPANTS)
+_KEYS = ("clip", "noiseMultiplier", "delta", "maxRounds", "noiseAt")
 _PATH = "privacy.dp"
 
 
@@ -44,12 +53,13 @@ def _number(obj: dict[str, Any], key: str) -> float:
 @dataclass(frozen=True)
 class DpSettings:
     """Clip norm ``clip`` (> 0), noise multiplier ``noise_multiplier`` (σ, 0..1000), ``delta`` (0 < δ < 1),
-    ``max_rounds`` (1..10**6)."""
+    ``max_rounds`` (1..10**6), ``noise_at`` (who adds the noise: "coordinator" or "participants")."""
 
     clip: float
     noise_multiplier: float
     delta: float
     max_rounds: int
+    noise_at: str = NOISE_AT_COORDINATOR
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.clip) and self.clip > 0):
@@ -66,6 +76,14 @@ class DpSettings:
                 or not 1 <= self.max_rounds <= MAX_DP_ROUNDS):
             raise SettingsError(f"{_PATH}.maxRounds", f"must be an integer from 1 to {MAX_DP_ROUNDS}, "
                                 f"not {self.max_rounds!r}", SettingsReason.OUT_OF_RANGE)
+        if self.noise_at not in _NOISE_AT:
+            raise SettingsError(f"{_PATH}.noiseAt", f"must be one of {', '.join(map(repr, _NOISE_AT))}, "
+                                f"not {self.noise_at!r}", SettingsReason.INVALID_SETTING)
+
+    @property
+    def participants_noise(self) -> bool:
+        """Whether each participant noises its own contribution (``noiseAt: "participants"``)."""
+        return self.noise_at == NOISE_AT_PARTICIPANTS
 
     @property
     def planned_epsilon(self) -> float:
@@ -84,8 +102,21 @@ class DpSettings:
         rounds = _number(obj, "maxRounds")
         if rounds != int(rounds):
             raise SettingsError(f"{_PATH}.maxRounds", f"must be an integer, not {rounds}", SettingsReason.OUT_OF_RANGE)
-        return cls(_number(obj, "clip"), _number(obj, "noiseMultiplier"), _number(obj, "delta"), int(rounds))
+        noise_at = obj.get("noiseAt", NOISE_AT_COORDINATOR)
+        if not isinstance(noise_at, str):
+            raise SettingsError(f"{_PATH}.noiseAt", f"must be a string, not {type(noise_at).__name__}")
+        return cls(_number(obj, "clip"), _number(obj, "noiseMultiplier"), _number(obj, "delta"), int(rounds),
+                   noise_at[:64])
 
     def to_json(self) -> dict[str, Any]:
-        return {"clip": self.clip, "noiseMultiplier": self.noise_multiplier, "delta": self.delta,
-                "maxRounds": self.max_rounds}
+        """The JSON form; ``noiseAt`` only when not the default (settings without it keep their bytes)."""
+        out: dict[str, Any] = {"clip": self.clip, "noiseMultiplier": self.noise_multiplier, "delta": self.delta,
+                               "maxRounds": self.max_rounds}
+        if self.noise_at != NOISE_AT_COORDINATOR:
+            out["noiseAt"] = self.noise_at
+        return out
+
+    def ledger_json(self, ledger: DpLedger) -> dict[str, Any]:
+        """What a checkpoint's and the state's ``privacy.dp`` record: the ledger at ``delta`` and where the
+        noise was added."""
+        return {**ledger.to_json(self.delta), "noiseAt": self.noise_at}
