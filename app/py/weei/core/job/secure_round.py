@@ -30,6 +30,10 @@ fresh keys under a new tag. Training metrics are not sent (they depend on
 each participant's data, as the update does); the total example count is
 the only figure of a round besides the sum.
 
+The coordinator drives :class:`SecureRound` through a round's
+``SecureAggregator`` (``core/job/secure_aggregator.py``: the keys as they
+come, the protocol once training closed, the round's record).
+
 Sans-I/O: both classes take messages and hand back messages to send, and
 the X25519 function to compute with (``x25519``, the host's kernel's: the
 coordinator's ``Kernel.x25519``, the participant's as the host hands it to
