@@ -42,6 +42,14 @@ update keeps the previous checkpoint and tries again; after
 ``MAX_EMPTY_ROUNDS`` of them the job pauses too. When the work is done the
 job completes (``_finish``) and every participant is told.
 
+Under ``privacy.secureAggregation`` participants send keys instead of
+updates, and a round whose attempts have all ended runs the protocol before
+it closes: the round's :class:`~weei.core.job.secure_aggregator.SecureAggregator`
+(``Round.secure``) holds the keys and the protocol and answers with Sends and,
+at the end, the round's record; this class ends the attempts, gives work
+back, excludes a peer that broke the protocol and closes the round
+(``_begin_secure``, ``_maybe_secure_done``, ``_secure_failed``).
+
 Commands only append (:class:`~weei.core.wire.commands.Outbox`): a round's
 opening is planned (relays included) before any of it is emitted, and a
 closed round's SaveCheckpoint goes out at one point, after the next round's
@@ -60,7 +68,6 @@ call ``handle_timer``. Nothing here reads a clock or does I/O.
 from __future__ import annotations
 
 import hashlib
-from array import array
 from bisect import bisect_left
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping
@@ -71,8 +78,8 @@ from ..aggregation.aggregate import AggregationState, DpRound
 from ..aggregation.compression import decompress_update, layout
 from ..floats import BytesLike
 from ..privacy.dp_accountant import DpLedger, epsilon_json
-from ..privacy.dp_noise import SEED_BYTES, DpReport, gaussians, noise_key
-from ..privacy.secagg import SecAggError, SecAggReason, check_keys
+from ..privacy.dp_noise import SEED_BYTES, noise_key
+from ..privacy.secagg import SecAggError, SecAggReason
 from .attempts import Attempt, Received, RoundAttempts, check_update
 from ..wire.commands import Command, Log, Outbox, RoundPhase, RunValidation, SaveCheckpoint, Send
 from ..errors import SettingsError, SettingsReason, UsageError, WeeiError, UsageReason
@@ -87,7 +94,7 @@ from .invitations import INVITATION_TTL_MS
 from .peers import PeerBook, PeerRecord, available, eligible, loading
 from ..links.relay import Broadcast, Relays
 from .round import Round, RoundClosed, RoundEmpty, RoundFailed
-from .secure_round import SECAGG_PHASE_TIMEOUT_MS, SecureRound
+from .secure_round import SECAGG_PHASE_TIMEOUT_MS
 from .round_rules import (
     Kernel, RoundRecord, check_can_validate, check_method, check_units, chunk_seed, held_round, make_assign,
     snapshot_rounds, validating, validation_command, validation_due,
@@ -965,14 +972,14 @@ class Coordinator:
     def _on_keys(self, peer: str, record: PeerRecord, message: SecAggKeys, now: float) -> None:
         """A participant trained under secure aggregation and holds its update: its keys end its attempt."""
         round_ = self.round
+        secure = round_.secure if round_ is not None else None
         attempts = [a for a in self.attempts.open_of(peer) if round_ is not None and a.round == round_.number]
-        if round_ is None or round_.terms is None or round_.secure is not None or message.round != round_.number \
-                or message.attempt != round_.terms.opening or not attempts:
+        if secure is None or not secure.takes_keys(message) or not attempts:
             self._log("message.ignored", peer=peer, reason="no-open-secure-attempt", type=message.TYPE)
             return
         attempt = attempts[0]
         try:
-            check_keys(peer, message.keys, self.kernel.x25519)
+            secure.add_keys(peer, attempt, message.keys, self.kernel.x25519)
         except SecAggError as exc:
             self._log("secagg.refused", peer=peer, reason=exc.reason, error=exc.message)
             self._end_attempt(attempt, f"secure aggregation: {exc.message}", now, failed=True, reassign=True)
@@ -980,7 +987,6 @@ class Coordinator:
             return
         record.stuck = None
         self.attempts.end_keyed(attempt)
-        round_.keyed[peer] = (attempt, message.keys)
         if record.can("update_received"):
             record.move("update_received")
         self._send(peer, UpdateReceipt(self.spec.job_id, attempt.attempt_id, True))
@@ -1009,69 +1015,67 @@ class Coordinator:
 
     def _begin_secure(self, round_: Round, now: float) -> None:
         """Every attempt of ``round_`` ended: secure aggregation runs among those that trained (they sent keys)."""
-        keyed = round_.keyed
+        secure = round_.secure
+        assert secure is not None and round_.terms is not None
+        keyed = secure.keyed
         self.last_contributors = []
         if not keyed:
             round_.end(RoundEmpty(round_.number))
             self._empty_round(now)
             return
-        assert round_.terms is not None
         round_.closing = True
         if self.closing_sink is not None:
             self.closing_sink(round_.number)
         self._commands.append(RoundPhase(round_.number, "round.training", round_.opened_at, self.stopwatch()))
         self._log("secagg.started", round=round_.number, opening=round_.terms.opening, participants=sorted(keyed))
-        secure = round_.secure = SecureRound(self.spec.job_id, round_.number, round_.terms,
-                                             self.spec.weight_bytes // 4, {p: k for p, (_, k) in keyed.items()},
-                                             now, self.secagg_phase_timeout_ms, self.kernel.x25519)
-        round_.secured_at = self.stopwatch()
-        self._commands.extend(secure.start(now))
-        for peer in sorted(keyed):
-            record = self.peers.get(peer)
-            if record is None or not record.connected or record.state == PeerState.STOPPED:
-                self._commands.extend(secure.drop(peer, now))
+        gone = {peer for peer in keyed if (record := self.peers.get(peer)) is None or not record.connected
+                or record.state == PeerState.STOPPED}
+        self._commands.extend(secure.start(now, gone, self.secagg_phase_timeout_ms, self.kernel.x25519,
+                                           self.stopwatch))
         self._maybe_secure_done(round_, now)
 
     def _maybe_secure_done(self, round_: Round, now: float) -> None:
+        """A step of ``round_``'s secure aggregation may have concluded it: the round closes with what came."""
         secure = round_.secure
         if secure is None or not secure.done or round_.outcome is not None:
             return
-        server = secure.server
-        for peer in sorted(server.bad_peers):
+        for peer in secure.bad_peers:
             self._exclude(peer, round_.number, SecAggReason.BAD_SHARE, "sent a share that fails its commitment")
-        failure = server.failure
+        failure = secure.failure
         if failure is not None:
             self._secure_failed(round_, failure, now)
             return
-        keyed = round_.keyed
-        dropped = sorted(p for p in keyed if p not in server.contributors)
-        for peer in dropped:  # they trained, but vanished before their masked vector came: their work goes back
-            progress.give_back(self.dataset, self.experience, keyed[peer][0], failed=False)
+        dropped = secure.dropped()
+        # They trained, but vanished before their masked vector came: their work goes back.
+        for attempt in secure.attempts_of(dropped):
+            progress.give_back(self.dataset, self.experience, attempt, failed=False)
         try:
-            weights, contributors = secure.result(self.weights)
-            record = self._secure_record(round_, weights, contributors)
+            record = secure.record(self.weights, self.kernel, self._dp_round(round_),
+                                   digest=lambda w: self.relays.digest(w, relayed=self._relay_likely()),
+                                   assigned_count=self._assigned_count)
             closed = self._closing(round_, record, now)
         except Exception as exc:  # noqa: BLE001 - as _close_round: the round must not half-close
             reason = exc.reason if isinstance(exc, WeeiError) else type(exc).__name__
             text = (exc.message if isinstance(exc, WeeiError) else str(exc))[:500]
-            for peer in server.contributors:
-                progress.give_back(self.dataset, self.experience, keyed[peer][0], failed=False)
+            for attempt in secure.attempts_of(secure.contributors):
+                progress.give_back(self.dataset, self.experience, attempt, failed=False)
             round_.end(RoundFailed(round_.number, reason, text))
             self._round_failed(round_.number, [], reason, text)
             return
-        self.last_contributors = list(contributors)
+        self.last_contributors = list(record.contributors)
         self._empty_rounds = 0
         self._last_failure = None
-        self._commands.append(RoundPhase(round_.number, "secagg", round_.secured_at, self.stopwatch()))
+        self._commands.append(RoundPhase(round_.number, "secagg", secure.started_at, self.stopwatch()))
         self._log("secagg.finished", round=round_.number, opening=secure.terms.opening,
-                  contributors=list(contributors), dropped=dropped)
+                  contributors=list(record.contributors), dropped=dropped)
         self._take_round(round_, closed, now)
 
     def _secure_failed(self, round_: Round, failure: SecAggError, now: float) -> None:
         """Secure aggregation of ``round_`` failed (fewer than t left, a bad dealer): nothing is written down, the
         trained work goes back, and the round opens again with fresh keys (an empty round, as far as pausing
         after MAX_EMPTY_ROUNDS goes)."""
-        for attempt, _ in round_.keyed.values():
+        assert round_.secure is not None
+        for attempt in round_.secure.attempts_of(round_.secure.keyed):
             progress.give_back(self.dataset, self.experience, attempt, failed=False)
         round_.end(RoundFailed(round_.number, failure.reason, failure.message))
         self._last_failure = f"secure aggregation: {failure.message[:300]}"
@@ -1088,32 +1092,6 @@ class Coordinator:
         if record is not None and not record.excluded:
             record.excluded = True  # eligible() skips it from now on
             self._log("peer.excluded", peer=peer, round=round_, reason=reason)
-
-    def _secure_record(self, round_: Round, weights: bytes, contributors: tuple[str, ...]) -> RoundRecord:
-        """Checkpoint ``round_``'s record from the unmasked mean: FedAvg's (the settings allow nothing else with
-        secure aggregation), under DP with the noise of σ·C/n added to the mean here, at the coordinator, unless
-        the participants added theirs (``noiseAt: "participants"``)."""
-        attempts = sorted((round_.keyed[p][0] for p in contributors), key=lambda a: a.assignment_id)
-        dp = round_.spec.settings.privacy.dp
-        report = None
-        if dp is not None:
-            std = dp.noise_multiplier * dp.clip / len(contributors)
-            if dp.participants_noise:
-                assert round_.secure is not None
-                std = round_.secure.noise_std(len(contributors))
-            elif std > 0:
-                assert self._dp_noise_seed is not None
-                noise = gaussians(noise_key(self._dp_noise_seed, self.spec.job_id, round_.number), len(weights) // 4)
-                weights = array("f", [v + std * z for v, z in zip(array("f", weights), noise, strict=True)]).tobytes()
-                if self.kernel.first_non_finite(weights) >= 0:
-                    raise SecAggError(SecAggReason.SUM_OUT_OF_RANGE, "the noised weights are not finite as float32")
-            report = DpReport((), (), std)
-        return RoundRecord(
-            round=round_.number, weights=weights,
-            weights_sha256=self.relays.digest(weights, relayed=self._relay_likely()),
-            aggregation_state=None, metrics={}, examples=sum(self._assigned_count(a) for a in attempts),
-            contributors=sorted(contributors),
-            trained_chunks=[a.chunk_id for a in attempts if a.chunk_id is not None], dp=report)
 
     def _report_robust(self, round_: Round, record: RoundRecord) -> None:
         """Log what robust aggregation did and name peers that are outliers round after round."""

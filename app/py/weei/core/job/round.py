@@ -30,10 +30,9 @@ from ..privacy.dp_accountant import DpLedger
 from ..links.relay import Broadcast, Relays, relay_assignments
 from ..wire.commands import Command, SaveCheckpoint
 from ..wire.messages import ArtifactRef
-from ..privacy.secagg import AdvertiseKeys
-from .attempts import Attempt, Received, RoundAttempts
+from .attempts import Received, RoundAttempts
 from .round_rules import Kernel, RoundRecord, close_round, secure_terms
-from .secure_round import SecureRound
+from .secure_aggregator import SecureAggregator
 from .schedule import DatasetSchedule
 from .spec import JobSpec
 
@@ -77,12 +76,11 @@ class Round:
     def __init__(self, number: int, spec: JobSpec, attempts: RoundAttempts, opened_at: float, opening: int = 1) -> None:
         self.number = number
         self.opening = opening  # 1, then 2 for the round's first retry, ...
-        #: Secure aggregation (docs/privacy.md): the terms its assignments carry, the keys of the participants
-        #: that trained (by peer, with their attempt), and the protocol once the training phase closed.
+        #: Secure aggregation (docs/privacy.md): the terms its assignments carry, and the coordinator's side of
+        #: it (core/job/secure_aggregator.py: the keys of the participants that trained, then the protocol).
         self.terms = secure_terms(spec, opening)
-        self.keyed: dict[str, tuple[Attempt, AdvertiseKeys]] = {}
-        self.secure: SecureRound | None = None
-        self.secured_at = 0.0  # the host's stopwatch when secure aggregation started
+        self.secure = SecureAggregator(spec.job_id, number, self.terms, spec.weight_bytes // 4) \
+            if self.terms is not None else None
         self.spec = spec  # as the round opened: its settings aggregate it and are recorded in its checkpoint
         self.attempts = attempts
         self.opened_at = opened_at  # the host's stopwatch when the round's work went out
@@ -117,7 +115,7 @@ class Round:
     @property
     def securing(self) -> bool:
         """The training phase closed and secure aggregation runs: no new round opens meanwhile."""
-        return self.secure is not None and not self.secure.done and self.outcome is None
+        return self.secure is not None and self.secure.running and self.outcome is None
 
     def end(self, outcome: RoundOutcome) -> None:
         self.closing = False

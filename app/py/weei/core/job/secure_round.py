@@ -48,6 +48,9 @@ The coordinator's check of the mean's norm allows the noise's norm up to
 ``dp_noise.gaussian_norm_bound`` (fails an honest round with probability
 2**-64): it still catches a contribution far outside its clip, but no
 longer one that exceeds it by less than the noise's norm (docs/privacy.md).
+The coordinator drives :class:`SecureRound` through a round's
+``SecureAggregator`` (``core/job/secure_aggregator.py``: the keys as they
+come, the protocol once training closed, the round's record).
 
 Sans-I/O: both classes take messages and hand back messages to send, and
 the X25519 function to compute with (``x25519``, the host's kernel's: the
