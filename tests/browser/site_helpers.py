@@ -35,6 +35,23 @@ def b64(data: bytes) -> str:
 #: JS helper for page.evaluate: base64 -> ArrayBuffer.
 JS_FROM_B64 = "(s) => Uint8Array.from(atob(s), (c) => c.charCodeAt(0)).buffer"
 
+#: JS for page.evaluate: run Python source, then code, in one fresh namespace of the page's main-thread Pyodide
+#: (each of data, base64, bound there as a Uint8Array first); returns code's value.
+JS_RUN_IN_PYODIDE = f"""async ([source, code, data]) => {{
+  const fromB64 = {JS_FROM_B64};
+  const {{ pyodide }} = await __weeiTestHooks.get('distributed-training').mainThreadPython();
+  const ns = pyodide.globals.get('dict')();
+  pyodide.runPython(source, {{ globals: ns }});
+  for (const [name, bytes] of Object.entries(data)) ns.set(name, new Uint8Array(fromB64(bytes)));
+  return pyodide.runPython(code, {{ globals: ns }});
+}}"""
+
+
+def run_in_pyodide(pg: Any, source: str, code: str, **data: bytes) -> Any:
+    """Run ``source`` (definitions) and then ``code`` in the Pyodide of ``pg`` (a page of `weei serve
+    --test-hooks`), with ``data`` bound by name as Uint8Array proxies; returns the value of ``code``."""
+    return pg.evaluate(JS_RUN_IN_PYODIDE, [source, code, {name: b64(value) for name, value in data.items()}])
+
 
 @dataclass
 class Server:
