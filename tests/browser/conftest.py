@@ -2,7 +2,8 @@
 
 The session builds dist/ once (``python build.py site``), starts ``weei
 serve --port 0`` in a subprocess (its first line names the URL) and one
-headless system Chromium through Playwright; each test gets a fresh page.
+headless system Chromium through Playwright; each test gets a fresh page
+(``page``), or pages in Chromium processes of their own (``browsers``).
 The server must exit 0 on SIGTERM (clean shutdown).
 
 Set WEEI_CHROMIUM to use another Chromium binary. Playwright never
