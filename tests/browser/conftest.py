@@ -2,7 +2,8 @@
 
 The session builds dist/ once (``python build.py site``), starts ``weei
 serve --port 0`` in a subprocess (its first line names the URL) and one
-headless system Chromium through Playwright; each test gets a fresh page.
+headless system Chromium through Playwright; each test gets a fresh page
+(``page``), or pages in Chromium processes of their own (``browsers``).
 The server must exit 0 on SIGTERM (clean shutdown).
 
 Set WEEI_CHROMIUM to use another Chromium binary. Playwright never
@@ -22,6 +23,7 @@ from typing import Any
 
 import pytest
 from site_helpers import CHROMIUM, CHROMIUM_ARGS, DIST, ROOT, TIMEOUT_MS, Server, start_server, stop_server
+from test_api import ready
 
 
 #: What Playwright says when Chromium's renderer process dies under the test (a clean-clone CI once saw
@@ -114,6 +116,26 @@ def webgpu_browser(playwright: Any) -> Iterator[Any]:
     b = playwright.chromium.launch(executable_path=CHROMIUM, args=[*CHROMIUM_ARGS, "--enable-unsafe-webgpu"])
     yield b
     b.close()
+
+
+@pytest.fixture
+def browsers(browser: Any) -> Iterator[Any]:
+    """A factory of pages on the served site, each in a Chromium process of its own (as on different machines);
+    ``browsers(url, *chromium_args, timeout_ms=...)`` opens one and waits for its API (test_api.ready).
+    All closed afterwards."""
+    opened: list[Any] = []
+
+    def open_page(url: str, *extra: str, timeout_ms: int = TIMEOUT_MS) -> Any:
+        process = browser.browser_type.launch(executable_path=CHROMIUM, args=[*CHROMIUM_ARGS, *extra])
+        opened.append(process)
+        pg = process.new_page()
+        pg.set_default_timeout(timeout_ms)
+        ready(pg, url)
+        return pg
+
+    yield open_page
+    for process in opened:
+        process.close()
 
 
 @dataclass

@@ -28,12 +28,33 @@ CHROMIUM_ARGS = [
 TIMEOUT_MS = 90_000
 
 
-def b64(data: bytes) -> str:
+def b64(data: bytes | bytearray) -> str:
     return base64.b64encode(data).decode("ascii")
 
 
 #: JS helper for page.evaluate: base64 -> ArrayBuffer.
 JS_FROM_B64 = "(s) => Uint8Array.from(atob(s), (c) => c.charCodeAt(0)).buffer"
+
+#: JS for page.evaluate: run Python source, then code, in one fresh namespace of the page's main-thread Pyodide
+#: (each of data, base64, bound there as a Uint8Array first, each of values as it is); returns code's value.
+JS_RUN_IN_PYODIDE = f"""async ([source, code, data, values, awaited]) => {{
+  const fromB64 = {JS_FROM_B64};
+  const {{ pyodide }} = await __weeiTestHooks.get('distributed-training').mainThreadPython();
+  const ns = pyodide.globals.get('dict')();
+  pyodide.runPython(source, {{ globals: ns }});
+  for (const [name, bytes] of Object.entries(data)) ns.set(name, new Uint8Array(fromB64(bytes)));
+  for (const [name, value] of Object.entries(values)) ns.set(name, value);
+  return awaited ? await pyodide.runPythonAsync(code, {{ globals: ns }}) : pyodide.runPython(code, {{ globals: ns }});
+}}"""
+
+
+def run_in_pyodide(pg: Any, source: str, code: str, *, awaited: bool = False, **names: Any) -> Any:
+    """Run ``source`` (definitions) and then ``code`` in the Pyodide of ``pg`` (a page of `weei serve
+    --test-hooks`), with ``names`` bound there (bytes as Uint8Array proxies, other JSON values as they are);
+    returns the value of ``code``. ``awaited``: run ``code`` with runPythonAsync (the WebGPU shim awaits)."""
+    data = {name: b64(value) for name, value in names.items() if isinstance(value, (bytes, bytearray))}
+    values = {name: value for name, value in names.items() if not isinstance(value, (bytes, bytearray))}
+    return pg.evaluate(JS_RUN_IN_PYODIDE, [source, code, data, values, awaited])
 
 
 @dataclass

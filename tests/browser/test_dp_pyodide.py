@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from site_helpers import run_in_pyodide
+
 CHECKS = r'''
 def check():
     import hashlib, struct
@@ -32,11 +34,6 @@ def test_dp_is_bit_identical_in_pyodide(weei_server: Any, page: Any) -> None:
     expected = json.loads(json.dumps(scope["check"]()))
     pg, log = page
     pg.goto(weei_server.url)
-    got = pg.evaluate("""async (checks) => {
-      const { pyodide } = await __weeiTestHooks.get('distributed-training').mainThreadPython();
-      const ns = pyodide.globals.get('dict')();
-      pyodide.runPython(checks, { globals: ns });
-      return pyodide.runPython('import json\\njson.dumps(check())', { globals: ns });
-    }""", CHECKS)
+    got = run_in_pyodide(pg, CHECKS, "import json\njson.dumps(check())")
     assert json.loads(got) == expected
     assert not log.errors, log.errors

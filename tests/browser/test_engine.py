@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from site_helpers import JS_FROM_B64, b64
+from site_helpers import run_in_pyodide
 
 WAT = """
 (module
@@ -121,21 +121,13 @@ def test_browser_engine_behaves_like_wasmtime(weei_server: Any, page: Any) -> No
 
     pg, log = page
     pg.goto(weei_server.url)
-    got = pg.evaluate(f"""async ([checks, wasm, bad]) => {{
-      const fromB64 = {JS_FROM_B64};
-      const {{ pyodide }} = await __weeiTestHooks.get('distributed-training').mainThreadPython();
-      const ns = pyodide.globals.get('dict')();
-      pyodide.runPython(checks, {{ globals: ns }});
-      ns.set('wasm', new Uint8Array(fromB64(wasm)));
-      ns.set('bad', new Uint8Array(fromB64(bad)));
-      return pyodide.runPython(`
+    got = run_in_pyodide(pg, CHECKS, """
 import json
 from weei.browser.engine import BrowserEngine
 engine = BrowserEngine()
 result = json.dumps(check(engine, wasm.to_bytes(), bad.to_bytes()))
 engine.close()
-result`, {{ globals: ns }});
-    }}""", [CHECKS, b64(wasm), b64(bad)])
+result""", wasm=wasm, bad=bad)
     assert json.loads(got) == expected
     assert not log.errors, log.errors
 
@@ -144,12 +136,8 @@ def test_closed_instance_refuses_calls(weei_server: Any, page: Any) -> None:
     wasm, _ = _modules()
     pg, _log = page
     pg.goto(weei_server.url)
-    got = pg.evaluate(f"""async (wasm) => {{
-      const fromB64 = {JS_FROM_B64};
-      const {{ pyodide }} = await __weeiTestHooks.get('distributed-training').mainThreadPython();
-      const ns = pyodide.globals.get('dict')();
-      ns.set('wasm', new Uint8Array(fromB64(wasm)));
-      return pyodide.runPython(`
+    got = json.loads(run_in_pyodide(pg, "", """
+import json
 from weei.browser.engine import BrowserEngine
 from weei.runtime.engine import Trap
 engine = BrowserEngine()
@@ -161,6 +149,5 @@ try:
     after = "called"
 except Trap as exc:
     after = "trap: " + str(exc)
-[before, inst.closed, after]`, {{ globals: ns }}).toJs();
-    }}""", b64(wasm))
+json.dumps([before, inst.closed, after])""", wasm=wasm))
     assert got[0] == 7 and got[1] is True and got[2].startswith("trap") and "closed" in got[2]

@@ -11,38 +11,17 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
-
-from site_helpers import CHROMIUM, CHROMIUM_ARGS, ROOT, TIMEOUT_MS
-from test_api import ready
+from site_helpers import ROOT, TIMEOUT_MS
 
 SETTINGS = {"epochs": 1, "localEpochs": 1, "batchSize": 32, "coordinatorParticipates": False}
 
 
-@pytest.fixture
-def pages(browser: Any) -> Iterator[Any]:
-    opened: list[Any] = []
-
-    def open_page(url: str, *extra: str) -> Any:
-        process = browser.browser_type.launch(executable_path=CHROMIUM, args=[*CHROMIUM_ARGS, *extra])
-        opened.append(process)
-        pg = process.new_page()
-        pg.set_default_timeout(TIMEOUT_MS * 4)
-        ready(pg, url)
-        return pg
-
-    yield open_page
-    for process in opened:
-        process.close()
-
-
-def test_an_invited_page_fetches_the_archive_and_trains_on_its_gpu(weei_server: Any, pages: Any) -> None:
+def test_an_invited_page_fetches_the_archive_and_trains_on_its_gpu(weei_server: Any, browsers: Any) -> None:
     url = f"{weei_server.url}?room=gpu-{uuid.uuid4().hex[:8]}"
-    coordinator = pages(url)
-    helper = pages(url, "--enable-unsafe-webgpu")
+    coordinator = browsers(url, timeout_ms=TIMEOUT_MS * 4)
+    helper = browsers(url, "--enable-unsafe-webgpu", timeout_ms=TIMEOUT_MS * 4)
     helper_id = helper.evaluate("async () => { await T.api().setBackendPreference('gpu'); "
                                 "return T.api().getState().myPeerId; }")
     coordinator.evaluate("(id) => T.waitFor('the helper connected', () => T.api().getState().peers.includes(id))",

@@ -24,7 +24,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from test_peers import browsers  # noqa: F401  (the fixture: a page in a browser process of its own)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
 pytest.importorskip("onnx")
@@ -98,7 +97,7 @@ TRAIN_AND_EXPORT = """async (ids) => {
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_an_imported_model_trains_on_a_participant_page_and_exports(weei_server: Any, browsers: Any,  # noqa: F811
+def test_an_imported_model_trains_on_a_participant_page_and_exports(weei_server: Any, browsers: Any,
                                                                      tmp_path: Path, name: str) -> None:
     case = CASES[name]
     url = f"{weei_server.url}?room=onnx-{uuid.uuid4().hex[:8]}"

@@ -7,64 +7,24 @@ served site with ``?room=CODE``: the page's Python meets the others through
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
-
-from site_helpers import CHROMIUM, CHROMIUM_ARGS, TIMEOUT_MS
-from test_api import DIGITS, PRELUDE, ready
-
-
-@pytest.fixture
-def browsers(browser: Any) -> Iterator[Any]:
-    """A factory of pages, each in a browser process of its own; all closed afterwards."""
-    opened: list[Any] = []
-
-    def open_page(url: str) -> Any:
-        process = browser.browser_type.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        opened.append(process)
-        pg = process.new_page()
-        pg.set_default_timeout(TIMEOUT_MS)
-        ready(pg, url)
-        return pg
-
-    yield open_page
-    for process in opened:
-        process.close()
+from room_helpers import join_room
+from test_api import DIGITS
 
 
 def test_three_browsers_train_digits_together_and_compare_diagnostics(weei_server: Any, browsers: Any) -> None:
-    room = "test-" + uuid.uuid4().hex[:8]
-    url = f"{weei_server.url}?room={room}"
-    coordinator = browsers(url)
-    participants = [browsers(url), browsers(url)]
-    ids = [pg.evaluate("T.api().getState().myPeerId") for pg in participants]
-    coordinator.evaluate("(ids) => T.waitFor('both peers connected', "
-                         "() => ids.every((id) => T.api().getState().peers.includes(id)))", ids)
+    room = join_room(weei_server.url, browsers, 2)
+    coordinator, participants, ids = room.coordinator, room.participants, room.ids
+    job_id = room.create_job("digits-mlp", {**DIGITS, "epochs": 2})
 
-    job_id = coordinator.evaluate("""async (settings) => {
-      const training = T.api();
-      const { wasm, manifest, files, validation } = await T.pkg('digits-mlp');
-      await training.createJob({ wasm, manifest, files, validation, settings });
-      // Only the invitation goes out before a decision: nothing else is downloaded.
-      for (const peerId of training.getState().peers) training.invite(peerId);
-      return training.getState().job.id;
-    }""", {**DIGITS, "epochs": 2})
-    for pg in participants:
-        invitation = pg.evaluate("""(jobId) => T.waitFor('the invitation', () => {
-          const found = T.api().getState().invitations.find(([id]) => id === jobId);
-          return found && found[1].invitation;
-        })""", job_id)
+    def before_deciding(pg: Any, entry: dict[str, Any]) -> None:
+        invitation = entry["invitation"]
         assert invitation["modelInfo"]["id"] == "digits-mlp" and len(invitation["module"]["sha256"]) == 64
+        # Only the invitation goes out before a decision: nothing else is downloaded.
         assert pg.evaluate("T.api().getState().transfers.length") == 0
-        pg.evaluate("(jobId) => T.api().decideInvitation(jobId, true)", job_id)
 
-    coordinator.evaluate("""(ids) => T.waitFor('participants loaded the model', () => {
-      const p = T.api().getState().job.participants;
-      return ids.every((id) => p[id] && p[id].approved && p[id].state !== 'approved');
-    })""", ids)
+    room.accept(job_id, before_deciding)
     rows = coordinator.evaluate("""async () => {
       const training = T.api();
       // Whose live progress the coordinator hears of while they train (state.progress, by peer ID).

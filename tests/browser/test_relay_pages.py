@@ -11,41 +11,21 @@ an update the coordinator accepts.
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
-from test_peers import browsers  # noqa: F401 (the fixture: one Chromium process per page)
+from room_helpers import join_room
 
 from weei.core.links.relay import piece_size
 
 SETTINGS = {"epochs": 1, "localEpochs": 1, "batchSize": 8, "coordinatorParticipates": False}
 
 
-def test_a_checkpoint_is_relayed_by_participants_over_webrtc(weei_server: Any, browsers: Any) -> None:  # noqa: F811
-    room = "test-" + uuid.uuid4().hex[:8]
-    url = f"{weei_server.url}?room={room}"
-    coordinator = browsers(url)
-    participants = [browsers(url) for _ in range(3)]
-    ids = [pg.evaluate("T.api().getState().myPeerId") for pg in participants]
-    me = coordinator.evaluate("T.api().getState().myPeerId")
-    for pg in participants:  # the full mesh: every participant sees the others too
-        pg.evaluate("(ids) => T.waitFor('the mesh', () => ids.every((id) => id === T.api().getState().myPeerId"
-                    " || T.api().getState().peers.includes(id)), 120000)", [me, *ids])
-    job_id = coordinator.evaluate("""async (settings) => {
-      const training = T.api();
-      const { wasm, manifest, files } = await T.pkg('byte-transformer');
-      await training.createJob({ wasm, manifest, files, settings });
-      for (const peerId of training.getState().peers) training.invite(peerId);
-      return training.getState().job.id;
-    }""", SETTINGS)
-    for pg in participants:
-        pg.evaluate("""(jobId) => T.waitFor('the invitation',
-          () => T.api().getState().invitations.find(([id]) => id === jobId), 60000)""", job_id)
-        pg.evaluate("(jobId) => T.api().decideInvitation(jobId, true)", job_id)
-    coordinator.evaluate("""(ids) => T.waitFor('participants loaded the model', () => {
-      const p = T.api().getState().job.participants;
-      return ids.every((id) => p[id] && p[id].approved && p[id].state !== 'approved');
-    }, 120000)""", ids)
+def test_a_checkpoint_is_relayed_by_participants_over_webrtc(weei_server: Any, browsers: Any) -> None:
+    # The full mesh: every participant sees the others too.
+    room = join_room(weei_server.url, browsers, 3, mesh=True)
+    coordinator, participants, ids, me = room.coordinator, room.participants, room.ids, room.coordinator_id
+    job_id = room.create_job("byte-transformer", SETTINGS, validation=False)
+    room.accept(job_id, loaded_ms=120_000)
     coordinator.evaluate("T.api().start()")
     coordinator.evaluate("""() => T.waitFor('round 1 closed',
       () => T.api().getState().job.checkpoints.length >= 2, 300000)""")

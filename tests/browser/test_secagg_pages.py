@@ -7,42 +7,25 @@ and the coordinator writes FedAvg of the unmasked sums into the checkpoints.
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
+from room_helpers import join_room
 from test_api import DIGITS
-from test_peers import browsers  # noqa: F401 - the fixture
 
 PRIVACY = {"secureAggregation": True, "clip": 50, "threshold": 0.6}
 
 
-def test_three_browsers_train_with_secure_aggregation(weei_server: Any, browsers: Any) -> None:  # noqa: F811
-    room = "test-" + uuid.uuid4().hex[:8]
-    url = f"{weei_server.url}?room={room}"
-    coordinator = browsers(url)
-    participants = [browsers(url), browsers(url)]
-    ids = [pg.evaluate("T.api().getState().myPeerId") for pg in participants]
-    coordinator.evaluate("(ids) => T.waitFor('both peers connected', "
-                         "() => ids.every((id) => T.api().getState().peers.includes(id)))", ids)
-    job_id = coordinator.evaluate("""async (settings) => {
-      const training = T.api();
-      const { wasm, manifest, files, validation } = await T.pkg('digits-mlp');
-      await training.createJob({ wasm, manifest, files, validation, settings });
-      for (const peerId of training.getState().peers) training.invite(peerId);
-      return training.getState().job.id;
-    }""", {**DIGITS, "privacy": PRIVACY})
-    for pg in participants:
-        entry = pg.evaluate("""(jobId) => T.waitFor('the invitation', () => {
-          const found = T.api().getState().invitations.find(([id]) => id === jobId);
-          return found && found[1];
-        })""", job_id)
+def test_three_browsers_train_with_secure_aggregation(weei_server: Any, browsers: Any) -> None:
+    room = join_room(weei_server.url, browsers, 2)
+    coordinator, ids = room.coordinator, room.ids
+    job_id = room.create_job("digits-mlp", {**DIGITS, "privacy": PRIVACY})
+
+    def agreed_terms(_pg: Any, entry: dict[str, Any]) -> None:
         # What the participant agrees to, computed by its own page from the invitation's settings.
         assert entry["privacy"] == {"secureAggregation": {"clip": 50, "threshold": 0.6}}
-        pg.evaluate("(jobId) => T.api().decideInvitation(jobId, true)", job_id)
-    coordinator.evaluate("""(ids) => T.waitFor('participants loaded the model', () => {
-      const p = T.api().getState().job.participants;
-      return ids.every((id) => p[id] && p[id].approved && p[id].state !== 'approved');
-    }, 120000)""", ids)  # two participants' Workers start Pyodide and compile at once: slow on a loaded 2-core host
+
+    # Two participants' Workers start Pyodide and compile at once: slow on a loaded 2-core host.
+    room.accept(job_id, agreed_terms, loaded_ms=120_000)
     coordinator.evaluate("""async () => {
       const training = T.api();
       await training.start();

@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from site_helpers import JS_FROM_B64, b64
+from site_helpers import run_in_pyodide
 
 KERNEL_WASM = Path(__file__).resolve().parents[2] / "app" / "static" / "kernel" / "aggregate.wasm"
 
@@ -69,13 +69,7 @@ def test_a_secure_aggregation_round_is_bit_identical_in_pyodide_and_cpython(weei
 
     pg, log = page
     pg.goto(weei_server.url)
-    got = pg.evaluate(f"""async ([source, wasm]) => {{
-      const fromB64 = {JS_FROM_B64};
-      const {{ pyodide }} = await __weeiTestHooks.get('distributed-training').mainThreadPython();
-      const ns = pyodide.globals.get('dict')();
-      pyodide.runPython(source, {{ globals: ns }});
-      ns.set('wasm', new Uint8Array(fromB64(wasm)));
-      return pyodide.runPython(`
+    got = run_in_pyodide(pg, ROUND, """
 import json
 from weei.browser.engine import BrowserEngine
 from weei.kernel.wasm_kernel import WasmKernel
@@ -83,8 +77,7 @@ kernel = WasmKernel(BrowserEngine().compile(wasm.to_bytes()).instantiate(lambda 
 k = u = (9).to_bytes(32, "little")
 for _ in range(1000):  # RFC 7748, section 5.2: 1,000 iterations
     k, u = kernel.x25519(k, u), k
-json.dumps([secagg_round(), secagg_round(kernel.x25519), k.hex()])`, {{ globals: ns }});
-    }}""", [ROUND, b64(KERNEL_WASM.read_bytes())])
+json.dumps([secagg_round(), secagg_round(kernel.x25519), k.hex()])""", wasm=KERNEL_WASM.read_bytes())
     plain, kernel, iterated = json.loads(got)
     assert json.loads(plain) == expected and json.loads(kernel) == expected
     assert iterated == "684cf59ba83309552800ef566f2f4d3c1c3887c49360e3875f2eb94d99532c51"
@@ -137,11 +130,6 @@ def test_a_job_round_under_secure_aggregation_writes_the_same_weights_in_pyodide
     assert expected["contributors"] == ["p1", "p3", "p4", "p5"]
     pg, log = page
     pg.goto(weei_server.url)
-    got = pg.evaluate("""async (source) => {
-      const { pyodide } = await __weeiTestHooks.get('distributed-training').mainThreadPython();
-      const ns = pyodide.globals.get('dict')();
-      pyodide.runPython(source, { globals: ns });
-      return pyodide.runPython('secure_job_round()', { globals: ns });
-    }""", JOB_ROUND)
+    got = run_in_pyodide(pg, JOB_ROUND, "secure_job_round()")
     assert json.loads(got) == expected
     assert not log.errors, log.errors

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from site_helpers import JS_FROM_B64, ROOT, TIMEOUT_MS, b64
+from site_helpers import ROOT, TIMEOUT_MS, run_in_pyodide
 
 DIGITS = ROOT / "app" / "static" / "models" / "digits-mlp"
 
@@ -82,20 +82,11 @@ def test_the_executor_through_the_shim(weei_server: Any, webgpu_browser: Any) ->
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
     page.goto(weei_server.url)
-    got = page.evaluate(f"""async ([step, wasm, archive, chunk]) => {{
-      const fromB64 = {JS_FROM_B64};
-      const {{ pyodide }} = await __weeiTestHooks.get('distributed-training').mainThreadPython();
-      const ns = pyodide.globals.get('dict')();
-      pyodide.runPython(step, {{ globals: ns }});
-      ns.set('wasm', new Uint8Array(fromB64(wasm)));
-      ns.set('archive', new Uint8Array(fromB64(archive)));
-      ns.set('chunk', new Uint8Array(fromB64(chunk)));
-      return await pyodide.runPythonAsync(`
+    got = run_in_pyodide(page, STEP, """
 from weei.browser.engine import BrowserEngine
 from weei.browser.webgpu import gpu
-json.dumps(one_step(gpu, BrowserEngine(), wasm.to_bytes(), archive.to_bytes(), chunk.to_bytes()))`,
-        {{ globals: ns }});
-    }}""", [STEP, b64(wasm), b64(archive), b64(chunk)])
+json.dumps(one_step(gpu, BrowserEngine(), wasm.to_bytes(), archive.to_bytes(), chunk.to_bytes()))""",
+                         awaited=True, wasm=wasm, archive=archive, chunk=chunk)
     page.close()
     there = json.loads(got)
     print(f"\nSwiftShader: adapter {there['adapter']}, compile {there['compilationMs']:.0f} ms, gate {there['gate']}")

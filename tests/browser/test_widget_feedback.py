@@ -9,7 +9,6 @@ from typing import Any
 
 from site_helpers import ROOT
 from test_api import DIGITS
-from test_peers import browsers  # noqa: F401 (the fixture: pages in browser processes of their own)
 from test_widget import API, HOST, fill, open_widget, state
 
 MODELS = ROOT / "app" / "static" / "models"
