@@ -73,7 +73,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import numpy as np
 
@@ -94,7 +94,7 @@ MODELS: dict[str, tuple[int, dict[str, Any]]] = {
 }
 
 
-def _run(model: str, settings: dict[str, Any], seed: int, log: io.TextIOBase) -> dict[str, Any]:
+def _run(model: str, settings: dict[str, Any], seed: int, log: TextIO) -> dict[str, Any]:
     peers, _ = MODELS[model]
     job = DemoJob(f"privacy-{model}", model, {}, peers=peers, validation="validation.bin")
     started = time.monotonic()
@@ -117,7 +117,7 @@ def _run(model: str, settings: dict[str, Any], seed: int, log: io.TextIOBase) ->
     }
 
 
-def compare(model: str, seed: int, epochs: int, log: io.TextIOBase) -> dict[str, Any]:
+def compare(model: str, seed: int, epochs: int, log: TextIO) -> dict[str, Any]:
     _, settings = MODELS[model]
     settings = dict(settings, epochs=epochs)
     plain = _run(model, settings, seed, log)
@@ -132,7 +132,7 @@ def compare(model: str, seed: int, epochs: int, log: io.TextIOBase) -> dict[str,
             "participants": MODELS[model][0], "weights": plain["weights"]}
 
 
-def compare_noise_at(model: str, seed: int, epochs: int, log: io.TextIOBase) -> dict[str, Any]:
+def compare_noise_at(model: str, seed: int, epochs: int, log: TextIO) -> dict[str, Any]:
     """``compare``'s plan under secure aggregation, each ε with the noise at the coordinator and at the participants."""
     _, settings = MODELS[model]
     settings = dict(settings, epochs=epochs)
@@ -197,7 +197,7 @@ def _job(model: str, peers: int, folder: Path) -> DemoJob:
                    data=folder / "data")
 
 
-def _timed(job: DemoJob, settings: dict[str, Any], seed: int, log: io.TextIOBase) -> dict[str, Any]:
+def _timed(job: DemoJob, settings: dict[str, Any], seed: int, log: TextIO) -> dict[str, Any]:
     cpu = time.process_time()
     with tempfile.TemporaryDirectory() as tmp:
         report = run_job(job, Path(tmp), stream=log, settings=settings, seed=seed, flat=True)
@@ -243,7 +243,7 @@ def per_participant(routes: dict[tuple[str, str, str], tuple[int, int]], rounds:
             "bytesByType": by_type, "coordinatorMessages": coordinator}
 
 
-def compare_secagg(model: str, seed: int, epochs: int, log: io.TextIOBase, repeat: int = 1,
+def compare_secagg(model: str, seed: int, epochs: int, log: TextIO, repeat: int = 1,
                    peers: int = SECAGG_PEERS) -> dict[str, Any]:
     """One model's round time and traffic on ``peers`` peers, plain FedAvg against secure aggregation, same seed,
     ``repeat`` times."""

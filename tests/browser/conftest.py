@@ -153,6 +153,6 @@ def page(browser: Any) -> Iterator[tuple[Any, PageLog]]:
     pg.on("pageerror", lambda e: log.errors.append(f"pageerror: {e}"))
     pg.on("console", lambda m: log.console.append(f"{m.type}: {m.text}"))
     pg.on("requestfailed", lambda r: log.errors.append(f"request failed: {r.url} {r.failure}"))
-    pg.on("response", lambda r: r.status >= 400 and log.errors.append(f"HTTP {r.status} {r.url}"))
+    pg.on("response", lambda r: log.errors.extend([f"HTTP {r.status} {r.url}"] if r.status >= 400 else []))
     yield pg, log
     context.close()

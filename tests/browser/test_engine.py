@@ -107,7 +107,7 @@ def check(engine, wasm, bad_import_wasm):
 def _modules() -> tuple[bytes, bytes]:
     import wasmtime
 
-    return wasmtime.wat2wasm(WAT), wasmtime.wat2wasm(BAD_IMPORT_WAT)
+    return bytes(wasmtime.wat2wasm(WAT)), bytes(wasmtime.wat2wasm(BAD_IMPORT_WAT))
 
 
 def test_browser_engine_behaves_like_wasmtime(weei_server: Any, page: Any) -> None:

@@ -137,8 +137,7 @@ class PeerEvents:
             s.coordinator.receive(peer, message, blobs, now)
             # A step of secure aggregation changes nothing the window shows until its round closes (a checkpoint,
             # or a failure): like a progress report, it need not build a state for every subscriber at once.
-            quiet = quiet or (isinstance(message, _SECAGG_STEPS) and s.coordinator.round is not None
-                              and s.coordinator.round.securing)
+            quiet = quiet or (isinstance(message, _SECAGG_STEPS) and s.coordinator.securing)
         elif s.participant is not None:
             error = s.participant.last_error
             s.participant.on_message(peer, message, now)

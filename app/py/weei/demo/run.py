@@ -20,7 +20,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, TextIO
+from typing import Any, Callable, NoReturn, TextIO
 
 from ..api.controller import TrainingController
 from ..host.memory_storage import MemoryKeyValue, MemoryStorage
@@ -160,7 +160,7 @@ def package_inputs(package_dir: Path, data_dir: Path, validation: str | None) ->
     from ..core._check import parse_json
     from ..core.errors import UsageError, UsageReason
 
-    def bad(message: str) -> Any:
+    def bad(message: str) -> NoReturn:
         raise UsageError(UsageReason.BAD_MANIFEST, f"{package_dir / 'manifest.json'} {message}")
 
     try:

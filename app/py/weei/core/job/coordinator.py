@@ -70,7 +70,7 @@ from __future__ import annotations
 import hashlib
 from bisect import bisect_left
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from ..formats import checkpoint as ckpt
 from . import progress
@@ -286,6 +286,12 @@ class Coordinator:
         the updates are being averaged into it (the host's save follows)."""
         return self.round is not None and self.round.closing
 
+    @property
+    def securing(self) -> bool:
+        """The open round is in its secure aggregation: training ended, the protocol's steps are under way, and
+        nothing the window shows changes until the round closes or fails."""
+        return self.round is not None and self.round.securing
+
     def next_timer(self) -> float | None:
         """When ``handle_timer`` must next be called (ms since epoch), or None."""
         times = [t for t in (self.attempts.next_deadline(), self._grace_until) if t is not None]
@@ -401,7 +407,8 @@ class Coordinator:
         for attempt in self.attempts.open():
             self._end_attempt(attempt, "the job was stopped", now, failed=False, reassign=False)
         self.attempts.clear()
-        if self.round is not None and self.round.securing:
+        if self.securing:
+            assert self.round is not None
             self.round.end(RoundEmpty(self.round.number))  # its secure aggregation is abandoned
         self._finish(now, incomplete=True)
 
@@ -725,7 +732,7 @@ class Coordinator:
         if self._grace_until is not None and not loading(self.peers):
             self._grace_until = None
         if self.status != JobStatus.RUNNING or self.attempts.round_open() or self._grace_until is not None \
-                or (self.round is not None and self.round.securing):
+                or self.securing:
             return None
         if self._work_done():
             self._finish(now, incomplete=False)
@@ -933,10 +940,7 @@ class Coordinator:
             aggregated = self.stopwatch()
             closed = self._closing(round_, record, now)
         except Exception as exc:  # noqa: BLE001 - whatever fails, the round must not half-close (issue 20)
-            reason = exc.reason if isinstance(exc, WeeiError) else type(exc).__name__
-            text = (exc.message if isinstance(exc, WeeiError) else str(exc))[:500]
-            round_.end(RoundFailed(round_.number, reason, text))
-            self._round_failed(round_.number, received, reason, text)
+            self._round_failed(round_, [r.attempt for r in received], exc)
             return
         self._empty_rounds = 0
         self._last_failure = None
@@ -956,15 +960,19 @@ class Coordinator:
         assert self._dp_noise_seed is not None  # __init__ refused a DP job without one
         return DpRound(dp, noise_key(self._dp_noise_seed, self.spec.job_id, round_.number))
 
-    def _round_failed(self, round_: int, received: list[Received], reason: str, text: str) -> None:
-        """Closing ``round_`` failed before anything was written down: the previous checkpoint stays, the
-        round's trained work goes back (not counted as a failure), and the job pauses with the cause."""
-        for r in received:
-            progress.give_back(self.dataset, self.experience, r.attempt, failed=False)
+    def _round_failed(self, round_: Round, trained: Iterable[Attempt], exc: Exception) -> None:
+        """Closing ``round_`` raised ``exc`` before anything was written down: the previous checkpoint stays, the
+        round's ``trained`` work goes back (not counted as a failure), and the job pauses with the cause."""
+        reason = exc.reason if isinstance(exc, WeeiError) else type(exc).__name__
+        text = (exc.message if isinstance(exc, WeeiError) else str(exc))[:500]
+        round_.end(RoundFailed(round_.number, reason, text))
+        for attempt in trained:
+            progress.give_back(self.dataset, self.experience, attempt, failed=False)
         self._job("fail")
-        self.error = (f"round {round_} failed: {text} ({reason}); the checkpoint of round {self.checkpoint_round} "
-                      "stays. Fix the cause (a lower server learning rate, for a non-finite aggregate), then Resume")
-        self._log("round.failed", round=round_, reason=reason, error=text)
+        self.error = (f"round {round_.number} failed: {text} ({reason}); the checkpoint of round "
+                      f"{self.checkpoint_round} stays. Fix the cause (a lower server learning rate, for a non-finite "
+                      "aggregate), then Resume")
+        self._log("round.failed", round=round_.number, reason=reason, error=text)
         self._log("job.paused", reason="round-failed")
 
     # ------------------------------------------------------ secure aggregation
@@ -1055,12 +1063,7 @@ class Coordinator:
                                    assigned_count=self._assigned_count)
             closed = self._closing(round_, record, now)
         except Exception as exc:  # noqa: BLE001 - as _close_round: the round must not half-close
-            reason = exc.reason if isinstance(exc, WeeiError) else type(exc).__name__
-            text = (exc.message if isinstance(exc, WeeiError) else str(exc))[:500]
-            for attempt in secure.attempts_of(secure.contributors):
-                progress.give_back(self.dataset, self.experience, attempt, failed=False)
-            round_.end(RoundFailed(round_.number, reason, text))
-            self._round_failed(round_.number, [], reason, text)
+            self._round_failed(round_, secure.attempts_of(secure.contributors), exc)
             return
         self.last_contributors = list(record.contributors)
         self._empty_rounds = 0
