@@ -163,7 +163,7 @@ export class Setup {
     f.noiseAt = h('select', { name: 'noiseAt', 'aria-label': 'Noise added by',
       title: 'The participants: each adds its share under the masks, so the coordinator never sees a noise-free sum' },
       h('option', { value: 'coordinator', text: 'the coordinator' }),
-      h('option', { value: 'participants', text: 'the participants (needs secure aggregation)' }));
+      h('option', { value: 'participants', text: 'the participants' }));
     f.plannedEpsilon = h('p', { class: 'small', 'data-field': 'plannedEpsilon', 'aria-live': 'polite' });
     f.privacyBox = h('fieldset', { class: 'privacy' }, h('legend', { text: 'Privacy' }),
       h('div', { class: 'grid' },
