@@ -31,18 +31,14 @@ from weei.core.privacy.dp_accountant import epsilon_after
 SR = f"document.querySelector('{HOST}').shadowRoot"
 
 
-def planned(pg: Any) -> str:
-    return pg.locator("[data-field=plannedEpsilon]").inner_text()
-
-
-def test_the_privacy_fields_refusals_and_fill_back(weei_server: Any, page: Any) -> None:
+def test_the_privacy_fields_their_refusal_and_planned_epsilon(weei_server: Any, page: Any) -> None:
     pg, log = page
     open_widget(pg, weei_server.url)
     pg.get_by_role("button", name="Digits MLP demo").click()
     pg.get_by_text("Digits MLP demo:").wait_for()
     secure = pg.get_by_label("Secure aggregation", exact=True)
     dp = pg.get_by_label("Differential privacy", exact=True)
-    clip, sigma = pg.get_by_label("Participant clip (L2 norm)", exact=True), pg.get_by_label("Noise multiplier σ (0–1000)")
+    clip, sigma = pg.get_by_label("Participant clip (L2 norm)", exact=True), pg.get_by_label("Noise multiplier σ (0–1000)", exact=True)
     noise_at = pg.get_by_label("Noise added by", exact=True)
     assert not clip.is_visible() and not sigma.is_visible() and not noise_at.is_visible()
 
