@@ -1,13 +1,15 @@
 // The window's Job setup section: built-in demos, file choice, the settings form, job controls.
 // Methods of the window's Widget class (mixed into it by window.js): `this` is the Widget.
 
-import { h, append, fmtBytes, setDisabled, experienceOf, copyButton } from './dom.js';
+import { h, append, fmtBytes, setDisabled, experienceOf, copyButton, errorText } from './dom.js';
 import { routeFolder, routeDataFiles, droppedEntries } from './folder.js';
 
 // The built-in reference packages are served next to the widget/ directory.
 /** The settings a package brings none of starts from: `weei train`'s (demo/train.py DEFAULT_SETTINGS). */
 export const PACKAGE_DEFAULTS = Object.freeze({ epochs: 1, localEpochs: 1, batchSize: 32, coordinatorParticipates: true,
   validationSchedule: { enabled: true, unit: 'round', every: 1 } });
+/** The privacy fields' values before anyone edits them (docs/privacy.md's example; ε is shown as they change). */
+const PRIVACY_DEFAULTS = Object.freeze({ clip: 1, noiseMultiplier: 1.1, delta: 1e-5, maxRounds: 30 });
 
 const BASE = new URL('../', import.meta.url).href;
 
@@ -153,6 +155,37 @@ export class Setup {
     f.combine.addEventListener('change', () => this.updateMethodFields());
     f.compression.addEventListener('change', () => this.updateMethodFields());
 
+    // settings.privacy (docs/privacy.md): off unless ticked; the core checks the combinations (showReview).
+    const check = (name, label, hint) => {
+      f[name] = h('input', { type: 'checkbox', name, 'aria-describedby': `weei-${name}-hint` });
+      return [h('label', { class: 'check' }, f[name], label), h('p', { class: 'small muted hint', id: `weei-${name}-hint`, text: hint })];
+    };
+    f.noiseAt = h('select', { name: 'noiseAt', 'aria-label': 'Noise added by',
+      title: 'The participants: each adds its share under the masks, so the coordinator never sees a noise-free sum' },
+      h('option', { value: 'coordinator', text: 'the coordinator' }),
+      h('option', { value: 'participants', text: 'the participants' }));
+    f.plannedEpsilon = h('p', { class: 'small', 'data-field': 'plannedEpsilon', 'aria-live': 'polite' });
+    f.privacyBox = h('fieldset', { class: 'privacy' }, h('legend', { text: 'Privacy' }),
+      h('div', { class: 'grid' },
+        ...check('secureAggregation', 'Secure aggregation', 'The coordinator sees only each round\'s sum, never one update'),
+        num('secureClip', 'Participant clip (L2 norm)', { min: 0, max: 1000, step: 'any', value: PRIVACY_DEFAULTS.clip,
+          title: 'Each participant scales its update down to this norm before masking it' }),
+        num('threshold', 'Threshold (0.5–1)', { min: 0.5, max: 1, step: 'any', placeholder: '0.6',
+          title: 'The share of a round\'s participants that must stay to its end for its sum to count' }),
+        ...check('dp', 'Differential privacy', 'Bounds what the models reveal of any one participant (ε at δ)'),
+        num('dpClip', 'DP clip (L2 norm)', { min: 0, step: 'any', value: PRIVACY_DEFAULTS.clip,
+          title: 'Every update is clipped to this norm (with secure aggregation, by each participant)' }),
+        num('noiseMultiplier', 'Noise multiplier σ (0–1000)', { min: 0, max: 1000, step: 'any', value: PRIVACY_DEFAULTS.noiseMultiplier,
+          title: 'Gaussian noise of σ × clip on each round\'s sum: more noise, smaller ε, a noisier model' }),
+        num('delta', 'δ (0–1)', { min: 0, max: 1, step: 'any', value: PRIVACY_DEFAULTS.delta,
+          title: 'The probability the ε bound may fail: well below 1 / the number of participants' }),
+        num('dpRounds', 'Rounds under DP (at most)', { min: 1, max: 1000000, step: 1, value: PRIVACY_DEFAULTS.maxRounds,
+          title: 'The job ends after this many rounds, so ε stays within the plan' }),
+        (f.noiseAtLabel = h('label', {}, h('span', { text: 'Noise added by' }), f.noiseAt))),
+      f.plannedEpsilon);
+    f.secureAggregation.addEventListener('change', () => this.updateMethodFields());
+    f.dp.addEventListener('change', () => this.updateMethodFields());
+
     f.create = h('button', { type: 'button', class: 'primary', text: 'Create job' });
     f.apply = h('button', { type: 'button', text: 'Apply settings to job', title: 'updateSettings(): takes effect from the next round' });
     f.formError = h('div', { class: 'error hidden', role: 'alert' });
@@ -172,7 +205,7 @@ export class Setup {
     f.choose = h('div', { class: 'choose' },
       h('div', { class: 'row' }, h('span', { class: 'small muted', text: 'Built-in demos:' }), f.demoDigits, f.demoCartpole, f.demoTransformer),
       f.selection, f.demoError, files, onnxBox);
-    f.settingsBox = h('details', { class: 'settings', open: true }, h('summary', { text: 'Settings' }), grid, f.robustHelp);
+    f.settingsBox = h('details', { class: 'settings', open: true }, h('summary', { text: 'Settings' }), grid, f.robustHelp, f.privacyBox);
     // The primary action stays outside the foldable settings: after a job the form folds away, and the
     // next demo or package must still show Create job.
     f.actions = h('div', { class: 'actions' }, h('div', { class: 'row' }, f.create, f.apply), f.review, f.formError);
@@ -293,7 +326,12 @@ export class Setup {
       if (await this.confirmSettings('apply', null)) await this.api.updateSettings(this.readSettings());
     }));
     // A changed value is reviewed again (notes show at once; a confirmation given for other values lapses).
-    grid.addEventListener('change', () => { this.confirmed = null; this.showReview(); });
+    f.settingsBox.addEventListener('change', () => { this.confirmed = null; this.showReview(); });
+    // The planned ε follows the privacy fields as they are typed in, not only when one is left.
+    f.privacyBox.addEventListener('input', () => {
+      clearTimeout(this.reviewTimer);
+      this.reviewTimer = setTimeout(() => { this.confirmed = null; this.showReview(); }, 250);
+    });
     const control = (button, fn) => button.addEventListener('click', () => this.act(button, f.controlError, fn));
     control(f.start, () => this.api.start());
     control(f.pause, () => this.api.pause());
@@ -319,32 +357,52 @@ export class Setup {
     this.fillSettings(null, null);
   }
 
-  /** The review of the form's settings (null when the API has none or the form does not parse). */
+  /** The review of the form's settings: null when the API has none or the form does not parse,
+   *  `{settings, refused}` with the core's SettingsError when it refuses them. */
   async reviewForm(manifest) {
     if (typeof this.api.reviewSettings !== 'function') return null;
     let settings;
     try { settings = this.readSettings(); } catch { return null; }
     try {
       return { settings, review: await this.api.reviewSettings(settings, manifest) };
-    } catch { return null; } // invalid settings: Create job names the field
+    } catch (err) {
+      // The settings' own refusal; anything else (the API still starting) is Create job's to report.
+      return err && err.kind === 'SettingsError' ? { settings, refused: err } : null;
+    }
   }
 
-  /** Show the review's warnings under the form; returns it. */
+  /** Show the review's warnings and planned ε, or the core's refusal naming the field, under the form;
+   *  returns reviewForm's answer. */
   async showReview(manifest = this.selection.manifestJson) {
     const f = this.f;
     const job = this.state && this.state.job;
+    const seq = (this.reviewSeq = (this.reviewSeq || 0) + 1);
     const out = await this.reviewForm(job && job.role === 'coordinator' && job.status !== 'completed' ? null : manifest);
-    const warnings = out ? out.review.warnings : [];
+    if (seq !== this.reviewSeq) return out; // a later edit's review shows instead
+    const review = out && out.review;
+    const warnings = review ? review.warnings : [];
     f.review.replaceChildren(...warnings.map((w) => h('div', { class: w.level === 'confirm' ? 'warn' : 'muted', 'data-field': w.field },
       w.level === 'confirm' ? '⚠ ' : '', h('b', { text: w.field }), `: ${w.message}`)));
     f.review.classList.toggle('hidden', !warnings.length);
+    // A refusal shows where Create job would show it; the edit that resolves it takes it away.
+    if (out && out.refused) {
+      f.formError.textContent = f.formError.dataset.refusal = errorText(out.refused);
+      f.formError.classList.remove('hidden');
+    } else if (f.formError.dataset.refusal && f.formError.textContent === f.formError.dataset.refusal) {
+      f.formError.textContent = f.formError.dataset.refusal = '';
+      f.formError.classList.add('hidden');
+    }
+    const dp = review && review.privacy && review.privacy.dp;
+    f.plannedEpsilon.textContent = !dp ? '' : dp.plannedEpsilon === null ? 'Planned ε: infinite (σ 0 clips but adds no noise)'
+      : `Planned ε ≤ ${Number(dp.plannedEpsilon).toPrecision(3)} at δ ${dp.delta} over at most ${dp.maxRounds} rounds`;
     return out;
   }
 
-  /** Before `what` ('create' or 'apply'): settings that need a confirmation are shown and the
-   *  button asks for a second click with the same values; returns whether to go on. */
+  /** Before `what` ('create' or 'apply'): settings the core refuses are named, settings that need a
+   *  confirmation are shown and the button asks for a second click with the same values; returns whether to go on. */
   async confirmSettings(what, manifest) {
     const out = await this.showReview(manifest);
+    if (out && out.refused) return false; // its refusal shows under the form
     if (!out || !out.review.needsConfirmation) return true;
     const key = JSON.stringify([what, out.settings]);
     if (this.confirmed === key) { this.confirmed = null; return true; }
@@ -404,6 +462,18 @@ export class Setup {
       f.compression.value = compression.kind || '';
       set(f.compressionBlock, compression.block);
       f.compressionDeflate.checked = Boolean(compression.deflate);
+      // A restored or continued job's privacy fills back too: Apply must send the privacy it was created with.
+      const privacy = settings.privacy || {};
+      const dp = privacy.dp || {};
+      f.secureAggregation.checked = Boolean(privacy.secureAggregation);
+      set(f.secureClip, privacy.clip ?? PRIVACY_DEFAULTS.clip);
+      set(f.threshold, privacy.threshold);
+      f.dp.checked = Boolean(privacy.dp);
+      set(f.dpClip, dp.clip ?? PRIVACY_DEFAULTS.clip);
+      set(f.noiseMultiplier, dp.noiseMultiplier ?? PRIVACY_DEFAULTS.noiseMultiplier);
+      set(f.delta, dp.delta ?? PRIVACY_DEFAULTS.delta);
+      set(f.dpRounds, dp.maxRounds ?? PRIVACY_DEFAULTS.maxRounds);
+      f.noiseAt.value = dp.noiseAt || 'coordinator';
       const vs = settings.validationSchedule;
       f.venabled.checked = Boolean(vs && vs.enabled);
       if (vs) { f.vunit.value = vs.unit; set(f.vevery, vs.every); }
@@ -423,6 +493,14 @@ export class Setup {
     f.trimLabel.classList.toggle('hidden', f.combine.value !== 'trimmedMean');
     f.compressionBlockLabel.classList.toggle('hidden', !f.compression.value);
     f.compressionDeflateLabel.classList.toggle('hidden', !f.compression.value);
+    const secure = f.secureAggregation.checked;
+    const dp = f.dp.checked;
+    // With DP on, participants clip to the DP clip (a second clip could only conflict with it).
+    f.secureClipLabel.classList.toggle('hidden', !secure || dp);
+    f.thresholdLabel.classList.toggle('hidden', !secure);
+    for (const k of ['dpClip', 'noiseMultiplier', 'delta', 'dpRounds', 'noiseAt']) f[k + 'Label'].classList.toggle('hidden', !dp);
+    f.noiseAt.options[1].disabled = !secure;
+    if (!secure) f.noiseAt.value = 'coordinator';
   }
 
   /** The form as TrainingSettings. Empty optional fields are left out (the defaults apply). */
@@ -459,6 +537,21 @@ export class Setup {
       if (block !== undefined) settings.compression.block = block;
       if (f.compressionDeflate.checked) settings.compression.deflate = true;
     }
+    // Only what is ticked is sent (untouched, the settings are what they were without this section); an empty
+    // required field is left out, so the core's refusal names it.
+    const put = (obj, key, el) => { const v = opt(el); if (v !== undefined) obj[key] = v; };
+    const privacy = {};
+    if (f.secureAggregation.checked) {
+      privacy.secureAggregation = true;
+      if (!f.dp.checked) put(privacy, 'clip', f.secureClip);
+      put(privacy, 'threshold', f.threshold);
+    }
+    if (f.dp.checked) {
+      const dp = (privacy.dp = {});
+      for (const [key, el] of [['clip', f.dpClip], ['noiseMultiplier', f.noiseMultiplier], ['delta', f.delta], ['maxRounds', f.dpRounds]]) put(dp, key, el);
+      if (f.noiseAt.value === 'participants') dp.noiseAt = 'participants';
+    }
+    if (Object.keys(privacy).length) settings.privacy = privacy;
     settings.validationSchedule = { enabled: f.venabled.checked, unit: f.vunit.value, every: int(f.vevery, 'Validate every') };
     return settings;
   }

@@ -85,6 +85,10 @@ input[type=checkbox] { margin: 0 5px 0 0; vertical-align: -2px; }
 .files.onnx { border: 1px solid var(--border); border-radius: 6px; padding: 6px 10px; min-width: 0; }
 .files.onnx select, .files.onnx input { min-width: 0; max-width: 100%; }
 .files.onnx legend, .files.onnx .row, .files.onnx .error { grid-column: 1 / -1; }
+.privacy { border: 1px solid var(--border); border-radius: 6px; padding: 4px 10px; margin: 6px 0; min-width: 0; }
+.privacy legend { font-size: 12px; color: var(--label); }
+.privacy label.check, .privacy .hint { grid-column: 1 / -1; }
+.privacy .hint { margin: -4px 0 2px; }
 .hidden { display: none !important; }
 .error { color: var(--danger); background: var(--err-bg); border: 1px solid var(--err-border); border-radius: 6px; padding: 4px 8px; margin: 6px 0; white-space: pre-wrap; }
 .error .dismiss { float: right; margin: 0 0 2px 8px; padding: 1px 8px; font-size: 12px; }
