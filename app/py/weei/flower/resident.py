@@ -67,7 +67,10 @@ def state_dir(node_id: int, node_config: Mapping[str, Any]) -> Path:
 def _send(sock: socket.socket, header: Mapping[str, Any], body: bytes) -> None:
     head = json.dumps(header).encode()
     sock.sendall(struct.pack("<IQ", len(head), len(body)) + head)
-    sock.sendall(body)
+    # With an empty body the other side has the whole request once the header is in: it may answer and close
+    # before a second send, which then fails with EPIPE (seen under load: a message with empty content).
+    if body:
+        sock.sendall(body)
 
 
 def _recv_exact(sock: socket.socket, n: int) -> bytes:
