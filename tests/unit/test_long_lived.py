@@ -6,8 +6,11 @@ allocator: wasm instances (each with its store and linear memory) and engines.
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import gc
 import io
+import json
 import time
 import weakref
 from pathlib import Path
@@ -25,6 +28,7 @@ _WAT = f"""(module
   (memory (export "memory") 1)
   (data (i32.const 64) "{_QUOTED}")
   (func (export "run") (result i32) (call $progress (i32.const 64) (i32.const {len(_REPORT)})) i32.const 7))"""
+SETTINGS = {"epochs": 1, "localEpochs": 1, "batchSize": 16, "coordinatorParticipates": True}
 
 
 def _live(kind: type) -> int:
@@ -68,13 +72,57 @@ def test_jobs_run_one_after_another_leave_no_instances_or_engines(tmp_path: Path
     live instances and engines after six jobs are those after two (before the fixes, 5 engines and 5
     instances more per job)."""
     job = DemoJob("long-lived", "digits-mlp", {}, peers=4, validation="validation.bin")
-    settings = {"epochs": 1, "localEpochs": 1, "batchSize": 16, "coordinatorParticipates": True}
 
     def run(times: int) -> tuple[int, int]:
         for i in range(times):
-            run_job(job, tmp_path / str(i), stream=io.StringIO(), settings=settings, seed=i, flat=True)
+            run_job(job, tmp_path / str(i), stream=io.StringIO(), settings=SETTINGS, seed=i, flat=True)
         time.sleep(2 * TICK_S)  # past a tick of the deadline ticker
         return _live(WasmtimeInstance), _live(WasmtimeEngine)
 
     after_two = run(2)
     assert run(4) == after_two
+
+
+def test_an_agent_keeps_nothing_per_invitation_once_decided(tmp_path: Path) -> None:
+    """An agent runs for days and hears invitation after invitation (from anyone in its room): what it kept
+    per job ID to decide one (the sender, the job ID being decided) goes once decided, and the decisions it
+    keeps to be read are the last ``MAX_DECISIONS_KEPT``."""
+    from weei.agent.main import MAX_DECISIONS_KEPT, Agent, AgentOptions
+    from weei.demo.network import MemoryNetwork
+    from weei.demo.run import _controller, _package_inputs
+    from weei.core.wire.messages import Invitation, decode_message
+
+    invitations = MAX_DECISIONS_KEPT + 10
+
+    async def scenario() -> Agent:
+        engine = WasmtimeEngine()
+        network = MemoryNetwork()
+        coordinator = _controller("coordinator", network, engine)
+        agent = Agent(AgentOptions(server="ws://127.0.0.1:9/signal", room="room", data_dir=tmp_path),
+                      out=io.StringIO())  # no --accept-model: it refuses every invitation
+        agent.controller = _controller("agent", network, engine)
+        network.workers.pop("agent").cancel()  # the agent, not the network, hands its controller each message
+        try:
+            await coordinator.init()
+            await agent.controller.init()
+            job = DemoJob("agent", "digits-mlp", {}, peers=2)
+            job_id = await coordinator.create_job(**_package_inputs(job), settings=SETTINGS)
+            coordinator.invite("agent")
+            inbox = network.inboxes["agent"]
+            while True:
+                src, text, _ = await inbox.get()
+                first = decode_message(json.loads(text))
+                if isinstance(first, Invitation):
+                    break
+            for i in range(invitations):  # one coordinator inviting to job after job
+                await agent.on_peer_message(src, dataclasses.replace(first, job_id=f"{job_id}-{i}"), {})
+                while agent._tasks:
+                    await asyncio.gather(*agent._tasks)
+            return agent
+        finally:
+            await network.close()
+
+    agent = asyncio.run(scenario())
+    assert len(agent.decisions) == MAX_DECISIONS_KEPT
+    assert not any(d.accepted for d in agent.decisions.values())
+    assert (agent._senders, agent._deciding) == ({}, {})
