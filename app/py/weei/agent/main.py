@@ -40,7 +40,8 @@ from .storage import DiskKeyValue, DiskStorage
 if TYPE_CHECKING:
     from .transport import AgentTransport
 
-__all__ = ["AgentOptions", "Agent", "MAX_DECISIONS_KEPT", "agent_environment", "default_data_dir", "add_arguments", "run_cli"]
+__all__ = ["AgentOptions", "Agent", "MAX_DECISIONS_KEPT", "agent_environment", "default_data_dir", "add_arguments",
+           "run_cli"]
 
 #: The decisions ``Agent.decisions`` keeps, the newest: an agent hears invitations for as long as it runs.
 MAX_DECISIONS_KEPT = 64

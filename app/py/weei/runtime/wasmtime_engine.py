@@ -95,8 +95,8 @@ class _Ticker:
 
     def _tick_all(self) -> None:
         # The strong references taken here must end before the sleep: a list kept across it held every engine
-        # that only the cycle collector could free (an engine, its modules and instances refer to each other),
-        # and each tick's new list took them again, so such an engine was never freed.
+        # that only the cycle collector could free (one whose owners refer to each other, as a controller, its
+        # pool and their runtimes do), and each tick's new list took them again, so such an engine never was.
         with self._lock:
             engines = list(self._engines)
         for engine in engines:
