@@ -40,7 +40,11 @@ from .storage import DiskKeyValue, DiskStorage
 if TYPE_CHECKING:
     from .transport import AgentTransport
 
-__all__ = ["AgentOptions", "Agent", "agent_environment", "default_data_dir", "add_arguments", "run_cli"]
+__all__ = ["AgentOptions", "Agent", "MAX_DECISIONS_KEPT", "agent_environment", "default_data_dir", "add_arguments",
+           "run_cli"]
+
+#: The decisions ``Agent.decisions`` keeps, the newest: an agent hears invitations for as long as it runs.
+MAX_DECISIONS_KEPT = 64
 
 _TOKEN_KEY = "weei.agent.signalingToken:"
 # Participant states passed every round: not worth a line each ('assigned' marks each round).
@@ -133,8 +137,8 @@ class Agent:
         self.kv = DiskKeyValue(Path(options.data_dir) / "kv.json")
         self.transport: AgentTransport | None = None
         self.controller: TrainingController | None = None
-        self.decisions: dict[str, Decision] = {}
-        self._deciding: set[str] = set()
+        self.decisions: dict[str, Decision] = {}  # job ID -> this agent's decision, the newest MAX_DECISIONS_KEPT
+        self._deciding: dict[str, asyncio.Task[None]] = {}  # job ID -> its decision, while its invitation is pending
         self.disk = DiskClaims(options.disk_budget_mib << 20)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._last_state: tuple[Any, ...] | None = None
@@ -214,10 +218,20 @@ class Agent:
         await controller.on_peer_message(peer, message, blobs)
         if isinstance(message, Invitation) and controller.invitations.get(message.job_id) is not before:
             self._senders[message.job_id] = peer  # the invitation the controller kept came from this peer
-        for job_id in list(controller.invitations):
+        pending = controller.invitations
+        for job_id in pending:
             if job_id not in self._deciding:
-                self._deciding.add(job_id)
-                self._spawn(self._decide(job_id))
+                self._deciding[job_id] = self._spawn(self._decide(job_id))
+        self._forget_decided(pending)
+
+    def _forget_decided(self, pending: Mapping[str, Any]) -> None:
+        """Drop what was kept to decide the invitations no longer pending: anyone in the room may invite, for
+        as long as the agent runs. One still pending once decided (the controller refused the decision) stays,
+        so that it is not decided again."""
+        for job_id in [j for j, task in self._deciding.items() if task.done() and j not in pending]:
+            del self._deciding[job_id]
+        for job_id in [j for j in self._senders if j not in pending and j not in self._deciding]:
+            del self._senders[job_id]
 
     async def _keep(self, peer: str, message: Message, blobs: Mapping[str, bytes]) -> None:
         """Store on disk, before acting on it, what the accepted job asks for (keep.py); refuse the rest."""
@@ -284,7 +298,13 @@ class Agent:
                                                    None if decision.accepted else decision.reason)
             except UsageError as exc:  # room-proof-*: declined, nothing downloaded
                 decision = Decision(False, f"{exc.reason}: {exc.message}")
-        self.decisions[job_id] = decision
+        self.decisions.pop(job_id, None)
+        self.decisions[job_id] = decision  # the newest last
+        while len(self.decisions) > MAX_DECISIONS_KEPT:
+            del self.decisions[next(iter(self.decisions))]
+        if job_id not in controller.invitations:
+            self._deciding.pop(job_id, None)
+            self._senders.pop(job_id, None)
         self.say(f"{'accepted' if decision.accepted else 'refused'} job {job_id} from "
                  f"{invitation.get('coordinator')}: {decision.reason}")
 
@@ -345,10 +365,11 @@ class Agent:
             await transport.close()
         self.say("closed")
 
-    def _spawn(self, coro: Any) -> None:
+    def _spawn(self, coro: Any) -> asyncio.Task[Any]:
         task = asyncio.ensure_future(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
 
 # -------------------------------------------------------------------- command line

@@ -91,10 +91,16 @@ class _Ticker:
     def _run(self) -> None:
         while True:
             time.sleep(TICK_S)
-            with self._lock:
-                engines = list(self._engines)
-            for engine in engines:
-                engine._tick()
+            self._tick_all()
+
+    def _tick_all(self) -> None:
+        # The strong references taken here must end before the sleep: a list kept across it held every engine
+        # that only the cycle collector could free (one whose owners refer to each other, as a controller, its
+        # pool and their runtimes do), and each tick's new list took them again, so such an engine never was.
+        with self._lock:
+            engines = list(self._engines)
+        for engine in engines:
+            engine._tick()
 
 
 _TICKER = _Ticker()
@@ -240,6 +246,27 @@ class WasmtimeModule:
         return WasmtimeInstance(self._engine, self._module, self._imports, on_progress)
 
 
+def _weak_progress(instance: WasmtimeInstance) -> Any:
+    """The progress import's callback, holding ``instance`` weakly.
+
+    wasmtime-py keeps a host function's callback in a module-level table
+    (``wasmtime._func.FUNCTIONS``) until the store that owns the function is
+    deleted. A callback that held the instance (a bound method) kept the
+    instance, hence its store, hence the callback itself: no instance was ever
+    freed, nor its linear memory, and a process that ran job after job grew by
+    every Worker's instances of every job. A call into the module holds the
+    instance, so the weak reference is live whenever the module reports.
+    """
+    ref = weakref.ref(instance)
+
+    def progress(caller: wasmtime.Caller, ptr: int, size: int) -> None:
+        live = ref()
+        if live is not None:
+            live._progress(caller, ptr, size)
+
+    return progress
+
+
 class WasmtimeInstance:
     """A live instance (see :class:`~weei.runtime.engine.Instance`)."""
 
@@ -264,7 +291,7 @@ class WasmtimeInstance:
             if (imp.module, imp.name, imp.kind) != (_PROGRESS_MODULE, _PROGRESS_NAME, "func"):
                 raise InstantiateError(f"no host value for import {imp.module}.{imp.name}")
             ty = wasmtime.FuncType([wasmtime.ValType.i32(), wasmtime.ValType.i32()], [])
-            externs.append(wasmtime.Func(self._store, ty, self._progress, access_caller=True))
+            externs.append(wasmtime.Func(self._store, ty, _weak_progress(self), access_caller=True))
         engine._busy += 1
         try:
             self._instance = wasmtime.Instance(self._store, module, externs)
