@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from room_helpers import capture_console
 from site_helpers import CHROMIUM, CHROMIUM_ARGS, DIST, ROOT, TIMEOUT_MS, Server, start_server, stop_server
 from test_api import ready
 
@@ -130,6 +131,7 @@ def browsers(browser: Any) -> Iterator[Any]:
         opened.append(process)
         pg = process.new_page()
         pg.set_default_timeout(timeout_ms)
+        capture_console(pg)
         ready(pg, url)
         return pg
 

@@ -29,6 +29,7 @@ from typing import Any, Mapping
 import pytest
 
 from aiortc_peer import ThreadedPeer
+from room_helpers import capture_console, explained
 from site_helpers import CHROMIUM, CHROMIUM_ARGS, DIST, ROOT, TIMEOUT_MS
 from test_api import DIGITS, ready
 
@@ -67,6 +68,7 @@ class Browsers:
         pg.set_default_timeout(TIMEOUT_MS)
         errors = self.errors.setdefault(id(pg), [])
         pg.on("pageerror", lambda e: errors.append(f"pageerror: {e}"))
+        capture_console(pg)
         pg._weei_process = process
         ready(pg, url)
         return pg
@@ -305,9 +307,11 @@ def test_coordinator_reload_mid_round_resumes_and_its_participants_come_back(wee
     ids = [pg.evaluate("T.api().getState().myPeerId") for pg in participants]
     job_id = coordinator.evaluate(CREATE_AND_INVITE, [{**DIGITS, "epochs": 2, "validationSchedule": NO_VALIDATION},
                                                       ids])
-    for pg in participants:
-        accept(pg, job_id)
-    coordinator.evaluate(WAIT_LOADED, ids)
+    tabs = {"coordinator": coordinator, "participant 0": participants[0], "participant 1": participants[1]}
+    with explained(tabs):
+        for pg in participants:
+            accept(pg, job_id)
+        coordinator.evaluate(WAIT_LOADED, ids)
     before = coordinator.evaluate("""async () => {
       const training = T.api();
       await training.start();
@@ -331,7 +335,8 @@ def test_coordinator_reload_mid_round_resumes_and_its_participants_come_back(wee
     assert reopened["rounds"][: len(before["rounds"])] == before["rounds"], (before, reopened)
     # The saved job keeps who takes part: both come back without a new invitation.
     assert set(ids) <= set(reopened["participants"]), reopened["participants"]
-    coordinator.evaluate(WAIT_LOADED, ids)
+    with explained(tabs):
+        coordinator.evaluate(WAIT_LOADED, ids)
     out = coordinator.evaluate(WAIT_DONE, 120_000)
     job = out["job"]
     assert out["error"] is None, out["error"]

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from playwright.sync_api import expect
-from room_helpers import WAIT_INVITATION, WAIT_LOADED, join_room
+from room_helpers import INVITE, WAIT_INVITATION, WAIT_LOADED, explained, join_room
 from site_helpers import TIMEOUT_MS
 from test_api import ready
 from test_readme_flow import explain
@@ -152,7 +152,8 @@ def test_a_job_with_participant_noise_created_from_the_widget(weei_server: Any, 
     owner.get_by_role("button", name="Create job", exact=True).click()
     owner.wait_for_function(f"() => {API}.getState().job?.status === 'ready'")
     job_id = owner.evaluate(f"{API}.getState().job.id")
-    owner.evaluate(f"() => {{ for (const p of {API}.getState().peers) {API}.invite(p); }}")
+    with explained(room.tabs()):
+        owner.evaluate(INVITE, room.ids)
 
     # The first participant reads the card in its window and accepts there; the second through the API.
     first.evaluate(f"{API}.enable()")
@@ -164,9 +165,10 @@ def test_a_job_with_participant_noise_created_from_the_widget(weei_server: Any, 
     expect(card).to_contain_text(f"differential privacy ε ≤ {epsilon} at δ 0.00001 over at most 2 rounds (clip 1, "
                                  "noise ×0.5, added by each participant to its masked update)")
     first.get_by_role("button", name="Accept", exact=True).click()
-    second.evaluate(WAIT_INVITATION, job_id)
-    second.evaluate("(jobId) => T.api().decideInvitation(jobId, true)", job_id)
-    owner.evaluate(WAIT_LOADED, [room.ids, 120_000])
+    with explained(room.tabs()):
+        second.evaluate(WAIT_INVITATION, job_id)
+        second.evaluate("(jobId) => T.api().decideInvitation(jobId, true)", job_id)
+        owner.evaluate(WAIT_LOADED, [room.ids, 120_000])
 
     start = owner.get_by_role("button", name="Start", exact=True)
     expect(start).to_be_enabled(timeout=TIMEOUT_MS)

@@ -110,7 +110,10 @@ class PeerEvents:
             s.record("artifact.refused", {"from": peer, "sha256": sha, "reason": "hash-mismatch"})
         self.expire_invitations()
         quiet = isinstance(message, Progress)
-        if isinstance(message, Invitation):
+        if isinstance(message, Invitation) and s.participant is not None and peer == s.participant.coordinator \
+                and message.job_id == s.participant.job_id and s.participant.state is PeerState.APPROVED:
+            s.participant.on_message(peer, message, now)  # asked again: it answers again (core/job/participant.py)
+        elif isinstance(message, Invitation):
             busy = self._busy()
             if busy is not None:
                 # Declined at once, with the reason: the inviter's window says it and may invite again later.

@@ -367,10 +367,13 @@ class Coordinator:
         record = self.peers[peer] = PeerRecord()  # a new invitation starts a new record
         record.move("invite")
         self._invited_at[peer] = now
+        self._send_invitation(peer)
+        self._log("invitation.sent", peer=peer)
+
+    def _send_invitation(self, peer: str) -> None:
         self._send(peer, Invitation(self.spec.job_id, self.my_peer_id, self.spec.info.raw,
                                     self.spec.module.descriptor(), self.spec.data_bytes, self.spec.settings.to_json(),
                                     self.display_name))
-        self._log("invitation.sent", peer=peer)
 
     def start(self, now: float) -> None:
         if self.status == JobStatus.COMPLETED:
@@ -553,6 +556,11 @@ class Coordinator:
             if rejoins:
                 # A reconnecting participant catches up: module first, then the current checkpoint.
                 self._deliver(peer)
+            elif peer in self._invited_at:
+                # The invitation, or the answer to it, may have been lost with the old channel (a channel
+                # loses what it still held when it closes): asked again, the peer shows it or answers again.
+                self._send_invitation(peer)
+                self._log("invitation.resent", peer=peer)
 
     def peer_disconnected(self, peer: str, now: float) -> None:
         record = self.peers.get(peer)

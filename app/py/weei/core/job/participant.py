@@ -162,6 +162,13 @@ class Participant:
     def on_message(self, sender: str, message: Message, now: float) -> None:
         """A message from a coordinator. Messages of other jobs or senders are ignored (logged)."""
         if isinstance(message, Invitation):
+            if self.state == P.APPROVED and sender == self.coordinator and message.job_id == self.job_id \
+                    and self.invitation is not None:
+                # Our coordinator asks again: our acceptance was lost with a channel (it would deliver the
+                # module otherwise), so it is said again.
+                self._send(InvitationDecision(message.job_id, True))
+                self._log("decision.resent", job=message.job_id)
+                return
             if self.job_id is not None and not is_free(self.state):
                 self._log("invitation.ignored", reason="already-in-a-job", job=message.job_id)
                 return
