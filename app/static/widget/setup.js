@@ -402,7 +402,8 @@ export class Setup {
    *  confirmation are shown and the button asks for a second click with the same values; returns whether to go on. */
   async confirmSettings(what, manifest) {
     const out = await this.showReview(manifest);
-    if (out && out.refused) return false; // its refusal shows under the form
+    // A refused form still goes to the API, which refuses it again by name: state.error and the log say so too.
+    if (out && out.refused) return true;
     if (!out || !out.review.needsConfirmation) return true;
     const key = JSON.stringify([what, out.settings]);
     if (this.confirmed === key) { this.confirmed = null; return true; }
