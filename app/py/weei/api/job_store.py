@@ -284,7 +284,6 @@ class JobStore:
             for sha, data in items.items():
                 await self.storage.put("artifacts", sha, data)
                 written.append(sha)
-                self._hold(sha, data)
         except StorageError:
             named = self._named(None)
             for sha in written:
@@ -292,6 +291,12 @@ class JobStore:
                     await self.storage.delete("artifacts", sha)
                     self._held.pop(sha, None)
             raise
+        # Held only once every write is done, all at once: a drain while a write awaits (a peer's message)
+        # evicts what no job refers to yet, and the new job has no coordinator until this returns. Holding
+        # each file as it was written lost the module that way (the coordinator's own participant then
+        # failed with missing-artifact, and no peer could be sent the module).
+        for sha, data in items.items():
+            self._hold(sha, data)
 
     async def load_artifacts(self, shas: list[str]) -> set[str]:
         """Read stored artifacts into memory, each hashed; returns the SHA-256 of those not in storage.
