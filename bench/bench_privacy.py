@@ -73,7 +73,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Callable, TextIO
 
 import numpy as np
 
@@ -117,34 +117,37 @@ def _run(model: str, settings: dict[str, Any], seed: int, log: TextIO) -> dict[s
     }
 
 
-def compare(model: str, seed: int, epochs: int, log: TextIO) -> dict[str, Any]:
+#: One DP run of a comparison: its name, σ, the ε it targets (None: clip only), and where the noise is added
+#: under secure aggregation (None: no secure aggregation, the noise at the coordinator).
+Plan = tuple[str, float, "float | None", "str | None"]
+
+
+def _dp_plans(rounds: int) -> list[Plan]:
+    return [("clip only", 0.0, None, None)] + [(f"ε={e:g}", noise_multiplier_for(e, rounds, DELTA), e, None)
+                                               for e in EPSILONS]
+
+
+def _noise_at_plans(rounds: int) -> list[Plan]:
+    return [(f"ε={e:g}, {where}", noise_multiplier_for(e, rounds, DELTA), e, where)
+            for e in EPSILONS for where in ("coordinator", "participants")]
+
+
+def compare(model: str, seed: int, epochs: int, log: TextIO,
+            plans: Callable[[int], list[Plan]] = _dp_plans) -> dict[str, Any]:
+    """The model's job without DP, then each of ``plans(rounds)``, the clip C the median delta norm without DP."""
     _, settings = MODELS[model]
     settings = dict(settings, epochs=epochs)
     plain = _run(model, settings, seed, log)
     rounds, clip = plain["rounds"], statistics.median(plain["deltaNorms"])
     runs = [{"name": "no DP", "sigma": None, "target": None, **plain}]
-    plans = [("clip only", 0.0, None)] + [(f"ε={e:g}", noise_multiplier_for(e, rounds, DELTA), e) for e in EPSILONS]
-    for name, sigma, target in plans:
-        dp = {"clip": clip, "noiseMultiplier": sigma, "delta": DELTA, "maxRounds": rounds}
-        result = _run(model, dict(settings, privacy={"dp": dp}), seed, log)
-        runs.append({"name": name, "sigma": sigma, "target": target, **result})
-    return {"model": model, "seed": seed, "epochs": epochs, "clip": clip, "rounds": rounds, "runs": runs,
-            "participants": MODELS[model][0], "weights": plain["weights"]}
-
-
-def compare_noise_at(model: str, seed: int, epochs: int, log: TextIO) -> dict[str, Any]:
-    """``compare``'s plan under secure aggregation, each ε with the noise at the coordinator and at the participants."""
-    _, settings = MODELS[model]
-    settings = dict(settings, epochs=epochs)
-    plain = _run(model, settings, seed, log)
-    rounds, clip = plain["rounds"], statistics.median(plain["deltaNorms"])
-    runs = [{"name": "no DP", "sigma": None, "target": None, **plain}]
-    for target in EPSILONS:
-        sigma = noise_multiplier_for(target, rounds, DELTA)
-        for where in ("coordinator", "participants"):
-            dp = {"clip": clip, "noiseMultiplier": sigma, "delta": DELTA, "maxRounds": rounds, "noiseAt": where}
-            result = _run(model, dict(settings, privacy={"secureAggregation": True, "dp": dp}), seed, log)
-            runs.append({"name": f"ε={target:g}, {where}", "sigma": sigma, "target": target, "noiseAt": where, **result})
+    for name, sigma, target, where in plans(rounds):
+        dp: dict[str, Any] = {"clip": clip, "noiseMultiplier": sigma, "delta": DELTA, "maxRounds": rounds}
+        privacy: dict[str, Any] = {"dp": dp}
+        run: dict[str, Any] = {"name": name, "sigma": sigma, "target": target}
+        if where is not None:
+            dp["noiseAt"] = run["noiseAt"] = where
+            privacy["secureAggregation"] = True
+        runs.append({**run, **_run(model, dict(settings, privacy=privacy), seed, log)})
     return {"model": model, "seed": seed, "epochs": epochs, "clip": clip, "rounds": rounds, "runs": runs,
             "participants": MODELS[model][0], "weights": plain["weights"]}
 
@@ -412,8 +415,9 @@ def main(argv: list[str] | None = None) -> int:
         (args.out / "secagg.json").write_text(json.dumps({"version": 1, "results": measured}, indent=1))
         (args.out / "secagg.md").write_text(markdown_secagg(measured))
         return 0
-    measure, name = (compare_noise_at, "privacy-noise-at") if args.noise_at else (compare, "privacy")
-    results = [measure(model, seed, 1 if args.quick else args.epochs, log) for model in models for seed in args.seeds]
+    plans, name = (_noise_at_plans, "privacy-noise-at") if args.noise_at else (_dp_plans, "privacy")
+    results = [compare(model, seed, 1 if args.quick else args.epochs, log, plans)
+               for model in models for seed in args.seeds]
     table = markdown(results)
     print(table)
     args.out.mkdir(parents=True, exist_ok=True)
