@@ -80,7 +80,7 @@ from ..floats import BytesLike
 from ..privacy.dp_accountant import DpLedger, epsilon_json
 from ..privacy.dp_noise import SEED_BYTES, noise_key
 from ..privacy.secagg import SecAggError, SecAggReason
-from .attempts import Attempt, Received, RoundAttempts, check_update
+from .attempts import Attempt, RoundAttempts, check_update
 from ..wire.commands import Command, Log, Outbox, RoundPhase, RunValidation, SaveCheckpoint, Send
 from ..errors import SettingsError, SettingsReason, UsageError, WeeiError, UsageReason
 from .spec import JobSpec
