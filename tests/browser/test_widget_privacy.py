@@ -21,7 +21,6 @@ from playwright.sync_api import expect
 from room_helpers import INVITE, WAIT_INVITATION, WAIT_LOADED, explained, join_room
 from site_helpers import TIMEOUT_MS
 from test_api import ready
-from test_readme_flow import explain
 from test_widget import API, HOST, fill, open_widget, state
 from test_widget_look import AXE
 
@@ -173,10 +172,8 @@ def test_a_job_with_participant_noise_created_from_the_widget(weei_server: Any, 
     start = owner.get_by_role("button", name="Start", exact=True)
     expect(start).to_be_enabled(timeout=TIMEOUT_MS)
     start.click()
-    try:
+    with explained(room.tabs()):
         owner.wait_for_function(f"() => {API}.getState().job?.status === 'completed'", timeout=300_000)
-    except Exception as exc:
-        raise AssertionError(f"{exc}\n{explain({'owner': owner, 'first': first, 'second': second})}") from None
 
     events = owner.evaluate(f"{API}.getDebugLog().events")
     names = [e["event"] for e in events]
